@@ -1,0 +1,1 @@
+//! DTA bench (in progress).

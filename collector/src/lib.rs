@@ -1,0 +1,1 @@
+//! DTA collector (in progress).

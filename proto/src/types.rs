@@ -1,0 +1,126 @@
+//! Small inline value types shared by the wire, hash and layout modules.
+
+/// Longest key a report may carry: a 13-byte IPv4 5-tuple fits, with room to spare.
+pub const MAX_KEY_LEN: usize = 16;
+/// Longest Key-Write / Append value: a 5-hop INT path (20 B) or a NetSeer loss event (18 B) fit.
+pub const MAX_VALUE_LEN: usize = 32;
+
+/// A hash key, stored inline: the exact bytes every hash function of the key's store consumes.
+///
+/// For reference-profile Key-Write and Key-Increment reports these are the little-endian bytes
+/// of the big-endian 32-bit key (the reference reverses them before hashing, §3.3); for
+/// reference Postcarding they are the flow-ID bytes as received (§3.6). Extended-profile keys
+/// are opaque byte strings, hashed as sent.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Key {
+    len: u8,
+    bytes: [u8; MAX_KEY_LEN],
+}
+
+impl Key {
+    /// A key from 1..=16 bytes; `None` if empty or too long.
+    #[inline]
+    pub fn new(bytes: &[u8]) -> Option<Key> {
+        if bytes.is_empty() || bytes.len() > MAX_KEY_LEN {
+            return None;
+        }
+        let mut k = Key { len: bytes.len() as u8, bytes: [0; MAX_KEY_LEN] };
+        k.bytes[..bytes.len()].copy_from_slice(bytes);
+        Some(k)
+    }
+
+    /// The key a reference-profile Key-Write/Key-Increment report with wire key `k` hashes.
+    #[inline]
+    pub fn from_u32_reference(k: u32) -> Key {
+        let mut key = Key { len: 4, bytes: [0; MAX_KEY_LEN] };
+        key.bytes[..4].copy_from_slice(&k.to_le_bytes());
+        key
+    }
+
+    /// The key bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// Length in bytes (1..=16).
+    #[inline]
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+}
+
+impl core::fmt::Debug for Key {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Key(")?;
+        for b in self.as_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// A value destined for collector memory, stored inline (0..=32 bytes), already in the byte
+/// order it takes in memory.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Value {
+    len: u8,
+    bytes: [u8; MAX_VALUE_LEN],
+}
+
+impl Value {
+    /// A value from at most 32 bytes; `None` if too long.
+    #[inline]
+    pub fn new(bytes: &[u8]) -> Option<Value> {
+        if bytes.len() > MAX_VALUE_LEN {
+            return None;
+        }
+        let mut v = Value { len: bytes.len() as u8, bytes: [0; MAX_VALUE_LEN] };
+        v.bytes[..bytes.len()].copy_from_slice(bytes);
+        Some(v)
+    }
+
+    /// The value bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// Length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True for a zero-length value.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl core::fmt::Debug for Value {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Value(")?;
+        for b in self.as_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ")")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_bounds() {
+        assert!(Key::new(&[]).is_none());
+        assert!(Key::new(&[0; 17]).is_none());
+        assert_eq!(Key::new(&[1, 2, 3]).unwrap().as_bytes(), &[1, 2, 3]);
+        assert_eq!(Key::from_u32_reference(0x0A00_0001).as_bytes(), &[1, 0, 0, 0x0A]);
+        assert!(Value::new(&[0; 33]).is_none());
+        assert_eq!(Value::new(&[9; 20]).unwrap().len(), 20);
+    }
+}

@@ -1,0 +1,1 @@
+//! DTA translator (in progress).
