@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod batch;
 pub mod consts;
 pub mod crc;
 pub mod hash;

@@ -1,0 +1,179 @@
+//! Burst containers that carry datagrams between I/O backends and the sans-I/O state machines.
+//!
+//! A backend receives a burst into its own buffers and hands the pipeline a slice of
+//! [`Datagram`]s; the pipeline writes what it wants to send into a [`TxBatch`] that the caller
+//! owns and reuses. Both are allocated once, at start-up: pushing a frame never allocates.
+
+use std::net::SocketAddrV4;
+
+/// What a backend saw of the IPv4 header below a datagram, when it saw it.
+///
+/// Kernel UDP sockets hide the identification and DF bits, which the RoCEv2 ICRC covers; raw
+/// backends (AF_XDP, DPDK, pcap, the in-memory harness) see the whole frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpMeta {
+    /// IPv4 identification.
+    pub ident: u16,
+    /// The don't-fragment flag.
+    pub dont_frag: bool,
+    /// TTL (masked out of the ICRC; kept for diagnostics).
+    pub ttl: u8,
+    /// TOS byte (DSCP and ECN).
+    pub tos: u8,
+}
+
+/// One received UDP datagram, borrowed from the backend's receive buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    /// Source address and port.
+    pub src: SocketAddrV4,
+    /// Destination address and port.
+    pub dst: SocketAddrV4,
+    /// IPv4 header details, if the backend saw them.
+    pub ip: Option<IpMeta>,
+    /// The UDP payload.
+    pub payload: &'a [u8],
+}
+
+/// A reusable arena of outgoing frames, each with a destination.
+///
+/// Frames are complete Ethernet frames when `l2` is true (raw backends) or UDP payloads
+/// otherwise; the producer decides by what it writes and the backend by what it expects, so
+/// both sides agree through configuration, not through this type.
+pub struct TxBatch {
+    buf: Vec<u8>,
+    slot: usize,
+    lens: Vec<u16>,
+    dests: Vec<SocketAddrV4>,
+    offsets: Vec<u16>,
+}
+
+impl TxBatch {
+    /// An arena for `capacity` frames of at most `slot` bytes each.
+    pub fn new(capacity: usize, slot: usize) -> TxBatch {
+        assert!(slot <= u16::MAX as usize, "frame slot too large");
+        TxBatch {
+            buf: vec![0; capacity * slot],
+            slot,
+            lens: Vec::with_capacity(capacity),
+            dests: Vec::with_capacity(capacity),
+            offsets: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Number of frames queued.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// True if no frame is queued.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// Frames that still fit.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.lens.capacity() - self.lens.len()
+    }
+
+    /// True if no further frame fits.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.lens.len() == self.lens.capacity()
+    }
+
+    /// Maximum bytes per frame.
+    #[inline]
+    pub fn slot_size(&self) -> usize {
+        self.slot
+    }
+
+    /// Appends a frame written in place by `write`, which returns the frame's length.
+    ///
+    /// `offset` is where the part a kernel socket should send begins (e.g. 42 to skip the
+    /// Ethernet, IPv4 and UDP headers of a RoCEv2 frame; 0 for a bare UDP payload). Returns
+    /// `false` (and queues nothing) when the batch is full or `write` returned 0.
+    #[inline]
+    pub fn push_with<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        dest: SocketAddrV4,
+        offset: usize,
+        write: F,
+    ) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let i = self.lens.len();
+        let slot = &mut self.buf[i * self.slot..(i + 1) * self.slot];
+        let n = write(slot);
+        if n == 0 || n > self.slot || offset > n {
+            return false;
+        }
+        self.lens.push(n as u16);
+        self.dests.push(dest);
+        self.offsets.push(offset as u16);
+        true
+    }
+
+    /// The `i`-th frame in full (e.g. an Ethernet frame).
+    #[inline]
+    pub fn frame(&self, i: usize) -> &[u8] {
+        &self.buf[i * self.slot..i * self.slot + self.lens[i] as usize]
+    }
+
+    /// The part of the `i`-th frame a kernel UDP socket sends (from its offset on).
+    #[inline]
+    pub fn payload(&self, i: usize) -> &[u8] {
+        &self.frame(i)[self.offsets[i] as usize..]
+    }
+
+    /// Destination of the `i`-th frame.
+    #[inline]
+    pub fn dest(&self, i: usize) -> SocketAddrV4 {
+        self.dests[i]
+    }
+
+    /// Iterates over `(dest, payload)` pairs.
+    pub fn iter_payloads(&self) -> impl Iterator<Item = (SocketAddrV4, &[u8])> + '_ {
+        (0..self.len()).map(move |i| (self.dest(i), self.payload(i)))
+    }
+
+    /// Forgets all frames, keeping the memory.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.lens.clear();
+        self.dests.clear();
+        self.offsets.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn push_and_read_back() {
+        let mut b = TxBatch::new(2, 64);
+        let d = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4791);
+        assert!(b.push_with(d, 1, |buf| {
+            buf[..3].copy_from_slice(b"abc");
+            3
+        }));
+        assert!(!b.push_with(d, 0, |_| 0), "empty frames are refused");
+        assert!(b.push_with(d, 0, |buf| {
+            buf[0] = 7;
+            1
+        }));
+        assert!(b.is_full());
+        assert!(!b.push_with(d, 0, |_| 1));
+        assert_eq!(b.frame(0), b"abc");
+        assert_eq!(b.payload(0), b"bc");
+        assert_eq!(b.payload(1), &[7]);
+        b.clear();
+        assert!(b.is_empty());
+    }
+}
