@@ -1,0 +1,442 @@
+//! Memory regions: the bytes reports land in.
+//!
+//! A [`Region`] is an `mmap`ed block, on hugepages when the system has them reserved (falling
+//! back to ordinary pages with transparent-hugepage advice), or on a file (hugetlbfs or tmpfs)
+//! when the operator wants the data to survive a collector restart.
+//!
+//! The same bytes are written by the software RNIC's thread (or, with a real RNIC, by DMA) and
+//! read by query threads at the same time. All access from Rust therefore goes through
+//! word-sized relaxed atomics ("atomic memcpy"), which is sound under concurrent writers and
+//! never tears an aligned 8-byte word. Ordering between a payload and the word that publishes
+//! it (the Append trailer) is provided by [`Region::store_u64_release`] and
+//! [`Region::load_u64_acquire`].
+//!
+//! Every access is bounds-checked and returns [`OutOfBounds`] instead of touching memory
+//! outside the region.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// Size of the huge pages we ask for (x86-64 default).
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// An access outside the region, or a misaligned atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfBounds;
+
+/// Where a region's pages come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// Anonymous `MAP_HUGETLB` pages.
+    HugePages,
+    /// Anonymous ordinary pages (with `MADV_HUGEPAGE`), used when no hugepages are reserved.
+    Anonymous,
+    /// A shared file mapping that outlives the process (hugetlbfs or tmpfs).
+    File(PathBuf),
+}
+
+impl std::fmt::Display for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backing::HugePages => f.write_str("hugepages"),
+            Backing::Anonymous => f.write_str("anonymous"),
+            Backing::File(p) => write!(f, "file:{}", p.display()),
+        }
+    }
+}
+
+/// A block of memory that RDMA operations may target.
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+    map_len: usize,
+    backing: Backing,
+}
+
+// SAFETY: the mapping is owned by the Region and lives until Drop; all access goes through
+// atomics (see the module docs), so sharing between threads cannot produce data races.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` only exposes atomic, bounds-checked access.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Maps `len` zeroed bytes, on hugepages if `prefer_huge` and the system has them.
+    pub fn anonymous(len: usize, prefer_huge: bool) -> io::Result<Region> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
+        }
+        if prefer_huge {
+            let map_len = round_up(len, HUGE_PAGE);
+            // SAFETY: a fresh anonymous mapping; the kernel picks the address. We check for
+            // MAP_FAILED before using the pointer.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    map_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_POPULATE,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                return Ok(Region {
+                    ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+                    len,
+                    map_len,
+                    backing: Backing::HugePages,
+                });
+            }
+            log::debug!(
+                "no hugepages for a {len}-byte region ({}); using ordinary pages",
+                io::Error::last_os_error()
+            );
+        }
+        let map_len = round_up(len, page_size());
+        // SAFETY: as above, without MAP_HUGETLB.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: advice on our own fresh mapping; failure is harmless and ignored.
+        unsafe {
+            libc::madvise(p, map_len, libc::MADV_HUGEPAGE);
+        }
+        Ok(Region {
+            ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            len,
+            map_len,
+            backing: Backing::Anonymous,
+        })
+    }
+
+    /// Maps `len` bytes of the file at `path` (created if missing, never truncated if it is
+    /// already large enough), shared, so the data outlives the process.
+    pub fn file(path: &Path, len: usize) -> io::Result<Region> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
+        }
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        let on_hugetlbfs = is_hugetlbfs(path);
+        let map_len = round_up(len, if on_hugetlbfs { HUGE_PAGE } else { page_size() });
+        if f.metadata()?.len() < map_len as u64 {
+            f.set_len(map_len as u64)?;
+        }
+        use std::os::fd::AsRawFd;
+        // SAFETY: a shared mapping of a file we opened read-write and sized to map_len.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Region {
+            ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            len,
+            map_len,
+            backing: Backing::File(path.to_path_buf()),
+        })
+    }
+
+    /// Registered length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region (never, by construction).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes actually mapped (rounded up to the page size).
+    pub fn mapped_len(&self) -> usize {
+        self.map_len
+    }
+
+    /// Where the pages come from.
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    /// The virtual address of the first byte (what an RNIC advertises as the region's VA).
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    #[inline]
+    fn check(&self, off: u64, len: usize) -> Result<usize, OutOfBounds> {
+        let off = usize::try_from(off).map_err(|_| OutOfBounds)?;
+        let end = off.checked_add(len).ok_or(OutOfBounds)?;
+        if end > self.len {
+            return Err(OutOfBounds);
+        }
+        Ok(off)
+    }
+
+    /// Copies `data` into the region at `off`.
+    #[inline]
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<(), OutOfBounds> {
+        let off = self.check(off, data.len())?;
+        // SAFETY: [off, off + len) is inside the mapping (checked above).
+        unsafe { atomic_copy_in(self.ptr.as_ptr().add(off), data) };
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes at `off` out of the region.
+    #[inline]
+    pub fn read(&self, off: u64, out: &mut [u8]) -> Result<(), OutOfBounds> {
+        let off = self.check(off, out.len())?;
+        // SAFETY: [off, off + len) is inside the mapping (checked above).
+        unsafe { atomic_copy_out(self.ptr.as_ptr().add(off), out) };
+        Ok(())
+    }
+
+    #[inline]
+    fn word(&self, off: u64) -> Result<&AtomicU64, OutOfBounds> {
+        let o = self.check(off, 8)?;
+        if o % 8 != 0 || (self.ptr.as_ptr() as usize) % 8 != 0 {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: in bounds and 8-byte aligned (the mapping is page aligned); the word lives
+        // as long as &self, and all accesses to it are atomic.
+        Ok(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(o) as *mut u64) })
+    }
+
+    /// Reads a little-endian u64 at an 8-aligned offset.
+    #[inline]
+    pub fn load_u64(&self, off: u64) -> Result<u64, OutOfBounds> {
+        Ok(u64::from_le(self.word(off)?.load(Ordering::Relaxed)))
+    }
+
+    /// Reads a little-endian u64 with acquire ordering (pairs with `store_u64_release`).
+    #[inline]
+    pub fn load_u64_acquire(&self, off: u64) -> Result<u64, OutOfBounds> {
+        Ok(u64::from_le(self.word(off)?.load(Ordering::Acquire)))
+    }
+
+    /// Writes a little-endian u64 with release ordering: everything written before it is
+    /// visible to a reader that acquires this word.
+    #[inline]
+    pub fn store_u64_release(&self, off: u64, v: u64) -> Result<(), OutOfBounds> {
+        self.word(off)?.store(v.to_le(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Atomic fetch-and-add on a native-endian (little-endian) u64, as rxe does on x86.
+    /// Returns the original value.
+    #[inline]
+    pub fn fetch_add(&self, off: u64, add: u64) -> Result<u64, OutOfBounds> {
+        let w = self.word(off)?;
+        Ok(u64::from_le(w.fetch_add(add.to_le(), Ordering::AcqRel)))
+    }
+
+    /// Atomic compare-and-swap on a little-endian u64. Returns the original value.
+    #[inline]
+    pub fn compare_swap(&self, off: u64, compare: u64, swap: u64) -> Result<u64, OutOfBounds> {
+        let w = self.word(off)?;
+        let r = w.compare_exchange(compare.to_le(), swap.to_le(), Ordering::AcqRel, Ordering::Acquire);
+        Ok(u64::from_le(match r {
+            Ok(v) | Err(v) => v,
+        }))
+    }
+
+    /// Zeroes `[off, off + len)`.
+    pub fn zero(&self, off: u64, len: usize) -> Result<(), OutOfBounds> {
+        let off = self.check(off, len)?;
+        const Z: [u8; 4096] = [0; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(Z.len());
+            // SAFETY: [off + done, off + done + n) is inside [off, off + len), checked above.
+            unsafe { atomic_copy_in(self.ptr.as_ptr().add(off + done), &Z[..n]) };
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping we created; no reference into it outlives
+        // &self (accessors hand out copies or atomics bound to &self).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.map_len);
+        }
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("backing", &self.backing)
+            .finish()
+    }
+}
+
+/// Copies `src` to `dst` with relaxed atomic stores: bytes up to 8-byte alignment, then
+/// whole words, then the tail.
+///
+/// # Safety
+/// `dst..dst + src.len()` must be inside a live mapping that is only accessed atomically.
+#[inline]
+unsafe fn atomic_copy_in(dst: *mut u8, src: &[u8]) {
+    let mut i = 0;
+    let n = src.len();
+    while i < n && (dst as usize + i) % 8 != 0 {
+        // SAFETY: in bounds per the contract; AtomicU8 has no alignment requirement.
+        unsafe { AtomicU8::from_ptr(dst.add(i)).store(src[i], Ordering::Relaxed) };
+        i += 1;
+    }
+    while i + 8 <= n {
+        let w = u64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
+        // SAFETY: dst + i is 8-aligned here and in bounds per the contract.
+        unsafe { AtomicU64::from_ptr(dst.add(i) as *mut u64).store(w, Ordering::Relaxed) };
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: as above.
+        unsafe { AtomicU8::from_ptr(dst.add(i)).store(src[i], Ordering::Relaxed) };
+        i += 1;
+    }
+}
+
+/// Copies from `src` into `dst` with relaxed atomic loads (see [`atomic_copy_in`]).
+///
+/// # Safety
+/// `src..src + dst.len()` must be inside a live mapping that is only accessed atomically.
+#[inline]
+unsafe fn atomic_copy_out(src: *const u8, dst: &mut [u8]) {
+    let mut i = 0;
+    let n = dst.len();
+    while i < n && (src as usize + i) % 8 != 0 {
+        // SAFETY: in bounds per the contract.
+        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i) as *mut u8).load(Ordering::Relaxed) };
+        i += 1;
+    }
+    while i + 8 <= n {
+        // SAFETY: src + i is 8-aligned and in bounds.
+        let w = unsafe { AtomicU64::from_ptr(src.add(i) as *mut u64).load(Ordering::Relaxed) };
+        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: in bounds per the contract.
+        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i) as *mut u8).load(Ordering::Relaxed) };
+        i += 1;
+    }
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+fn is_hugetlbfs(path: &Path) -> bool {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let mut st: libc::statfs = unsafe_zeroed_statfs();
+    // SAFETY: c is a valid NUL-terminated path and st a valid out-pointer.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type == 0x958458f6 // HUGETLBFS_MAGIC
+}
+
+fn unsafe_zeroed_statfs() -> libc::statfs {
+    // SAFETY: statfs is a plain C struct for which all-zero bytes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Hugepages the kernel has reserved and free, from `/proc/meminfo` (for operator reports).
+pub fn hugepage_status() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let get = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some((get("HugePages_Total:")?, get("HugePages_Free:")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_bounds() {
+        let r = Region::anonymous(100, true).unwrap();
+        r.write(3, b"hello world, unaligned").unwrap();
+        let mut out = [0u8; 22];
+        r.read(3, &mut out).unwrap();
+        assert_eq!(&out, b"hello world, unaligned");
+        assert_eq!(r.write(90, &[0; 11]), Err(OutOfBounds));
+        assert_eq!(r.write(u64::MAX, &[0; 1]), Err(OutOfBounds));
+        assert_eq!(r.read(100, &mut [0; 1]), Err(OutOfBounds));
+        r.write(100, &[]).unwrap();
+    }
+
+    #[test]
+    fn atomics() {
+        let r = Region::anonymous(64, false).unwrap();
+        assert_eq!(r.fetch_add(8, 5).unwrap(), 0);
+        assert_eq!(r.fetch_add(8, 0x1_0000_0007).unwrap(), 5);
+        assert_eq!(r.load_u64(8).unwrap(), 0x1_0000_000c);
+        let mut b = [0u8; 8];
+        r.read(8, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 0x1_0000_000c, "counters are little-endian in memory");
+        assert_eq!(r.compare_swap(8, 0x1_0000_000c, 42).unwrap(), 0x1_0000_000c);
+        assert_eq!(r.compare_swap(8, 7, 1).unwrap(), 42);
+        assert_eq!(r.fetch_add(4, 1), Err(OutOfBounds), "misaligned");
+        assert_eq!(r.fetch_add(64, 1), Err(OutOfBounds));
+    }
+
+    #[test]
+    fn file_backed_region_survives_remap() {
+        let dir = std::env::temp_dir().join(format!("dta-mem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r");
+        {
+            let r = Region::file(&path, 4096).unwrap();
+            r.write(10, b"persist").unwrap();
+        }
+        let r = Region::file(&path, 4096).unwrap();
+        let mut out = [0u8; 7];
+        r.read(10, &mut out).unwrap();
+        assert_eq!(&out, b"persist");
+        drop(r);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
