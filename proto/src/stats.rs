@@ -75,8 +75,14 @@ mod tests {
 
     #[test]
     fn merge_and_iterate() {
-        let mut a = Demo { packets: 1, bytes: 10 };
-        a.merge(&Demo { packets: 2, bytes: 5 });
+        let mut a = Demo {
+            packets: 1,
+            bytes: 10,
+        };
+        a.merge(&Demo {
+            packets: 2,
+            bytes: 5,
+        });
         assert_eq!(a.values(), vec![3, 15]);
         assert_eq!(Demo::INFO[0].name, "packets");
         assert_eq!(Demo::INFO[1].help.trim(), "Bytes seen.");
