@@ -1,0 +1,163 @@
+//! Key-Write queries: read the N slots of a key, keep those whose checksum matches, vote.
+
+use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
+use dta_proto::layout::KeyWriteLayout;
+use dta_proto::Key;
+
+use crate::memory::Region;
+
+/// A value as stored in a slot (up to 60 bytes for 64-byte slots), compared byte for byte.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SlotValue {
+    len: u8,
+    bytes: [u8; 60],
+}
+
+impl SlotValue {
+    fn new(b: &[u8]) -> SlotValue {
+        let mut v = SlotValue { len: b.len().min(60) as u8, bytes: [0; 60] };
+        v.bytes[..v.len as usize].copy_from_slice(&b[..v.len as usize]);
+        v
+    }
+
+    /// The stored bytes (the store's full value width, zero padding included).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl Default for SlotValue {
+    fn default() -> Self {
+        SlotValue { len: 0, bytes: [0; 60] }
+    }
+}
+
+impl std::fmt::Debug for SlotValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.as_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How to decide between the values found in a key's slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vote {
+    /// The most frequent matching value wins; a tie between different values is a conflict.
+    Plurality,
+    /// A value must appear in at least this many slots.
+    Consensus(u8),
+}
+
+/// The answer to a Key-Write query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyWriteAnswer {
+    /// A value, and how many of the N slots agreed on it.
+    Value {
+        /// The stored value (the store's full value width).
+        value: SlotValue,
+        /// Slots holding this value with a matching checksum.
+        votes: u8,
+        /// Slots with a matching checksum in total.
+        matches: u8,
+    },
+    /// No slot holds the key's checksum: the key was never written or was overwritten.
+    Empty,
+    /// Matching slots disagree (or too few agree for the consensus threshold).
+    Conflict {
+        /// Slots with a matching checksum.
+        matches: u8,
+        /// Votes of the most frequent value.
+        best_votes: u8,
+    },
+}
+
+/// A Key-Write store as the query engine sees it.
+pub struct KeyWriteView<'a> {
+    /// The store's memory.
+    pub region: &'a Region,
+    /// Its layout.
+    pub layout: KeyWriteLayout,
+    /// Its hash functions.
+    pub hasher: KeyHasher,
+}
+
+impl KeyWriteView<'_> {
+    /// Looks `key` up in its first `n` replica slots (the collector's assumed maximum when
+    /// the redundancy the reporter used is unknown).
+    pub fn query(&self, key: &Key, n: usize, vote: Vote) -> KeyWriteAnswer {
+        let n = n.clamp(1, MAX_REDUNDANCY);
+        let checksum = self.hasher.checksum(key);
+        let mut slots = [0u32; MAX_REDUNDANCY];
+        self.hasher.slots(key, n, &mut slots);
+        let ss = self.layout.slot_size() as usize;
+        let mut found: [(SlotValue, u8); MAX_REDUNDANCY] = [(SlotValue::default(), 0); MAX_REDUNDANCY];
+        let mut distinct = 0usize;
+        let mut matches = 0u8;
+        let mut buf = [0u8; 64];
+        let mut seen = [u32::MAX; MAX_REDUNDANCY];
+        for (i, &slot) in slots[..n].iter().enumerate() {
+            // Two replicas landing on the same slot must not vote twice.
+            if seen[..i].contains(&slot) {
+                continue;
+            }
+            seen[i] = slot;
+            if self.region.read(self.layout.slot_offset(slot), &mut buf[..ss]).is_err() {
+                continue;
+            }
+            let (cs, value) = self.layout.decode_slot(&buf[..ss]);
+            if cs != checksum {
+                continue;
+            }
+            matches += 1;
+            let v = SlotValue::new(value);
+            match found[..distinct].iter_mut().find(|(x, _)| *x == v) {
+                Some(e) => e.1 += 1,
+                None => {
+                    found[distinct] = (v, 1);
+                    distinct += 1;
+                }
+            }
+        }
+        if matches == 0 {
+            return KeyWriteAnswer::Empty;
+        }
+        let best = found[..distinct].iter().map(|(_, c)| *c).max().unwrap_or(0);
+        let winners = found[..distinct].iter().filter(|(_, c)| *c == best).count();
+        let need = match vote {
+            Vote::Plurality => 1,
+            Vote::Consensus(t) => t.max(1),
+        };
+        if winners == 1 && best >= need {
+            let (value, votes) = *found[..distinct].iter().find(|(_, c)| *c == best).expect("a winner exists");
+            KeyWriteAnswer::Value { value, votes, matches }
+        } else {
+            KeyWriteAnswer::Conflict { matches, best_votes: best }
+        }
+    }
+
+    /// Fraction of slots holding anything (a non-zero slot), by sampling up to `samples` slots.
+    pub fn occupancy(&self, samples: u32) -> f64 {
+        let slots = self.layout.slots();
+        let step = (slots / samples.max(1)).max(1);
+        let ss = self.layout.slot_size() as usize;
+        let mut buf = [0u8; 64];
+        let (mut used, mut seen) = (0u64, 0u64);
+        let mut s = 0u32;
+        while s < slots {
+            if self.region.read(self.layout.slot_offset(s), &mut buf[..ss]).is_ok() {
+                seen += 1;
+                if buf[..ss].iter().any(|&b| b != 0) {
+                    used += 1;
+                }
+            }
+            s = s.saturating_add(step);
+        }
+        if seen == 0 {
+            0.0
+        } else {
+            used as f64 / seen as f64
+        }
+    }
+}

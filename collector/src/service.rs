@@ -1,0 +1,260 @@
+//! The running collector: stores, the software RNIC's thread, and the control-plane handle.
+//!
+//! ```text
+//!   UDP 4791 ──recvmmsg──▶ RNIC thread (Responder) ──writes──▶ regions ◀──reads── queries
+//!                 ◀─sendmmsg── ACK/NAK                                    (CLI, HTTP, tests)
+//! ```
+//!
+//! The RNIC thread owns the [`Responder`]; the control plane talks to it through a command
+//! channel drained between bursts, and reads counters from snapshots the thread publishes, so
+//! the per-packet path takes no lock.
+
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dta_io::udp::{UdpOptions, UdpSocket};
+use dta_proto::batch::TxBatch;
+use dta_proto::meta::{CollectorMeta, QpMeta, StoreMeta};
+use dta_proto::wire::ethernet::MacAddr;
+use dta_proto::wire::ib::{Psn, Qpn};
+
+use crate::config::CollectorConfig;
+use crate::memory::Region;
+use crate::rnic::counters::RnicCounters;
+use crate::rnic::responder::{Access, Completion, DeviceConfig, QpConfig, Responder};
+use crate::store::{layout_of, Store};
+
+/// A command for the RNIC thread.
+pub enum RnicCommand {
+    /// Create a QP; the new QPN is sent back.
+    CreateQp(QpConfig, mpsc::Sender<Qpn>),
+    /// Destroy a QP.
+    DestroyQp(Qpn),
+}
+
+/// Counters and events the RNIC thread publishes for the control plane.
+#[derive(Default)]
+pub struct Published {
+    /// Device counters (all QPs).
+    pub counters: RnicCounters,
+    /// Per-QP counters.
+    pub per_qp: Vec<(u32, RnicCounters)>,
+    /// Immediate-data completions seen so far.
+    pub immediate_events: u64,
+    /// The most recent immediate events (newest last), bounded.
+    pub recent_events: std::collections::VecDeque<Completion>,
+}
+
+/// A running collector.
+pub struct Collector {
+    /// The stores, in configuration order.
+    pub stores: Vec<Store>,
+    /// What translators need (also written to `metadata_file`).
+    pub meta: CollectorMeta,
+    /// Address the software RNIC listens on.
+    pub roce: SocketAddrV4,
+    published: Arc<Mutex<Published>>,
+    commands: mpsc::Sender<RnicCommand>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    config: CollectorConfig,
+}
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, b.len(), 0) };
+    if n == 4 {
+        u32::from_ne_bytes(b)
+    } else {
+        (Instant::now().elapsed().as_nanos() as u32) ^ std::process::id().rotate_left(16)
+    }
+}
+
+impl Collector {
+    /// Allocates the stores, binds the software RNIC, creates the static QPs, publishes the
+    /// metadata and starts the RNIC thread.
+    pub fn start(config: CollectorConfig) -> Result<Collector, String> {
+        config.validate()?;
+        let dev = &config.collector;
+        let mac: MacAddr = dev.mac.parse().map_err(|_| format!("bad MAC {:?}", dev.mac))?;
+        let sock = UdpSocket::bind(dev.roce, &UdpOptions::default()).map_err(|e| {
+            format!("cannot bind the software RNIC to {}: {e} (is another collector running? choose another [collector] roce address)", dev.roce)
+        })?;
+        let roce = sock.local_addr();
+        let mut responder = Responder::new(DeviceConfig { local: roce, local_mac: mac, pmtu: dev.pmtu, l2_frames: false });
+        let mut stores = Vec::new();
+        for (i, sc) in config.stores.iter().enumerate() {
+            let (kind, len) = layout_of(sc)?;
+            let len_usize = usize::try_from(len).map_err(|_| format!("store {:?} too large", sc.name))?;
+            let region = match &dev.persist_dir {
+                Some(dir) => {
+                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                    Region::file(&dir.join(format!("dta-{}.region", sc.name)), len_usize)
+                }
+                None => Region::anonymous(len_usize, dev.hugepages),
+            }
+            .map_err(|e| format!("store {:?}: cannot allocate {len} bytes: {e}", sc.name))?;
+            let region = Arc::new(region);
+            let rkey = responder.register(region.clone(), Access::ALL);
+            log::info!("store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}", sc.name, kind.name(), len, region.addr(), region.backing(), rkey.0);
+            let meta = StoreMeta { name: sc.name.clone(), addr: region.addr(), len, rkey: rkey.0, qps: Vec::new(), kind };
+            stores.push(Store { port: sc.port.unwrap_or(1337 + i as u16), config: sc.clone(), meta, region });
+        }
+        for peer in &config.static_peers {
+            let peer_mac: MacAddr = peer.mac.parse().map_err(|_| format!("bad MAC {:?}", peer.mac))?;
+            for (si, st) in stores.iter_mut().enumerate() {
+                for w in 0..peer.workers {
+                    let peer_qpn = peer.qpn_base + si as u32 * peer.workers + w;
+                    let psn = Psn::new(random_u32());
+                    let qpn = responder.create_qp(QpConfig {
+                        peer: peer.roce,
+                        peer_mac,
+                        peer_qpn: Qpn::new(peer_qpn),
+                        rq_psn: psn,
+                        sq_psn: Psn::new(random_u32()),
+                        verify_icrc: dev.verify_icrc,
+                        recv_credits: dev.recv_credits,
+                    });
+                    st.meta.qps.push(QpMeta { qpn: qpn.value(), psn: psn.value(), peer_qpn });
+                }
+            }
+        }
+        let meta = CollectorMeta { roce, mac: dev.mac.clone(), verify_icrc: dev.verify_icrc, stores: stores.iter().map(|s| s.meta.clone()).collect() };
+        if let Some(path) = &dev.metadata_file {
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, serde_json::to_vec_pretty(&meta).expect("metadata serialises"))
+                .and_then(|_| std::fs::rename(&tmp, path))
+                .map_err(|e| format!("cannot write metadata {}: {e}", path.display()))?;
+            log::info!("published store metadata to {}", path.display());
+        }
+        let published = Arc::new(Mutex::new(Published::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx_cmd, rx_cmd) = mpsc::channel();
+        let (rx, mut txs) = sock.split();
+        let thread = {
+            let published = published.clone();
+            let stop = stop.clone();
+            let recv_credits = dev.recv_credits;
+            std::thread::Builder::new()
+                .name("dta-rnic".into())
+                .spawn(move || {
+                    let mut rx = rx;
+                    let mut tx = TxBatch::new(dta_io::udp::MAX_BURST * 4, 9216);
+                    let mut last_pub = Instant::now();
+                    let mut imm_events = 0u64;
+                    let mut recent = std::collections::VecDeque::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = rx.recv_with(Duration::from_millis(20), |burst| responder.handle_burst(burst, &mut tx));
+                        if let Err(e) = r {
+                            log::error!("software RNIC receive failed: {e}");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        if !tx.is_empty() {
+                            let _ = txs.send_batch(&tx);
+                            tx.clear();
+                        }
+                        while let Some(c) = responder.poll_completion() {
+                            if let Completion::WriteWithImm { qpn, .. } = &c {
+                                imm_events += 1;
+                                responder.post_recv(*qpn, 1);
+                            }
+                            if recent.len() >= 1024 {
+                                recent.pop_front();
+                            }
+                            recent.push_back(c);
+                        }
+                        while let Ok(cmd) = rx_cmd.try_recv() {
+                            match cmd {
+                                RnicCommand::CreateQp(mut cfg, reply) => {
+                                    cfg.recv_credits = cfg.recv_credits.max(recv_credits);
+                                    let _ = reply.send(responder.create_qp(cfg));
+                                }
+                                RnicCommand::DestroyQp(q) => responder.destroy_qp(q),
+                            }
+                        }
+                        if last_pub.elapsed() >= Duration::from_millis(50) || stop.load(Ordering::Relaxed) {
+                            last_pub = Instant::now();
+                            let mut p = published.lock().expect("publisher lock");
+                            p.counters = responder.counters();
+                            p.per_qp = responder.qpns().into_iter().filter_map(|q| responder.qp_counters(q).map(|c| (q.value(), c))).collect();
+                            p.immediate_events = imm_events;
+                            p.recent_events.extend(recent.drain(..));
+                            while p.recent_events.len() > 1024 {
+                                p.recent_events.pop_front();
+                            }
+                        }
+                    }
+                    let mut p = published.lock().expect("publisher lock");
+                    p.counters = responder.counters();
+                })
+                .map_err(|e| e.to_string())?
+        };
+        Ok(Collector { stores, meta, roce, published, commands: tx_cmd, stop, thread: Some(thread), config })
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &CollectorConfig {
+        &self.config
+    }
+
+    /// The latest published device counters (at most ~50 ms old).
+    pub fn counters(&self) -> RnicCounters {
+        self.published.lock().expect("publisher lock").counters
+    }
+
+    /// Runs `f` on the published state.
+    pub fn with_published<R>(&self, f: impl FnOnce(&Published) -> R) -> R {
+        f(&self.published.lock().expect("publisher lock"))
+    }
+
+    /// Sends a command to the RNIC thread.
+    pub fn command(&self, c: RnicCommand) -> bool {
+        self.commands.send(c).is_ok()
+    }
+
+    /// The store called `name`.
+    pub fn store(&self, name: &str) -> Option<&Store> {
+        self.stores.iter().find(|s| s.meta.name == name)
+    }
+
+    /// Waits until the published counters satisfy `pred` or `timeout` passes.
+    pub fn wait_for(&self, timeout: Duration, pred: impl Fn(&RnicCounters) -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < timeout {
+            if pred(&self.counters()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Stops the RNIC thread and unmaps the regions (file-backed regions stay on disk).
+    pub fn shutdown(mut self) {
+        self.stop_thread();
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop_thread();
+        if let Some(p) = &self.config.collector.metadata_file {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

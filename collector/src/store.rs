@@ -1,0 +1,67 @@
+//! Stores: a region of memory laid out for one primitive, plus what describes it.
+
+use std::sync::Arc;
+
+use dta_proto::hash::{KeyHasher, PostcardHasher};
+use dta_proto::layout::{AppendLayout, CounterLayout, KeyWriteLayout, PostcardLayout};
+use dta_proto::meta::{StoreKind, StoreMeta};
+
+use crate::config::{StoreConfig, StoreKindConfig};
+use crate::memory::Region;
+
+/// Append lists start on this boundary so every ring is cache-line aligned.
+pub const LIST_ALIGN: u64 = 64;
+
+/// A store as the collector hosts it.
+pub struct Store {
+    /// Its configuration.
+    pub config: StoreConfig,
+    /// Its published description (address, length, R_Key, layout).
+    pub meta: StoreMeta,
+    /// Its memory.
+    pub region: Arc<Region>,
+    /// RDMA_CM port (service ID).
+    pub port: u16,
+}
+
+/// The layout a store's configuration implies, and its region length.
+pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
+    let bad = |what: &str| format!("store {:?}: {what}", cfg.name);
+    Ok(match &cfg.kind {
+        StoreKindConfig::KeyWrite { slots, slot_size, hash } => {
+            let l = KeyWriteLayout::new(*slots, *slot_size).ok_or_else(|| bad("slots must be a power of two and slot_size one of 8, 16, 32, 64"))?;
+            KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
+            (StoreKind::KeyWrite { slots: *slots, slot_size: *slot_size, hash: *hash }, l.region_len())
+        }
+        StoreKindConfig::KeyIncrement { slots, hash, .. } => {
+            let l = CounterLayout::new(*slots).ok_or_else(|| bad("slots must be a power of two"))?;
+            KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
+            (StoreKind::KeyIncrement { slots: *slots, hash: *hash }, l.region_len())
+        }
+        StoreKindConfig::Append { lists, first_list, capacity, entry_size, batch, format } => {
+            if *lists == 0 {
+                return Err(bad("lists must be at least 1"));
+            }
+            let l = AppendLayout::new(*format, *capacity, *entry_size, *batch)
+                .ok_or_else(|| bad("capacity must be a positive multiple of batch (1..=16), entry_size 1..=32"))?;
+            let stride = l.region_len().div_ceil(LIST_ALIGN) * LIST_ALIGN;
+            let len = stride.checked_mul(*lists as u64).ok_or_else(|| bad("too large"))?;
+            (
+                StoreKind::Append { lists: *lists, first_list: *first_list, capacity: *capacity, entry_size: *entry_size, batch: *batch, format: *format, list_stride: stride },
+                len,
+            )
+        }
+        StoreKindConfig::Postcard { chunks, hops, hash, .. } => {
+            let l = PostcardLayout::new(*chunks, *hops).ok_or_else(|| bad("chunks must be a power of two and hops 1..=16"))?;
+            PostcardHasher::new(*hash, *chunks, 2, *hops).ok_or_else(|| bad("the reference hash profile needs hops = 5"))?;
+            (StoreKind::Postcard { chunks: *chunks, hops: *hops, hash: *hash }, l.region_len())
+        }
+    })
+}
+
+impl Store {
+    /// Bytes of memory the store uses (mapped).
+    pub fn memory_bytes(&self) -> usize {
+        self.region.mapped_len()
+    }
+}

@@ -1,0 +1,99 @@
+//! Per-worker translator counters.
+//!
+//! Accounting identity (checked by tests): every report received is, at any moment, either
+//! `translated`, dropped under exactly one `drop_*` reason, or pending (in an Append batch, a
+//! postcard cache entry, the high-priority backlog or a hand-off ring).
+
+dta_proto::define_counters!(
+    /// Counters of one translator worker.
+    pub struct TranslatorCounters {
+        /// Datagrams received on the report port.
+        rx_datagrams,
+        /// Key-Write reports parsed.
+        reports_keywrite,
+        /// Key-Increment reports parsed.
+        reports_keyincrement,
+        /// Append reports parsed.
+        reports_append,
+        /// Postcards parsed.
+        reports_postcard,
+        /// Reports whose data went out in an RDMA frame.
+        translated,
+        /// RoCEv2 frames emitted (all kinds).
+        frames,
+        /// RDMA WRITE with Immediate frames emitted.
+        frames_imm,
+        /// FETCH_ADD frames emitted.
+        frames_atomic,
+        /// Append batches written full.
+        append_batches,
+        /// Append batches written partially because their flush delay expired (or at shutdown).
+        append_partial_flushes,
+        /// Postcard chunks emitted because the path was complete.
+        postcard_emits,
+        /// Postcard chunks emitted early because another flow took the cache slot.
+        postcard_evictions,
+        /// Postcard chunks emitted because their entry aged out (or at shutdown).
+        postcard_timeouts,
+        /// DTA NACKs sent to reporters.
+        nacks_sent,
+        /// Sequence gaps detected across all reporters.
+        reporter_gaps,
+        /// Reports named missing in NACKs.
+        reporter_missing,
+        /// Reports that arrived behind their reporter's sequence (retransmissions, duplicates).
+        reporter_late,
+        /// High-priority reports queued because the message budget was exhausted.
+        queued_high,
+        /// Reports handed to the worker that owns their list or flow.
+        handoffs_out,
+        /// Dropped: datagram too short for its headers.
+        drop_truncated,
+        /// Dropped: a field held a forbidden value.
+        drop_malformed,
+        /// Dropped: unknown opcode.
+        drop_unknown_opcode,
+        /// Dropped: unsupported extended-profile version or profile not accepted.
+        drop_bad_version,
+        /// Dropped: redundancy 0 or above the configured maximum.
+        drop_bad_redundancy,
+        /// Dropped: no store serves this primitive (or this destination / key).
+        drop_no_store,
+        /// Dropped: Append list ID not served by any store.
+        drop_unknown_list,
+        /// Dropped: value longer than the store's slot or entry.
+        drop_value_too_long,
+        /// Dropped: postcard hop or path length outside the store's hop bound.
+        drop_bad_hop,
+        /// Dropped: postcard repeated a hop already cached for its flow (the newer value wins).
+        drop_postcard_duplicate_hop,
+        /// Dropped: low priority, message budget exhausted.
+        drop_overload_low,
+        /// Dropped: medium priority, message budget exhausted.
+        drop_overload_medium,
+        /// Dropped: high priority, backlog full.
+        drop_backlog_full,
+        /// Dropped: the store's queue pair is broken (awaiting reconnection).
+        drop_qp_broken,
+        /// Dropped: the store's queue pair is resynchronising or in RNR back-off.
+        drop_qp_paused,
+        /// Dropped: hand-off ring to the owning worker full.
+        drop_handoff_full,
+        /// RoCEv2 responses received (ACK, NAK, atomic ACK).
+        roce_rx,
+        /// RoCEv2 responses that were malformed or named an unknown QP.
+        roce_rx_invalid,
+    }
+);
+
+impl TranslatorCounters {
+    /// Sum of all `drop_*` counters.
+    pub fn dropped(&self) -> u64 {
+        self.iter().filter(|(i, _)| i.name.starts_with("drop_")).map(|(_, v)| v).sum()
+    }
+
+    /// Reports received (all primitives) that parsed.
+    pub fn reports(&self) -> u64 {
+        self.reports_keywrite + self.reports_keyincrement + self.reports_append + self.reports_postcard
+    }
+}
