@@ -39,6 +39,7 @@ pub mod crc;
 pub mod hash;
 pub mod icrc;
 pub mod layout;
+pub mod meta;
 pub mod stats;
 pub mod types;
 pub mod wire;
