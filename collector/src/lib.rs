@@ -1,1 +1,29 @@
-//! DTA collector (in progress).
+//! `dta-collector`: the memory DTA reports land in, and the answers operators get from it.
+//!
+//! # Data flow
+//! A collector hosts *stores*, one per primitive instance (Key-Write, Key-Increment, Append,
+//! Postcarding). Each store is one [`memory::Region`], registered with an RNIC: the embedded
+//! software RNIC ([`rnic`]) by default, which answers RoCEv2 on a UDP socket exactly like Linux
+//! Soft-RoCE would. Translators write into the regions with RDMA; the collector's CPU never
+//! touches a report. Operators query the regions in place through [`query`].
+//!
+//! # Invariants
+//! - Nothing remote can write outside a registered region: every RDMA access is checked
+//!   against the region's bounds and R_Key before a byte moves, and answered with the
+//!   protocol's NAK otherwise.
+//! - Only a QP's connected peer may use it (source address check); duplicates never execute
+//!   twice; out-of-sequence requests never execute.
+//! - Every dropped packet increments a counter.
+//!
+//! # Panic contract
+//! No input from the network can panic the collector. Panics indicate a bug.
+
+pub mod config;
+pub mod memory;
+pub mod query;
+pub mod rnic;
+pub mod service;
+pub mod store;
+
+pub use config::CollectorConfig;
+pub use service::Collector;
