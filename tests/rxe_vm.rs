@@ -69,7 +69,7 @@ fn on_path(program: &str) -> bool {
 /// The VM image, or a printable reason why VM tests must be skipped on this machine.
 ///
 /// The first call runs `scripts/rxe-vm/prepare.sh --no-install`: nothing when the image is up to
-/// date, a build (about 40 s) when it is missing or stale, never a package installation. Later
+/// date, a build (10–40 s) when it is missing or stale, never a package installation. Later
 /// calls return the first answer. `DTA_SKIP_RXE_VM=1` skips without looking.
 pub fn vm_available() -> Result<VmImage, String> {
     static ANSWER: OnceLock<Result<VmImage, String>> = OnceLock::new();

@@ -66,9 +66,17 @@ fi
 
 mkdir -p "$DIR" || skip "cannot create $DIR"
 echo "rxe-vm: building the image into $OUT (log: $DIR/build.log)" >&2
-if ! SKIP_APT=1 timeout 1200 "$HERE/build-image.sh" "$OUT" >"$DIR/build.log" 2>&1; then
-  tail -5 "$DIR/build.log" | sed 's/^/  build-image: /' >&2
-  skip "building the image failed after $(elapsed)s (no network?), see $DIR/build.log"
+build() { SKIP_APT=1 timeout 1200 "$HERE/build-image.sh" "$OUT" >"$DIR/build.log" 2>&1; }
+if ! build; then
+  # Stale package lists name .debs the mirror no longer has (a kernel ABI bump, say).
+  if [ $INSTALL = 1 ] && [ "$(id -u)" = 0 ]; then
+    echo "rxe-vm: build failed; apt-get update and one more try" >&2
+    timeout 600 apt-get -o DPkg::Lock::Timeout=300 update -qq >&2 || true
+  fi
+  if ! { [ $INSTALL = 1 ] && [ "$(id -u)" = 0 ] && build; }; then
+    tail -5 "$DIR/build.log" | sed 's/^/  build-image: /' >&2
+    skip "building the image failed after $(elapsed)s (no network?), see $DIR/build.log"
+  fi
 fi
 "$HERE/build-image.sh" --check "$OUT" || skip "build-image.sh succeeded but $OUT is not a complete image"
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not found"
