@@ -1,1 +1,5 @@
 //! Shared helpers for the end-to-end tests in this folder.
+//!
+//! - [`rxe_vm`]: a real RoCEv2 responder (Linux Soft-RoCE in a QEMU VM) for conformance tests.
+
+pub mod rxe_vm;
