@@ -1,0 +1,307 @@
+//! Running the translator: sockets, worker threads and the static set-up, around the
+//! sans-I/O [`Pipeline`].
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dta_io::udp::{wait_readable, UdpOptions, UdpSocket};
+use dta_proto::batch::TxBatch;
+use dta_proto::meta::{CollectorMeta, StoreKind};
+use dta_proto::wire::ethernet::MacAddr;
+use dta_proto::wire::ib::{Psn, Qpn};
+use dta_proto::wire::report::ParseConfig;
+
+use crate::config::TranslatorConfig;
+use crate::datapath::pipeline::{CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route};
+use crate::datapath::qp::{QpStats, QpTuning};
+use crate::datapath::stats::TranslatorCounters;
+
+/// What one worker publishes for the control plane.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerSnapshot {
+    /// Pipeline counters.
+    pub counters: TranslatorCounters,
+    /// Per-store QP stats: (store, our QPN, stats).
+    pub qps: Vec<(String, u32, QpStats)>,
+    /// Reports pending in batches, caches and backlog.
+    pub pending: u64,
+    /// Kernel drops on the report socket (receive buffer overflow).
+    pub socket_drops: u64,
+    /// recvmmsg calls on the report socket.
+    pub rx_ios: u64,
+    /// sendmmsg calls.
+    pub tx_ios: u64,
+    /// Datagrams the kernel refused to send.
+    pub tx_errors: u64,
+}
+
+/// A running translator.
+pub struct Translator {
+    /// Where reports are received.
+    pub report_addr: SocketAddrV4,
+    /// Our RoCEv2 address.
+    pub roce_addr: SocketAddrV4,
+    snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Loads every collector's published metadata.
+pub fn load_collectors(cfg: &TranslatorConfig) -> Result<Vec<(String, CollectorMeta)>, String> {
+    let mut out = Vec::new();
+    for c in &cfg.collectors {
+        let Some(path) = &c.metadata else {
+            return Err(format!("collector {:?}: no `metadata` file given (RDMA_CM set-up is configured with `cm`)", c.name));
+        };
+        let s = std::fs::read_to_string(path).map_err(|e| format!("collector {:?}: cannot read {}: {e} (is the collector running?)", c.name, path.display()))?;
+        let m: CollectorMeta = serde_json::from_str(&s).map_err(|e| format!("collector {:?}: {}: {e}", c.name, path.display()))?;
+        out.push((c.name.clone(), m));
+    }
+    Ok(out)
+}
+
+/// Resolves the `[routing]` rules against the flattened store list (collector order, then
+/// store order).
+pub fn resolve_routes(cfg: &TranslatorConfig, collectors: &[(String, CollectorMeta)]) -> Result<(Route, Route, Route), String> {
+    let flat: Vec<(String, String, &StoreKind, Ipv4Addr)> = collectors
+        .iter()
+        .flat_map(|(cn, m)| m.stores.iter().map(move |s| (cn.clone(), s.name.clone(), &s.kind, *m.roce.ip())))
+        .collect();
+    let resolve = |what: &str, rule: &str| -> Result<Route, String> {
+        let of_kind: Vec<usize> = flat.iter().enumerate().filter(|(_, (_, _, k, _))| k.name() == what).map(|(i, _)| i).collect();
+        let find = |name: &str| -> Option<usize> {
+            flat.iter().position(|(cn, sn, k, _)| k.name() == what && (sn == name || format!("{cn}/{sn}") == name))
+        };
+        Ok(match rule {
+            "none" => Route::None,
+            "single" => of_kind.first().map_or(Route::None, |&i| Route::Single(i)),
+            "key-hash" if of_kind.is_empty() => Route::None,
+            "key-hash" => Route::ByKeyHash(of_kind),
+            "destination" => {
+                let mut v = Vec::new();
+                for (ip, target) in &cfg.routing.destinations {
+                    let ip: Ipv4Addr = ip.parse().map_err(|_| format!("routing.destinations: bad IP {ip:?}"))?;
+                    if let Some(i) = find(target) {
+                        v.push((ip, i));
+                    }
+                }
+                // Reports addressed to a collector's own IP go to that collector's store.
+                for &i in &of_kind {
+                    if !v.iter().any(|(ip, _)| *ip == flat[i].3) {
+                        v.push((flat[i].3, i));
+                    }
+                }
+                Route::ByDestination(v)
+            }
+            r => {
+                let name = r.strip_prefix("single:").unwrap_or(r);
+                Route::Single(find(name).ok_or_else(|| format!("routing.{what}: no {what} store called {name:?}"))?)
+            }
+        })
+    };
+    Ok((
+        resolve("keywrite", &cfg.routing.keywrite)?,
+        resolve("keyincrement", &cfg.routing.keyincrement)?,
+        resolve("postcard", &cfg.routing.postcard)?,
+    ))
+}
+
+/// Builds worker `w`'s pipeline configuration and collector targets.
+pub fn pipeline_for(cfg: &TranslatorConfig, w: usize, collectors: &[(String, CollectorMeta)]) -> Result<(PipelineConfig, Vec<CollectorTarget>), String> {
+    let t = &cfg.translator;
+    let (route_keywrite, route_keyincrement, route_postcard) = resolve_routes(cfg, collectors)?;
+    let workers = t.workers;
+    let rate = RateLimit {
+        messages_per_sec: cfg.overload.messages_per_sec.div_ceil(workers as u64),
+        burst: cfg.overload.burst.div_ceil(workers as u64).max(1),
+        low_reserve: cfg.overload.low_reserve,
+        medium_reserve: cfg.overload.medium_reserve,
+    };
+    let pc = PipelineConfig {
+        worker: w,
+        workers,
+        parse: ParseConfig {
+            reference_variant: cfg.reports.reference_variant,
+            accept_reference: cfg.reports.accept_reference,
+            accept_extended: cfg.reports.accept_extended,
+            reference_priority: cfg.reports.reference_priority,
+        },
+        max_redundancy: t.max_redundancy,
+        l2_frames: false,
+        local: t.roce,
+        local_mac: t.mac.parse().map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?,
+        nack_port: t.nack_port,
+        append_flush_ns: cfg.append.flush_delay_us * 1000,
+        postcard_flush_ns: cfg.postcard.flush_delay_us * 1000,
+        postcard_cache_slots: cfg.postcard.cache_slots,
+        postcard_redundancy: cfg.postcard.redundancy,
+        qp: QpTuning { ack_every: cfg.reliability.ack_every, ack_timeout_ns: cfg.reliability.ack_timeout_us * 1000, max_probes: cfg.reliability.max_probes },
+        rate,
+        backlog: cfg.overload.backlog,
+        max_reporters: t.max_reporters,
+        route_keywrite,
+        route_keyincrement,
+        route_postcard,
+    };
+    let mut targets = Vec::new();
+    for (cn, m) in collectors {
+        let mac: MacAddr = m.mac.parse().map_err(|_| format!("collector {cn:?}: bad MAC {:?}", m.mac))?;
+        let mut stores = Vec::new();
+        for s in &m.stores {
+            let q = s.qps.get(w).ok_or_else(|| {
+                format!("collector {cn:?} store {:?} prepared {} QP(s), but the translator runs {workers} workers: set `workers = {workers}` in the collector's [[static_peer]]", s.name, s.qps.len())
+            })?;
+            stores.push((s.clone(), QpBinding { local_qpn: Qpn::new(q.peer_qpn), remote_qpn: Qpn::new(q.qpn), start_psn: Psn::new(q.psn) }));
+        }
+        targets.push(CollectorTarget { roce: m.roce, mac, stores });
+    }
+    Ok((pc, targets))
+}
+
+impl Translator {
+    /// Binds the sockets, builds one pipeline per worker and starts the workers.
+    pub fn start(cfg: TranslatorConfig) -> Result<Translator, String> {
+        cfg.validate()?;
+        let collectors = load_collectors(&cfg)?;
+        let t = &cfg.translator;
+        let opts = UdpOptions { rcvbuf: t.socket_buffer, sndbuf: t.socket_buffer, reuse_port: t.workers > 1 };
+        let stop = Arc::new(AtomicBool::new(false));
+        let snapshots: Arc<Vec<Mutex<WorkerSnapshot>>> = Arc::new((0..t.workers).map(|_| Mutex::new(WorkerSnapshot::default())).collect());
+        let mut threads = Vec::new();
+        let mut report_addr = t.listen;
+        let mut roce_addr = t.roce;
+        let cores = if t.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
+        for w in 0..t.workers {
+            let (pc, targets) = pipeline_for(&cfg, w, &collectors)?;
+            let mut pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
+            let rs = UdpSocket::bind(report_addr, &opts).map_err(|e| format!("cannot bind the report socket {report_addr}: {e}"))?;
+            report_addr = rs.local_addr();
+            let qs = UdpSocket::bind(roce_addr, &opts).map_err(|e| format!("cannot bind the RoCEv2 socket {roce_addr}: {e}"))?;
+            roce_addr = qs.local_addr();
+            let (mut rrx, _rtx) = rs.split();
+            let (mut qrx, mut qtx) = qs.split();
+            let stop = stop.clone();
+            let snaps = snapshots.clone();
+            let core = cores.get(w).copied();
+            let th = std::thread::Builder::new()
+                .name(format!("dta-worker-{w}"))
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(c);
+                    }
+                    let epoch = Instant::now();
+                    let now = || epoch.elapsed().as_nanos() as u64;
+                    let mut tx = TxBatch::new(2048, 2048);
+                    let mut last_pub = Instant::now();
+                    let mut stopping: Option<Instant> = None;
+                    loop {
+                        let n = now();
+                        let wait = match pipeline.next_deadline() {
+                            Some(d) if d <= n => Duration::ZERO,
+                            Some(d) => Duration::from_nanos(d - n).min(Duration::from_millis(10)),
+                            None => Duration::from_millis(10),
+                        };
+                        let _ = wait_readable(&[&rrx, &qrx], wait);
+                        let _ = rrx.recv_now(|burst| {
+                            let mut done = 0;
+                            while done < burst.len() {
+                                done += pipeline.handle_reports(now(), &burst[done..], &mut tx);
+                                if !tx.is_empty() {
+                                    let _ = qtx.send_batch(&tx);
+                                    tx.clear();
+                                }
+                            }
+                        });
+                        let _ = qrx.recv_now(|burst| pipeline.handle_responses(now(), burst, &mut tx));
+                        pipeline.poll(now(), &mut tx);
+                        if pipeline.take_handoffs().count() > 0 {
+                            log::error!("hand-off between workers is not wired in this build");
+                        }
+                        if !tx.is_empty() {
+                            let _ = qtx.send_batch(&tx);
+                            tx.clear();
+                        }
+                        let want_stop = stop.load(Ordering::Relaxed);
+                        if want_stop && stopping.is_none() {
+                            stopping = Some(Instant::now());
+                            while !pipeline.flush_all(now(), &mut tx) {
+                                let _ = qtx.send_batch(&tx);
+                                tx.clear();
+                            }
+                            let _ = qtx.send_batch(&tx);
+                            tx.clear();
+                        }
+                        if want_stop || last_pub.elapsed() >= Duration::from_millis(50) {
+                            last_pub = Instant::now();
+                            let mut s = snaps[w].lock().expect("snapshot lock");
+                            s.counters = *pipeline.counters();
+                            s.qps = pipeline.qp_stats().map(|(n, q, st)| (n.to_string(), q.value(), st)).collect();
+                            s.pending = pipeline.pending_reports();
+                            let rs = rrx.stats();
+                            s.socket_drops = rs.kernel_drops;
+                            s.rx_ios = rs.ios;
+                            let ts = qtx.stats();
+                            s.tx_ios = ts.ios;
+                            s.tx_errors = ts.errors;
+                        }
+                        // After a stop, linger briefly so the last ACKs are processed.
+                        if stopping.is_some_and(|t| t.elapsed() > Duration::from_millis(100)) {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|e| e.to_string())?;
+            threads.push(th);
+        }
+        log::info!("translator: reports on {report_addr}, RoCEv2 from {roce_addr}, {} worker(s)", t.workers);
+        Ok(Translator { report_addr, roce_addr, snapshots, stop, threads })
+    }
+
+    /// Per-worker snapshots (at most ~50 ms old).
+    pub fn snapshots(&self) -> Vec<WorkerSnapshot> {
+        self.snapshots.iter().map(|m| m.lock().expect("snapshot lock").clone()).collect()
+    }
+
+    /// All workers' counters merged.
+    pub fn counters(&self) -> TranslatorCounters {
+        let mut c = TranslatorCounters::default();
+        for s in self.snapshots() {
+            c.merge(&s.counters);
+        }
+        c
+    }
+
+    /// Waits until the merged counters satisfy `pred` or `timeout` passes.
+    pub fn wait_for(&self, timeout: Duration, pred: impl Fn(&TranslatorCounters) -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < timeout {
+            if pred(&self.counters()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Flushes partial batches and caches, then stops the workers.
+    pub fn shutdown(mut self) -> Vec<WorkerSnapshot> {
+        self.stop_workers();
+        self.snapshots()
+    }
+
+    fn stop_workers(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Translator {
+    fn drop(&mut self) {
+        self.stop_workers();
+    }
+}
