@@ -305,3 +305,4 @@ impl Drop for Translator {
         self.stop_workers();
     }
 }
+

@@ -8,4 +8,5 @@
 //! Backends:
 //! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` (the default; no privileges).
 
+pub mod signal;
 pub mod udp;

@@ -1,0 +1,74 @@
+//! `dta-translator`: run the software DTA translator.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use dta_translator::{Translator, TranslatorConfig};
+
+/// The DTA software translator: receives DTA telemetry reports (UDP 40040) and turns them into
+/// RoCEv2 RDMA writes into collector memory.
+///
+/// Every tunable lives in the TOML configuration file (see `translator/translator.example.toml`
+/// for each option with its default and meaning). Logging is controlled with RUST_LOG
+/// (e.g. RUST_LOG=info).
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Cli {
+    /// Configuration file (TOML).
+    #[arg(short, long, value_name = "FILE")]
+    config: PathBuf,
+    /// Override `translator.workers`.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Print the effective configuration and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// Seconds between progress lines on stderr (0 = none).
+    #[arg(long, default_value_t = 10)]
+    progress: u64,
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let mut cfg = match TranslatorConfig::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dta-translator: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(w) = cli.workers {
+        cfg.translator.workers = w;
+    }
+    if cli.print_config {
+        println!("{}", toml::to_string_pretty(&cfg).expect("config serialises"));
+        return;
+    }
+    let t = match Translator::start(cfg) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("dta-translator: {e}");
+            std::process::exit(1);
+        }
+    };
+    let stop = dta_io::signal::install_stop_flag();
+    let mut last = std::time::Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if cli.progress > 0 && last.elapsed() >= Duration::from_secs(cli.progress) {
+            last = std::time::Instant::now();
+            let c = t.counters();
+            log::info!("reports {} translated {} dropped {} frames {} nacks {}", c.reports(), c.translated, c.dropped(), c.frames, c.nacks_sent);
+        }
+    }
+    log::info!("shutting down: flushing partial batches and postcard caches");
+    let snaps = t.shutdown();
+    let mut c = dta_translator::datapath::stats::TranslatorCounters::default();
+    for s in &snaps {
+        c.merge(&s.counters);
+    }
+    log::info!("final: reports {} translated {} dropped {} frames {}", c.reports(), c.translated, c.dropped(), c.frames);
+}
