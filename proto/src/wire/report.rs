@@ -1,1 +1,1056 @@
-//! (in progress)
+//! The unified report: what the translator consumes and the generator emits, whichever profile
+//! carried it.
+//!
+//! [`parse_report`] turns one UDP payload (port 40040) into a [`Report`] whose keys and values
+//! are *memory-ready*: the key is the exact byte string every hash of the store consumes, and
+//! the value is in the byte order it takes in collector memory. For the reference profile that
+//! means applying the reference translator's deliberate byte swaps (reference §2.7, §3.3–3.6):
+//!
+//! | Primitive | Wire field | In the [`Report`] |
+//! |---|---|---|
+//! | Key-Write, Key-Increment | `key` BE u32 | [`Key::from_u32_reference`]: the 4 wire bytes reversed |
+//! | Key-Write | `data` BE u32 | the 4 wire bytes unchanged (the reference copies them) |
+//! | Key-Increment | `counter` BE u64 | `delta`, the integer |
+//! | Append | `data` BE u32 | the 4 wire bytes **reversed** (the reference byte-swaps) |
+//! | Postcard | `key` BE u32 | the 4 wire bytes unchanged (hashed as received) |
+//! | Postcard | `hopNum` 1..=255 | `hop = hopNum − 1`; 0 is [`Error::Malformed`] |
+//!
+//! Extended-profile keys and values are carried as sent. [`Report::emit`] applies the inverse
+//! mapping, so `parse_report(emit(r)) == r` for every report valid in the profile emitted.
+//!
+//! Redundancy is passed through unchecked: the translator decides what 0 or too many copies
+//! mean, and counts it.
+
+use crate::types::{Key, Value};
+use crate::wire::dta::{
+    AppendRepr, BaseVariant, DtaHeaderRepr, DtaPrimitiveRepr, DtaRepr, KeyIncrementRepr,
+    KeyWriteRepr, Opcode, PostcarderRepr,
+};
+use crate::wire::dta_ext::{
+    is_extended, ExtAppendRepr, ExtHeaderRepr, ExtKeyIncrementRepr, ExtKeyWriteRepr,
+    ExtPostcardRepr, ExtPrimitiveRepr, ExtReportRepr, MAX_REPORT_LEN,
+};
+use crate::wire::{Error, Result};
+
+/// Longest UDP payload [`Report::emit`] can produce in any profile.
+pub const MAX_EMIT_LEN: usize = MAX_REPORT_LEN;
+
+/// The wire profile a datagram was parsed as (or is to be emitted as).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// Reference profile, base variant A (2-byte base header, no seqnum).
+    ReferenceA,
+    /// Reference profile, base variant B (3-byte base header, 8-bit seqnum).
+    ReferenceB,
+    /// Our extended profile (see `PROTOCOL.md`).
+    Extended,
+}
+
+impl Profile {
+    /// The reference profile with the given base variant.
+    #[inline]
+    pub const fn reference(variant: BaseVariant) -> Profile {
+        match variant {
+            BaseVariant::A => Profile::ReferenceA,
+            BaseVariant::B => Profile::ReferenceB,
+        }
+    }
+
+    /// The reference base variant, or `None` for the extended profile.
+    #[inline]
+    pub const fn base_variant(self) -> Option<BaseVariant> {
+        match self {
+            Profile::ReferenceA => Some(BaseVariant::A),
+            Profile::ReferenceB => Some(BaseVariant::B),
+            Profile::Extended => None,
+        }
+    }
+}
+
+/// Which report format a component speaks: the configuration-facing twin of [`Profile`].
+///
+/// Written as `"reference-a"`, `"reference-b"` or `"extended"` in configuration files and on
+/// the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReportFormat {
+    /// The reference profile with the given base variant.
+    Reference(BaseVariant),
+    /// Our extended profile.
+    Extended,
+}
+
+impl ReportFormat {
+    /// The configuration name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReportFormat::Reference(BaseVariant::A) => "reference-a",
+            ReportFormat::Reference(BaseVariant::B) => "reference-b",
+            ReportFormat::Extended => "extended",
+        }
+    }
+}
+
+impl From<ReportFormat> for Profile {
+    #[inline]
+    fn from(f: ReportFormat) -> Profile {
+        match f {
+            ReportFormat::Reference(v) => Profile::reference(v),
+            ReportFormat::Extended => Profile::Extended,
+        }
+    }
+}
+
+impl From<Profile> for ReportFormat {
+    #[inline]
+    fn from(p: Profile) -> ReportFormat {
+        match p.base_variant() {
+            Some(v) => ReportFormat::Reference(v),
+            None => ReportFormat::Extended,
+        }
+    }
+}
+
+/// A report-format name that is none of `reference-a`, `reference-b`, `extended`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownReportFormat;
+
+impl core::fmt::Display for UnknownReportFormat {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("unknown report format (expected reference-a, reference-b or extended)")
+    }
+}
+
+impl std::error::Error for UnknownReportFormat {}
+
+impl core::str::FromStr for ReportFormat {
+    type Err = UnknownReportFormat;
+    fn from_str(s: &str) -> core::result::Result<Self, Self::Err> {
+        match s {
+            "reference-a" => Ok(ReportFormat::Reference(BaseVariant::A)),
+            "reference-b" => Ok(ReportFormat::Reference(BaseVariant::B)),
+            "extended" => Ok(ReportFormat::Extended),
+            _ => Err(UnknownReportFormat),
+        }
+    }
+}
+
+impl core::fmt::Display for ReportFormat {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for ReportFormat {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> core::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ReportFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> core::result::Result<Self, D::Error> {
+        struct Names;
+        impl serde::de::Visitor<'_> for Names {
+            type Value = ReportFormat;
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("\"reference-a\", \"reference-b\" or \"extended\"")
+            }
+            fn visit_str<E: serde::de::Error>(
+                self,
+                v: &str,
+            ) -> core::result::Result<Self::Value, E> {
+                v.parse()
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_str(Names)
+    }
+}
+
+/// A report's importance (DTA drafts: low, medium, high). Under overload the translator sheds
+/// low first.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum Priority {
+    /// May be dropped first.
+    Low = 0,
+    /// The default.
+    #[default]
+    Medium = 1,
+    /// Dropped last.
+    High = 2,
+}
+
+impl Priority {
+    /// The priority for the two wire bits; `None` for 3.
+    #[inline]
+    pub const fn from_bits(bits: u8) -> Option<Priority> {
+        match bits {
+            0 => Some(Priority::Low),
+            1 => Some(Priority::Medium),
+            2 => Some(Priority::High),
+            _ => None,
+        }
+    }
+}
+
+/// How [`parse_report`] reads UDP payloads arriving on port 40040.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ParseConfig {
+    /// Base variant assumed for reference-profile reports (nothing on the wire says which).
+    pub reference_variant: BaseVariant,
+    /// Accept reference-profile reports.
+    pub accept_reference: bool,
+    /// Accept extended-profile reports.
+    pub accept_extended: bool,
+    /// Priority given to reference reports, which carry none.
+    pub reference_priority: Priority,
+}
+
+impl Default for ParseConfig {
+    /// Variant B (the reference Manager's build and every generator script), both profiles
+    /// accepted, reference reports at medium priority.
+    fn default() -> Self {
+        ParseConfig {
+            reference_variant: BaseVariant::B,
+            accept_reference: true,
+            accept_extended: true,
+            reference_priority: Priority::Medium,
+        }
+    }
+}
+
+/// The profile-independent part of a report's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReportHeader {
+    /// What the datagram was parsed as. Ignored by [`Report::emit`], which is told the profile.
+    pub profile: Profile,
+    /// Tell the collector's CPU that this report landed.
+    pub immediate: bool,
+    /// The reporter retransmits this report on a NACK: track `seq`.
+    pub retransmittable: bool,
+    /// Per-reporter sequence number: the 8-bit seqnum of reference variant B, the 32-bit seq of
+    /// the extended profile, `None` for reference variant A.
+    pub seq: Option<u32>,
+    /// Importance; for reference reports, [`ParseConfig::reference_priority`].
+    pub priority: Priority,
+}
+
+/// A DTA primitive with memory-ready keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Primitive {
+    /// Write `value` under `key`, `redundancy` times.
+    KeyWrite {
+        /// Requested copies, N (unchecked).
+        redundancy: u8,
+        /// The bytes every hash of the key-value store consumes.
+        key: Key,
+        /// The value in memory byte order.
+        value: Value,
+    },
+    /// Add `delta` to `redundancy` counters of `key`.
+    KeyIncrement {
+        /// Requested counters, N (unchecked).
+        redundancy: u8,
+        /// The bytes every hash of the counter store consumes.
+        key: Key,
+        /// The increment.
+        delta: u64,
+    },
+    /// Append `value` to list `list`.
+    Append {
+        /// The list ID.
+        list: u32,
+        /// The entry in memory byte order.
+        value: Value,
+    },
+    /// One hop's postcard for a flow.
+    Postcard {
+        /// The bytes every hash of the postcard store consumes.
+        flow: Key,
+        /// 0-based hop index.
+        hop: u8,
+        /// Path length in hops, 0 if unknown.
+        path_len: u8,
+        /// The hop's value (before the per-hop encoding the translator applies).
+        value: u32,
+    },
+}
+
+impl Primitive {
+    /// The opcode this primitive travels under.
+    #[inline]
+    pub const fn opcode(&self) -> Opcode {
+        match self {
+            Primitive::KeyWrite { .. } => Opcode::KeyWrite,
+            Primitive::KeyIncrement { .. } => Opcode::KeyIncrement,
+            Primitive::Append { .. } => Opcode::Append,
+            Primitive::Postcard { .. } => Opcode::Postcard,
+        }
+    }
+}
+
+/// One parsed report. Plain data: `Copy`, no borrows of the datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Report {
+    /// The header fields.
+    pub header: ReportHeader,
+    /// The primitive and its operands.
+    pub primitive: Primitive,
+}
+
+/// Parse one UDP payload received on the DTA port.
+///
+/// A first byte in 0xD0..=0xDF selects the extended profile (or [`Error::UnsupportedVersion`]
+/// if `cfg.accept_extended` is false); anything else is read as the reference profile with
+/// `cfg.reference_variant` (or [`Error::UnsupportedVersion`] if `cfg.accept_reference` is
+/// false). An empty payload is [`Error::Truncated`].
+pub fn parse_report(udp_payload: &[u8], cfg: &ParseConfig) -> Result<Report> {
+    let first = *udp_payload.first().ok_or(Error::Truncated)?;
+    if is_extended(first) {
+        if !cfg.accept_extended {
+            return Err(Error::UnsupportedVersion);
+        }
+        Ok(from_extended(&ExtReportRepr::parse(udp_payload)?))
+    } else {
+        if !cfg.accept_reference {
+            return Err(Error::UnsupportedVersion);
+        }
+        let repr = DtaRepr::parse(udp_payload, cfg.reference_variant)?;
+        from_reference(&repr, cfg.reference_priority)
+    }
+}
+
+fn from_reference(r: &DtaRepr, priority: Priority) -> Result<Report> {
+    let h = &r.header;
+    let header = ReportHeader {
+        profile: Profile::reference(h.variant),
+        immediate: h.immediate,
+        retransmittable: h.retransmitable,
+        seq: match h.variant {
+            BaseVariant::A => None,
+            BaseVariant::B => Some(u32::from(h.seqnum)),
+        },
+        priority,
+    };
+    let primitive = match r.primitive {
+        DtaPrimitiveRepr::KeyWrite(KeyWriteRepr {
+            redundancy,
+            key,
+            data,
+        }) => Primitive::KeyWrite {
+            redundancy,
+            key: Key::from_u32_reference(key),
+            value: value4(data.to_be_bytes()),
+        },
+        DtaPrimitiveRepr::KeyIncrement(KeyIncrementRepr {
+            redundancy,
+            key,
+            counter,
+        }) => Primitive::KeyIncrement {
+            redundancy,
+            key: Key::from_u32_reference(key),
+            delta: counter,
+        },
+        DtaPrimitiveRepr::Append(AppendRepr { list_id, data }) => Primitive::Append {
+            list: list_id,
+            value: value4(data.to_le_bytes()),
+        },
+        DtaPrimitiveRepr::Postcarder(PostcarderRepr { key, hop_num, data }) => {
+            let hop = hop_num.checked_sub(1).ok_or(Error::Malformed)?;
+            Primitive::Postcard {
+                flow: key4(key.to_be_bytes()),
+                hop,
+                path_len: 0,
+                value: data,
+            }
+        }
+    };
+    Ok(Report { header, primitive })
+}
+
+fn from_extended(r: &ExtReportRepr) -> Report {
+    let h = &r.header;
+    let header = ReportHeader {
+        profile: Profile::Extended,
+        immediate: h.immediate,
+        retransmittable: h.retransmittable,
+        seq: Some(h.seq),
+        priority: h.priority,
+    };
+    let primitive = match r.primitive {
+        ExtPrimitiveRepr::KeyWrite(ExtKeyWriteRepr {
+            redundancy,
+            key,
+            value,
+        }) => Primitive::KeyWrite {
+            redundancy,
+            key,
+            value,
+        },
+        ExtPrimitiveRepr::KeyIncrement(ExtKeyIncrementRepr {
+            redundancy,
+            key,
+            delta,
+        }) => Primitive::KeyIncrement {
+            redundancy,
+            key,
+            delta,
+        },
+        ExtPrimitiveRepr::Append(ExtAppendRepr { list_id, value }) => Primitive::Append {
+            list: list_id,
+            value,
+        },
+        ExtPrimitiveRepr::Postcard(ExtPostcardRepr {
+            hop,
+            path_len,
+            key,
+            value,
+        }) => Primitive::Postcard {
+            flow: key,
+            hop,
+            path_len,
+            value,
+        },
+    };
+    Report { header, primitive }
+}
+
+#[inline]
+fn key4(b: [u8; 4]) -> Key {
+    Key::new(&b).unwrap_or_default()
+}
+
+#[inline]
+fn value4(b: [u8; 4]) -> Value {
+    Value::new(&b).unwrap_or_default()
+}
+
+#[inline]
+fn bytes4(b: &[u8]) -> Result<[u8; 4]> {
+    match *b {
+        [b0, b1, b2, b3] => Ok([b0, b1, b2, b3]),
+        _ => Err(Error::Malformed),
+    }
+}
+
+impl Report {
+    /// The reference-profile wire form; [`Error::Malformed`] unless keys and values are 4 bytes
+    /// and a postcard's hop is at most 254.
+    ///
+    /// What the reference cannot carry is dropped: the priority, the path length and, in
+    /// variant A, the seq and the retransmittable flag. A variant-B seqnum is the low 8 bits of
+    /// `seq` (reference seqnums wrap mod 256); `None` is sent as 0.
+    pub fn reference_repr(&self, variant: BaseVariant) -> Result<DtaRepr> {
+        let primitive = match self.primitive {
+            Primitive::KeyWrite {
+                redundancy,
+                key,
+                value,
+            } => DtaPrimitiveRepr::KeyWrite(KeyWriteRepr {
+                redundancy,
+                key: u32::from_le_bytes(bytes4(key.as_bytes())?),
+                data: u32::from_be_bytes(bytes4(value.as_bytes())?),
+            }),
+            Primitive::KeyIncrement {
+                redundancy,
+                key,
+                delta,
+            } => DtaPrimitiveRepr::KeyIncrement(KeyIncrementRepr {
+                redundancy,
+                key: u32::from_le_bytes(bytes4(key.as_bytes())?),
+                counter: delta,
+            }),
+            Primitive::Append { list, value } => DtaPrimitiveRepr::Append(AppendRepr {
+                list_id: list,
+                data: u32::from_le_bytes(bytes4(value.as_bytes())?),
+            }),
+            Primitive::Postcard {
+                flow,
+                hop,
+                path_len: _,
+                value,
+            } => DtaPrimitiveRepr::Postcarder(PostcarderRepr {
+                key: u32::from_be_bytes(bytes4(flow.as_bytes())?),
+                hop_num: hop.checked_add(1).ok_or(Error::Malformed)?,
+                data: value,
+            }),
+        };
+        let b = variant == BaseVariant::B;
+        let header = DtaHeaderRepr {
+            variant,
+            opcode: primitive.opcode(),
+            seqnum: if b {
+                self.header.seq.unwrap_or(0) as u8
+            } else {
+                0
+            },
+            immediate: self.header.immediate,
+            retransmitable: b && self.header.retransmittable,
+            reserved_flags: 0,
+        };
+        Ok(DtaRepr { header, primitive })
+    }
+
+    /// The extended-profile wire form; [`Error::Malformed`] for an empty value, a path length
+    /// above 16 or a hop not below a known path length. A `seq` of `None` is sent as 0.
+    pub fn extended_repr(&self) -> Result<ExtReportRepr> {
+        let primitive = match self.primitive {
+            Primitive::KeyWrite {
+                redundancy,
+                key,
+                value,
+            } => ExtPrimitiveRepr::KeyWrite(ExtKeyWriteRepr {
+                redundancy,
+                key,
+                value,
+            }),
+            Primitive::KeyIncrement {
+                redundancy,
+                key,
+                delta,
+            } => ExtPrimitiveRepr::KeyIncrement(ExtKeyIncrementRepr {
+                redundancy,
+                key,
+                delta,
+            }),
+            Primitive::Append { list, value } => ExtPrimitiveRepr::Append(ExtAppendRepr {
+                list_id: list,
+                value,
+            }),
+            Primitive::Postcard {
+                flow,
+                hop,
+                path_len,
+                value,
+            } => ExtPrimitiveRepr::Postcard(ExtPostcardRepr {
+                hop,
+                path_len,
+                key: flow,
+                value,
+            }),
+        };
+        primitive.check()?;
+        let header = ExtHeaderRepr {
+            opcode: primitive.opcode(),
+            immediate: self.header.immediate,
+            retransmittable: self.header.retransmittable,
+            priority: self.header.priority,
+            seq: self.header.seq.unwrap_or(0),
+        };
+        Ok(ExtReportRepr { header, primitive })
+    }
+
+    /// Length of this report on the wire in `profile`, or [`Error::Malformed`] if the profile
+    /// cannot carry it (see [`Report::emit`]).
+    pub fn buffer_len(&self, profile: Profile) -> Result<usize> {
+        match profile.base_variant() {
+            Some(v) => self.reference_repr(v).map(|r| r.buffer_len()),
+            None => self.extended_repr().map(|r| r.buffer_len()),
+        }
+    }
+
+    /// Write this report as a UDP payload in `profile`; returns its length.
+    ///
+    /// [`Error::Malformed`] if the profile cannot carry it: the reference profile needs 4-byte
+    /// keys and values and a hop of at most 254 (it drops priority, path length and, in variant
+    /// A, seq and retransmittable; a variant-B seqnum is `seq mod 256`); the extended profile
+    /// needs a non-empty value, a path length of at most 16 and a hop below a known path
+    /// length. [`Error::Truncated`] if `out` is shorter than [`Report::buffer_len`]
+    /// ([`MAX_EMIT_LEN`] always suffices). `header.profile` is ignored.
+    pub fn emit(&self, profile: Profile, out: &mut [u8]) -> Result<usize> {
+        match profile.base_variant() {
+            Some(v) => {
+                let r = self.reference_repr(v)?;
+                if out.len() < r.buffer_len() {
+                    return Err(Error::Truncated);
+                }
+                Ok(r.emit(out))
+            }
+            None => {
+                let r = self.extended_repr()?;
+                if out.len() < r.buffer_len() {
+                    return Err(Error::Truncated);
+                }
+                Ok(r.emit(out))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{MAX_KEY_LEN, MAX_VALUE_LEN};
+    use crate::wire::dta_ext::MAX_PATH_LEN;
+    use proptest::prelude::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn cfg(v: BaseVariant) -> ParseConfig {
+        ParseConfig {
+            reference_variant: v,
+            ..ParseConfig::default()
+        }
+    }
+
+    fn reemit(r: &Report, profile: Profile) -> Vec<u8> {
+        let mut out = [0u8; MAX_EMIT_LEN];
+        let n = r.emit(profile, &mut out).unwrap();
+        assert_eq!(r.buffer_len(profile), Ok(n));
+        out[..n].to_vec()
+    }
+
+    #[test]
+    fn reference_key_write_mapping() {
+        // §2.5: inject_dta.py keywrite --key 1 --data 10000 --redundancy 1.
+        let b = hex("01 00 00 01 00000001 00002710");
+        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
+        assert_eq!(
+            r.header,
+            ReportHeader {
+                profile: Profile::ReferenceB,
+                immediate: false,
+                retransmittable: false,
+                seq: Some(0),
+                priority: Priority::Medium,
+            }
+        );
+        let Primitive::KeyWrite {
+            redundancy,
+            key,
+            value,
+        } = r.primitive
+        else {
+            panic!()
+        };
+        assert_eq!(redundancy, 1);
+        // The reference hashes the little-endian bytes of the big-endian key.
+        assert_eq!(key.as_bytes(), &[1, 0, 0, 0]);
+        // ... and copies the data bytes unchanged into memory.
+        assert_eq!(value.as_bytes(), &[0x00, 0x00, 0x27, 0x10]);
+        assert_eq!(reemit(&r, Profile::ReferenceB), b);
+    }
+
+    #[test]
+    fn reference_variant_a_reporter_packet() {
+        // The example Reporter: key = IPv4 source 10.0.0.1, N = 2, data = IP id 0x1234.
+        let b = hex("01 80 02 0a000001 00001234");
+        let r = parse_report(&b, &cfg(BaseVariant::A)).unwrap();
+        assert_eq!(r.header.profile, Profile::ReferenceA);
+        assert_eq!(r.header.seq, None);
+        assert!(r.header.immediate && !r.header.retransmittable);
+        let Primitive::KeyWrite { key, value, .. } = r.primitive else {
+            panic!()
+        };
+        assert_eq!(key, Key::from_u32_reference(0x0a00_0001));
+        assert_eq!(key.as_bytes(), &[1, 0, 0, 0x0a]);
+        assert_eq!(value.as_bytes(), &[0, 0, 0x12, 0x34]);
+        assert_eq!(reemit(&r, Profile::ReferenceA), b);
+    }
+
+    #[test]
+    fn reference_key_increment_mapping() {
+        let b = hex("03 05 40 04 00000001 0000000000000001");
+        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
+        assert_eq!(r.header.seq, Some(5));
+        assert!(r.header.retransmittable);
+        assert_eq!(
+            r.primitive,
+            Primitive::KeyIncrement {
+                redundancy: 4,
+                key: Key::from_u32_reference(1),
+                delta: 1
+            }
+        );
+        assert_eq!(reemit(&r, Profile::ReferenceB), b);
+    }
+
+    #[test]
+    fn reference_append_is_byte_swapped() {
+        let b = hex("02 00 00 00000003 11223344");
+        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
+        assert_eq!(
+            r.primitive,
+            Primitive::Append {
+                list: 3,
+                value: Value::new(&[0x44, 0x33, 0x22, 0x11]).unwrap()
+            }
+        );
+        assert_eq!(reemit(&r, Profile::ReferenceB), b);
+        // §2.5 all-zero Append.
+        let z = hex("02 00 00 00000000 00000000");
+        let r = parse_report(&z, &cfg(BaseVariant::B)).unwrap();
+        assert_eq!(
+            r.primitive,
+            Primitive::Append {
+                list: 0,
+                value: Value::new(&[0; 4]).unwrap()
+            }
+        );
+    }
+
+    #[test]
+    fn reference_postcard_mapping() {
+        let b = hex("04 00 01020304 05 0000beef");
+        let r = parse_report(&b, &cfg(BaseVariant::A)).unwrap();
+        assert_eq!(
+            r.primitive,
+            Primitive::Postcard {
+                flow: Key::new(&[1, 2, 3, 4]).unwrap(), // as received, not reversed
+                hop: 4,
+                path_len: 0,
+                value: 0xbeef,
+            }
+        );
+        assert_eq!(reemit(&r, Profile::ReferenceA), b);
+        // hopNum 0 does not exist in the reference numbering.
+        assert_eq!(
+            parse_report(&hex("04 00 01020304 00 0000beef"), &cfg(BaseVariant::A)),
+            Err(Error::Malformed)
+        );
+        // hopNum 255 maps to hop 254, the largest the reference can carry.
+        let r = parse_report(&hex("04 00 01020304 ff 0000beef"), &cfg(BaseVariant::A)).unwrap();
+        let Primitive::Postcard { hop, .. } = r.primitive else {
+            panic!()
+        };
+        assert_eq!(hop, 254);
+        let too_far = Report {
+            primitive: Primitive::Postcard {
+                flow: Key::new(&[1; 4]).unwrap(),
+                hop: 255,
+                path_len: 0,
+                value: 0,
+            },
+            ..r
+        };
+        assert_eq!(
+            too_far.buffer_len(Profile::ReferenceA),
+            Err(Error::Malformed)
+        );
+    }
+
+    #[test]
+    fn reference_priority_comes_from_config() {
+        let b = hex("01 00 00 01 00000001 00002710");
+        let c = ParseConfig {
+            reference_priority: Priority::High,
+            ..ParseConfig::default()
+        };
+        assert_eq!(
+            parse_report(&b, &c).unwrap().header.priority,
+            Priority::High
+        );
+    }
+
+    #[test]
+    fn extended_mapping() {
+        let b = hex("d1 01 a0 00 0000002a 02 0d 14 00 \
+             0a000001 0a000002 11 1f90 0050 \
+             00000001 00000002 00000003 00000004 00000005");
+        let r = parse_report(&b, &ParseConfig::default()).unwrap();
+        assert_eq!(
+            r.header,
+            ReportHeader {
+                profile: Profile::Extended,
+                immediate: true,
+                retransmittable: false,
+                seq: Some(42),
+                priority: Priority::High,
+            }
+        );
+        let Primitive::KeyWrite {
+            redundancy,
+            key,
+            value,
+        } = r.primitive
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (redundancy, key.as_bytes(), value.as_bytes()),
+            (2, &b[12..25], &b[25..45])
+        );
+        assert_eq!(reemit(&r, Profile::Extended), b);
+        // The same report cannot travel in the reference profile.
+        assert_eq!(r.buffer_len(Profile::ReferenceB), Err(Error::Malformed));
+        let mut out = [0u8; MAX_EMIT_LEN];
+        assert_eq!(r.emit(Profile::ReferenceA, &mut out), Err(Error::Malformed));
+        assert_eq!(
+            r.emit(Profile::Extended, &mut out[..44]),
+            Err(Error::Truncated)
+        );
+    }
+
+    #[test]
+    fn cross_profile_emit() {
+        // A reference report re-emitted in the extended profile keeps memory-ready bytes.
+        let b = hex("02 07 c0 00000003 11223344");
+        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
+        let e = reemit(&r, Profile::Extended);
+        assert_eq!(e, hex("d1 02 d0 00 00000007 00000003 04 000000 44332211"));
+        let back = parse_report(&e, &ParseConfig::default()).unwrap();
+        assert_eq!(back.primitive, r.primitive);
+        // Variant A drops seq and retransmittable; B keeps seq mod 256.
+        let mut big = r;
+        big.header.seq = Some(0x1_0203);
+        assert_eq!(
+            reemit(&big, Profile::ReferenceA),
+            hex("02 80 00000003 11223344")
+        );
+        assert_eq!(
+            reemit(&big, Profile::ReferenceB),
+            hex("02 03 c0 00000003 11223344")
+        );
+    }
+
+    #[test]
+    fn dispatch_and_acceptance() {
+        let reference = hex("01 00 00 01 00000001 00002710");
+        let extended = hex("d1 03 50 00 01020304  04 04 0000 0000000000000007  0a000001");
+        let no_ref = ParseConfig {
+            accept_reference: false,
+            ..ParseConfig::default()
+        };
+        let no_ext = ParseConfig {
+            accept_extended: false,
+            ..ParseConfig::default()
+        };
+        assert_eq!(
+            parse_report(&reference, &no_ref),
+            Err(Error::UnsupportedVersion)
+        );
+        assert!(parse_report(&extended, &no_ref).is_ok());
+        assert_eq!(
+            parse_report(&extended, &no_ext),
+            Err(Error::UnsupportedVersion)
+        );
+        assert!(parse_report(&reference, &no_ext).is_ok());
+        assert_eq!(
+            parse_report(&[], &ParseConfig::default()),
+            Err(Error::Truncated)
+        );
+        assert_eq!(
+            parse_report(&[0xd7, 0, 0], &ParseConfig::default()),
+            Err(Error::UnsupportedVersion)
+        );
+        assert_eq!(
+            parse_report(&[0x09, 0, 0], &ParseConfig::default()),
+            Err(Error::UnknownOpcode)
+        );
+    }
+
+    #[test]
+    fn format_names_and_serde() {
+        use serde::de::value::{Error as DeError, StrDeserializer};
+        use serde::de::IntoDeserializer;
+        use serde::Deserialize;
+        for f in [
+            ReportFormat::Reference(BaseVariant::A),
+            ReportFormat::Reference(BaseVariant::B),
+            ReportFormat::Extended,
+        ] {
+            assert_eq!(f.to_string().parse::<ReportFormat>(), Ok(f));
+            let d: StrDeserializer<'_, DeError> = f.as_str().into_deserializer();
+            assert_eq!(ReportFormat::deserialize(d).unwrap(), f);
+            assert_eq!(ReportFormat::from(Profile::from(f)), f);
+        }
+        assert_eq!(
+            "reference".parse::<ReportFormat>(),
+            Err(UnknownReportFormat)
+        );
+        let d: StrDeserializer<'_, DeError> = "bogus".into_deserializer();
+        assert!(ReportFormat::deserialize(d).is_err());
+        let d: StrDeserializer<'_, DeError> = "high".into_deserializer();
+        assert_eq!(Priority::deserialize(d).unwrap(), Priority::High);
+        assert_eq!(Priority::default(), Priority::Medium);
+        assert!(Priority::Low < Priority::High);
+    }
+
+    fn arb_key4() -> impl Strategy<Value = Key> {
+        any::<[u8; 4]>().prop_map(|b| Key::new(&b).unwrap())
+    }
+    fn arb_value4() -> impl Strategy<Value = Value> {
+        any::<[u8; 4]>().prop_map(|b| Value::new(&b).unwrap())
+    }
+    fn arb_key() -> impl Strategy<Value = Key> {
+        proptest::collection::vec(any::<u8>(), 1..=MAX_KEY_LEN).prop_map(|v| Key::new(&v).unwrap())
+    }
+    fn arb_value() -> impl Strategy<Value = Value> {
+        proptest::collection::vec(any::<u8>(), 1..=MAX_VALUE_LEN)
+            .prop_map(|v| Value::new(&v).unwrap())
+    }
+    fn arb_priority() -> impl Strategy<Value = Priority> {
+        prop_oneof![
+            Just(Priority::Low),
+            Just(Priority::Medium),
+            Just(Priority::High)
+        ]
+    }
+
+    fn arb_reference_primitive() -> impl Strategy<Value = Primitive> {
+        prop_oneof![
+            (any::<u8>(), arb_key4(), arb_value4()).prop_map(|(redundancy, key, value)| {
+                Primitive::KeyWrite {
+                    redundancy,
+                    key,
+                    value,
+                }
+            }),
+            (any::<u8>(), arb_key4(), any::<u64>()).prop_map(|(redundancy, key, delta)| {
+                Primitive::KeyIncrement {
+                    redundancy,
+                    key,
+                    delta,
+                }
+            }),
+            (any::<u32>(), arb_value4())
+                .prop_map(|(list, value)| Primitive::Append { list, value }),
+            (arb_key4(), 0u8..=254, any::<u32>()).prop_map(|(flow, hop, value)| {
+                Primitive::Postcard {
+                    flow,
+                    hop,
+                    path_len: 0,
+                    value,
+                }
+            }),
+        ]
+    }
+
+    fn arb_extended_primitive() -> impl Strategy<Value = Primitive> {
+        prop_oneof![
+            (any::<u8>(), arb_key(), arb_value()).prop_map(|(redundancy, key, value)| {
+                Primitive::KeyWrite {
+                    redundancy,
+                    key,
+                    value,
+                }
+            }),
+            (any::<u8>(), arb_key(), any::<u64>()).prop_map(|(redundancy, key, delta)| {
+                Primitive::KeyIncrement {
+                    redundancy,
+                    key,
+                    delta,
+                }
+            }),
+            (any::<u32>(), arb_value()).prop_map(|(list, value)| Primitive::Append { list, value }),
+            (arb_key(), any::<u8>(), 0..=MAX_PATH_LEN, any::<u32>()).prop_map(
+                |(flow, hop, path_len, value)| {
+                    let hop = if path_len == 0 { hop } else { hop % path_len };
+                    Primitive::Postcard {
+                        flow,
+                        hop,
+                        path_len,
+                        value,
+                    }
+                }
+            ),
+        ]
+    }
+
+    /// Reports valid in a profile, together with a config that parses that profile.
+    fn arb_valid_report() -> impl Strategy<Value = (Report, ParseConfig)> {
+        let reference = (
+            prop_oneof![Just(BaseVariant::A), Just(BaseVariant::B)],
+            arb_reference_primitive(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<u8>(),
+            arb_priority(),
+        )
+            .prop_map(|(variant, primitive, immediate, retx, seq, priority)| {
+                let b = variant == BaseVariant::B;
+                let header = ReportHeader {
+                    profile: Profile::reference(variant),
+                    immediate,
+                    retransmittable: b && retx,
+                    seq: b.then_some(u32::from(seq)),
+                    priority,
+                };
+                let cfg = ParseConfig {
+                    reference_variant: variant,
+                    reference_priority: priority,
+                    ..ParseConfig::default()
+                };
+                (Report { header, primitive }, cfg)
+            });
+        let extended = (
+            arb_extended_primitive(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<u32>(),
+            arb_priority(),
+            prop_oneof![Just(BaseVariant::A), Just(BaseVariant::B)],
+        )
+            .prop_map(
+                |(primitive, immediate, retransmittable, seq, priority, variant)| {
+                    let header = ReportHeader {
+                        profile: Profile::Extended,
+                        immediate,
+                        retransmittable,
+                        seq: Some(seq),
+                        priority,
+                    };
+                    (Report { header, primitive }, cfg(variant))
+                },
+            );
+        prop_oneof![reference, extended]
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip((r, c) in arb_valid_report()) {
+            let mut out = [0u8; MAX_EMIT_LEN];
+            let n = r.emit(r.header.profile, &mut out).unwrap();
+            prop_assert_eq!(r.buffer_len(r.header.profile), Ok(n));
+            prop_assert_eq!(parse_report(&out[..n], &c), Ok(r));
+        }
+
+        #[test]
+        fn extended_carries_every_reference_report((r, _c) in arb_valid_report()) {
+            // Memory-ready operands survive a trip through the extended profile unchanged.
+            let mut out = [0u8; MAX_EMIT_LEN];
+            let n = r.emit(Profile::Extended, &mut out).unwrap();
+            let back = parse_report(&out[..n], &ParseConfig::default()).unwrap();
+            prop_assert_eq!(back.primitive, r.primitive);
+            prop_assert_eq!(back.header.priority, r.header.priority);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..72),
+            a in any::<bool>(),
+        ) {
+            let c = cfg(if a { BaseVariant::A } else { BaseVariant::B });
+            if let Ok(r) = parse_report(&bytes, &c) {
+                let mut out = [0u8; MAX_EMIT_LEN];
+                let n = r.emit(r.header.profile, &mut out).unwrap();
+                // Reference reserved flag bits are dropped by the mapping; all else survives.
+                if r.header.profile == Profile::Extended {
+                    prop_assert_eq!(&out[..n], &bytes[..]);
+                } else {
+                    prop_assert_eq!(n, bytes.len());
+                }
+            }
+        }
+    }
+}
