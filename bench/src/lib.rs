@@ -1,1 +1,6 @@
-//! DTA bench (in progress).
+//! `dta-bench`: the report generator, the end-to-end demo, and (later) the replay harness and
+//! baselines.
+
+pub mod demo;
+pub mod sender;
+pub mod workload;
