@@ -23,10 +23,9 @@ use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 
 use crate::config::CollectorConfig;
-use crate::memory::Region;
 use crate::rnic::counters::RnicCounters;
-use crate::rnic::responder::{Access, Completion, DeviceConfig, QpConfig, Responder};
-use crate::store::{layout_of, Store};
+use crate::rnic::responder::{Completion, DeviceConfig, QpConfig, Responder};
+use crate::store::Store;
 
 /// A command for the RNIC thread.
 pub enum RnicCommand {
@@ -87,24 +86,7 @@ impl Collector {
         })?;
         let roce = sock.local_addr();
         let mut responder = Responder::new(DeviceConfig { local: roce, local_mac: mac, pmtu: dev.pmtu, l2_frames: false });
-        let mut stores = Vec::new();
-        for (i, sc) in config.stores.iter().enumerate() {
-            let (kind, len) = layout_of(sc)?;
-            let len_usize = usize::try_from(len).map_err(|_| format!("store {:?} too large", sc.name))?;
-            let region = match &dev.persist_dir {
-                Some(dir) => {
-                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                    Region::file(&dir.join(format!("dta-{}.region", sc.name)), len_usize)
-                }
-                None => Region::anonymous(len_usize, dev.hugepages),
-            }
-            .map_err(|e| format!("store {:?}: cannot allocate {len} bytes: {e}", sc.name))?;
-            let region = Arc::new(region);
-            let rkey = responder.register(region.clone(), Access::ALL);
-            log::info!("store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}", sc.name, kind.name(), len, region.addr(), region.backing(), rkey.0);
-            let meta = StoreMeta { name: sc.name.clone(), addr: region.addr(), len, rkey: rkey.0, qps: Vec::new(), kind };
-            stores.push(Store { port: sc.port.unwrap_or(1337 + i as u16), config: sc.clone(), meta, region });
-        }
+        let mut stores = crate::store::build_stores(&config, &mut responder)?;
         for peer in &config.static_peers {
             let peer_mac: MacAddr = peer.mac.parse().map_err(|_| format!("bad MAC {:?}", peer.mac))?;
             for (si, st) in stores.iter_mut().enumerate() {

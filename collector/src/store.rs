@@ -6,8 +6,9 @@ use dta_proto::hash::{KeyHasher, PostcardHasher};
 use dta_proto::layout::{AppendLayout, CounterLayout, KeyWriteLayout, PostcardLayout};
 use dta_proto::meta::{StoreKind, StoreMeta};
 
-use crate::config::{StoreConfig, StoreKindConfig};
+use crate::config::{CollectorConfig, StoreConfig, StoreKindConfig};
 use crate::memory::Region;
+use crate::rnic::responder::{Access, Responder};
 
 /// Append lists start on this boundary so every ring is cache-line aligned.
 pub const LIST_ALIGN: u64 = 64;
@@ -64,4 +65,28 @@ impl Store {
     pub fn memory_bytes(&self) -> usize {
         self.region.mapped_len()
     }
+}
+
+/// Allocates every configured store's region and registers it with `responder`.
+pub fn build_stores(config: &CollectorConfig, responder: &mut Responder) -> Result<Vec<Store>, String> {
+    let dev = &config.collector;
+    let mut stores = Vec::new();
+    for (i, sc) in config.stores.iter().enumerate() {
+        let (kind, len) = layout_of(sc)?;
+        let len_usize = usize::try_from(len).map_err(|_| format!("store {:?} too large", sc.name))?;
+        let region = match &dev.persist_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                Region::file(&dir.join(format!("dta-{}.region", sc.name)), len_usize)
+            }
+            None => Region::anonymous(len_usize, dev.hugepages),
+        }
+        .map_err(|e| format!("store {:?}: cannot allocate {len} bytes: {e}", sc.name))?;
+        let region = Arc::new(region);
+        let rkey = responder.register(region.clone(), Access::ALL);
+        log::info!("store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}", sc.name, kind.name(), len, region.addr(), region.backing(), rkey.0);
+        let meta = StoreMeta { name: sc.name.clone(), addr: region.addr(), len, rkey: rkey.0, qps: Vec::new(), kind };
+        stores.push(Store { port: sc.port.unwrap_or(1337 + i as u16), config: sc.clone(), meta, region });
+    }
+    Ok(stores)
 }

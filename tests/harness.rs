@@ -1,0 +1,354 @@
+//! The in-memory harness: reporters → translator pipeline → software RNIC, with no sockets.
+//!
+//! Frames move between the two sans-I/O state machines through plain vectors, so tests control
+//! time, loss, reordering and duplication exactly and run deterministically. The pipeline and
+//! the responder are the production code; only the wires are simulated.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+
+use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig};
+use dta_collector::memory::Region;
+use dta_collector::rnic::responder::{DeviceConfig, QpConfig, Responder};
+use dta_collector::store::{build_stores, Store};
+use dta_proto::batch::{Datagram, IpMeta, TxBatch};
+use dta_proto::meta::{QpMeta, StoreMeta};
+use dta_proto::wire::ethernet::MacAddr;
+use dta_proto::wire::ib::{Psn, Qpn};
+use dta_proto::wire::report::{ParseConfig, Profile, Report};
+use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
+use dta_translator::datapath::pipeline::{CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route};
+use dta_translator::datapath::qp::QpTuning;
+
+/// Addresses used inside the harness.
+pub const REPORTER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 200), 40041);
+/// The translator's RoCEv2 address.
+pub const TRANSLATOR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 4791);
+/// The collector's RoCEv2 address.
+pub const COLLECTOR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 51), 4791);
+/// Where reports are sent (the translator's report port).
+pub const REPORT_DST: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+
+/// Simulated wire impairments (probabilities per frame).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Impairments {
+    /// Drop translator → collector frames.
+    pub loss: f64,
+    /// Drop collector → translator responses.
+    pub response_loss: f64,
+    /// Duplicate translator → collector frames.
+    pub duplicate: f64,
+    /// Swap adjacent translator → collector frames.
+    pub reorder: f64,
+}
+
+/// A deterministic PRNG for impairments.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Next value in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Reporter → pipeline → responder, in memory.
+pub struct Harness {
+    /// The translator's pipeline (production code).
+    pub pipeline: Pipeline,
+    /// The software RNIC's responder (production code).
+    pub rnic: Responder,
+    /// The collector's stores.
+    pub stores: Vec<Store>,
+    /// Current time (ns).
+    pub now: u64,
+    /// Wire impairments.
+    pub imp: Impairments,
+    rng: Rng,
+    tx: TxBatch,
+    rnic_tx: TxBatch,
+    /// Frames the translator sent (for inspection), if recording.
+    pub sent_frames: Option<Vec<Vec<u8>>>,
+    /// Non-RoCE datagrams the translator sent (DTA NACKs): (destination, payload).
+    pub nacks: Vec<(SocketAddrV4, Vec<u8>)>,
+    /// Frames dropped by the simulated wire.
+    pub wire_drops: u64,
+}
+
+/// Pipeline settings a test may want to change.
+#[derive(Debug, Clone)]
+pub struct HarnessOptions {
+    /// Pipeline configuration template (routes are filled in automatically when `None`).
+    pub max_redundancy: u8,
+    /// Append flush delay (ns).
+    pub append_flush_ns: u64,
+    /// Postcard cache slots.
+    pub postcard_cache_slots: u32,
+    /// Postcard redundancy.
+    pub postcard_redundancy: u8,
+    /// Postcard flush delay (ns).
+    pub postcard_flush_ns: u64,
+    /// QP tuning.
+    pub qp: QpTuning,
+    /// Rate limit.
+    pub rate: RateLimit,
+    /// Verify ICRC at the responder.
+    pub verify_icrc: bool,
+    /// Report parsing.
+    pub parse: ParseConfig,
+}
+
+impl Default for HarnessOptions {
+    fn default() -> Self {
+        HarnessOptions {
+            max_redundancy: 4,
+            append_flush_ns: 1_000_000,
+            postcard_cache_slots: 1024,
+            postcard_redundancy: 1,
+            postcard_flush_ns: 0,
+            qp: QpTuning { ack_every: 16, ack_timeout_ns: 2_000_000, max_probes: 8 },
+            rate: RateLimit::default(),
+            verify_icrc: true,
+            parse: ParseConfig::default(),
+        }
+    }
+}
+
+fn first_of(stores: &[StoreMeta], kind: &str) -> Route {
+    stores.iter().position(|s| s.kind.name() == kind).map_or(Route::None, Route::Single)
+}
+
+impl Harness {
+    /// Builds a collector with `stores`, a one-worker pipeline writing to it, and connects
+    /// them with one QP per store.
+    pub fn new(stores: Vec<StoreConfig>, o: HarnessOptions) -> Harness {
+        let cfg = CollectorConfig {
+            collector: DeviceSection { roce: COLLECTOR, hugepages: false, verify_icrc: o.verify_icrc, ..DeviceSection::default() },
+            static_peers: vec![],
+            stores,
+        };
+        let mut rnic = Responder::new(DeviceConfig { local: COLLECTOR, local_mac: MacAddr([2, 0, 0, 0, 0, 0x51]), pmtu: 4096, l2_frames: true });
+        let mut stores = build_stores(&cfg, &mut rnic).expect("stores build");
+        let mut metas = Vec::new();
+        for (i, s) in stores.iter_mut().enumerate() {
+            let psn = Psn::new(0xABC000 + i as u32 * 0x111);
+            let qpn = rnic.create_qp(QpConfig {
+                peer: TRANSLATOR,
+                peer_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                peer_qpn: Qpn::new(0x100 + i as u32),
+                rq_psn: psn,
+                sq_psn: Psn::new(0),
+                verify_icrc: o.verify_icrc,
+                recv_credits: 1 << 20,
+            });
+            s.meta.qps.push(QpMeta { qpn: qpn.value(), psn: psn.value(), peer_qpn: 0x100 + i as u32 });
+            metas.push(s.meta.clone());
+        }
+        let target = CollectorTarget {
+            roce: COLLECTOR,
+            mac: MacAddr([2, 0, 0, 0, 0, 0x51]),
+            stores: metas
+                .iter()
+                .map(|m| (m.clone(), QpBinding { local_qpn: Qpn::new(m.qps[0].peer_qpn), remote_qpn: Qpn::new(m.qps[0].qpn), start_psn: Psn::new(m.qps[0].psn) }))
+                .collect(),
+        };
+        let pc = PipelineConfig {
+            worker: 0,
+            workers: 1,
+            parse: o.parse,
+            max_redundancy: o.max_redundancy,
+            l2_frames: true,
+            local: TRANSLATOR,
+            local_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            nack_port: 40044,
+            append_flush_ns: o.append_flush_ns,
+            postcard_flush_ns: o.postcard_flush_ns,
+            postcard_cache_slots: o.postcard_cache_slots,
+            postcard_redundancy: o.postcard_redundancy,
+            qp: o.qp,
+            rate: o.rate,
+            backlog: 1024,
+            max_reporters: 64,
+            route_keywrite: first_of(&metas, "keywrite"),
+            route_keyincrement: first_of(&metas, "keyincrement"),
+            route_postcard: first_of(&metas, "postcard"),
+        };
+        let pipeline = Pipeline::new(pc, &[target]).expect("pipeline builds");
+        Harness {
+            pipeline,
+            rnic,
+            stores,
+            now: 1_000_000,
+            imp: Impairments::default(),
+            rng: Rng(42),
+            tx: TxBatch::new(4096, 2048),
+            rnic_tx: TxBatch::new(4096, 2048),
+            sent_frames: None,
+            nacks: Vec::new(),
+            wire_drops: 0,
+        }
+    }
+
+    /// The store called `name`.
+    pub fn store(&self, name: &str) -> &Store {
+        self.stores.iter().find(|s| s.meta.name == name).expect("store exists")
+    }
+
+    /// The region of store `name`.
+    pub fn region(&self, name: &str) -> Arc<Region> {
+        self.store(name).region.clone()
+    }
+
+    /// Sends raw report datagrams from `from`, then moves every resulting frame.
+    pub fn send_raw_from(&mut self, from: SocketAddrV4, payloads: &[&[u8]]) {
+        for chunk in payloads.chunks(64) {
+            let burst: Vec<Datagram<'_>> = chunk.iter().map(|p| Datagram { src: from, dst: REPORT_DST, ip: None, payload: p }).collect();
+            let mut done = 0;
+            while done < burst.len() {
+                done += self.pipeline.handle_reports(self.now, &burst[done..], &mut self.tx);
+                self.pump();
+            }
+        }
+    }
+
+    /// Sends raw report datagrams from the default reporter.
+    pub fn send_raw(&mut self, payloads: &[&[u8]]) {
+        self.send_raw_from(REPORTER, payloads);
+    }
+
+    /// Emits reports in `profile` and sends them.
+    pub fn send(&mut self, reports: &[Report], profile: Profile) {
+        let bufs: Vec<Vec<u8>> = reports
+            .iter()
+            .map(|r| {
+                let mut b = vec![0u8; 128];
+                let n = r.emit(profile, &mut b).expect("report emits");
+                b.truncate(n);
+                b
+            })
+            .collect();
+        let refs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
+        self.send_raw(&refs);
+    }
+
+    /// Advances time by `ns`, firing the pipeline's timers, and moves frames.
+    pub fn advance(&mut self, ns: u64) {
+        let end = self.now + ns;
+        loop {
+            let next = self.pipeline.next_deadline().filter(|&d| d <= end);
+            match next {
+                Some(d) => {
+                    self.now = self.now.max(d);
+                    self.pipeline.poll(self.now, &mut self.tx);
+                    self.pump();
+                }
+                None => break,
+            }
+        }
+        self.now = end;
+        self.pipeline.poll(self.now, &mut self.tx);
+        self.pump();
+    }
+
+    /// Flushes every partial batch and cache entry (a clean shutdown) and moves frames.
+    pub fn flush(&mut self) {
+        while !self.pipeline.flush_all(self.now, &mut self.tx) {
+            self.pump();
+        }
+        self.pump();
+    }
+
+    /// Moves queued frames translator → responder → translator until both are quiet.
+    pub fn pump(&mut self) {
+        for _ in 0..16 {
+            if self.tx.is_empty() && self.rnic_tx.is_empty() {
+                return;
+            }
+            // Translator → collector.
+            let mut frames: Vec<Vec<u8>> = Vec::new();
+            for i in 0..self.tx.len() {
+                let f = self.tx.frame(i);
+                if self.tx.dest(i).port() == 40044 || parse_frame(f).map(|p| p.udp.dst_port != 4791).unwrap_or(true) {
+                    // A DTA NACK (a plain UDP datagram inside an Ethernet frame).
+                    let payload = f.get(L2L4_LEN..).unwrap_or(&[]).to_vec();
+                    self.nacks.push((self.tx.dest(i), payload));
+                    continue;
+                }
+                frames.push(f.to_vec());
+            }
+            self.tx.clear();
+            if let Some(rec) = self.sent_frames.as_mut() {
+                rec.extend(frames.iter().cloned());
+            }
+            let mut wire: Vec<Vec<u8>> = Vec::new();
+            for f in frames {
+                if self.rng.unit() < self.imp.loss {
+                    self.wire_drops += 1;
+                    continue;
+                }
+                if self.rng.unit() < self.imp.duplicate {
+                    wire.push(f.clone());
+                }
+                wire.push(f);
+            }
+            if self.imp.reorder > 0.0 {
+                for i in 1..wire.len() {
+                    if self.rng.unit() < self.imp.reorder {
+                        wire.swap(i - 1, i);
+                    }
+                }
+            }
+            for f in &wire {
+                self.deliver_to_rnic(f);
+            }
+            // Collector → translator.
+            let mut responses: Vec<Vec<u8>> = Vec::new();
+            for i in 0..self.rnic_tx.len() {
+                if self.rng.unit() < self.imp.response_loss {
+                    self.wire_drops += 1;
+                    continue;
+                }
+                responses.push(self.rnic_tx.frame(i).to_vec());
+            }
+            self.rnic_tx.clear();
+            for r in &responses {
+                if let Ok(p) = parse_frame(r) {
+                    let src = SocketAddrV4::new(p.ip.src, p.udp.src_port);
+                    let dst = SocketAddrV4::new(p.ip.dst, p.udp.dst_port);
+                    let d = Datagram { src, dst, ip: None, payload: &r[L2L4_LEN..] };
+                    self.pipeline.handle_responses(self.now, &[d], &mut self.tx);
+                }
+            }
+        }
+    }
+
+    /// Hands one full Ethernet frame to the responder, as a raw backend would.
+    pub fn deliver_to_rnic(&mut self, frame: &[u8]) {
+        let Ok(p) = parse_frame(frame) else {
+            // Let the responder count it as malformed.
+            let d = Datagram { src: TRANSLATOR, dst: COLLECTOR, ip: None, payload: frame.get(L2L4_LEN..).unwrap_or(&[]) };
+            self.rnic.handle(&d, &mut self.rnic_tx);
+            return;
+        };
+        let d = Datagram {
+            src: SocketAddrV4::new(p.ip.src, p.udp.src_port),
+            dst: SocketAddrV4::new(p.ip.dst, p.udp.dst_port),
+            ip: Some(IpMeta { ident: p.ip.ident, dont_frag: p.ip.dont_frag, ttl: p.ip.ttl, tos: p.ip.tos }),
+            payload: &frame[L2L4_LEN..],
+        };
+        self.rnic.handle(&d, &mut self.rnic_tx);
+    }
+
+    /// Responses the responder queued but that were not yet moved (for tests that deliver
+    /// frames by hand).
+    pub fn take_rnic_responses(&mut self) -> Vec<Vec<u8>> {
+        let v = (0..self.rnic_tx.len()).map(|i| self.rnic_tx.frame(i).to_vec()).collect();
+        self.rnic_tx.clear();
+        v
+    }
+}
