@@ -15,6 +15,8 @@ pub mod dta_ext;
 pub mod ethernet;
 pub mod ib;
 pub mod ipv4;
+pub mod mad;
+pub mod metarec;
 pub mod nack;
 pub mod report;
 pub mod roce;

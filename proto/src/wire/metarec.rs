@@ -1,0 +1,770 @@
+//! The store metadata record a collector SENDs right after the RDMA_CM handshake.
+//!
+//! Once the RTU has established the connection, the collector posts one RC SEND carrying a
+//! [`MetaRecord`]: everything the translator needs to write into the store the connection
+//! serves (address, length, R_Key, primitive and layout). The QPN and PSNs come from the CM
+//! REQ/REP, and the store's name from configuration, so neither is in the record.
+//!
+//! # Layout (version 1, 64 bytes, little-endian)
+//!
+//! | Offset | Size | Field | Value |
+//! |---:|---:|---|---|
+//! | 0 | 4 | magic | ASCII `DTAM` (`44 54 41 4D`) |
+//! | 4 | 1 | version | 1 |
+//! | 5 | 1 | kind | 1 Key-Write, 2 Append, 3 Key-Increment, 4 Postcarding |
+//! | 6 | 1 | hash profile | 0 `reference`, 1 `independent`; 0 for Append (no hash) |
+//! | 7 | 1 | flags | bit 0: the collector verifies the ICRC; bit 1: Append format is `sequenced` (0 = `reference`; must be 0 for other kinds); bits 2–7 zero |
+//! | 8 | 8 | address | virtual address of the region's first byte (u64) |
+//! | 16 | 8 | length | region length in bytes (u64) |
+//! | 24 | 4 | R_Key | the MR's **remote** key (u32); the reference sent the lkey |
+//! | 28 | 4 | slot/entry size | Key-Write: bytes per slot; Key-Increment: 8; Append: bytes per entry; Postcarding: 0 |
+//! | 32 | 4 | count | Key-Write / Key-Increment: slots; Append: ring capacity in entries per list; Postcarding: chunks |
+//! | 36 | 2 | batch | Append: entries per RDMA WRITE; otherwise 0 |
+//! | 38 | 1 | hops | Postcarding: hop bound B; otherwise 0 |
+//! | 39 | 1 | reserved | 0 |
+//! | 40 | 4 | lists | Append: lists in the store; otherwise 0 |
+//! | 44 | 4 | first list | Append: global ID of the store's first list; otherwise 0 |
+//! | 48 | 8 | list stride | Append: bytes between the starts of consecutive lists; otherwise 0 |
+//! | 56 | 4 | reserved | 0 |
+//! | 60 | 4 | CRC | IEEE CRC-32 (zlib `crc32`) of bytes 0–59, as a little-endian u32 |
+//!
+//! A receiver checks, in order: length ≥ 64 ([`Error::Truncated`]), magic
+//! ([`Error::Malformed`]), version ([`Error::UnsupportedVersion`]), CRC ([`Error::Malformed`]),
+//! kind ([`Error::UnknownOpcode`]), then that the hash profile is known and every flag, field
+//! and reserved byte the kind does not use is zero ([`Error::Malformed`]). Bytes after the
+//! first 64 are ignored. Layout parameters are carried as given; whether they describe a valid
+//! layout (power-of-two slot counts, batch bounds, …) is for `crate::layout` to decide.
+//!
+//! The reference collector's 16-byte record is [`ReferenceMetaRecord`].
+
+use super::{Error, Result};
+use crate::crc::IEEE;
+use crate::hash::HashProfile;
+use crate::layout::AppendFormat;
+use crate::meta::{StoreKind, StoreMeta};
+
+/// Bytes in a [`MetaRecord`].
+pub const META_RECORD_LEN: usize = 64;
+/// The record's magic, ASCII `DTAM`.
+pub const META_MAGIC: [u8; 4] = *b"DTAM";
+/// The record version this module reads and writes.
+pub const META_VERSION: u8 = 1;
+/// Bytes in a [`ReferenceMetaRecord`].
+pub const REFERENCE_META_LEN: usize = 16;
+
+/// Values of the `kind` byte.
+pub mod kind {
+    /// Key-Write.
+    pub const KEY_WRITE: u8 = 1;
+    /// Append.
+    pub const APPEND: u8 = 2;
+    /// Key-Increment.
+    pub const KEY_INCREMENT: u8 = 3;
+    /// Postcarding.
+    pub const POSTCARD: u8 = 4;
+}
+
+/// Bits of the `flags` byte.
+pub mod flags {
+    /// The collector verifies the ICRC, so the translator must compute it.
+    pub const VERIFY_ICRC: u8 = 1 << 0;
+    /// Append only: the rings use the `sequenced` format.
+    pub const APPEND_SEQUENCED: u8 = 1 << 1;
+}
+
+/// Bytes of a Key-Increment counter, the only slot size that kind has.
+const COUNTER_LEN: u32 = 8;
+
+mod field {
+    pub type Field = core::ops::Range<usize>;
+
+    pub const MAGIC: Field = 0..4;
+    pub const VERSION: usize = 4;
+    pub const KIND: usize = 5;
+    pub const HASH: usize = 6;
+    pub const FLAGS: usize = 7;
+    pub const ADDR: Field = 8..16;
+    pub const LEN: Field = 16..24;
+    pub const RKEY: Field = 24..28;
+    pub const SLOT_SIZE: Field = 28..32;
+    pub const COUNT: Field = 32..36;
+    pub const BATCH: Field = 36..38;
+    pub const HOPS: usize = 38;
+    pub const RESERVED_1: usize = 39;
+    pub const LISTS: Field = 40..44;
+    pub const FIRST_LIST: Field = 44..48;
+    pub const LIST_STRIDE: Field = 48..56;
+    pub const RESERVED_2: Field = 56..60;
+    pub const CRC: Field = 60..64;
+
+    pub mod reference {
+        use super::Field;
+        pub const ADDR: Field = 0..8;
+        pub const LEN: Field = 8..12;
+        pub const KEY: Field = 12..16;
+    }
+}
+
+use field::Field;
+
+/// Reads a little-endian unsigned field of up to 8 bytes. The caller has checked the length.
+#[inline]
+fn get_le(b: &[u8], f: Field) -> u64 {
+    b[f].iter()
+        .rev()
+        .fold(0u64, |acc, &x| (acc << 8) | x as u64)
+}
+
+/// Writes the low bytes of `v` as a little-endian field of up to 8 bytes.
+#[inline]
+fn put_le(b: &mut [u8], f: Field, v: u64) {
+    for (i, o) in b[f].iter_mut().enumerate() {
+        *o = (v >> (8 * i)) as u8;
+    }
+}
+
+#[inline]
+fn hash_code(h: HashProfile) -> u8 {
+    match h {
+        HashProfile::Reference => 0,
+        HashProfile::Independent => 1,
+    }
+}
+
+#[inline]
+fn hash_from_code(c: u8) -> Result<HashProfile> {
+    match c {
+        0 => Ok(HashProfile::Reference),
+        1 => Ok(HashProfile::Independent),
+        _ => Err(Error::Malformed),
+    }
+}
+
+/// A store's description as the collector SENDs it after RTU (see the module docs for bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaRecord {
+    /// Virtual address of the region's first byte.
+    pub addr: u64,
+    /// Region length in bytes.
+    pub len: u64,
+    /// R_Key of the region.
+    pub rkey: u32,
+    /// Whether the collector verifies the ICRC.
+    pub verify_icrc: bool,
+    /// Primitive and layout.
+    pub kind: StoreKind,
+}
+
+impl MetaRecord {
+    /// The record describing `meta` (whose name and QP list are not part of the record).
+    ///
+    /// An Append batch above `u16::MAX` is saturated; layouts cap batches far below that, so
+    /// such a value stays invalid on the other side rather than becoming a different valid one.
+    pub fn from_store_meta(meta: &StoreMeta, verify_icrc: bool) -> MetaRecord {
+        let kind = match meta.kind {
+            StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                list_stride,
+            } => StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch: batch.min(u16::MAX as u32),
+                format,
+                list_stride,
+            },
+            ref k => k.clone(),
+        };
+        MetaRecord {
+            addr: meta.addr,
+            len: meta.len,
+            rkey: meta.rkey,
+            verify_icrc,
+            kind,
+        }
+    }
+
+    /// The store this record describes, under `name`, with no pre-arranged QPs (the QPN comes
+    /// from the CM exchange).
+    pub fn to_store_meta(&self, name: String) -> StoreMeta {
+        StoreMeta {
+            name,
+            addr: self.addr,
+            len: self.len,
+            rkey: self.rkey,
+            qps: Vec::new(),
+            kind: self.kind.clone(),
+        }
+    }
+
+    /// Parses and validates a record (see the module docs for the checks and their errors).
+    pub fn parse(bytes: &[u8]) -> Result<MetaRecord> {
+        use field as f;
+        if bytes.len() < META_RECORD_LEN {
+            return Err(Error::Truncated);
+        }
+        let b = &bytes[..META_RECORD_LEN];
+        if b[f::MAGIC] != META_MAGIC {
+            return Err(Error::Malformed);
+        }
+        if b[f::VERSION] != META_VERSION {
+            return Err(Error::UnsupportedVersion);
+        }
+        if IEEE.checksum(&b[..f::CRC.start]) != get_le(b, f::CRC) as u32 {
+            return Err(Error::Malformed);
+        }
+
+        let flags = b[f::FLAGS];
+        let slot_size = get_le(b, f::SLOT_SIZE) as u32;
+        let count = get_le(b, f::COUNT) as u32;
+        let batch = get_le(b, f::BATCH) as u32;
+        let hops = b[f::HOPS];
+        let lists = get_le(b, f::LISTS) as u32;
+        let first_list = get_le(b, f::FIRST_LIST) as u32;
+        let list_stride = get_le(b, f::LIST_STRIDE);
+        let reserved_zero = b[f::RESERVED_1] == 0 && get_le(b, f::RESERVED_2) == 0;
+        let append_fields_zero = batch == 0 && lists == 0 && first_list == 0 && list_stride == 0;
+
+        // Flags a kind may carry besides VERIFY_ICRC.
+        let (kind, kind_flags, unused_zero) = match b[f::KIND] {
+            kind::KEY_WRITE => (
+                StoreKind::KeyWrite {
+                    slots: count,
+                    slot_size,
+                    hash: hash_from_code(b[f::HASH])?,
+                },
+                0,
+                hops == 0 && append_fields_zero,
+            ),
+            kind::KEY_INCREMENT => (
+                StoreKind::KeyIncrement {
+                    slots: count,
+                    hash: hash_from_code(b[f::HASH])?,
+                },
+                0,
+                slot_size == COUNTER_LEN && hops == 0 && append_fields_zero,
+            ),
+            kind::APPEND => (
+                StoreKind::Append {
+                    lists,
+                    first_list,
+                    capacity: count,
+                    entry_size: slot_size,
+                    batch,
+                    format: if flags & flags::APPEND_SEQUENCED != 0 {
+                        AppendFormat::Sequenced
+                    } else {
+                        AppendFormat::Reference
+                    },
+                    list_stride,
+                },
+                flags::APPEND_SEQUENCED,
+                b[f::HASH] == 0 && hops == 0,
+            ),
+            kind::POSTCARD => (
+                StoreKind::Postcard {
+                    chunks: count,
+                    hops,
+                    hash: hash_from_code(b[f::HASH])?,
+                },
+                0,
+                slot_size == 0 && append_fields_zero,
+            ),
+            _ => return Err(Error::UnknownOpcode),
+        };
+        if flags & !(flags::VERIFY_ICRC | kind_flags) != 0 || !unused_zero || !reserved_zero {
+            return Err(Error::Malformed);
+        }
+        Ok(MetaRecord {
+            addr: get_le(b, f::ADDR),
+            len: get_le(b, f::LEN),
+            rkey: get_le(b, f::RKEY) as u32,
+            verify_icrc: flags & flags::VERIFY_ICRC != 0,
+            kind,
+        })
+    }
+
+    /// Bytes the record occupies.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        META_RECORD_LEN
+    }
+
+    /// Writes the record, CRC included. An Append batch above `u16::MAX` is saturated.
+    pub fn emit(&self, out: &mut [u8; META_RECORD_LEN]) {
+        use field as f;
+        out.fill(0);
+        out[f::MAGIC].copy_from_slice(&META_MAGIC);
+        out[f::VERSION] = META_VERSION;
+        let mut flags = if self.verify_icrc {
+            flags::VERIFY_ICRC
+        } else {
+            0
+        };
+        put_le(out, f::ADDR, self.addr);
+        put_le(out, f::LEN, self.len);
+        put_le(out, f::RKEY, self.rkey as u64);
+        match self.kind {
+            StoreKind::KeyWrite {
+                slots,
+                slot_size,
+                hash,
+            } => {
+                out[f::KIND] = kind::KEY_WRITE;
+                out[f::HASH] = hash_code(hash);
+                put_le(out, f::SLOT_SIZE, slot_size as u64);
+                put_le(out, f::COUNT, slots as u64);
+            }
+            StoreKind::KeyIncrement { slots, hash } => {
+                out[f::KIND] = kind::KEY_INCREMENT;
+                out[f::HASH] = hash_code(hash);
+                put_le(out, f::SLOT_SIZE, COUNTER_LEN as u64);
+                put_le(out, f::COUNT, slots as u64);
+            }
+            StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                list_stride,
+            } => {
+                out[f::KIND] = kind::APPEND;
+                if format == AppendFormat::Sequenced {
+                    flags |= flags::APPEND_SEQUENCED;
+                }
+                put_le(out, f::SLOT_SIZE, entry_size as u64);
+                put_le(out, f::COUNT, capacity as u64);
+                put_le(out, f::BATCH, batch.min(u16::MAX as u32) as u64);
+                put_le(out, f::LISTS, lists as u64);
+                put_le(out, f::FIRST_LIST, first_list as u64);
+                put_le(out, f::LIST_STRIDE, list_stride);
+            }
+            StoreKind::Postcard { chunks, hops, hash } => {
+                out[f::KIND] = kind::POSTCARD;
+                out[f::HASH] = hash_code(hash);
+                put_le(out, f::COUNT, chunks as u64);
+                out[f::HOPS] = hops;
+            }
+        }
+        out[f::FLAGS] = flags;
+        let crc = IEEE.checksum(&out[..f::CRC.start]);
+        put_le(out, f::CRC, crc as u64);
+    }
+
+    /// The record as bytes.
+    pub fn to_bytes(&self) -> [u8; META_RECORD_LEN] {
+        let mut out = [0u8; META_RECORD_LEN];
+        self.emit(&mut out);
+        out
+    }
+}
+
+/// The reference collector's metadata SEND (dta-reference.md §5.5): 16 bytes, little-endian.
+///
+/// | Offset | Size | Field |
+/// |---:|---:|---|
+/// | 0 | 8 | region virtual address |
+/// | 8 | 4 | region length in bytes |
+/// | 12 | 4 | key: the reference sends the MR's **lkey** here (equal to the rkey on mlx5) |
+///
+/// It has no magic, version or checksum, so any 16 bytes parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ReferenceMetaRecord {
+    /// Virtual address of the region.
+    pub addr: u64,
+    /// Region length in bytes.
+    pub len: u32,
+    /// The MR key the reference collector sent (its lkey).
+    pub key: u32,
+}
+
+impl ReferenceMetaRecord {
+    /// Parses the first 16 bytes of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Result<ReferenceMetaRecord> {
+        use field::reference as f;
+        if bytes.len() < REFERENCE_META_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(ReferenceMetaRecord {
+            addr: get_le(bytes, f::ADDR),
+            len: get_le(bytes, f::LEN) as u32,
+            key: get_le(bytes, f::KEY) as u32,
+        })
+    }
+
+    /// Bytes the record occupies.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        REFERENCE_META_LEN
+    }
+
+    /// Writes the record.
+    pub fn emit(&self, out: &mut [u8; REFERENCE_META_LEN]) {
+        use field::reference as f;
+        put_le(out, f::ADDR, self.addr);
+        put_le(out, f::LEN, self.len as u64);
+        put_le(out, f::KEY, self.key as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::QpMeta;
+    use proptest::prelude::*;
+
+    fn key_write() -> MetaRecord {
+        MetaRecord {
+            addr: 0x7F00_1234_5000,
+            len: 1 << 20,
+            rkey: 0xDEAD_BEEF,
+            verify_icrc: true,
+            kind: StoreKind::KeyWrite {
+                slots: 1 << 16,
+                slot_size: 16,
+                hash: HashProfile::Independent,
+            },
+        }
+    }
+
+    #[test]
+    fn documented_bytes() {
+        let rec = MetaRecord {
+            addr: 0x0102_0304_0506_0708,
+            len: 0x1000,
+            rkey: 0xAABB_CCDD,
+            verify_icrc: true,
+            kind: StoreKind::Append {
+                lists: 4,
+                first_list: 8,
+                capacity: 1024,
+                entry_size: 4,
+                batch: 16,
+                format: AppendFormat::Sequenced,
+                list_stride: 0x1_0000,
+            },
+        };
+        let b = rec.to_bytes();
+        assert_eq!(&b[0..8], b"DTAM\x01\x02\x00\x03");
+        assert_eq!(b[8..16], [8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(b[16..24], [0, 0x10, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(b[24..28], [0xDD, 0xCC, 0xBB, 0xAA]);
+        assert_eq!(b[28..32], [4, 0, 0, 0]);
+        assert_eq!(b[32..36], [0, 4, 0, 0]);
+        assert_eq!(b[36..40], [16, 0, 0, 0]);
+        assert_eq!(b[40..48], [4, 0, 0, 0, 8, 0, 0, 0]);
+        assert_eq!(b[48..56], [0, 0, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(b[56..60], [0; 4]);
+        assert_eq!(
+            u32::from_le_bytes(b[60..64].try_into().unwrap()),
+            IEEE.checksum(&b[..60])
+        );
+        assert_eq!(MetaRecord::parse(&b), Ok(rec));
+
+        let pc = MetaRecord {
+            kind: StoreKind::Postcard {
+                chunks: 1 << 15,
+                hops: 5,
+                hash: HashProfile::Reference,
+            },
+            verify_icrc: false,
+            ..key_write()
+        }
+        .to_bytes();
+        assert_eq!(pc[5..8], [4, 0, 0]);
+        assert_eq!(pc[28..40], [0, 0, 0, 0, 0, 0x80, 0, 0, 0, 0, 5, 0]);
+        let ki = MetaRecord {
+            kind: StoreKind::KeyIncrement {
+                slots: 8,
+                hash: HashProfile::Independent,
+            },
+            ..key_write()
+        }
+        .to_bytes();
+        assert_eq!(ki[5..8], [3, 1, 1]);
+        assert_eq!(ki[28..36], [8, 0, 0, 0, 8, 0, 0, 0]);
+    }
+
+    #[test]
+    fn every_flipped_bit_is_rejected() {
+        let good = key_write().to_bytes();
+        for bit in 0..META_RECORD_LEN * 8 {
+            let mut b = good;
+            b[bit / 8] ^= 1 << (bit % 8);
+            let err = MetaRecord::parse(&b).unwrap_err();
+            let expected = if bit / 8 == field::VERSION {
+                Error::UnsupportedVersion
+            } else {
+                Error::Malformed
+            };
+            assert_eq!(err, expected, "bit {bit}");
+        }
+    }
+
+    /// Rewrites byte `at` and fixes up the CRC, to reach the checks behind it.
+    fn patched(mut b: [u8; META_RECORD_LEN], at: usize, v: u8) -> [u8; META_RECORD_LEN] {
+        b[at] = v;
+        let crc = IEEE.checksum(&b[..60]);
+        b[60..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn header_and_field_checks() {
+        let good = key_write().to_bytes();
+        assert_eq!(MetaRecord::parse(&good[..63]), Err(Error::Truncated));
+        let mut longer = [0u8; 80];
+        longer[..64].copy_from_slice(&good);
+        assert_eq!(MetaRecord::parse(&longer), Ok(key_write()));
+
+        // Magic and version are checked before the CRC.
+        assert_eq!(
+            MetaRecord::parse(&patched(good, 0, b'X')),
+            Err(Error::Malformed)
+        );
+        assert_eq!(
+            MetaRecord::parse(&patched(good, 4, 2)),
+            Err(Error::UnsupportedVersion)
+        );
+        assert_eq!(
+            MetaRecord::parse(&patched(good, 5, 9)),
+            Err(Error::UnknownOpcode)
+        );
+        assert_eq!(
+            MetaRecord::parse(&patched(good, 5, 0)),
+            Err(Error::UnknownOpcode)
+        );
+        for (at, v) in [
+            (6, 2),    // unknown hash profile
+            (7, 0x02), // sequenced flag on Key-Write
+            (7, 0x80), // undefined flag
+            (36, 1),   // batch on Key-Write
+            (38, 1),   // hops on Key-Write
+            (39, 1),   // reserved
+            (44, 1),   // first list on Key-Write
+            (57, 1),   // reserved
+        ] {
+            assert_eq!(
+                MetaRecord::parse(&patched(good, at, v)),
+                Err(Error::Malformed),
+                "byte {at} = {v}"
+            );
+        }
+        let ki = MetaRecord {
+            kind: StoreKind::KeyIncrement {
+                slots: 8,
+                hash: HashProfile::Independent,
+            },
+            ..key_write()
+        }
+        .to_bytes();
+        assert_eq!(
+            MetaRecord::parse(&patched(ki, 28, 4)),
+            Err(Error::Malformed)
+        );
+        let mut app = MetaRecord {
+            kind: StoreKind::Append {
+                lists: 1,
+                first_list: 0,
+                capacity: 16,
+                entry_size: 4,
+                batch: 4,
+                format: AppendFormat::Reference,
+                list_stride: 64,
+            },
+            ..key_write()
+        }
+        .to_bytes();
+        assert_eq!(
+            MetaRecord::parse(&patched(app, 6, 1)),
+            Err(Error::Malformed)
+        );
+        app = patched(app, 7, 0x03);
+        assert!(matches!(
+            MetaRecord::parse(&app).unwrap().kind,
+            StoreKind::Append {
+                format: AppendFormat::Sequenced,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn store_meta_conversions() {
+        let meta = StoreMeta {
+            name: "kv".into(),
+            addr: 0x1000,
+            len: 0x2000,
+            rkey: 77,
+            qps: vec![QpMeta {
+                qpn: 17,
+                psn: 1,
+                peer_qpn: 18,
+            }],
+            kind: StoreKind::KeyWrite {
+                slots: 256,
+                slot_size: 32,
+                hash: HashProfile::Reference,
+            },
+        };
+        let rec = MetaRecord::from_store_meta(&meta, false);
+        assert_eq!(rec.rkey, 77);
+        assert!(!rec.verify_icrc);
+        let back = MetaRecord::parse(&rec.to_bytes())
+            .unwrap()
+            .to_store_meta("kv".into());
+        assert_eq!(
+            back,
+            StoreMeta {
+                qps: Vec::new(),
+                ..meta
+            }
+        );
+
+        let huge = StoreMeta {
+            kind: StoreKind::Append {
+                lists: 1,
+                first_list: 0,
+                capacity: 1 << 20,
+                entry_size: 4,
+                batch: 1 << 20,
+                format: AppendFormat::Sequenced,
+                list_stride: 0,
+            },
+            ..back
+        };
+        let rec = MetaRecord::from_store_meta(&huge, true);
+        assert!(matches!(rec.kind, StoreKind::Append { batch: 65535, .. }));
+        assert_eq!(MetaRecord::parse(&rec.to_bytes()), Ok(rec));
+    }
+
+    #[test]
+    fn reference_record() {
+        // §5.5: address as two LE u32 words low first (= one LE u64), then length, then key.
+        let bytes = [
+            0x00, 0x10, 0x20, 0x30, 0x7F, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x11, 0x22,
+            0x33, 0x44,
+        ];
+        let r = ReferenceMetaRecord::parse(&bytes).unwrap();
+        assert_eq!(
+            r,
+            ReferenceMetaRecord {
+                addr: 0x7F_3020_1000,
+                len: 0x40_0000,
+                key: 0x4433_2211,
+            }
+        );
+        let mut out = [0u8; REFERENCE_META_LEN];
+        r.emit(&mut out);
+        assert_eq!(out, bytes);
+        assert_eq!(
+            ReferenceMetaRecord::parse(&bytes[..15]),
+            Err(Error::Truncated)
+        );
+    }
+
+    fn hash_strategy() -> impl Strategy<Value = HashProfile> {
+        prop_oneof![Just(HashProfile::Reference), Just(HashProfile::Independent)]
+    }
+
+    fn kind_strategy() -> impl Strategy<Value = StoreKind> {
+        prop_oneof![
+            (any::<u32>(), any::<u32>(), hash_strategy()).prop_map(|(slots, slot_size, hash)| {
+                StoreKind::KeyWrite {
+                    slots,
+                    slot_size,
+                    hash,
+                }
+            }),
+            (any::<u32>(), hash_strategy())
+                .prop_map(|(slots, hash)| StoreKind::KeyIncrement { slots, hash }),
+            (
+                (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
+                0u32..=u16::MAX as u32,
+                any::<bool>(),
+                any::<u64>()
+            )
+                .prop_map(
+                    |((lists, first_list, capacity, entry_size), batch, seq, list_stride)| {
+                        StoreKind::Append {
+                            lists,
+                            first_list,
+                            capacity,
+                            entry_size,
+                            batch,
+                            format: if seq {
+                                AppendFormat::Sequenced
+                            } else {
+                                AppendFormat::Reference
+                            },
+                            list_stride,
+                        }
+                    }
+                ),
+            (any::<u32>(), any::<u8>(), hash_strategy())
+                .prop_map(|(chunks, hops, hash)| StoreKind::Postcard { chunks, hops, hash }),
+        ]
+    }
+
+    prop_compose! {
+        fn record_strategy()(addr in any::<u64>(), len in any::<u64>(), rkey in any::<u32>(),
+                             verify_icrc in any::<bool>(), kind in kind_strategy()) -> MetaRecord {
+            MetaRecord { addr, len, rkey, verify_icrc, kind }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn record_round_trip(rec in record_strategy()) {
+            let b = rec.to_bytes();
+            prop_assert_eq!(MetaRecord::parse(&b), Ok(rec.clone()));
+            let meta = rec.to_store_meta("s".into());
+            prop_assert_eq!(MetaRecord::from_store_meta(&meta, rec.verify_icrc), rec);
+        }
+
+        #[test]
+        fn record_rejects_any_flipped_bit(rec in record_strategy(), bit in 0usize..512) {
+            let mut b = rec.to_bytes();
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(MetaRecord::parse(&b).is_err());
+        }
+
+        #[test]
+        fn reference_round_trip(addr in any::<u64>(), len in any::<u32>(), key in any::<u32>()) {
+            let r = ReferenceMetaRecord { addr, len, key };
+            let mut out = [0u8; REFERENCE_META_LEN];
+            r.emit(&mut out);
+            prop_assert_eq!(ReferenceMetaRecord::parse(&out), Ok(r));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..100)) {
+            let _ = MetaRecord::parse(&bytes);
+            let _ = ReferenceMetaRecord::parse(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_bodies_with_valid_envelope_never_panic(
+            body in prop::collection::vec(any::<u8>(), 55),
+        ) {
+            // Past magic, version and CRC, so the per-kind checks see random fields.
+            let mut b = [0u8; META_RECORD_LEN];
+            b[..4].copy_from_slice(&META_MAGIC);
+            b[4] = META_VERSION;
+            b[5..60].copy_from_slice(&body);
+            let crc = IEEE.checksum(&b[..60]);
+            b[60..].copy_from_slice(&crc.to_le_bytes());
+            if let Ok(rec) = MetaRecord::parse(&b) {
+                prop_assert_eq!(rec.to_bytes(), b);
+            }
+        }
+    }
+}
