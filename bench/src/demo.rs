@@ -156,7 +156,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
         per_list_events[l as usize].push(j);
     }
     let mut rep = DemoReport::default();
-    let mut check_entries = |readers: &mut Vec<ListReader>, rep: &mut DemoReport, expect_next: &mut Vec<u64>| {
+    let check_entries = |readers: &mut Vec<ListReader>, rep: &mut DemoReport, expect_next: &mut Vec<u64>| {
         for (l, r) in readers.iter_mut().enumerate() {
             let ev = &per_list_events[l];
             let st = r.poll(&region, usize::MAX, |_, entry| {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use dta_io::udp::{UdpOptions, UdpSocket};
 use dta_proto::batch::TxBatch;
-use dta_proto::meta::{CollectorMeta, QpMeta, StoreMeta};
+use dta_proto::meta::{CollectorMeta, QpMeta};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 

@@ -30,12 +30,12 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
     let bad = |what: &str| format!("store {:?}: {what}", cfg.name);
     Ok(match &cfg.kind {
         StoreKindConfig::KeyWrite { slots, slot_size, hash } => {
-            let l = KeyWriteLayout::new(*slots, *slot_size).ok_or_else(|| bad("slots must be a power of two and slot_size one of 8, 16, 32, 64"))?;
+            let l = KeyWriteLayout::new(*slots, *slot_size).map_err(|e| bad(&format!("slots must be a power of two and slot_size one of 8, 16, 32, 64: {e}")))?;
             KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
             (StoreKind::KeyWrite { slots: *slots, slot_size: *slot_size, hash: *hash }, l.region_len())
         }
         StoreKindConfig::KeyIncrement { slots, hash, .. } => {
-            let l = CounterLayout::new(*slots).ok_or_else(|| bad("slots must be a power of two"))?;
+            let l = CounterLayout::new(*slots).map_err(|e| bad(&format!("slots must be a power of two: {e}")))?;
             KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
             (StoreKind::KeyIncrement { slots: *slots, hash: *hash }, l.region_len())
         }
@@ -44,7 +44,7 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
                 return Err(bad("lists must be at least 1"));
             }
             let l = AppendLayout::new(*format, *capacity, *entry_size, *batch)
-                .ok_or_else(|| bad("capacity must be a positive multiple of batch (1..=16), entry_size 1..=32"))?;
+                .map_err(|e| bad(&format!("capacity must be a positive multiple of batch (1..=16), entry_size 1..=32: {e}")))?;
             let stride = l.region_len().div_ceil(LIST_ALIGN) * LIST_ALIGN;
             let len = stride.checked_mul(*lists as u64).ok_or_else(|| bad("too large"))?;
             (
@@ -53,7 +53,7 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
             )
         }
         StoreKindConfig::Postcard { chunks, hops, hash, .. } => {
-            let l = PostcardLayout::new(*chunks, *hops).ok_or_else(|| bad("chunks must be a power of two and hops 1..=16"))?;
+            let l = PostcardLayout::new(*chunks, *hops).map_err(|e| bad(&format!("chunks must be a power of two and hops 1..=16: {e}")))?;
             PostcardHasher::new(*hash, *chunks, 2, *hops).ok_or_else(|| bad("the reference hash profile needs hops = 5"))?;
             (StoreKind::Postcard { chunks: *chunks, hops: *hops, hash: *hash }, l.region_len())
         }

@@ -77,11 +77,9 @@ impl ListReader {
     }
 
     fn trailer(&self, region: &Region, slot: u32) -> Option<(u64, u16)> {
-        let mut t = [0u8; 8];
-        let off = self.base + self.layout.trailer_offset(slot);
+        let off = self.base + self.layout.trailer_offset(slot)?;
         let v = region.load_u64_acquire(off).ok()?;
-        t.copy_from_slice(&v.to_le_bytes());
-        AppendLayout::decode_trailer(t)
+        self.layout.decode_trailer(v.to_le_bytes())
     }
 
     /// The newest batch sequence number in the ring (0 if none), by scanning every trailer.

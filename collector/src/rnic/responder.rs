@@ -116,7 +116,7 @@ pub enum Completion {
 enum InProgress {
     None,
     Write { mr: usize, offset: u64, remaining: u32, total: u32 },
-    Send { start: usize },
+    Send,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -461,7 +461,7 @@ fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
     let h = ReconstructedHeader { src_ip: *d.src.ip(), dst_ip: *d.dst.ip(), src_port: d.src.port(), dst_port: d.dst.port() };
     match d.ip {
         Some(ip) => {
-            if icrc::check_with_ip(&h, ip.ident, ip.dont_frag, d.payload) {
+            if check_with_ip(&h, ip.ident, ip.dont_frag, ip.ttl, ip.tos, d.payload) {
                 IcrcVerdict::Ok
             } else {
                 IcrcVerdict::Bad
@@ -469,6 +469,27 @@ fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
         }
         None => icrc::check_reconstructed(&h, d.payload),
     }
+}
+
+/// Exact ICRC check when the backend saw the IPv4 header (raw frames).
+fn check_with_ip(h: &ReconstructedHeader, ident: u16, df: bool, ttl: u8, tos: u8, transport: &[u8]) -> bool {
+    let Some(body_len) = transport.len().checked_sub(4) else { return false };
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[1] = tos;
+    ip[2..4].copy_from_slice(&((20 + 8 + transport.len()) as u16).to_be_bytes());
+    ip[4..6].copy_from_slice(&ident.to_be_bytes());
+    ip[6..8].copy_from_slice(&(if df { 0x4000u16 } else { 0 }).to_be_bytes());
+    ip[8] = ttl;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&h.src_ip.octets());
+    ip[16..20].copy_from_slice(&h.dst_ip.octets());
+    let mut udp = [0u8; 8];
+    udp[0..2].copy_from_slice(&h.src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&h.dst_port.to_be_bytes());
+    udp[4..6].copy_from_slice(&((8 + transport.len()) as u16).to_be_bytes());
+    let want = u32::from_le_bytes(transport[body_len..].try_into().expect("4 bytes"));
+    icrc::icrc_ipv4(&ip, &udp, &transport[..body_len]) == want
 }
 
 fn resolve<'m>(mrs: &'m [Option<Mr>], rkey: Rkey, va: u64, len: u64, need: fn(&Access) -> bool, c: &mut RnicCounters) -> Result<(usize, u64, &'m Mr), Fault> {
@@ -496,13 +517,13 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
     // Opcode order: a FIRST must be followed by MIDDLE*/LAST of the same kind.
     let continuing = matches!(opc, op::RC_RDMA_WRITE_MIDDLE | op::RC_RDMA_WRITE_LAST | op::RC_RDMA_WRITE_LAST_IMM | op::RC_SEND_MIDDLE | op::RC_SEND_LAST | op::RC_SEND_LAST_IMM);
     match (qp.in_progress, continuing) {
-        (InProgress::None, true) | (InProgress::Write { .. } | InProgress::Send { .. }, false) => {
+        (InProgress::None, true) | (InProgress::Write { .. } | InProgress::Send, false) => {
             return Err(Fault::Invalid);
         }
         (InProgress::Write { .. }, true) if !matches!(opc, op::RC_RDMA_WRITE_MIDDLE | op::RC_RDMA_WRITE_LAST | op::RC_RDMA_WRITE_LAST_IMM) => {
             return Err(Fault::Invalid);
         }
-        (InProgress::Send { .. }, true) if !matches!(opc, op::RC_SEND_MIDDLE | op::RC_SEND_LAST | op::RC_SEND_LAST_IMM) => {
+        (InProgress::Send, true) if !matches!(opc, op::RC_SEND_MIDDLE | op::RC_SEND_LAST | op::RC_SEND_LAST_IMM) => {
             return Err(Fault::Invalid);
         }
         _ => {}
@@ -629,7 +650,7 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
             qp.send_buf.clear();
             qp.send_buf.extend_from_slice(pkt.payload);
             if opc == op::RC_SEND_FIRST {
-                qp.in_progress = InProgress::Send { start: 0 };
+                qp.in_progress = InProgress::Send;
             } else {
                 finish_send(qp, cq, pkt.imm);
             }

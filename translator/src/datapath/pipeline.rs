@@ -389,18 +389,18 @@ impl Pipeline {
         let err = |m: &str| ConfigError(format!("store {}: {m}", meta.name));
         let (state, payload_len) = match &meta.kind {
             StoreKind::KeyWrite { slots, slot_size, hash } => {
-                let layout = KeyWriteLayout::new(*slots, *slot_size).ok_or_else(|| err("bad Key-Write geometry"))?;
+                let layout = KeyWriteLayout::new(*slots, *slot_size).map_err(|e| err(&format!("bad Key-Write geometry: {e}")))?;
                 let hasher = KeyHasher::new(*hash, *slots).ok_or_else(|| err("bad slot count"))?;
                 (StoreState::KeyWrite { hasher, layout }, *slot_size as usize)
             }
             StoreKind::KeyIncrement { slots, hash } => {
-                let layout = CounterLayout::new(*slots).ok_or_else(|| err("bad counter geometry"))?;
+                let layout = CounterLayout::new(*slots).map_err(|e| err(&format!("bad counter geometry: {e}")))?;
                 let hasher = KeyHasher::new(*hash, *slots).ok_or_else(|| err("bad slot count"))?;
                 let atomic = FrameTemplate::new(ep, op::RC_FETCH_ADD, qpb.remote_qpn, 0);
                 (StoreState::KeyIncrement { hasher, layout, atomic }, 0)
             }
             StoreKind::Append { lists, first_list, capacity, entry_size, batch, format, list_stride } => {
-                let layout = AppendLayout::new(*format, *capacity, *entry_size, *batch).ok_or_else(|| err("bad Append geometry"))?;
+                let layout = AppendLayout::new(*format, *capacity, *entry_size, *batch).map_err(|e| err(&format!("bad Append geometry: {e}")))?;
                 if *list_stride < layout.region_len() || list_stride.saturating_mul(*lists as u64) > meta.len {
                     return Err(err("lists do not fit the region"));
                 }
@@ -429,7 +429,7 @@ impl Pipeline {
                 (StoreState::Append(st), payload)
             }
             StoreKind::Postcard { chunks, hops, hash } => {
-                let layout = PostcardLayout::new(*chunks, *hops).ok_or_else(|| err("bad Postcarding geometry"))?;
+                let layout = PostcardLayout::new(*chunks, *hops).map_err(|e| err(&format!("bad Postcarding geometry: {e}")))?;
                 let cache_slots = cfg.postcard_cache_slots;
                 let hasher = PostcardHasher::new(*hash, *chunks, cache_slots, *hops).ok_or_else(|| err("bad postcard hashing parameters"))?;
                 let local = (cache_slots as usize).div_ceil(cfg.workers);
@@ -802,9 +802,9 @@ impl Pipeline {
         let (local, mac) = (self.cfg.local, self.cfg.local_mac);
         let ok = tx.push_with(dest, if l2 { L2L4_LEN } else { 0 }, |buf| {
             if l2 {
-                crate::datapath::udp_frame::emit(buf, mac, local, dest, |p| nack.emit(p).unwrap_or(0))
+                crate::datapath::udp_frame::emit(buf, mac, local, dest, |p| nack.emit(p))
             } else {
-                nack.emit(buf).unwrap_or(0)
+                nack.emit(buf)
             }
         });
         if ok {
@@ -1110,7 +1110,7 @@ fn emit_chunk(s: &mut Store, _workers: usize, idx: usize, now: u64, off: usize, 
     let mut chunk = [0u8; 64];
     for h in 0..hops {
         let word = if h < len_hops && e.mask & (1 << h) != 0 {
-            p.hasher.encode(&e.flow, h, e.values[h])
+            p.hasher.encode(&e.flow, h, e.values[h]).unwrap_or_else(|| p.hasher.encode_blank(&e.flow, h))
         } else {
             p.hasher.encode_blank(&e.flow, h)
         };

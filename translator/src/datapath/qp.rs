@@ -79,6 +79,14 @@ pub enum QpEvent {
     Broken,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    psn: Psn,
+    sent_at: u64,
+    /// ACKs at or beyond the probe's PSN arrived; conclude when none arrived for a while.
+    settle_at: Option<u64>,
+}
+
 /// PSN and ACK state of one requester QP.
 #[derive(Debug, Clone)]
 pub struct QpTx {
@@ -96,8 +104,8 @@ pub struct QpTx {
     since_ackreq: u32,
     /// The newest AckReq'd PSN awaiting its ACK, and when it was sent.
     awaiting: Option<(Psn, u64)>,
-    /// An outstanding probe (PSN, sent at): new frames wait until it is answered.
-    probing: Option<(Psn, u64)>,
+    /// An outstanding probe: new frames wait until it is answered.
+    probing: Option<Probe>,
     /// When loss was first suspected (for resync latency).
     loss_since: Option<u64>,
     probes_unanswered: u32,
@@ -203,11 +211,16 @@ impl QpTx {
                 if self.awaiting.is_some_and(|(want, _)| psn.diff(want) >= 0) {
                     self.awaiting = None;
                 }
-                if self.probing.is_some_and(|(p, _)| psn.diff(p) >= -1) {
-                    // The probe was answered, either executed (psn == probe) or re-ACKed as
-                    // a duplicate (psn = last executed). Continue right after it.
-                    self.probing = None;
-                    self.resync(self.confirmed);
+                if let Some(p) = self.probing.as_mut() {
+                    if self.confirmed == self.high_next {
+                        // Everything we ever sent is confirmed: the ACK was merely late.
+                        self.probing = None;
+                        self.resync(self.confirmed);
+                    } else if psn.diff(p.psn) >= -1 {
+                        // Either the probe's answer or a late ACK sent before it: the answer
+                        // is the last response in the FIFO, so wait until they stop coming.
+                        p.settle_at = Some(now + self.tuning.ack_timeout_ns / 4);
+                    }
                 }
                 if self.probing.is_none() {
                     if let Some(t) = self.loss_since.take() {
@@ -284,8 +297,22 @@ impl QpTx {
     /// zero-length WRITE with AckReq carrying exactly that PSN (taken with
     /// [`QpTx::take_probe`]).
     pub fn poll_timeout(&mut self, now: u64) -> Option<Psn> {
+        if let Some(p) = self.probing {
+            if let Some(settle) = p.settle_at {
+                if now >= settle {
+                    // The probe was answered and no response followed: the responder expects
+                    // the PSN right after the last one it confirmed.
+                    self.probing = None;
+                    self.resync(self.confirmed);
+                    if let Some(t) = self.loss_since.take() {
+                        self.note_resync(now.saturating_sub(t));
+                    }
+                }
+                return None;
+            }
+        }
         let sent_at = match (self.probing, self.awaiting) {
-            (Some((_, t)), _) => t,
+            (Some(p), _) => p.sent_at,
             (None, Some((_, t))) => t,
             (None, None) => return None,
         };
@@ -302,8 +329,10 @@ impl QpTx {
             self.probing = None;
             return None;
         }
-        // Rewind: the probe reuses the oldest unconfirmed PSN. If that PSN was in fact
-        // executed, the responder treats the probe as a duplicate and says so.
+        // The probe reuses the oldest unconfirmed PSN: the responder either executes it (it
+        // was waiting for exactly that PSN) or treats it as a duplicate and re-ACKs the last
+        // PSN it executed. Either way it answers, even if it is silently dropping everything
+        // newer after a lost NAK.
         self.next_psn = self.confirmed;
         self.awaiting = None;
         self.since_ackreq = 0;
@@ -314,17 +343,19 @@ impl QpTx {
     pub fn take_probe(&mut self, now: u64) -> Psn {
         let psn = self.take_with_ackreq(now);
         self.awaiting = None;
-        self.probing = Some((psn, now));
+        self.probing = Some(Probe { psn, sent_at: now, settle_at: None });
         self.stats.probes += 1;
         psn
     }
 
     /// When the next timer fires, if any (ns).
     pub fn next_deadline(&self) -> Option<u64> {
-        let t = self
-            .probing
-            .or(self.awaiting)
-            .map(|(_, at)| at + self.tuning.ack_timeout_ns);
+        let t = match (self.probing, self.awaiting) {
+            (Some(Probe { settle_at: Some(s), .. }), _) => Some(s),
+            (Some(p), _) => Some(p.sent_at + self.tuning.ack_timeout_ns),
+            (None, Some((_, at))) => Some(at + self.tuning.ack_timeout_ns),
+            (None, None) => None,
+        };
         match (t, self.paused_until) {
             (Some(t), p) if p > 0 => Some(t.min(p)),
             (None, p) if p > 0 => Some(p),
@@ -387,9 +418,12 @@ mod tests {
         assert!(q.is_paused(1500), "no new frames while the probe is outstanding");
         // Responder had executed up to PSN 0 (the probe is a duplicate): it re-ACKs PSN 0.
         q.on_response(1600, Syndrome::Ack { credits: 31 }, Psn::new(0));
-        assert!(!q.is_paused(1600));
+        assert!(q.is_paused(1600), "waits for later responses to settle");
+        assert_eq!(q.poll_timeout(1700), None);
+        assert_eq!(q.poll_timeout(1850), None);
+        assert!(!q.is_paused(1850));
         assert_eq!(q.next_psn(), Psn::new(1), "continue right after the last executed PSN");
-        assert_eq!(q.stats.resync_ns_max, 1600, "measured from the unanswered AckReq");
+        assert_eq!(q.stats.resync_ns_max, 1850, "measured from the unanswered AckReq");
     }
 
     #[test]
@@ -407,8 +441,25 @@ mod tests {
         assert_eq!(p, Psn::new(0));
         q.take_probe(2000);
         q.on_response(2100, Syndrome::Ack { credits: 31 }, Psn::new(0));
+        q.poll_timeout(2400);
         assert_eq!(q.next_psn(), Psn::new(1));
         assert_eq!(q.confirmed_psn(), Psn::new(1));
+    }
+
+    #[test]
+    fn late_ack_during_probe_is_not_mistaken_for_the_answer() {
+        let mut q = qp();
+        for _ in 0..8 {
+            q.take(0);
+        }
+        // PSN 1 (AckReq) is late; a probe goes out at 0xFFFFFE.
+        assert!(q.poll_timeout(1000).is_some());
+        q.take_probe(1000);
+        // The late ACK for PSN 1 arrives, then the probe's answer: all 8 frames executed.
+        q.on_response(1100, Syndrome::Ack { credits: 31 }, Psn::new(1));
+        q.on_response(1150, Syndrome::Ack { credits: 31 }, Psn::new(5));
+        assert_eq!(q.next_psn(), Psn::new(6), "resumes after the last executed PSN, no duplicates");
+        assert!(!q.is_paused(1150));
     }
 
     #[test]
