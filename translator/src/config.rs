@@ -163,7 +163,7 @@ pub struct ReliabilitySection {
 
 impl Default for ReliabilitySection {
     fn default() -> Self {
-        ReliabilitySection { ack_every: 64, ack_timeout_us: 5000, max_probes: 8 }
+        ReliabilitySection { ack_every: 64, ack_timeout_us: 20_000, max_probes: 8 }
     }
 }
 
