@@ -159,8 +159,14 @@ mod tests {
         let data: Vec<u8> = (0..100u32).map(|i| (i * 37 + 11) as u8).collect();
         let other = Crc32::new(0x5D9E_2BB1);
         for len in 0..data.len() {
-            assert_eq!(IEEE.checksum(&data[..len]), bitwise(0x04C1_1DB7, &data[..len]));
-            assert_eq!(other.checksum(&data[..len]), bitwise(0x5D9E_2BB1, &data[..len]));
+            assert_eq!(
+                IEEE.checksum(&data[..len]),
+                bitwise(0x04C1_1DB7, &data[..len])
+            );
+            assert_eq!(
+                other.checksum(&data[..len]),
+                bitwise(0x5D9E_2BB1, &data[..len])
+            );
         }
     }
 
@@ -168,8 +174,13 @@ mod tests {
     fn resume_from_prefix_state() {
         let data = b"constant prefix | variable tail";
         let s = IEEE.update(CRC_INIT, &data[..16]);
-        assert_eq!(Crc32::finish(IEEE.update(s, &data[16..])), IEEE.checksum(data));
-        let s2 = data[..16].iter().fold(CRC_INIT, |s, &b| IEEE.update_byte(s, b));
+        assert_eq!(
+            Crc32::finish(IEEE.update(s, &data[16..])),
+            IEEE.checksum(data)
+        );
+        let s2 = data[..16]
+            .iter()
+            .fold(CRC_INIT, |s, &b| IEEE.update_byte(s, b));
         assert_eq!(s, s2);
     }
 }

@@ -24,7 +24,10 @@ impl Key {
         if bytes.is_empty() || bytes.len() > MAX_KEY_LEN {
             return None;
         }
-        let mut k = Key { len: bytes.len() as u8, bytes: [0; MAX_KEY_LEN] };
+        let mut k = Key {
+            len: bytes.len() as u8,
+            bytes: [0; MAX_KEY_LEN],
+        };
         k.bytes[..bytes.len()].copy_from_slice(bytes);
         Some(k)
     }
@@ -32,7 +35,10 @@ impl Key {
     /// The key a reference-profile Key-Write/Key-Increment report with wire key `k` hashes.
     #[inline]
     pub fn from_u32_reference(k: u32) -> Key {
-        let mut key = Key { len: 4, bytes: [0; MAX_KEY_LEN] };
+        let mut key = Key {
+            len: 4,
+            bytes: [0; MAX_KEY_LEN],
+        };
         key.bytes[..4].copy_from_slice(&k.to_le_bytes());
         key
     }
@@ -76,7 +82,10 @@ impl Value {
         if bytes.len() > MAX_VALUE_LEN {
             return None;
         }
-        let mut v = Value { len: bytes.len() as u8, bytes: [0; MAX_VALUE_LEN] };
+        let mut v = Value {
+            len: bytes.len() as u8,
+            bytes: [0; MAX_VALUE_LEN],
+        };
         v.bytes[..bytes.len()].copy_from_slice(bytes);
         Some(v)
     }
@@ -119,7 +128,10 @@ mod tests {
         assert!(Key::new(&[]).is_none());
         assert!(Key::new(&[0; 17]).is_none());
         assert_eq!(Key::new(&[1, 2, 3]).unwrap().as_bytes(), &[1, 2, 3]);
-        assert_eq!(Key::from_u32_reference(0x0A00_0001).as_bytes(), &[1, 0, 0, 0x0A]);
+        assert_eq!(
+            Key::from_u32_reference(0x0A00_0001).as_bytes(),
+            &[1, 0, 0, 0x0A]
+        );
         assert!(Value::new(&[0; 33]).is_none());
         assert_eq!(Value::new(&[9; 20]).unwrap().len(), 20);
     }

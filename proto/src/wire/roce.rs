@@ -1,1 +1,803 @@
-//! (in progress)
+//! RoCEv2 frames: Ethernet + IPv4 + UDP + BTH + extension headers + payload + pad + ICRC.
+//!
+//! Three ways in and out:
+//! - [`RocePacket::parse`] reads a UDP payload (BTH .. ICRC); [`parse_frame`] reads a whole
+//!   Ethernet frame. Neither checks the ICRC: that is [`crate::icrc`]'s job.
+//! - [`FrameTemplate`] is the translator's hot path: everything that is constant per
+//!   (connection, opcode, payload length), including the CRC register over the constant prefix,
+//!   is computed once, so a frame costs a 54-byte copy, the caller's field writes and a CRC over
+//!   the variable tail (28 bytes for a Key-Write).
+//! - [`build_frame`] is the general, slower builder for rare frames (CM MADs, ACKs, read
+//!   responses of varying length).
+//!
+//! Frames always carry DF, UDP checksum 0, and the ICRC least-significant byte first, as rxe.
+
+use std::net::Ipv4Addr;
+
+use super::ethernet::{self, EthernetFrame, EthernetRepr, MacAddr};
+use super::ib::{
+    opcode_info, Aeth, AethRepr, AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr, Bth,
+    BthRepr, Deth, DethRepr, ImmDt, Psn, Qpn, Reth, RethRepr, AETH_LEN, ATOMIC_ACK_ETH_LEN,
+    ATOMIC_ETH_LEN, BTH_LEN, DETH_LEN, ICRC_LEN, IMMDT_LEN, RETH_LEN,
+};
+use super::ipv4::{self, Ipv4Packet, Ipv4Repr};
+use super::udp::{self, UdpPacket, UdpRepr};
+use super::{Error, Result};
+use crate::consts::ROCEV2_PORT;
+use crate::crc::IEEE;
+use crate::icrc;
+
+/// Ethernet + IPv4 (no options) + UDP header bytes: `&frame[FRAME_HEADERS_LEN..]` is the UDP
+/// payload.
+pub const FRAME_HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
+/// Alias of [`FRAME_HEADERS_LEN`].
+pub const L2L4_LEN: usize = FRAME_HEADERS_LEN;
+
+/// Frame offset of the BTH.
+const BTH_OFFSET: usize = L2L4_LEN;
+/// Frame offset of the BTH word holding AckReq and the PSN.
+const PSN_WORD_OFFSET: usize = BTH_OFFSET + 8;
+/// Frame bytes up to and including the BTH.
+const HEADERS_WITH_BTH: usize = BTH_OFFSET + BTH_LEN;
+
+/// Pad bytes that bring a payload to a multiple of 4.
+#[inline]
+pub const fn pad_len(payload_len: usize) -> usize {
+    payload_len.wrapping_neg() & 3
+}
+
+/// Length of a whole frame with `ext_len` bytes of extension headers and a `payload_len`-byte
+/// payload (pad and ICRC included).
+#[inline]
+pub const fn frame_len(ext_len: usize, payload_len: usize) -> usize {
+    HEADERS_WITH_BTH + ext_len + payload_len + pad_len(payload_len) + ICRC_LEN
+}
+
+/// The transport part of a RoCEv2 packet (the UDP payload), parsed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RocePacket<'a> {
+    /// Base transport header.
+    pub bth: BthRepr,
+    /// RETH, for opcodes that carry one.
+    pub reth: Option<RethRepr>,
+    /// AtomicETH, for Compare & Swap and Fetch & Add.
+    pub atomic: Option<AtomicEthRepr>,
+    /// AETH, for acknowledgements and read responses.
+    pub aeth: Option<AethRepr>,
+    /// AtomicAckETH, for atomic acknowledgements.
+    pub atomic_ack: Option<AtomicAckEthRepr>,
+    /// Immediate data, for the `_IMM` opcodes.
+    pub imm: Option<u32>,
+    /// DETH, for UD sends.
+    pub deth: Option<DethRepr>,
+    /// The payload without pad bytes.
+    pub payload: &'a [u8],
+    /// The ICRC as rxe computes it: `u32::from_le_bytes(last four bytes)`.
+    pub icrc: u32,
+}
+
+impl<'a> RocePacket<'a> {
+    /// Parses a UDP payload from the BTH to the ICRC.
+    ///
+    /// `Truncated` if shorter than its headers and ICRC; `UnknownOpcode` for opcodes outside
+    /// [`opcode_info`]; `Malformed` if TVer ≠ 0, the pad count exceeds the payload, or an opcode
+    /// without payload carries bytes after its headers. Never panics.
+    pub fn parse(transport: &'a [u8]) -> Result<Self> {
+        if transport.len() < BTH_LEN + ICRC_LEN {
+            return Err(Error::Truncated);
+        }
+        let bth = BthRepr::parse(&Bth::new_unchecked(transport))?;
+        let info = opcode_info(bth.opcode).ok_or(Error::UnknownOpcode)?;
+        if bth.tver != 0 {
+            return Err(Error::Malformed);
+        }
+        let body_end = transport.len() - ICRC_LEN;
+        if body_end < BTH_LEN + info.ext_len() {
+            return Err(Error::Truncated);
+        }
+        let mut off = BTH_LEN;
+        let mut take = |n: usize| {
+            let s = &transport[off..off + n];
+            off += n;
+            s
+        };
+        let deth = match info.deth {
+            true => Some(DethRepr::parse(&Deth::new_unchecked(take(DETH_LEN)))?),
+            false => None,
+        };
+        let reth = match info.reth {
+            true => Some(RethRepr::parse(&Reth::new_unchecked(take(RETH_LEN)))?),
+            false => None,
+        };
+        let atomic = match info.atomic_eth {
+            true => Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(take(
+                ATOMIC_ETH_LEN,
+            )))?),
+            false => None,
+        };
+        let aeth = match info.aeth {
+            true => Some(AethRepr::parse(&Aeth::new_unchecked(take(AETH_LEN)))?),
+            false => None,
+        };
+        let atomic_ack = match info.atomic_ack {
+            true => Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(
+                take(ATOMIC_ACK_ETH_LEN),
+            ))?),
+            false => None,
+        };
+        let imm = match info.imm {
+            true => Some(ImmDt::new_checked(take(IMMDT_LEN))?.imm()),
+            false => None,
+        };
+        let padded = &transport[off..body_end];
+        let pad = bth.pad_count as usize;
+        if pad > padded.len() || (!info.has_payload && !padded.is_empty()) {
+            return Err(Error::Malformed);
+        }
+        let icrc = &transport[body_end..];
+        Ok(RocePacket {
+            bth,
+            reth,
+            atomic,
+            aeth,
+            atomic_ack,
+            imm,
+            deth,
+            payload: &padded[..padded.len() - pad],
+            icrc: u32::from_le_bytes([icrc[0], icrc[1], icrc[2], icrc[3]]),
+        })
+    }
+
+    /// Length of the extension headers present.
+    #[inline]
+    pub fn ext_len(&self) -> usize {
+        self.deth.map_or(0, |_| DETH_LEN)
+            + self.reth.map_or(0, |_| RETH_LEN)
+            + self.atomic.map_or(0, |_| ATOMIC_ETH_LEN)
+            + self.aeth.map_or(0, |_| AETH_LEN)
+            + self.atomic_ack.map_or(0, |_| ATOMIC_ACK_ETH_LEN)
+            + self.imm.map_or(0, |_| IMMDT_LEN)
+    }
+
+    /// Bytes `emit` writes: BTH, extension headers, payload, `bth.pad_count` pad bytes, ICRC.
+    #[inline]
+    pub fn buffer_len(&self) -> usize {
+        BTH_LEN + self.ext_len() + self.payload.len() + (self.bth.pad_count & 3) as usize + ICRC_LEN
+    }
+
+    /// Writes the extension headers present, in the spec's order, and returns their length.
+    pub fn emit_ext(&self, buf: &mut [u8]) -> usize {
+        let mut off = 0;
+        let mut next = |n: usize| {
+            let s = off..off + n;
+            off += n;
+            s
+        };
+        if let Some(d) = &self.deth {
+            d.emit(&mut Deth::new_unchecked(&mut buf[next(DETH_LEN)]));
+        }
+        if let Some(r) = &self.reth {
+            r.emit(&mut Reth::new_unchecked(&mut buf[next(RETH_LEN)]));
+        }
+        if let Some(a) = &self.atomic {
+            a.emit(&mut AtomicEth::new_unchecked(
+                &mut buf[next(ATOMIC_ETH_LEN)],
+            ));
+        }
+        if let Some(a) = &self.aeth {
+            a.emit(&mut Aeth::new_unchecked(&mut buf[next(AETH_LEN)]));
+        }
+        if let Some(a) = &self.atomic_ack {
+            a.emit(&mut AtomicAckEth::new_unchecked(
+                &mut buf[next(ATOMIC_ACK_ETH_LEN)],
+            ));
+        }
+        if let Some(i) = self.imm {
+            ImmDt::new_unchecked(&mut buf[next(IMMDT_LEN)]).set_imm(i);
+        }
+        off
+    }
+
+    /// Writes the transport bytes as they are (the BTH as given, zero pad bytes, `self.icrc`
+    /// little-endian, not recomputed) and returns [`buffer_len`](Self::buffer_len).
+    pub fn emit(&self, buf: &mut [u8]) -> usize {
+        let len = self.buffer_len();
+        let buf = &mut buf[..len];
+        self.bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
+        let mut off = BTH_LEN + self.emit_ext(&mut buf[BTH_LEN..]);
+        buf[off..off + self.payload.len()].copy_from_slice(self.payload);
+        off += self.payload.len();
+        buf[off..len - ICRC_LEN].fill(0);
+        buf[len - ICRC_LEN..].copy_from_slice(&self.icrc.to_le_bytes());
+        len
+    }
+}
+
+/// Addresses and IPv4 fields of one direction of a RoCEv2 flow.
+///
+/// `ident` is 0 by default because Linux sends ID 0 for DF datagrams of unconnected UDP
+/// sockets, so a translator sending through a kernel UDP socket produces exactly the header the
+/// ICRC was computed over (and a responder behind a UDP socket verifies it at full strength).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct RoceEndpoint {
+    /// Source MAC.
+    pub src_mac: MacAddr,
+    /// Destination MAC.
+    pub dst_mac: MacAddr,
+    /// Source IPv4 address.
+    pub src_ip: Ipv4Addr,
+    /// Destination IPv4 address.
+    pub dst_ip: Ipv4Addr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port (4791).
+    pub dst_port: u16,
+    /// IPv4 TTL.
+    pub ttl: u8,
+    /// IPv4 TOS byte (DSCP and ECN).
+    pub tos: u8,
+    /// IPv4 identification.
+    pub ident: u16,
+}
+
+impl Default for RoceEndpoint {
+    fn default() -> Self {
+        RoceEndpoint {
+            src_mac: MacAddr::ZERO,
+            dst_mac: MacAddr::ZERO,
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst_ip: Ipv4Addr::UNSPECIFIED,
+            src_port: ROCEV2_PORT,
+            dst_port: ROCEV2_PORT,
+            ttl: 64,
+            tos: 0,
+            ident: 0,
+        }
+    }
+}
+
+impl RoceEndpoint {
+    /// The other direction: MACs, addresses and ports swapped; TTL, TOS and ident kept.
+    #[inline]
+    pub fn reversed(&self) -> RoceEndpoint {
+        RoceEndpoint {
+            src_mac: self.dst_mac,
+            dst_mac: self.src_mac,
+            src_ip: self.dst_ip,
+            dst_ip: self.src_ip,
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+            ..*self
+        }
+    }
+}
+
+/// Writes Ethernet, IPv4 (with checksum), UDP (checksum 0) and the BTH into `out[..54]` for a
+/// UDP payload of `transport_len` bytes.
+fn write_headers(ep: &RoceEndpoint, bth: &BthRepr, transport_len: usize, out: &mut [u8]) {
+    let out = &mut out[..HEADERS_WITH_BTH];
+    EthernetRepr {
+        src: ep.src_mac,
+        dst: ep.dst_mac,
+        ethertype: ethernet::ETHERTYPE_IPV4,
+    }
+    .emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
+    let l3 = &mut out[ethernet::HEADER_LEN..];
+    Ipv4Repr {
+        src: ep.src_ip,
+        dst: ep.dst_ip,
+        protocol: ipv4::PROTO_UDP,
+        ttl: ep.ttl,
+        tos: ep.tos,
+        ident: ep.ident,
+        dont_frag: true,
+        payload_len: udp::HEADER_LEN + transport_len,
+    }
+    .emit(&mut Ipv4Packet::new_unchecked(&mut l3[..ipv4::HEADER_LEN]));
+    let l4 = &mut l3[ipv4::HEADER_LEN..];
+    UdpRepr {
+        src_port: ep.src_port,
+        dst_port: ep.dst_port,
+        payload_len: transport_len,
+    }
+    .emit(&mut UdpPacket::new_unchecked(&mut l4[..udp::HEADER_LEN]));
+    bth.emit(&mut Bth::new_unchecked(&mut l4[udp::HEADER_LEN..]));
+}
+
+/// Splits the IPv4 and UDP headers of a frame written by `write_headers` into arrays.
+#[inline]
+fn l3l4_headers(frame: &[u8]) -> ([u8; 20], [u8; 8]) {
+    let mut ip = [0u8; 20];
+    ip.copy_from_slice(&frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + 20]);
+    let mut udp = [0u8; 8];
+    udp.copy_from_slice(&frame[ethernet::HEADER_LEN + 20..L2L4_LEN]);
+    (ip, udp)
+}
+
+/// Builds a whole frame (the slow, general path) and returns its length.
+///
+/// `bth.pad_count` is ignored and set from `payload.len()`; `ext` is copied as given, so the
+/// caller answers for it matching the opcode ([`RocePacket::emit_ext`] writes it). Panics if
+/// `out` is shorter than [`frame_len`]`(ext.len(), payload.len())` or the frame exceeds the
+/// IPv4 length limit.
+pub fn build_frame(
+    ep: &RoceEndpoint,
+    bth: &BthRepr,
+    ext: &[u8],
+    payload: &[u8],
+    out: &mut [u8],
+) -> usize {
+    let pad = pad_len(payload.len());
+    let len = frame_len(ext.len(), payload.len());
+    let out = &mut out[..len];
+    let bth = BthRepr {
+        pad_count: pad as u8,
+        ..*bth
+    };
+    write_headers(ep, &bth, len - L2L4_LEN, out);
+    let mut off = HEADERS_WITH_BTH;
+    out[off..off + ext.len()].copy_from_slice(ext);
+    off += ext.len();
+    out[off..off + payload.len()].copy_from_slice(payload);
+    off += payload.len();
+    out[off..off + pad].fill(0);
+    off += pad;
+    let (ip, udp) = l3l4_headers(out);
+    let crc = icrc::icrc_ipv4(&ip, &udp, &out[L2L4_LEN..off]);
+    out[off..].copy_from_slice(&crc.to_le_bytes());
+    len
+}
+
+/// A whole RoCEv2 frame, parsed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ParsedFrame<'a> {
+    /// Ethernet header.
+    pub eth: EthernetRepr,
+    /// IPv4 header.
+    pub ip: Ipv4Repr,
+    /// UDP header.
+    pub udp: UdpRepr,
+    /// Transport headers and payload.
+    pub roce: RocePacket<'a>,
+    /// The UDP payload (BTH .. ICRC), e.g. for [`crate::icrc::check_reconstructed`].
+    pub transport: &'a [u8],
+}
+
+/// Parses an Ethernet frame carrying RoCEv2 over IPv4 (ICRC not checked; the UDP port is not
+/// judged, so the caller decides what to do with non-4791 traffic).
+///
+/// `UnknownOpcode` for a non-IPv4 EtherType or a non-UDP protocol; otherwise the errors of the
+/// layers (a bad IPv4 checksum, or a nonzero UDP checksum that is wrong, is `Malformed`).
+/// Ethernet padding is ignored.
+pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
+    let eth = EthernetRepr::parse(&EthernetFrame::new_checked(frame)?)?;
+    if eth.ethertype != ethernet::ETHERTYPE_IPV4 {
+        return Err(Error::UnknownOpcode);
+    }
+    let l3 = &frame[ethernet::HEADER_LEN..];
+    let ip_view = Ipv4Packet::new_checked(l3)?;
+    let ip = Ipv4Repr::parse(&ip_view)?;
+    if ip.protocol != ipv4::PROTO_UDP {
+        return Err(Error::UnknownOpcode);
+    }
+    let hl = ip_view.header_len();
+    let l4 = &l3[hl..hl + ip.payload_len];
+    let udp_view = UdpPacket::new_checked(l4)?;
+    let udp = UdpRepr::parse(&udp_view)?;
+    if !udp_view.verify_checksum(ip.src, ip.dst) {
+        return Err(Error::Malformed);
+    }
+    let transport = &l4[udp::HEADER_LEN..udp::HEADER_LEN + udp.payload_len];
+    let roce = RocePacket::parse(transport)?;
+    Ok(ParsedFrame {
+        eth,
+        ip,
+        udp,
+        roce,
+        transport,
+    })
+}
+
+/// A precomputed frame for one (endpoint, BTH, payload length): the translator's hot path.
+///
+/// Holds the Ethernet, IPv4 (with checksum), UDP and BTH bytes, and the ICRC register after the
+/// constant prefix (the eight 0xFF bytes, the masked IPv4 and UDP headers and BTH bytes 0..8).
+/// [`emit`](Self::emit) then only copies, lets the caller write the extension headers and
+/// payload in place, sets AckReq and the PSN and finishes the CRC over the variable tail. No
+/// allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameTemplate {
+    headers: [u8; HEADERS_WITH_BTH],
+    prefix_state: u32,
+    ext_len: usize,
+    payload_len: usize,
+    frame_len: usize,
+}
+
+impl FrameTemplate {
+    /// A template with P_Key 0xFFFF, MigReq set (like the reference artefact; rxe ignores it),
+    /// SE clear, and the pad count derived from `payload_len`.
+    ///
+    /// Panics on an opcode outside [`opcode_info`], a nonzero payload for an opcode without
+    /// one, or a frame over the IPv4 length limit (all programming errors).
+    pub fn new(ep: &RoceEndpoint, opcode: u8, dest_qp: Qpn, payload_len: usize) -> FrameTemplate {
+        let bth = BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            tver: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn: Psn::new(0),
+        };
+        Self::with_bth(ep, &bth, payload_len)
+    }
+
+    /// A template from a full BTH; its `pad_count`, `ack_req` and `psn` are ignored (the first
+    /// is derived from `payload_len`, the others are per frame). Panics like [`new`](Self::new).
+    pub fn with_bth(ep: &RoceEndpoint, bth: &BthRepr, payload_len: usize) -> FrameTemplate {
+        let info = opcode_info(bth.opcode).expect("FrameTemplate: unsupported opcode");
+        assert!(
+            info.has_payload || payload_len == 0,
+            "FrameTemplate: opcode {:#04x} carries no payload",
+            bth.opcode
+        );
+        let ext_len = info.ext_len();
+        let frame_len = frame_len(ext_len, payload_len);
+        assert!(
+            frame_len - ethernet::HEADER_LEN <= u16::MAX as usize,
+            "FrameTemplate: frame too long"
+        );
+        let bth = BthRepr {
+            pad_count: pad_len(payload_len) as u8,
+            ack_req: false,
+            psn: Psn::new(0),
+            ..*bth
+        };
+        let mut headers = [0u8; HEADERS_WITH_BTH];
+        write_headers(ep, &bth, frame_len - L2L4_LEN, &mut headers);
+        let (ip, udp) = l3l4_headers(&headers);
+        let prefix_state =
+            icrc::masked_prefix_state(&ip, &udp, &headers[BTH_OFFSET..PSN_WORD_OFFSET]);
+        FrameTemplate {
+            headers,
+            prefix_state,
+            ext_len,
+            payload_len,
+            frame_len,
+        }
+    }
+
+    /// Length of every frame this template emits.
+    #[inline]
+    pub fn frame_len(&self) -> usize {
+        self.frame_len
+    }
+
+    /// Length of the extension headers the caller writes.
+    #[inline]
+    pub fn ext_len(&self) -> usize {
+        self.ext_len
+    }
+
+    /// Payload length (without pad).
+    #[inline]
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    /// Frame offset of the payload (after the extension headers).
+    #[inline]
+    pub fn payload_offset(&self) -> usize {
+        HEADERS_WITH_BTH + self.ext_len
+    }
+
+    /// The BTH opcode.
+    #[inline]
+    pub fn opcode(&self) -> u8 {
+        self.headers[BTH_OFFSET]
+    }
+
+    /// The BTH destination QP.
+    #[inline]
+    pub fn dest_qp(&self) -> Qpn {
+        Bth::new_unchecked(&self.headers[BTH_OFFSET..]).dest_qp()
+    }
+
+    /// Emits one frame into `out` and returns its length.
+    ///
+    /// `fill` receives the `ext_len() + payload_len()` bytes after the BTH (extension headers,
+    /// then payload) and must write all of them; their previous contents are unspecified. Pad
+    /// bytes are zeroed, AckReq and the PSN set, and the ICRC computed and stored. Panics if
+    /// `out` is shorter than [`frame_len`](Self::frame_len).
+    #[inline]
+    pub fn emit<F: FnOnce(&mut [u8])>(
+        &self,
+        out: &mut [u8],
+        psn: Psn,
+        ack_req: bool,
+        fill: F,
+    ) -> usize {
+        let len = self.frame_len;
+        let out = &mut out[..len];
+        let icrc_at = len - ICRC_LEN;
+        let body_end = HEADERS_WITH_BTH + self.ext_len + self.payload_len;
+        out[..HEADERS_WITH_BTH].copy_from_slice(&self.headers);
+        fill(&mut out[HEADERS_WITH_BTH..body_end]);
+        // Pad and ICRC together are at least 4 bytes: one fixed-size store clears the pad
+        // (a variable-length fill would be a memset call); the ICRC overwrites the rest.
+        out[body_end..body_end + 4].copy_from_slice(&[0; 4]);
+        let word = (ack_req as u32) << 31 | psn.value();
+        out[PSN_WORD_OFFSET..HEADERS_WITH_BTH].copy_from_slice(&word.to_be_bytes());
+        let crc = !IEEE.update(self.prefix_state, &out[PSN_WORD_OFFSET..icrc_at]);
+        out[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+        len
+    }
+
+    /// Emits an RDMA WRITE/READ-request frame whose only extension header is a RETH.
+    ///
+    /// Panics if the template's extension headers are not exactly one RETH or `payload` is not
+    /// `payload_len()` bytes.
+    #[inline]
+    pub fn emit_reth(
+        &self,
+        out: &mut [u8],
+        psn: Psn,
+        ack_req: bool,
+        reth: &RethRepr,
+        payload: &[u8],
+    ) -> usize {
+        assert!(self.ext_len == RETH_LEN && payload.len() == self.payload_len);
+        self.emit(out, psn, ack_req, |b| {
+            b[..RETH_LEN].copy_from_slice(&reth.to_bytes());
+            b[RETH_LEN..].copy_from_slice(payload);
+        })
+    }
+
+    /// Emits a Compare & Swap or Fetch & Add frame.
+    ///
+    /// Panics if the template's extension headers are not exactly one AtomicETH.
+    #[inline]
+    pub fn emit_atomic(
+        &self,
+        out: &mut [u8],
+        psn: Psn,
+        ack_req: bool,
+        atomic: &AtomicEthRepr,
+    ) -> usize {
+        assert!(self.ext_len == ATOMIC_ETH_LEN && self.payload_len == 0);
+        self.emit(out, psn, ack_req, |b| {
+            atomic.emit(&mut AtomicEth::new_unchecked(b));
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::ib::{opcode, Rkey, Syndrome};
+    use proptest::prelude::*;
+
+    fn ep() -> RoceEndpoint {
+        RoceEndpoint {
+            src_mac: MacAddr([0xb8, 0xce, 0xf6, 0xd2, 0x13, 0x26]),
+            dst_mac: MacAddr([0xb8, 0xce, 0xf6, 0xd2, 0x12, 0xc7]),
+            src_ip: Ipv4Addr::new(10, 0, 0, 101),
+            dst_ip: Ipv4Addr::new(10, 0, 0, 51),
+            src_port: 10000,
+            ..RoceEndpoint::default()
+        }
+    }
+
+    fn known_opcodes() -> Vec<u8> {
+        (0..=255u8)
+            .filter(|&op| opcode_info(op).is_some())
+            .collect()
+    }
+
+    fn arb_packet() -> impl Strategy<Value = (u8, Vec<u8>, Vec<u8>, u32, u32, bool)> {
+        (
+            proptest::sample::select(known_opcodes()),
+            proptest::collection::vec(any::<u8>(), 40),
+            proptest::collection::vec(any::<u8>(), 0..40),
+            0u32..1 << 24,
+            0u32..1 << 24,
+            any::<bool>(),
+        )
+    }
+
+    fn bth(op: u8, qp: u32, psn: u32, ack_req: bool) -> BthRepr {
+        BthRepr {
+            opcode: op,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            tver: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qp: Qpn::new(qp),
+            ack_req,
+            psn: Psn::new(psn),
+        }
+    }
+
+    #[test]
+    fn pad_and_lengths() {
+        assert_eq!([0, 1, 2, 3, 4, 5].map(pad_len), [0, 3, 2, 1, 0, 3]);
+        assert_eq!(frame_len(RETH_LEN, 8), 14 + 68);
+        assert_eq!(frame_len(ATOMIC_ETH_LEN, 0), 14 + 20 + 8 + 12 + 28 + 4);
+        assert_eq!(L2L4_LEN, 42);
+    }
+
+    #[test]
+    fn parse_rejections() {
+        let mut t = [0u8; 12 + 16 + 8 + 4];
+        t[0] = opcode::RC_RDMA_WRITE_ONLY;
+        assert!(RocePacket::parse(&t).is_ok());
+        assert_eq!(RocePacket::parse(&t[..15]), Err(Error::Truncated));
+        assert_eq!(RocePacket::parse(&t[..12 + 15 + 4]), Err(Error::Truncated));
+        t[1] = 0x01; // TVer 1
+        assert_eq!(RocePacket::parse(&t), Err(Error::Malformed));
+        t[1] = 0x30; // pad 3 of an 8-byte padded payload
+        assert_eq!(RocePacket::parse(&t).unwrap().payload.len(), 5);
+        t[0] = 0x15;
+        assert_eq!(RocePacket::parse(&t), Err(Error::UnknownOpcode));
+        let mut a = [0u8; 12 + 28 + 4];
+        a[0] = opcode::RC_FETCH_ADD;
+        assert!(RocePacket::parse(&a).is_ok());
+        a[1] = 0x10; // pad on a payload-less opcode
+        assert_eq!(RocePacket::parse(&a), Err(Error::Malformed));
+        let mut a = [0u8; 12 + 28 + 4 + 4]; // the reference's stray 4 bytes after the AtomicETH
+        a[0] = opcode::RC_FETCH_ADD;
+        assert_eq!(RocePacket::parse(&a), Err(Error::Malformed));
+        let mut s = [0u8; 12 + 1 + 4];
+        s[0] = opcode::RC_SEND_ONLY;
+        s[1] = 0x20; // pad 2 > 1-byte payload
+        assert_eq!(RocePacket::parse(&s), Err(Error::Malformed));
+    }
+
+    #[test]
+    fn ack_and_atomic_ack_parse() {
+        let mut t = [0u8; 12 + 4 + 8 + 4];
+        t[0] = opcode::RC_ATOMIC_ACKNOWLEDGE;
+        t[12] = 0x1F;
+        t[13..16].copy_from_slice(&[0, 0, 7]);
+        t[16..24].copy_from_slice(&42u64.to_be_bytes());
+        t[24..].copy_from_slice(&0xAABBCCDDu32.to_le_bytes());
+        let p = RocePacket::parse(&t).unwrap();
+        assert_eq!(p.aeth.unwrap().syndrome, Syndrome::ACK_NO_CREDITS);
+        assert_eq!(p.aeth.unwrap().msn, 7);
+        assert_eq!(p.atomic_ack.unwrap().orig, 42);
+        assert_eq!(p.icrc, 0xAABBCCDD);
+        assert!(p.payload.is_empty());
+    }
+
+    #[test]
+    fn endpoint_reversed() {
+        let e = ep();
+        let r = e.reversed();
+        assert_eq!((r.src_mac, r.dst_mac), (e.dst_mac, e.src_mac));
+        assert_eq!((r.src_ip, r.dst_ip), (e.dst_ip, e.src_ip));
+        assert_eq!((r.src_port, r.dst_port), (4791, 10000));
+        assert_eq!(r.reversed(), e);
+    }
+
+    #[test]
+    #[should_panic]
+    fn template_rejects_payload_on_ack() {
+        FrameTemplate::new(&ep(), opcode::RC_ACKNOWLEDGE, Qpn::new(1), 4);
+    }
+
+    proptest! {
+        #[test]
+        fn packet_round_trip((op, ext, payload, qp, psn, ack) in arb_packet(), icrc in any::<u32>()) {
+            let info = opcode_info(op).unwrap();
+            let payload: &[u8] = if info.has_payload { &payload } else { &[] };
+            let mut t = vec![0u8; 12];
+            BthRepr { pad_count: pad_len(payload.len()) as u8, ..bth(op, qp, psn, ack) }
+                .emit(&mut Bth::new_unchecked(&mut t[..]));
+            t.extend_from_slice(&ext[..info.ext_len()]);
+            t.extend_from_slice(payload);
+            t.resize(t.len() + pad_len(payload.len()), 0);
+            t.extend_from_slice(&icrc.to_le_bytes());
+            // DETH's reserved byte is zeroed on emit; everything else is reproduced exactly.
+            if info.deth { t[12 + 4] = 0; }
+            let p = RocePacket::parse(&t).unwrap();
+            prop_assert_eq!(p.payload, payload);
+            prop_assert_eq!(p.icrc, icrc);
+            prop_assert_eq!(p.ext_len(), info.ext_len());
+            let mut out = vec![0u8; p.buffer_len()];
+            prop_assert_eq!(p.emit(&mut out), t.len());
+            prop_assert_eq!(&out, &t);
+            prop_assert_eq!(RocePacket::parse(&out).unwrap(), p);
+        }
+
+        #[test]
+        fn template_matches_build_frame((op, ext, payload, qp, psn, ack) in arb_packet(),
+                                        ident in any::<u16>(), ttl in any::<u8>(), tos in any::<u8>(),
+                                        garbage in any::<u8>()) {
+            let info = opcode_info(op).unwrap();
+            let payload: &[u8] = if info.has_payload { &payload } else { &[] };
+            let ext = &ext[..info.ext_len()];
+            let e = RoceEndpoint { ident, ttl, tos, ..ep() };
+            let tpl = FrameTemplate::new(&e, op, Qpn::new(qp), payload.len());
+            prop_assert_eq!(tpl.opcode(), op);
+            prop_assert_eq!(tpl.dest_qp(), Qpn::new(qp));
+            let mut a = vec![garbage; tpl.frame_len() + 3];
+            let n = tpl.emit(&mut a, Psn::new(psn), ack, |b| {
+                assert_eq!(b.len(), ext.len() + payload.len());
+                b[..ext.len()].copy_from_slice(ext);
+                b[ext.len()..].copy_from_slice(payload);
+            });
+            let mut b = vec![0u8; n];
+            let m = build_frame(&e, &bth(op, qp, psn, ack), ext, payload, &mut b);
+            prop_assert_eq!(n, m);
+            prop_assert_eq!(&a[..n], &b[..]);
+            prop_assert!(icrc::check_frame(&b));
+            let f = parse_frame(&b).unwrap();
+            prop_assert_eq!(f.roce.payload, payload);
+            prop_assert_eq!(f.roce.bth.psn, Psn::new(psn));
+            prop_assert_eq!(f.roce.bth.ack_req, ack);
+            prop_assert_eq!(f.ip.ident, ident);
+            prop_assert!(f.ip.dont_frag);
+            prop_assert_eq!((f.udp.src_port, f.udp.dst_port), (10000, 4791));
+            prop_assert_eq!(f.transport, &b[L2L4_LEN..]);
+            // A real UDP checksum is honoured when present.
+            let mut u = b.clone();
+            UdpPacket::new_unchecked(&mut u[34..]).fill_checksum(e.src_ip, e.dst_ip);
+            prop_assert!(parse_frame(&u).is_ok());
+            u[n - 1] ^= 0x80;
+            prop_assert_eq!(parse_frame(&u).unwrap_err(), Error::Malformed);
+            // Corrupting any byte outside the masked fields breaks the ICRC.
+            let mut c = b.clone();
+            c[n - 5] ^= 0x01;
+            prop_assert!(!icrc::check_frame(&c));
+        }
+
+        #[test]
+        fn emit_reth_and_atomic(va in any::<u64>(), rkey in any::<u32>(), payload in proptest::collection::vec(any::<u8>(), 0..70),
+                                sa in any::<u64>(), psn in any::<u32>()) {
+            let reth = RethRepr { va, rkey: Rkey(rkey), dma_len: payload.len() as u32 };
+            let tpl = FrameTemplate::new(&ep(), opcode::RC_RDMA_WRITE_ONLY, Qpn::new(0xABC), payload.len());
+            let mut a = vec![0u8; tpl.frame_len()];
+            tpl.emit_reth(&mut a, Psn::new(psn), false, &reth, &payload);
+            let f = parse_frame(&a).unwrap();
+            prop_assert_eq!(f.roce.reth, Some(reth));
+            prop_assert_eq!(f.roce.payload, &payload[..]);
+            prop_assert_eq!(&a[tpl.payload_offset()..tpl.payload_offset() + payload.len()], &payload[..]);
+            prop_assert!(icrc::check_frame(&a));
+
+            let at = AtomicEthRepr { va, rkey: Rkey(rkey), swap_add: sa, compare: 0 };
+            let tpl = FrameTemplate::new(&ep(), opcode::RC_FETCH_ADD, Qpn::new(0xABC), 0);
+            let mut a = vec![0u8; tpl.frame_len()];
+            prop_assert_eq!(tpl.emit_atomic(&mut a, Psn::new(psn), true, &at), 14 + 20 + 8 + 12 + 28 + 4);
+            let f = parse_frame(&a).unwrap();
+            prop_assert_eq!(f.roce.atomic, Some(at));
+            prop_assert!(f.roce.bth.ack_req);
+            prop_assert!(icrc::check_frame(&a));
+        }
+
+        #[test]
+        fn parse_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..96)) {
+            let _ = RocePacket::parse(&buf);
+            let _ = parse_frame(&buf);
+        }
+
+        #[test]
+        fn parse_never_panics_on_near_packets((op, ext, payload, qp, psn, ack) in arb_packet(),
+                                              cut in 0usize..120, flip in 0usize..120, x in any::<u8>()) {
+            let mut f = vec![0u8; frame_len(ext.len(), payload.len())];
+            let n = build_frame(&ep(), &bth(op, qp, psn, ack), &ext, &payload, &mut f);
+            f[flip % n] ^= x;
+            let f = &f[..cut.min(n)];
+            let _ = parse_frame(f);
+            let _ = RocePacket::parse(f.get(L2L4_LEN..).unwrap_or(&[]));
+            let _ = icrc::check_frame(f);
+        }
+    }
+}
