@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 
 use dta_proto::icrc::{self, check_reconstructed, IcrcVerdict, ReconstructedHeader};
 use dta_proto::wire::ethernet::MacAddr;
-use dta_proto::wire::ib::{opcode, BthRepr, Psn, Qpn, Rkey, RethRepr, Syndrome, RETH_LEN};
+use dta_proto::wire::ib::{opcode, BthRepr, Psn, Qpn, RethRepr, Rkey, Syndrome, RETH_LEN};
 use dta_proto::wire::roce::{
     build_frame, parse_frame, FrameTemplate, RoceEndpoint, RocePacket, L2L4_LEN,
 };
@@ -174,10 +174,7 @@ fn reconstructed_check_of_example() {
     let tpl = FrameTemplate::new(&ep, opcode::RC_RDMA_WRITE_ONLY, Qpn::new(0xABC), 8);
     let mut out = [0u8; 128];
     let n = tpl.emit_reth(&mut out, Psn::new(PSN), false, &RETH, &PAYLOAD);
-    assert_eq!(
-        check_reconstructed(&h, &out[L2L4_LEN..n]),
-        IcrcVerdict::Ok
-    );
+    assert_eq!(check_reconstructed(&h, &out[L2L4_LEN..n]), IcrcVerdict::Ok);
     let mut bad = out[L2L4_LEN..n].to_vec();
     bad[30] ^= 0x10;
     assert_eq!(check_reconstructed(&h, &bad), IcrcVerdict::Bad);

@@ -250,7 +250,10 @@ mod tests {
 
     #[test]
     fn truncated() {
-        assert_eq!(EthernetFrame::new_checked(&[0u8; 13][..]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            EthernetFrame::new_checked(&[0u8; 13][..]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     proptest! {

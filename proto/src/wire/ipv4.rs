@@ -459,7 +459,7 @@ mod tests {
 
     #[test]
     fn options_are_skipped() {
-        let mut b = vec![0u8; 24 + 4];
+        let mut b = [0u8; 24 + 4];
         b[..20].copy_from_slice(&EXAMPLE);
         b[0] = 0x46;
         b[2..4].copy_from_slice(&28u16.to_be_bytes());

@@ -180,13 +180,17 @@ impl<'a> RocePacket<'a> {
             r.emit(&mut Reth::new_unchecked(&mut buf[next(RETH_LEN)]));
         }
         if let Some(a) = &self.atomic {
-            a.emit(&mut AtomicEth::new_unchecked(&mut buf[next(ATOMIC_ETH_LEN)]));
+            a.emit(&mut AtomicEth::new_unchecked(
+                &mut buf[next(ATOMIC_ETH_LEN)],
+            ));
         }
         if let Some(a) = &self.aeth {
             a.emit(&mut Aeth::new_unchecked(&mut buf[next(AETH_LEN)]));
         }
         if let Some(a) = &self.atomic_ack {
-            a.emit(&mut AtomicAckEth::new_unchecked(&mut buf[next(ATOMIC_ACK_ETH_LEN)]));
+            a.emit(&mut AtomicAckEth::new_unchecked(
+                &mut buf[next(ATOMIC_ACK_ETH_LEN)],
+            ));
         }
         if let Some(i) = self.imm {
             ImmDt::new_unchecked(&mut buf[next(IMMDT_LEN)]).set_imm(i);
@@ -363,7 +367,8 @@ pub struct ParsedFrame<'a> {
 /// judged, so the caller decides what to do with non-4791 traffic).
 ///
 /// `UnknownOpcode` for a non-IPv4 EtherType or a non-UDP protocol; otherwise the errors of the
-/// layers (an IPv4 header with a bad checksum is `Malformed`). Ethernet padding is ignored.
+/// layers (a bad IPv4 checksum, or a nonzero UDP checksum that is wrong, is `Malformed`).
+/// Ethernet padding is ignored.
 pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
     let eth = EthernetRepr::parse(&EthernetFrame::new_checked(frame)?)?;
     if eth.ethertype != ethernet::ETHERTYPE_IPV4 {
@@ -377,7 +382,11 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
     }
     let hl = ip_view.header_len();
     let l4 = &l3[hl..hl + ip.payload_len];
-    let udp = UdpRepr::parse(&UdpPacket::new_checked(l4)?)?;
+    let udp_view = UdpPacket::new_checked(l4)?;
+    let udp = UdpRepr::parse(&udp_view)?;
+    if !udp_view.verify_checksum(ip.src, ip.dst) {
+        return Err(Error::Malformed);
+    }
     let transport = &l4[udp::HEADER_LEN..udp::HEADER_LEN + udp.payload_len];
     let roce = RocePacket::parse(transport)?;
     Ok(ParsedFrame {
@@ -519,7 +528,9 @@ impl FrameTemplate {
         let body_end = HEADERS_WITH_BTH + self.ext_len + self.payload_len;
         out[..HEADERS_WITH_BTH].copy_from_slice(&self.headers);
         fill(&mut out[HEADERS_WITH_BTH..body_end]);
-        out[body_end..icrc_at].fill(0);
+        // Pad and ICRC together are at least 4 bytes: one fixed-size store clears the pad
+        // (a variable-length fill would be a memset call); the ICRC overwrites the rest.
+        out[body_end..body_end + 4].copy_from_slice(&[0; 4]);
         let word = (ack_req as u32) << 31 | psn.value();
         out[PSN_WORD_OFFSET..HEADERS_WITH_BTH].copy_from_slice(&word.to_be_bytes());
         let crc = !IEEE.update(self.prefix_state, &out[PSN_WORD_OFFSET..icrc_at]);
@@ -542,9 +553,8 @@ impl FrameTemplate {
     ) -> usize {
         assert!(self.ext_len == RETH_LEN && payload.len() == self.payload_len);
         self.emit(out, psn, ack_req, |b| {
-            let (h, p) = b.split_at_mut(RETH_LEN);
-            reth.emit(&mut Reth::new_unchecked(h));
-            p.copy_from_slice(payload);
+            b[..RETH_LEN].copy_from_slice(&reth.to_bytes());
+            b[RETH_LEN..].copy_from_slice(payload);
         })
     }
 
@@ -584,7 +594,9 @@ mod tests {
     }
 
     fn known_opcodes() -> Vec<u8> {
-        (0..=255u8).filter(|&op| opcode_info(op).is_some()).collect()
+        (0..=255u8)
+            .filter(|&op| opcode_info(op).is_some())
+            .collect()
     }
 
     fn arb_packet() -> impl Strategy<Value = (u8, Vec<u8>, Vec<u8>, u32, u32, bool)> {
@@ -735,6 +747,12 @@ mod tests {
             prop_assert!(f.ip.dont_frag);
             prop_assert_eq!((f.udp.src_port, f.udp.dst_port), (10000, 4791));
             prop_assert_eq!(f.transport, &b[L2L4_LEN..]);
+            // A real UDP checksum is honoured when present.
+            let mut u = b.clone();
+            UdpPacket::new_unchecked(&mut u[34..]).fill_checksum(e.src_ip, e.dst_ip);
+            prop_assert!(parse_frame(&u).is_ok());
+            u[n - 1] ^= 0x80;
+            prop_assert_eq!(parse_frame(&u).unwrap_err(), Error::Malformed);
             // Corrupting any byte outside the masked fields breaks the ICRC.
             let mut c = b.clone();
             c[n - 5] ^= 0x01;

@@ -240,12 +240,21 @@ mod tests {
     fn length_field_validated() {
         let mut b = [0u8; 12];
         b[5] = 7;
-        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            UdpPacket::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
         b[5] = 13;
-        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            UdpPacket::new_checked(&b[..]).unwrap_err(),
+            Error::Truncated
+        );
         b[5] = 10;
         assert_eq!(UdpPacket::new_checked(&b[..]).unwrap().payload().len(), 2);
-        assert_eq!(UdpPacket::new_checked(&b[..7]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            UdpPacket::new_checked(&b[..7]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     proptest! {
