@@ -17,7 +17,9 @@ use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::report::{ParseConfig, Profile, Report};
 use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
-use dta_translator::datapath::pipeline::{CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route};
+use dta_translator::datapath::pipeline::{
+    CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
+};
 use dta_translator::datapath::qp::QpTuning;
 
 /// Addresses used inside the harness.
@@ -111,7 +113,11 @@ impl Default for HarnessOptions {
             postcard_cache_slots: 1024,
             postcard_redundancy: 1,
             postcard_flush_ns: 0,
-            qp: QpTuning { ack_every: 16, ack_timeout_ns: 2_000_000, max_probes: 8 },
+            qp: QpTuning {
+                ack_every: 16,
+                ack_timeout_ns: 2_000_000,
+                max_probes: 8,
+            },
             rate: RateLimit::default(),
             verify_icrc: true,
             parse: ParseConfig::default(),
@@ -120,7 +126,10 @@ impl Default for HarnessOptions {
 }
 
 fn first_of(stores: &[StoreMeta], kind: &str) -> Route {
-    stores.iter().position(|s| s.kind.name() == kind).map_or(Route::None, Route::Single)
+    stores
+        .iter()
+        .position(|s| s.kind.name() == kind)
+        .map_or(Route::None, Route::Single)
 }
 
 impl Harness {
@@ -128,11 +137,21 @@ impl Harness {
     /// them with one QP per store.
     pub fn new(stores: Vec<StoreConfig>, o: HarnessOptions) -> Harness {
         let cfg = CollectorConfig {
-            collector: DeviceSection { roce: COLLECTOR, hugepages: false, verify_icrc: o.verify_icrc, ..DeviceSection::default() },
+            collector: DeviceSection {
+                roce: COLLECTOR,
+                hugepages: false,
+                verify_icrc: o.verify_icrc,
+                ..DeviceSection::default()
+            },
             static_peers: vec![],
             stores,
         };
-        let mut rnic = Responder::new(DeviceConfig { local: COLLECTOR, local_mac: MacAddr([2, 0, 0, 0, 0, 0x51]), pmtu: 4096, l2_frames: true });
+        let mut rnic = Responder::new(DeviceConfig {
+            local: COLLECTOR,
+            local_mac: MacAddr([2, 0, 0, 0, 0, 0x51]),
+            pmtu: 4096,
+            l2_frames: true,
+        });
         let mut stores = build_stores(&cfg, &mut rnic).expect("stores build");
         let mut metas = Vec::new();
         for (i, s) in stores.iter_mut().enumerate() {
@@ -146,7 +165,11 @@ impl Harness {
                 verify_icrc: o.verify_icrc,
                 recv_credits: 1 << 20,
             });
-            s.meta.qps.push(QpMeta { qpn: qpn.value(), psn: psn.value(), peer_qpn: 0x100 + i as u32 });
+            s.meta.qps.push(QpMeta {
+                qpn: qpn.value(),
+                psn: psn.value(),
+                peer_qpn: 0x100 + i as u32,
+            });
             metas.push(s.meta.clone());
         }
         let target = CollectorTarget {
@@ -154,7 +177,16 @@ impl Harness {
             mac: MacAddr([2, 0, 0, 0, 0, 0x51]),
             stores: metas
                 .iter()
-                .map(|m| (m.clone(), QpBinding { local_qpn: Qpn::new(m.qps[0].peer_qpn), remote_qpn: Qpn::new(m.qps[0].qpn), start_psn: Psn::new(m.qps[0].psn) }))
+                .map(|m| {
+                    (
+                        m.clone(),
+                        QpBinding {
+                            local_qpn: Qpn::new(m.qps[0].peer_qpn),
+                            remote_qpn: Qpn::new(m.qps[0].qpn),
+                            start_psn: Psn::new(m.qps[0].psn),
+                        },
+                    )
+                })
                 .collect(),
         };
         let pc = PipelineConfig {
@@ -196,7 +228,10 @@ impl Harness {
 
     /// The store called `name`.
     pub fn store(&self, name: &str) -> &Store {
-        self.stores.iter().find(|s| s.meta.name == name).expect("store exists")
+        self.stores
+            .iter()
+            .find(|s| s.meta.name == name)
+            .expect("store exists")
     }
 
     /// The region of store `name`.
@@ -207,10 +242,20 @@ impl Harness {
     /// Sends raw report datagrams from `from`, then moves every resulting frame.
     pub fn send_raw_from(&mut self, from: SocketAddrV4, payloads: &[&[u8]]) {
         for chunk in payloads.chunks(64) {
-            let burst: Vec<Datagram<'_>> = chunk.iter().map(|p| Datagram { src: from, dst: REPORT_DST, ip: None, payload: p }).collect();
+            let burst: Vec<Datagram<'_>> = chunk
+                .iter()
+                .map(|p| Datagram {
+                    src: from,
+                    dst: REPORT_DST,
+                    ip: None,
+                    payload: p,
+                })
+                .collect();
             let mut done = 0;
             while done < burst.len() {
-                done += self.pipeline.handle_reports(self.now, &burst[done..], &mut self.tx);
+                done += self
+                    .pipeline
+                    .handle_reports(self.now, &burst[done..], &mut self.tx);
                 self.pump();
             }
         }
@@ -273,7 +318,11 @@ impl Harness {
             let mut frames: Vec<Vec<u8>> = Vec::new();
             for i in 0..self.tx.len() {
                 let f = self.tx.frame(i);
-                if self.tx.dest(i).port() == 40044 || parse_frame(f).map(|p| p.udp.dst_port != 4791).unwrap_or(true) {
+                if self.tx.dest(i).port() == 40044
+                    || parse_frame(f)
+                        .map(|p| p.udp.dst_port != 4791)
+                        .unwrap_or(true)
+                {
                     // A DTA NACK (a plain UDP datagram inside an Ethernet frame).
                     let payload = f.get(L2L4_LEN..).unwrap_or(&[]).to_vec();
                     self.nacks.push((self.tx.dest(i), payload));
@@ -320,7 +369,12 @@ impl Harness {
                 if let Ok(p) = parse_frame(r) {
                     let src = SocketAddrV4::new(p.ip.src, p.udp.src_port);
                     let dst = SocketAddrV4::new(p.ip.dst, p.udp.dst_port);
-                    let d = Datagram { src, dst, ip: None, payload: &r[L2L4_LEN..] };
+                    let d = Datagram {
+                        src,
+                        dst,
+                        ip: None,
+                        payload: &r[L2L4_LEN..],
+                    };
                     self.pipeline.handle_responses(self.now, &[d], &mut self.tx);
                 }
             }
@@ -331,14 +385,24 @@ impl Harness {
     pub fn deliver_to_rnic(&mut self, frame: &[u8]) {
         let Ok(p) = parse_frame(frame) else {
             // Let the responder count it as malformed.
-            let d = Datagram { src: TRANSLATOR, dst: COLLECTOR, ip: None, payload: frame.get(L2L4_LEN..).unwrap_or(&[]) };
+            let d = Datagram {
+                src: TRANSLATOR,
+                dst: COLLECTOR,
+                ip: None,
+                payload: frame.get(L2L4_LEN..).unwrap_or(&[]),
+            };
             self.rnic.handle(&d, &mut self.rnic_tx);
             return;
         };
         let d = Datagram {
             src: SocketAddrV4::new(p.ip.src, p.udp.src_port),
             dst: SocketAddrV4::new(p.ip.dst, p.udp.dst_port),
-            ip: Some(IpMeta { ident: p.ip.ident, dont_frag: p.ip.dont_frag, ttl: p.ip.ttl, tos: p.ip.tos }),
+            ip: Some(IpMeta {
+                ident: p.ip.ident,
+                dont_frag: p.ip.dont_frag,
+                ttl: p.ip.ttl,
+                tos: p.ip.tos,
+            }),
             payload: &frame[L2L4_LEN..],
         };
         self.rnic.handle(&d, &mut self.rnic_tx);
@@ -347,7 +411,9 @@ impl Harness {
     /// Responses the responder queued but that were not yet moved (for tests that deliver
     /// frames by hand).
     pub fn take_rnic_responses(&mut self) -> Vec<Vec<u8>> {
-        let v = (0..self.rnic_tx.len()).map(|i| self.rnic_tx.frame(i).to_vec()).collect();
+        let v = (0..self.rnic_tx.len())
+            .map(|i| self.rnic_tx.frame(i).to_vec())
+            .collect();
         self.rnic_tx.clear();
         v
     }

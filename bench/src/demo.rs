@@ -14,7 +14,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dta_collector::config::{CollectorConfig, DeviceSection, StaticPeer, StoreConfig, StoreKindConfig};
+use dta_collector::config::{
+    CollectorConfig, DeviceSection, StaticPeer, StoreConfig, StoreKindConfig,
+};
 use dta_collector::query::append::{ListReader, Start};
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_collector::Collector;
@@ -57,7 +59,18 @@ pub struct DemoOptions {
 
 impl Default for DemoOptions {
     fn default() -> Self {
-        DemoOptions { keywrite: 1_000_000, append: 1_000_000, lists: 8, capacity: 65536, slots_log2: 23, redundancy: 2, batch: 16, rate: 0, seed: 2023, progress: true }
+        DemoOptions {
+            keywrite: 1_000_000,
+            append: 1_000_000,
+            lists: 8,
+            capacity: 65536,
+            slots_log2: 23,
+            redundancy: 2,
+            batch: 16,
+            rate: 0,
+            seed: 2023,
+            progress: true,
+        }
     }
 }
 
@@ -118,18 +131,38 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     let roce_c = SocketAddrV4::new(collector_ip, free_udp_port(collector_ip)?);
     let roce_t = SocketAddrV4::new(translator_ip, free_udp_port(translator_ip)?);
     let ccfg = CollectorConfig {
-        collector: DeviceSection { roce: roce_c, metadata_file: Some(meta_file.clone()), ..DeviceSection::default() },
-        static_peers: vec![StaticPeer { roce: roce_t, workers: 1, qpn_base: 0x100, mac: "02:00:00:00:00:01".into() }],
+        collector: DeviceSection {
+            roce: roce_c,
+            metadata_file: Some(meta_file.clone()),
+            ..DeviceSection::default()
+        },
+        static_peers: vec![StaticPeer {
+            roce: roce_t,
+            workers: 1,
+            qpn_base: 0x100,
+            mac: "02:00:00:00:00:01".into(),
+        }],
         stores: vec![
             StoreConfig {
                 name: kw_store().into(),
                 port: None,
-                kind: StoreKindConfig::KeyWrite { slots: 1 << opts.slots_log2, slot_size: 32, hash: HashProfile::Independent },
+                kind: StoreKindConfig::KeyWrite {
+                    slots: 1 << opts.slots_log2,
+                    slot_size: 32,
+                    hash: HashProfile::Independent,
+                },
             },
             StoreConfig {
                 name: "losses".into(),
                 port: None,
-                kind: StoreKindConfig::Append { lists: opts.lists, first_list: 0, capacity: opts.capacity, entry_size: 20, batch: opts.batch, format: AppendFormat::Sequenced },
+                kind: StoreKindConfig::Append {
+                    lists: opts.lists,
+                    first_list: 0,
+                    capacity: opts.capacity,
+                    entry_size: 20,
+                    batch: opts.batch,
+                    format: AppendFormat::Sequenced,
+                },
             },
         ],
     };
@@ -138,18 +171,48 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     tcfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
     tcfg.translator.roce = roce_t;
     tcfg.translator.max_redundancy = opts.redundancy.max(1);
-    tcfg.collectors = vec![CollectorSection { name: "local".into(), metadata: Some(meta_file) }];
+    tcfg.collectors = vec![CollectorSection {
+        name: "local".into(),
+        metadata: Some(meta_file),
+    }];
     let translator = Translator::start(tcfg)?;
 
-    let wl = Workload { redundancy: opts.redundancy, lists: opts.lists, ..Workload::new(opts.seed) };
+    let wl = Workload {
+        redundancy: opts.redundancy,
+        lists: opts.lists,
+        ..Workload::new(opts.seed)
+    };
 
     // Tail readers follow the lists while they are written.
     let (append_layout, list_stride, region) = {
         let s = collector.store("losses").ok_or("no losses store")?;
-        let StoreKind::Append { capacity, entry_size, batch, format, list_stride, .. } = s.meta.kind else { return Err("losses is not an Append store".into()) };
-        (AppendLayout::new(format, capacity, entry_size, batch).map_err(|e| e.to_string())?, list_stride, s.region.clone())
+        let StoreKind::Append {
+            capacity,
+            entry_size,
+            batch,
+            format,
+            list_stride,
+            ..
+        } = s.meta.kind
+        else {
+            return Err("losses is not an Append store".into());
+        };
+        (
+            AppendLayout::new(format, capacity, entry_size, batch).map_err(|e| e.to_string())?,
+            list_stride,
+            s.region.clone(),
+        )
     };
-    let mut readers: Vec<ListReader> = (0..opts.lists).map(|l| ListReader::new(&region, append_layout, l as u64 * list_stride, Start::Seq(1))).collect();
+    let mut readers: Vec<ListReader> = (0..opts.lists)
+        .map(|l| {
+            ListReader::new(
+                &region,
+                append_layout,
+                l as u64 * list_stride,
+                Start::Seq(1),
+            )
+        })
+        .collect();
     // Expected per-list entry order: the j-th loss events in send order.
     let mut expect_next: Vec<u64> = vec![0; opts.lists as usize];
     let mut per_list_events: Vec<Vec<u64>> = vec![Vec::new(); opts.lists as usize];
@@ -158,29 +221,30 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
         per_list_events[l as usize].push(j);
     }
     let mut rep = DemoReport::default();
-    let check_entries = |readers: &mut Vec<ListReader>, rep: &mut DemoReport, expect_next: &mut Vec<u64>| {
-        for (l, r) in readers.iter_mut().enumerate() {
-            let ev = &per_list_events[l];
-            let pos = &mut expect_next[l];
-            let st = r.poll(&region, usize::MAX, |_, entry| {
-                // Each entry names its event (bytes 14..18): find it in the list's send order.
-                let j = u32::from_be_bytes(entry[14..18].try_into().expect("4 bytes")) as u64;
-                let at = ev[*pos as usize..].iter().position(|&x| x == j);
-                let ok = at.is_some_and(|k| {
-                    let (_, e) = wl.loss_event(j);
-                    rep.append_skipped += k as u64;
-                    entry[..18] == e && entry[18..].iter().all(|&b| b == 0)
+    let check_entries =
+        |readers: &mut Vec<ListReader>, rep: &mut DemoReport, expect_next: &mut Vec<u64>| {
+            for (l, r) in readers.iter_mut().enumerate() {
+                let ev = &per_list_events[l];
+                let pos = &mut expect_next[l];
+                let st = r.poll(&region, usize::MAX, |_, entry| {
+                    // Each entry names its event (bytes 14..18): find it in the list's send order.
+                    let j = u32::from_be_bytes(entry[14..18].try_into().expect("4 bytes")) as u64;
+                    let at = ev[*pos as usize..].iter().position(|&x| x == j);
+                    let ok = at.is_some_and(|k| {
+                        let (_, e) = wl.loss_event(j);
+                        rep.append_skipped += k as u64;
+                        entry[..18] == e && entry[18..].iter().all(|&b| b == 0)
+                    });
+                    if ok {
+                        rep.append_recovered += 1;
+                        *pos += at.expect("found") as u64 + 1;
+                    } else {
+                        rep.append_misordered += 1;
+                    }
                 });
-                if ok {
-                    rep.append_recovered += 1;
-                    *pos += at.expect("found") as u64 + 1;
-                } else {
-                    rep.append_misordered += 1;
-                }
-            });
-            rep.append_lost_batches += st.lost_batches;
-        }
-    };
+                rep.append_lost_batches += st.lost_batches;
+            }
+        };
 
     let mut sender = PacedSender::new(translator.report_addr, opts.rate)?;
     let total = opts.keywrite + opts.append;
@@ -190,14 +254,18 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     let mut buf = [0u8; 128];
     while i_kw < opts.keywrite || i_ap < opts.append {
         // Interleave the two streams in proportion.
-        let r = if i_ap >= opts.append || (i_kw < opts.keywrite && i_kw * opts.append.max(1) <= i_ap * opts.keywrite.max(1)) {
+        let r = if i_ap >= opts.append
+            || (i_kw < opts.keywrite && i_kw * opts.append.max(1) <= i_ap * opts.keywrite.max(1))
+        {
             i_kw += 1;
             wl.path_report(i_kw - 1)
         } else {
             i_ap += 1;
             wl.loss_report(i_ap - 1)
         };
-        let n = r.emit(Profile::Extended, &mut buf).map_err(|e| format!("emit: {e}"))?;
+        let n = r
+            .emit(Profile::Extended, &mut buf)
+            .map_err(|e| format!("emit: {e}"))?;
         sender.push(&buf[..n], || translator.counters().rx_datagrams)?;
         if sender.sent % 4096 == 0 {
             check_entries(&mut readers, &mut rep, &mut expect_next);
@@ -231,28 +299,48 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     rep.translated = c.translated;
     rep.dropped = c.dropped();
     rep.frames = c.frames;
-    collector.wait_for(Duration::from_secs(20), |k| k.rcvd_pkts + k.bad_icrc + k.malformed >= rep.frames);
+    collector.wait_for(Duration::from_secs(20), |k| {
+        k.rcvd_pkts + k.bad_icrc + k.malformed >= rep.frames
+    });
     std::thread::sleep(Duration::from_millis(100));
     let k = collector.counters();
     rep.rnic_writes = k.writes + k.atomics;
     rep.rnic_errors = k
         .iter()
-        .filter(|(i, v)| *v > 0 && !matches!(i.name, "rcvd_pkts" | "sent_pkts" | "writes" | "write_bytes" | "acks_sent" | "atomics"))
+        .filter(|(i, v)| {
+            *v > 0
+                && !matches!(
+                    i.name,
+                    "rcvd_pkts" | "sent_pkts" | "writes" | "write_bytes" | "acks_sent" | "atomics"
+                )
+        })
         .map(|(i, v)| (i.name.to_string(), v))
         .collect();
     check_entries(&mut readers, &mut rep, &mut expect_next);
 
     // Query every flow.
     let s = collector.store(kw_store()).ok_or("no paths store")?;
-    let StoreKind::KeyWrite { slots, slot_size, hash } = s.meta.kind else { return Err("paths is not a Key-Write store".into()) };
-    let view = KeyWriteView { region: &s.region, layout: KeyWriteLayout::new(slots, slot_size).map_err(|e| e.to_string())?, hasher: KeyHasher::new(hash, slots).ok_or("bad hasher")? };
+    let StoreKind::KeyWrite {
+        slots,
+        slot_size,
+        hash,
+    } = s.meta.kind
+    else {
+        return Err("paths is not a Key-Write store".into());
+    };
+    let view = KeyWriteView {
+        region: &s.region,
+        layout: KeyWriteLayout::new(slots, slot_size).map_err(|e| e.to_string())?,
+        hasher: KeyHasher::new(hash, slots).ok_or("bad hasher")?,
+    };
     let mut predicted = 0.0;
     for i in 0..opts.keywrite {
         let key = Key::new(&wl.flows.tuple(i)).expect("13-byte key");
         match view.query(&key, opts.redundancy as usize, Vote::Plurality) {
             KeyWriteAnswer::Value { value, .. } => {
                 let want = wl.path_value(i);
-                if value.as_bytes()[..20] == want && value.as_bytes()[20..].iter().all(|&b| b == 0) {
+                if value.as_bytes()[..20] == want && value.as_bytes()[20..].iter().all(|&b| b == 0)
+                {
                     rep.kw_correct += 1;
                 } else {
                     rep.kw_wrong += 1;
@@ -272,15 +360,37 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
 
 /// Prints the report the way an operator reads it.
 pub fn print(opts: &DemoOptions, r: &DemoReport) {
-    let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
+    let pct = |a: u64, b: u64| {
+        if b == 0 {
+            0.0
+        } else {
+            100.0 * a as f64 / b as f64
+        }
+    };
     println!();
     println!("dta demo: loopback, software RNIC, extended report profile");
     println!("  reports sent            {:>12}   ({} Key-Write INT paths N={}, {} Append loss events over {} lists)", r.sent, opts.keywrite, opts.redundancy, opts.append, opts.lists);
-    println!("  send rate               {:>12.0}   reports/s", r.sent as f64 / r.send_secs.max(1e-9));
-    println!("  received by translator  {:>12}   (socket drops {})", r.received, r.socket_drops);
-    println!("  translated              {:>12}   (dropped {})", r.translated, r.dropped);
-    println!("  RoCEv2 frames sent      {:>12}   ({:.2} frames/report)", r.frames, r.frames as f64 / r.translated.max(1) as f64);
-    println!("  RDMA messages executed  {:>12}   (PSN resyncs {})", r.rnic_writes, r.psn_resyncs);
+    println!(
+        "  send rate               {:>12.0}   reports/s",
+        r.sent as f64 / r.send_secs.max(1e-9)
+    );
+    println!(
+        "  received by translator  {:>12}   (socket drops {})",
+        r.received, r.socket_drops
+    );
+    println!(
+        "  translated              {:>12}   (dropped {})",
+        r.translated, r.dropped
+    );
+    println!(
+        "  RoCEv2 frames sent      {:>12}   ({:.2} frames/report)",
+        r.frames,
+        r.frames as f64 / r.translated.max(1) as f64
+    );
+    println!(
+        "  RDMA messages executed  {:>12}   (PSN resyncs {})",
+        r.rnic_writes, r.psn_resyncs
+    );
     println!(
         "  Key-Write queries       {:>12}   correct {:.2}%  empty {:.2}% (formula {:.2}%)  conflict {:.3}%  wrong {}",
         opts.keywrite,

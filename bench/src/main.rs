@@ -51,8 +51,29 @@ enum Cmd {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match Cli::parse().cmd {
-        Cmd::Demo { keywrite, append, lists, capacity, slots_log2, redundancy, batch, rate, seed } => {
-            let opts = DemoOptions { keywrite, append, lists, capacity, slots_log2, redundancy, batch, rate, seed, progress: true };
+        Cmd::Demo {
+            keywrite,
+            append,
+            lists,
+            capacity,
+            slots_log2,
+            redundancy,
+            batch,
+            rate,
+            seed,
+        } => {
+            let opts = DemoOptions {
+                keywrite,
+                append,
+                lists,
+                capacity,
+                slots_log2,
+                redundancy,
+                batch,
+                rate,
+                seed,
+                progress: true,
+            };
             match demo::run(&opts) {
                 Ok(r) => {
                     demo::print(&opts, &r);

@@ -8,7 +8,8 @@ use dta_proto::batch::TxBatch;
 
 /// Finds a currently free UDP port on `ip` (bind to 0, read the port, release it).
 pub fn free_udp_port(ip: Ipv4Addr) -> Result<u16, String> {
-    let s = std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0)).map_err(|e| format!("cannot bind {ip}: {e}"))?;
+    let s = std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
+        .map_err(|e| format!("cannot bind {ip}: {e}"))?;
     Ok(s.local_addr().map_err(|e| e.to_string())?.port())
 }
 
@@ -29,9 +30,21 @@ pub struct PacedSender {
 impl PacedSender {
     /// A sender to `dest` at `rate` datagrams/s (0 = unpaced).
     pub fn new(dest: SocketAddrV4, rate: u64) -> Result<PacedSender, String> {
-        let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), &UdpOptions::default()).map_err(|e| e.to_string())?;
+        let s = UdpSocket::bind(
+            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+            &UdpOptions::default(),
+        )
+        .map_err(|e| e.to_string())?;
         let (_, tx) = s.split();
-        Ok(PacedSender { tx, dest, batch: TxBatch::new(MAX_BURST, 256), rate, window: 8192, start: Instant::now(), sent: 0 })
+        Ok(PacedSender {
+            tx,
+            dest,
+            batch: TxBatch::new(MAX_BURST, 256),
+            rate,
+            window: 8192,
+            start: Instant::now(),
+            sent: 0,
+        })
     }
 
     /// Sets how many datagrams may be in flight beyond what the receiver has taken.
@@ -63,7 +76,11 @@ impl PacedSender {
         let t = Instant::now();
         while self.sent + n > received() + self.window {
             if t.elapsed() > Duration::from_secs(10) {
-                return Err(format!("receiver stalled: sent {} but it took only {}", self.sent, received()));
+                return Err(format!(
+                    "receiver stalled: sent {} but it took only {}",
+                    self.sent,
+                    received()
+                ));
             }
             std::thread::sleep(Duration::from_micros(50));
         }

@@ -73,7 +73,13 @@ impl FatTree {
         let tor = |pod: u32, i: u32| self.id_base + pod * self.k + i;
         let aggr = |pod: u32, i: u32| self.id_base + pod * self.k + h + i;
         let corer = |i: u32| self.id_base + self.k * self.k + i;
-        [tor(src_pod, src_tor), aggr(src_pod, agg), corer(core), aggr(dst_pod, agg), tor(dst_pod, dst_tor)]
+        [
+            tor(src_pod, src_tor),
+            aggr(src_pod, agg),
+            corer(core),
+            aggr(dst_pod, agg),
+            tor(dst_pod, dst_tor),
+        ]
     }
 }
 
@@ -144,7 +150,10 @@ impl Workload {
         Workload {
             seed,
             tree: FatTree { k: 8, id_base: 1 },
-            flows: Flows { seed: seed ^ 0xf10, shape: 1.3 },
+            flows: Flows {
+                seed: seed ^ 0xf10,
+                shape: 1.3,
+            },
             redundancy: 2,
             lists: 8,
             priority: Priority::Medium,
@@ -152,7 +161,13 @@ impl Workload {
     }
 
     fn header(&self, seq: u32) -> ReportHeader {
-        ReportHeader { profile: Profile::Extended, immediate: false, retransmittable: false, seq: Some(seq), priority: self.priority }
+        ReportHeader {
+            profile: Profile::Extended,
+            immediate: false,
+            retransmittable: false,
+            seq: Some(seq),
+            priority: self.priority,
+        }
     }
 
     /// Flow `i`'s INT path as a 20-byte value (five big-endian switch IDs).
@@ -169,7 +184,14 @@ impl Workload {
     pub fn path_report(&self, i: u64) -> Report {
         let key = Key::new(&self.flows.tuple(i)).expect("13-byte key");
         let value = Value::new(&self.path_value(i)).expect("20-byte value");
-        Report { header: self.header(i as u32), primitive: Primitive::KeyWrite { redundancy: self.redundancy, key, value } }
+        Report {
+            header: self.header(i as u32),
+            primitive: Primitive::KeyWrite {
+                redundancy: self.redundancy,
+                key,
+                value,
+            },
+        }
     }
 
     /// Loss event `j`: (list, 18-byte entry: flow 5-tuple, drop reason, packet sequence).
@@ -186,7 +208,13 @@ impl Workload {
     /// The Append report of loss event `j`.
     pub fn loss_report(&self, j: u64) -> Report {
         let (list, e) = self.loss_event(j);
-        Report { header: self.header(j as u32), primitive: Primitive::Append { list, value: Value::new(&e).expect("18 bytes") } }
+        Report {
+            header: self.header(j as u32),
+            primitive: Primitive::Append {
+                list,
+                value: Value::new(&e).expect("18 bytes"),
+            },
+        }
     }
 
     /// A Key-Increment report: host `h` (an IPv4 address as the key) saw `bytes` bytes.
@@ -194,7 +222,14 @@ impl Workload {
         let host = i % hosts.max(1);
         let key = Key::new(&(0x0A00_0000u32 | host as u32).to_be_bytes()).expect("4 bytes");
         let bytes = 64 + mix(self.seed ^ i) % 1436;
-        let r = Report { header: self.header(i as u32), primitive: Primitive::KeyIncrement { redundancy: self.redundancy, key, delta: bytes } };
+        let r = Report {
+            header: self.header(i as u32),
+            primitive: Primitive::KeyIncrement {
+                redundancy: self.redundancy,
+                key,
+                delta: bytes,
+            },
+        };
         (key, bytes, r)
     }
 
@@ -204,7 +239,12 @@ impl Workload {
         let p = self.tree.path(mix(self.seed ^ 0x9a7 ^ i));
         std::array::from_fn(|h| Report {
             header: self.header(i as u32),
-            primitive: Primitive::Postcard { flow: key, hop: h as u8, path_len: 5, value: p[h] },
+            primitive: Primitive::Postcard {
+                flow: key,
+                hop: h as u8,
+                path_len: 5,
+                value: p[h],
+            },
         })
     }
 }
@@ -227,14 +267,18 @@ mod tests {
 
     #[test]
     fn flow_sizes_are_heavy_tailed() {
-        let f = Flows { seed: 1, shape: 1.2 };
+        let f = Flows {
+            seed: 1,
+            shape: 1.2,
+        };
         let sizes: Vec<u64> = (0..100_000).map(|i| f.packets(i)).collect();
         let mean = sizes.iter().sum::<u64>() as f64 / sizes.len() as f64;
         let mut s = sizes.clone();
         s.sort_unstable();
         let median = s[s.len() / 2] as f64;
         assert!(mean > 2.0 * median, "mean {mean} vs median {median}");
-        let top = s[s.len() * 99 / 100..].iter().sum::<u64>() as f64 / sizes.iter().sum::<u64>() as f64;
+        let top =
+            s[s.len() * 99 / 100..].iter().sum::<u64>() as f64 / sizes.iter().sum::<u64>() as f64;
         assert!(top > 0.2, "top 1% of flows carry {top} of packets");
     }
 }

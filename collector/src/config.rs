@@ -71,7 +71,10 @@ pub struct DeviceSection {
 impl Default for DeviceSection {
     fn default() -> Self {
         DeviceSection {
-            roce: SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, dta_proto::consts::ROCEV2_PORT),
+            roce: SocketAddrV4::new(
+                std::net::Ipv4Addr::LOCALHOST,
+                dta_proto::consts::ROCEV2_PORT,
+            ),
             mac: "02:00:00:00:00:51".into(),
             verify_icrc: true,
             pmtu: 4096,
@@ -227,8 +230,13 @@ impl CollectorConfig {
                 return Err(format!("store name {:?} is used twice", s.name));
             }
         }
-        if self.collector.max_redundancy == 0 || self.collector.max_redundancy as usize > dta_proto::hash::MAX_REDUNDANCY {
-            return Err(format!("max_redundancy must be 1..={}", dta_proto::hash::MAX_REDUNDANCY));
+        if self.collector.max_redundancy == 0
+            || self.collector.max_redundancy as usize > dta_proto::hash::MAX_REDUNDANCY
+        {
+            return Err(format!(
+                "max_redundancy must be 1..={}",
+                dta_proto::hash::MAX_REDUNDANCY
+            ));
         }
         if !(256..=4096).contains(&self.collector.pmtu) || !self.collector.pmtu.is_power_of_two() {
             return Err("pmtu must be 256, 512, 1024, 2048 or 4096".into());

@@ -77,7 +77,10 @@ impl Region {
                     std::ptr::null_mut(),
                     map_len,
                     libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_POPULATE,
+                    libc::MAP_PRIVATE
+                        | libc::MAP_ANONYMOUS
+                        | libc::MAP_HUGETLB
+                        | libc::MAP_POPULATE,
                     -1,
                     0,
                 )
@@ -128,7 +131,12 @@ impl Region {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
         }
-        let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
         let on_hugetlbfs = is_hugetlbfs(path);
         let map_len = round_up(len, if on_hugetlbfs { HUGE_PAGE } else { page_size() });
         if f.metadata()?.len() < map_len as u64 {
@@ -255,7 +263,12 @@ impl Region {
     #[inline]
     pub fn compare_swap(&self, off: u64, compare: u64, swap: u64) -> Result<u64, OutOfBounds> {
         let w = self.word(off)?;
-        let r = w.compare_exchange(compare.to_le(), swap.to_le(), Ordering::AcqRel, Ordering::Acquire);
+        let r = w.compare_exchange(
+            compare.to_le(),
+            swap.to_le(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         Ok(u64::from_le(match r {
             Ok(v) | Err(v) => v,
         }))
@@ -416,7 +429,11 @@ mod tests {
         assert_eq!(r.load_u64(8).unwrap(), 0x1_0000_000c);
         let mut b = [0u8; 8];
         r.read(8, &mut b).unwrap();
-        assert_eq!(u64::from_le_bytes(b), 0x1_0000_000c, "counters are little-endian in memory");
+        assert_eq!(
+            u64::from_le_bytes(b),
+            0x1_0000_000c,
+            "counters are little-endian in memory"
+        );
         assert_eq!(r.compare_swap(8, 0x1_0000_000c, 42).unwrap(), 0x1_0000_000c);
         assert_eq!(r.compare_swap(8, 7, 1).unwrap(), 42);
         assert_eq!(r.fetch_add(4, 1), Err(OutOfBounds), "misaligned");

@@ -80,15 +80,26 @@ impl Collector {
     pub fn start(config: CollectorConfig) -> Result<Collector, String> {
         config.validate()?;
         let dev = &config.collector;
-        let mac: MacAddr = dev.mac.parse().map_err(|_| format!("bad MAC {:?}", dev.mac))?;
+        let mac: MacAddr = dev
+            .mac
+            .parse()
+            .map_err(|_| format!("bad MAC {:?}", dev.mac))?;
         let sock = UdpSocket::bind(dev.roce, &UdpOptions::default()).map_err(|e| {
             format!("cannot bind the software RNIC to {}: {e} (is another collector running? choose another [collector] roce address)", dev.roce)
         })?;
         let roce = sock.local_addr();
-        let mut responder = Responder::new(DeviceConfig { local: roce, local_mac: mac, pmtu: dev.pmtu, l2_frames: false });
+        let mut responder = Responder::new(DeviceConfig {
+            local: roce,
+            local_mac: mac,
+            pmtu: dev.pmtu,
+            l2_frames: false,
+        });
         let mut stores = crate::store::build_stores(&config, &mut responder)?;
         for peer in &config.static_peers {
-            let peer_mac: MacAddr = peer.mac.parse().map_err(|_| format!("bad MAC {:?}", peer.mac))?;
+            let peer_mac: MacAddr = peer
+                .mac
+                .parse()
+                .map_err(|_| format!("bad MAC {:?}", peer.mac))?;
             for (si, st) in stores.iter_mut().enumerate() {
                 for w in 0..peer.workers {
                     let peer_qpn = peer.qpn_base + si as u32 * peer.workers + w;
@@ -102,19 +113,31 @@ impl Collector {
                         verify_icrc: dev.verify_icrc,
                         recv_credits: dev.recv_credits,
                     });
-                    st.meta.qps.push(QpMeta { qpn: qpn.value(), psn: psn.value(), peer_qpn });
+                    st.meta.qps.push(QpMeta {
+                        qpn: qpn.value(),
+                        psn: psn.value(),
+                        peer_qpn,
+                    });
                 }
             }
         }
-        let meta = CollectorMeta { roce, mac: dev.mac.clone(), verify_icrc: dev.verify_icrc, stores: stores.iter().map(|s| s.meta.clone()).collect() };
+        let meta = CollectorMeta {
+            roce,
+            mac: dev.mac.clone(),
+            verify_icrc: dev.verify_icrc,
+            stores: stores.iter().map(|s| s.meta.clone()).collect(),
+        };
         if let Some(path) = &dev.metadata_file {
             if let Some(dir) = path.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
             let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, serde_json::to_vec_pretty(&meta).expect("metadata serialises"))
-                .and_then(|_| std::fs::rename(&tmp, path))
-                .map_err(|e| format!("cannot write metadata {}: {e}", path.display()))?;
+            std::fs::write(
+                &tmp,
+                serde_json::to_vec_pretty(&meta).expect("metadata serialises"),
+            )
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("cannot write metadata {}: {e}", path.display()))?;
             log::info!("published store metadata to {}", path.display());
         }
         let published = Arc::new(Mutex::new(Published::default()));
@@ -134,7 +157,9 @@ impl Collector {
                     let mut imm_events = 0u64;
                     let mut recent = std::collections::VecDeque::new();
                     while !stop.load(Ordering::Relaxed) {
-                        let r = rx.recv_with(Duration::from_millis(20), |burst| responder.handle_burst(burst, &mut tx));
+                        let r = rx.recv_with(Duration::from_millis(20), |burst| {
+                            responder.handle_burst(burst, &mut tx)
+                        });
                         if let Err(e) = r {
                             log::error!("software RNIC receive failed: {e}");
                             std::thread::sleep(Duration::from_millis(100));
@@ -162,11 +187,17 @@ impl Collector {
                                 RnicCommand::DestroyQp(q) => responder.destroy_qp(q),
                             }
                         }
-                        if last_pub.elapsed() >= Duration::from_millis(50) || stop.load(Ordering::Relaxed) {
+                        if last_pub.elapsed() >= Duration::from_millis(50)
+                            || stop.load(Ordering::Relaxed)
+                        {
                             last_pub = Instant::now();
                             let mut p = published.lock().expect("publisher lock");
                             p.counters = responder.counters();
-                            p.per_qp = responder.qpns().into_iter().filter_map(|q| responder.qp_counters(q).map(|c| (q.value(), c))).collect();
+                            p.per_qp = responder
+                                .qpns()
+                                .into_iter()
+                                .filter_map(|q| responder.qp_counters(q).map(|c| (q.value(), c)))
+                                .collect();
                             p.immediate_events = imm_events;
                             p.recent_events.extend(recent.drain(..));
                             while p.recent_events.len() > 1024 {
@@ -179,7 +210,16 @@ impl Collector {
                 })
                 .map_err(|e| e.to_string())?
         };
-        Ok(Collector { stores, meta, roce, published, commands: tx_cmd, stop, thread: Some(thread), config })
+        Ok(Collector {
+            stores,
+            meta,
+            roce,
+            published,
+            commands: tx_cmd,
+            stop,
+            thread: Some(thread),
+            config,
+        })
     }
 
     /// The configuration it runs with.

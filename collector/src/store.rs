@@ -29,33 +29,86 @@ pub struct Store {
 pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
     let bad = |what: &str| format!("store {:?}: {what}", cfg.name);
     Ok(match &cfg.kind {
-        StoreKindConfig::KeyWrite { slots, slot_size, hash } => {
-            let l = KeyWriteLayout::new(*slots, *slot_size).map_err(|e| bad(&format!("slots must be a power of two and slot_size one of 8, 16, 32, 64: {e}")))?;
+        StoreKindConfig::KeyWrite {
+            slots,
+            slot_size,
+            hash,
+        } => {
+            let l = KeyWriteLayout::new(*slots, *slot_size).map_err(|e| {
+                bad(&format!(
+                    "slots must be a power of two and slot_size one of 8, 16, 32, 64: {e}"
+                ))
+            })?;
             KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
-            (StoreKind::KeyWrite { slots: *slots, slot_size: *slot_size, hash: *hash }, l.region_len())
+            (
+                StoreKind::KeyWrite {
+                    slots: *slots,
+                    slot_size: *slot_size,
+                    hash: *hash,
+                },
+                l.region_len(),
+            )
         }
         StoreKindConfig::KeyIncrement { slots, hash, .. } => {
-            let l = CounterLayout::new(*slots).map_err(|e| bad(&format!("slots must be a power of two: {e}")))?;
+            let l = CounterLayout::new(*slots)
+                .map_err(|e| bad(&format!("slots must be a power of two: {e}")))?;
             KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
-            (StoreKind::KeyIncrement { slots: *slots, hash: *hash }, l.region_len())
+            (
+                StoreKind::KeyIncrement {
+                    slots: *slots,
+                    hash: *hash,
+                },
+                l.region_len(),
+            )
         }
-        StoreKindConfig::Append { lists, first_list, capacity, entry_size, batch, format } => {
+        StoreKindConfig::Append {
+            lists,
+            first_list,
+            capacity,
+            entry_size,
+            batch,
+            format,
+        } => {
             if *lists == 0 {
                 return Err(bad("lists must be at least 1"));
             }
             let l = AppendLayout::new(*format, *capacity, *entry_size, *batch)
                 .map_err(|e| bad(&format!("capacity must be a positive multiple of batch (1..=16), entry_size 1..=32: {e}")))?;
             let stride = l.region_len().div_ceil(LIST_ALIGN) * LIST_ALIGN;
-            let len = stride.checked_mul(*lists as u64).ok_or_else(|| bad("too large"))?;
+            let len = stride
+                .checked_mul(*lists as u64)
+                .ok_or_else(|| bad("too large"))?;
             (
-                StoreKind::Append { lists: *lists, first_list: *first_list, capacity: *capacity, entry_size: *entry_size, batch: *batch, format: *format, list_stride: stride },
+                StoreKind::Append {
+                    lists: *lists,
+                    first_list: *first_list,
+                    capacity: *capacity,
+                    entry_size: *entry_size,
+                    batch: *batch,
+                    format: *format,
+                    list_stride: stride,
+                },
                 len,
             )
         }
-        StoreKindConfig::Postcard { chunks, hops, hash, .. } => {
-            let l = PostcardLayout::new(*chunks, *hops).map_err(|e| bad(&format!("chunks must be a power of two and hops 1..=16: {e}")))?;
-            PostcardHasher::new(*hash, *chunks, 2, *hops).ok_or_else(|| bad("the reference hash profile needs hops = 5"))?;
-            (StoreKind::Postcard { chunks: *chunks, hops: *hops, hash: *hash }, l.region_len())
+        StoreKindConfig::Postcard {
+            chunks, hops, hash, ..
+        } => {
+            let l = PostcardLayout::new(*chunks, *hops).map_err(|e| {
+                bad(&format!(
+                    "chunks must be a power of two and hops 1..=16: {e}"
+                ))
+            })?;
+            PostcardHasher::new(*hash, *chunks, 2, *hops)
+                .ok_or_else(|| bad("the reference hash profile needs hops = 5"))?;
+            (
+                StoreKind::Postcard {
+                    chunks: *chunks,
+                    hops: *hops,
+                    hash: *hash,
+                },
+                l.region_len(),
+            )
         }
     })
 }
@@ -68,12 +121,16 @@ impl Store {
 }
 
 /// Allocates every configured store's region and registers it with `responder`.
-pub fn build_stores(config: &CollectorConfig, responder: &mut Responder) -> Result<Vec<Store>, String> {
+pub fn build_stores(
+    config: &CollectorConfig,
+    responder: &mut Responder,
+) -> Result<Vec<Store>, String> {
     let dev = &config.collector;
     let mut stores = Vec::new();
     for (i, sc) in config.stores.iter().enumerate() {
         let (kind, len) = layout_of(sc)?;
-        let len_usize = usize::try_from(len).map_err(|_| format!("store {:?} too large", sc.name))?;
+        let len_usize =
+            usize::try_from(len).map_err(|_| format!("store {:?} too large", sc.name))?;
         let region = match &dev.persist_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -84,9 +141,29 @@ pub fn build_stores(config: &CollectorConfig, responder: &mut Responder) -> Resu
         .map_err(|e| format!("store {:?}: cannot allocate {len} bytes: {e}", sc.name))?;
         let region = Arc::new(region);
         let rkey = responder.register(region.clone(), Access::ALL);
-        log::info!("store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}", sc.name, kind.name(), len, region.addr(), region.backing(), rkey.0);
-        let meta = StoreMeta { name: sc.name.clone(), addr: region.addr(), len, rkey: rkey.0, qps: Vec::new(), kind };
-        stores.push(Store { port: sc.port.unwrap_or(1337 + i as u16), config: sc.clone(), meta, region });
+        log::info!(
+            "store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}",
+            sc.name,
+            kind.name(),
+            len,
+            region.addr(),
+            region.backing(),
+            rkey.0
+        );
+        let meta = StoreMeta {
+            name: sc.name.clone(),
+            addr: region.addr(),
+            len,
+            rkey: rkey.0,
+            qps: Vec::new(),
+            kind,
+        };
+        stores.push(Store {
+            port: sc.port.unwrap_or(1337 + i as u16),
+            config: sc.clone(),
+            meta,
+            region,
+        });
     }
     Ok(stores)
 }

@@ -7,7 +7,9 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use dta_collector::config::{CollectorConfig, DeviceSection, StaticPeer, StoreConfig, StoreKindConfig};
+use dta_collector::config::{
+    CollectorConfig, DeviceSection, StaticPeer, StoreConfig, StoreKindConfig,
+};
 use dta_collector::query::append::{ListReader, Start};
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_collector::Collector;
@@ -20,11 +22,21 @@ use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
 fn free_port(ip: Ipv4Addr) -> u16 {
-    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0)).unwrap().local_addr().unwrap().port()
+    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn hdr() -> ReportHeader {
-    ReportHeader { profile: Profile::Extended, immediate: false, retransmittable: false, seq: Some(0), priority: Priority::Medium }
+    ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(0),
+        priority: Priority::Medium,
+    }
 }
 
 struct System {
@@ -37,15 +49,29 @@ struct System {
 
 impl System {
     fn start(stores: Vec<StoreConfig>, append_flush_us: u64) -> System {
-        let dir = std::env::temp_dir().join(format!("dta-e2e-{}-{}", std::process::id(), free_port(Ipv4Addr::LOCALHOST)));
+        let dir = std::env::temp_dir().join(format!(
+            "dta-e2e-{}-{}",
+            std::process::id(),
+            free_port(Ipv4Addr::LOCALHOST)
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let meta = dir.join("collector.json");
         let c_ip = Ipv4Addr::new(127, 0, 0, 1);
         let t_ip = Ipv4Addr::new(127, 0, 0, 2);
         let roce_t = SocketAddrV4::new(t_ip, free_port(t_ip));
         let collector = Collector::start(CollectorConfig {
-            collector: DeviceSection { roce: SocketAddrV4::new(c_ip, 0), metadata_file: Some(meta.clone()), hugepages: false, ..DeviceSection::default() },
-            static_peers: vec![StaticPeer { roce: roce_t, workers: 1, qpn_base: 0x200, mac: "02:00:00:00:00:01".into() }],
+            collector: DeviceSection {
+                roce: SocketAddrV4::new(c_ip, 0),
+                metadata_file: Some(meta.clone()),
+                hugepages: false,
+                ..DeviceSection::default()
+            },
+            static_peers: vec![StaticPeer {
+                roce: roce_t,
+                workers: 1,
+                qpn_base: 0x200,
+                mac: "02:00:00:00:00:01".into(),
+            }],
             stores,
         })
         .expect("collector starts");
@@ -53,11 +79,20 @@ impl System {
         t.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
         t.translator.roce = roce_t;
         t.append.flush_delay_us = append_flush_us;
-        t.collectors = vec![CollectorSection { name: "c".into(), metadata: Some(meta) }];
+        t.collectors = vec![CollectorSection {
+            name: "c".into(),
+            metadata: Some(meta),
+        }];
         let translator = Translator::start(t).expect("translator starts");
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.connect(translator.report_addr).unwrap();
-        System { collector, translator, sock, sent: 0, _dir: dir }
+        System {
+            collector,
+            translator,
+            sock,
+            sent: 0,
+            _dir: dir,
+        }
     }
 
     /// Sends reports, at most a few thousand ahead of the translator.
@@ -74,9 +109,17 @@ impl System {
     }
 
     fn settle(&self) {
-        assert!(self.translator.wait_for(Duration::from_secs(10), |c| c.rx_datagrams >= self.sent), "translator received everything");
+        assert!(
+            self.translator
+                .wait_for(Duration::from_secs(10), |c| c.rx_datagrams >= self.sent),
+            "translator received everything"
+        );
         let frames = self.translator.counters().frames;
-        assert!(self.collector.wait_for(Duration::from_secs(10), |k| k.rcvd_pkts >= frames), "collector executed every frame");
+        assert!(
+            self.collector
+                .wait_for(Duration::from_secs(10), |k| k.rcvd_pkts >= frames),
+            "collector executed every frame"
+        );
     }
 }
 
@@ -85,7 +128,15 @@ fn keywrite_memory_byte_for_byte_and_queries() {
     const SLOTS: u32 = 1 << 14;
     const N: u8 = 3;
     let mut sys = System::start(
-        vec![StoreConfig { name: "kw".into(), port: None, kind: StoreKindConfig::KeyWrite { slots: SLOTS, slot_size: 32, hash: HashProfile::Independent } }],
+        vec![StoreConfig {
+            name: "kw".into(),
+            port: None,
+            kind: StoreKindConfig::KeyWrite {
+                slots: SLOTS,
+                slot_size: 32,
+                hash: HashProfile::Independent,
+            },
+        }],
         1000,
     );
     let layout = KeyWriteLayout::new(SLOTS, 32).unwrap();
@@ -94,15 +145,39 @@ fn keywrite_memory_byte_for_byte_and_queries() {
     let mut model = vec![[0u8; 32]; SLOTS as usize];
     let mut reports = Vec::new();
     for i in 0..keys {
-        let key = Key::new(&[(i >> 8) as u8, i as u8, 0xAB, 0xCD, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 6]).unwrap();
-        let value: Vec<u8> = (0..20).map(|b| (i as u8).wrapping_mul(7).wrapping_add(b)).collect();
+        let key = Key::new(&[
+            (i >> 8) as u8,
+            i as u8,
+            0xAB,
+            0xCD,
+            0x11,
+            0x22,
+            0x33,
+            0x44,
+            0x55,
+            0x66,
+            0x77,
+            0x88,
+            6,
+        ])
+        .unwrap();
+        let value: Vec<u8> = (0..20)
+            .map(|b| (i as u8).wrapping_mul(7).wrapping_add(b))
+            .collect();
         let cs = hasher.checksum(&key);
         let mut slots = [0u32; MAX_REDUNDANCY];
         hasher.slots(&key, N as usize, &mut slots);
         for &s in &slots[..N as usize] {
             layout.encode_slot(cs, &value, &mut model[s as usize]);
         }
-        reports.push(Report { header: hdr(), primitive: Primitive::KeyWrite { redundancy: N, key, value: Value::new(&value).unwrap() } });
+        reports.push(Report {
+            header: hdr(),
+            primitive: Primitive::KeyWrite {
+                redundancy: N,
+                key,
+                value: Value::new(&value).unwrap(),
+            },
+        });
     }
     sys.send(&reports);
     sys.settle();
@@ -113,10 +188,16 @@ fn keywrite_memory_byte_for_byte_and_queries() {
         assert_eq!(got, model[s as usize], "slot {s} differs from the model");
     }
     // The last 200 keys were followed by at most 600 writes into 16384 slots: all must answer.
-    let view = KeyWriteView { region: &store.region, layout, hasher };
+    let view = KeyWriteView {
+        region: &store.region,
+        layout,
+        hasher,
+    };
     let mut correct = 0;
     for (i, r) in reports.iter().enumerate() {
-        let Primitive::KeyWrite { key, value, .. } = r.primitive else { unreachable!() };
+        let Primitive::KeyWrite { key, value, .. } = r.primitive else {
+            unreachable!()
+        };
         match view.query(&key, N as usize, Vote::Plurality) {
             KeyWriteAnswer::Value { value: v, .. } => {
                 assert_eq!(&v.as_bytes()[..20], value.as_bytes(), "never a wrong value");
@@ -127,7 +208,16 @@ fn keywrite_memory_byte_for_byte_and_queries() {
     }
     assert!(correct as f64 >= 0.97 * keys as f64, "{correct} of {keys}");
     let k = sys.collector.counters();
-    assert_eq!((k.bad_icrc, k.out_of_seq_request, k.duplicate_request, k.rkey_violation), (0, 0, 0, 0), "{k:?}");
+    assert_eq!(
+        (
+            k.bad_icrc,
+            k.out_of_seq_request,
+            k.duplicate_request,
+            k.rkey_violation
+        ),
+        (0, 0, 0, 0),
+        "{k:?}"
+    );
 }
 
 #[test]
@@ -139,16 +229,27 @@ fn append_entries_in_order_across_wraps() {
         vec![StoreConfig {
             name: "ap".into(),
             port: None,
-            kind: StoreKindConfig::Append { lists: LISTS, first_list: 10, capacity: CAP, entry_size: 8, batch: BATCH, format: AppendFormat::Sequenced },
+            kind: StoreKindConfig::Append {
+                lists: LISTS,
+                first_list: 10,
+                capacity: CAP,
+                entry_size: 8,
+                batch: BATCH,
+                format: AppendFormat::Sequenced,
+            },
         }],
         // A long flush delay: every batch is written full, so memory is deterministic.
         10_000_000,
     );
     let store = sys.collector.store("ap").unwrap();
-    let StoreKind::Append { list_stride, .. } = store.meta.kind else { panic!() };
+    let StoreKind::Append { list_stride, .. } = store.meta.kind else {
+        panic!()
+    };
     let layout = AppendLayout::new(AppendFormat::Sequenced, CAP, 8, BATCH).unwrap();
     let region = store.region.clone();
-    let mut readers: Vec<ListReader> = (0..LISTS).map(|l| ListReader::new(&region, layout, l as u64 * list_stride, Start::Seq(1))).collect();
+    let mut readers: Vec<ListReader> = (0..LISTS)
+        .map(|l| ListReader::new(&region, layout, l as u64 * list_stride, Start::Seq(1)))
+        .collect();
     let per_list = CAP as u64 * 5 / 2; // two and a half wraps
     let mut next = vec![0u64; LISTS as usize];
     let entry = |l: u64, k: u64| -> [u8; 8] { ((l << 32) | k).to_le_bytes() };
@@ -156,13 +257,24 @@ fn append_entries_in_order_across_wraps() {
     for chunk in 0..(per_list / 16) {
         let reports: Vec<Report> = (0..16)
             .flat_map(|k| (0..LISTS as u64).map(move |l| (l, chunk * 16 + k)))
-            .map(|(l, k)| Report { header: hdr(), primitive: Primitive::Append { list: 10 + l as u32, value: Value::new(&entry(l, k)).unwrap() } })
+            .map(|(l, k)| Report {
+                header: hdr(),
+                primitive: Primitive::Append {
+                    list: 10 + l as u32,
+                    value: Value::new(&entry(l, k)).unwrap(),
+                },
+            })
             .collect();
         sys.send(&reports);
         sys.settle();
         for (l, r) in readers.iter_mut().enumerate() {
             let st = r.poll(&region, usize::MAX, |_, e| {
-                assert_eq!(e, entry(l as u64, next[l]), "list {l} entry {} out of order", next[l]);
+                assert_eq!(
+                    e,
+                    entry(l as u64, next[l]),
+                    "list {l} entry {} out of order",
+                    next[l]
+                );
                 next[l] += 1;
             });
             assert_eq!(st.lost_batches, 0);
@@ -174,7 +286,10 @@ fn append_entries_in_order_across_wraps() {
     }
     // Byte for byte: the final ring image of every list.
     let batches = per_list / BATCH as u64;
-    assert!(batches > 2 * layout.batch_slots() as u64, "at least two wraps");
+    assert!(
+        batches > 2 * layout.batch_slots() as u64,
+        "at least two wraps"
+    );
     for l in 0..LISTS as u64 {
         let mut want = vec![0u8; layout.region_len() as usize];
         for s in 1..=batches {

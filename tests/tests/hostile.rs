@@ -18,11 +18,26 @@ use proptest::prelude::*;
 
 fn stores() -> Vec<StoreConfig> {
     vec![
-        StoreConfig { name: "kw".into(), port: None, kind: StoreKindConfig::KeyWrite { slots: 1024, slot_size: 8, hash: HashProfile::Independent } },
+        StoreConfig {
+            name: "kw".into(),
+            port: None,
+            kind: StoreKindConfig::KeyWrite {
+                slots: 1024,
+                slot_size: 8,
+                hash: HashProfile::Independent,
+            },
+        },
         StoreConfig {
             name: "ap".into(),
             port: None,
-            kind: StoreKindConfig::Append { lists: 2, first_list: 0, capacity: 64, entry_size: 4, batch: 4, format: AppendFormat::Sequenced },
+            kind: StoreKindConfig::Append {
+                lists: 2,
+                first_list: 0,
+                capacity: 64,
+                entry_size: 4,
+                batch: 4,
+                format: AppendFormat::Sequenced,
+            },
         },
     ]
 }
@@ -36,13 +51,32 @@ fn memory_is_zero(h: &Harness) -> bool {
 }
 
 fn hdr() -> ReportHeader {
-    ReportHeader { profile: Profile::Extended, immediate: false, retransmittable: false, seq: Some(1), priority: Priority::Medium }
+    ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(1),
+        priority: Priority::Medium,
+    }
 }
 
 #[test]
 fn hostile_reports_are_counted_and_write_nothing() {
-    let mut h = Harness::new(stores(), HarnessOptions { max_redundancy: 4, ..HarnessOptions::default() });
-    let kw = |n: u8| Report { header: hdr(), primitive: Primitive::KeyWrite { redundancy: n, key: Key::new(b"k").unwrap(), value: Value::new(b"vv").unwrap() } };
+    let mut h = Harness::new(
+        stores(),
+        HarnessOptions {
+            max_redundancy: 4,
+            ..HarnessOptions::default()
+        },
+    );
+    let kw = |n: u8| Report {
+        header: hdr(),
+        primitive: Primitive::KeyWrite {
+            redundancy: n,
+            key: Key::new(b"k").unwrap(),
+            value: Value::new(b"vv").unwrap(),
+        },
+    };
     let good = {
         let mut b = vec![0u8; 128];
         let n = kw(1).emit(Profile::Extended, &mut b).unwrap();
@@ -68,10 +102,26 @@ fn hostile_reports_are_counted_and_write_nothing() {
         h.send_raw(&[&b[..len]]);
     }
     // Unknown list IDs.
-    let ap = |list: u32| Report { header: hdr(), primitive: Primitive::Append { list, value: Value::new(b"abcd").unwrap() } };
+    let ap = |list: u32| Report {
+        header: hdr(),
+        primitive: Primitive::Append {
+            list,
+            value: Value::new(b"abcd").unwrap(),
+        },
+    };
     h.send(&[ap(2), ap(99), ap(u32::MAX)], Profile::Extended);
     // Value wider than the Key-Write slot (8-byte slots hold 4-byte values).
-    h.send(&[Report { header: hdr(), primitive: Primitive::KeyWrite { redundancy: 1, key: Key::new(b"k").unwrap(), value: Value::new(&[1; 5]).unwrap() } }], Profile::Extended);
+    h.send(
+        &[Report {
+            header: hdr(),
+            primitive: Primitive::KeyWrite {
+                redundancy: 1,
+                key: Key::new(b"k").unwrap(),
+                value: Value::new(&[1; 5]).unwrap(),
+            },
+        }],
+        Profile::Extended,
+    );
     // Oversized datagram.
     h.send_raw(&[&[0xD1; 9000]]);
     h.advance(50_000_000);
@@ -87,7 +137,11 @@ fn hostile_reports_are_counted_and_write_nothing() {
     assert_eq!(c.drop_value_too_long, 1, "{c:?}");
     assert_eq!(c.translated, 0);
     assert_eq!(c.frames, 0, "no RDMA frame for a rejected report");
-    assert_eq!(c.rx_datagrams, c.translated + c.dropped(), "every report is accounted for: {c:?}");
+    assert_eq!(
+        c.rx_datagrams,
+        c.translated + c.dropped(),
+        "every report is accounted for: {c:?}"
+    );
     assert!(memory_is_zero(&h));
 }
 
@@ -176,7 +230,11 @@ fn aeth_of(frames: &[Vec<u8>]) -> Vec<(u8, Psn, AethRepr)> {
         .iter()
         .map(|f| {
             let p = parse_frame(f).expect("responses are well formed");
-            (p.roce.bth.opcode, p.roce.bth.psn, p.roce.aeth.expect("responses carry an AETH"))
+            (
+                p.roce.bth.opcode,
+                p.roce.bth.psn,
+                p.roce.aeth.expect("responses carry an AETH"),
+            )
         })
         .collect()
 }
@@ -192,7 +250,10 @@ fn hostile_roce_frames_are_counted_nacked_or_dropped() {
     let n = f.len();
     f[n - 1] ^= 0x55;
     h.deliver_to_rnic(&f);
-    assert!(h.take_rnic_responses().is_empty(), "no answer to a bad ICRC");
+    assert!(
+        h.take_rnic_responses().is_empty(),
+        "no answer to a bad ICRC"
+    );
     assert_eq!(h.rnic.counters().bad_icrc, 1);
 
     // Spoofed source address: dropped, counted.
@@ -246,7 +307,10 @@ fn hostile_roce_frames_are_counted_nacked_or_dropped() {
     // The rest of the memory is untouched.
     let mut all = vec![0u8; h.region("kw").len()];
     h.region("kw").read(0, &mut all).unwrap();
-    assert!(all.iter().enumerate().all(|(i, &b)| (8..12).contains(&i) || b == 0));
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| (8..12).contains(&i) || b == 0));
 }
 
 #[test]
@@ -263,7 +327,11 @@ fn wrong_rkey_and_out_of_bounds_get_remote_access_error() {
         h.deliver_to_rnic(&f);
         let r = aeth_of(&h.take_rnic_responses());
         assert_eq!(r.len(), 1, "case {case}");
-        assert_eq!(r[0].2.syndrome, Syndrome::Nak(NakCode::RemoteAccessError), "case {case}");
+        assert_eq!(
+            r[0].2.syndrome,
+            Syndrome::Nak(NakCode::RemoteAccessError),
+            "case {case}"
+        );
         let k = h.rnic.counters();
         assert_eq!(k.rkey_violation + k.out_of_bounds, 1, "case {case}: {k:?}");
         assert!(memory_is_zero(&h), "case {case}");

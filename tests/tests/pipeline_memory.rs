@@ -8,18 +8,39 @@ use dta_proto::{Key, Value};
 use dta_tests::harness::{Harness, HarnessOptions};
 
 fn hdr() -> ReportHeader {
-    ReportHeader { profile: Profile::Extended, immediate: false, retransmittable: false, seq: Some(0), priority: Priority::Medium }
+    ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(0),
+        priority: Priority::Medium,
+    }
 }
 
 fn kw_store(slots: u32) -> StoreConfig {
-    StoreConfig { name: "kw".into(), port: None, kind: StoreKindConfig::KeyWrite { slots, slot_size: 8, hash: HashProfile::Independent } }
+    StoreConfig {
+        name: "kw".into(),
+        port: None,
+        kind: StoreKindConfig::KeyWrite {
+            slots,
+            slot_size: 8,
+            hash: HashProfile::Independent,
+        },
+    }
 }
 
 fn append_store(lists: u32, capacity: u32, batch: u32, entry: u32) -> StoreConfig {
     StoreConfig {
         name: "ap".into(),
         port: None,
-        kind: StoreKindConfig::Append { lists, first_list: 0, capacity, entry_size: entry, batch, format: AppendFormat::Sequenced },
+        kind: StoreKindConfig::Append {
+            lists,
+            first_list: 0,
+            capacity,
+            entry_size: entry,
+            batch,
+            format: AppendFormat::Sequenced,
+        },
     }
 }
 
@@ -29,7 +50,11 @@ fn keywrite_lands_and_acks_flow() {
     let reports: Vec<Report> = (0..1000u32)
         .map(|i| Report {
             header: hdr(),
-            primitive: Primitive::KeyWrite { redundancy: 2, key: Key::new(&i.to_be_bytes()).unwrap(), value: Value::new(&(i * 3).to_le_bytes()).unwrap() },
+            primitive: Primitive::KeyWrite {
+                redundancy: 2,
+                key: Key::new(&i.to_be_bytes()).unwrap(),
+                value: Value::new(&(i * 3).to_le_bytes()).unwrap(),
+            },
         })
         .collect();
     h.send(&reports, Profile::Extended);
@@ -52,7 +77,13 @@ fn keywrite_lands_and_acks_flow() {
 fn append_in_order_across_wraps() {
     let mut h = Harness::new(vec![append_store(2, 64, 4, 4)], HarnessOptions::default());
     let reports: Vec<Report> = (0..1000u32)
-        .map(|i| Report { header: hdr(), primitive: Primitive::Append { list: i % 2, value: Value::new(&i.to_le_bytes()).unwrap() } })
+        .map(|i| Report {
+            header: hdr(),
+            primitive: Primitive::Append {
+                list: i % 2,
+                value: Value::new(&i.to_le_bytes()).unwrap(),
+            },
+        })
         .collect();
     h.send(&reports, Profile::Extended);
     h.flush();

@@ -83,7 +83,10 @@ impl Default for Section {
     fn default() -> Self {
         Section {
             listen: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, dta_proto::consts::DTA_PORT),
-            roce: SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, dta_proto::consts::ROCEV2_PORT),
+            roce: SocketAddrV4::new(
+                std::net::Ipv4Addr::LOCALHOST,
+                dta_proto::consts::ROCEV2_PORT,
+            ),
             mac: "02:00:00:00:00:01".into(),
             workers: 1,
             pin_cores: false,
@@ -112,7 +115,12 @@ pub struct ReportsSection {
 
 impl Default for ReportsSection {
     fn default() -> Self {
-        ReportsSection { reference_variant: BaseVariant::A, accept_reference: true, accept_extended: true, reference_priority: Priority::Medium }
+        ReportsSection {
+            reference_variant: BaseVariant::A,
+            accept_reference: true,
+            accept_extended: true,
+            reference_priority: Priority::Medium,
+        }
     }
 }
 
@@ -126,7 +134,9 @@ pub struct AppendSection {
 
 impl Default for AppendSection {
     fn default() -> Self {
-        AppendSection { flush_delay_us: 1000 }
+        AppendSection {
+            flush_delay_us: 1000,
+        }
     }
 }
 
@@ -145,7 +155,11 @@ pub struct PostcardSection {
 
 impl Default for PostcardSection {
     fn default() -> Self {
-        PostcardSection { cache_slots: 32768, redundancy: 1, flush_delay_us: 100_000 }
+        PostcardSection {
+            cache_slots: 32768,
+            redundancy: 1,
+            flush_delay_us: 100_000,
+        }
     }
 }
 
@@ -163,7 +177,11 @@ pub struct ReliabilitySection {
 
 impl Default for ReliabilitySection {
     fn default() -> Self {
-        ReliabilitySection { ack_every: 64, ack_timeout_us: 20_000, max_probes: 8 }
+        ReliabilitySection {
+            ack_every: 64,
+            ack_timeout_us: 20_000,
+            max_probes: 8,
+        }
     }
 }
 
@@ -185,7 +203,13 @@ pub struct OverloadSection {
 
 impl Default for OverloadSection {
     fn default() -> Self {
-        OverloadSection { messages_per_sec: 0, burst: 4096, low_reserve: 0.5, medium_reserve: 0.25, backlog: 65536 }
+        OverloadSection {
+            messages_per_sec: 0,
+            burst: 4096,
+            low_reserve: 0.5,
+            medium_reserve: 0.25,
+            backlog: 65536,
+        }
     }
 }
 
@@ -215,7 +239,12 @@ pub struct RoutingSection {
 
 impl Default for RoutingSection {
     fn default() -> Self {
-        RoutingSection { keywrite: "single".into(), keyincrement: "single".into(), postcard: "single".into(), destinations: Default::default() }
+        RoutingSection {
+            keywrite: "single".into(),
+            keyincrement: "single".into(),
+            postcard: "single".into(),
+            destinations: Default::default(),
+        }
     }
 }
 
@@ -240,26 +269,45 @@ impl TranslatorConfig {
             return Err("translator.workers must be 1..=64".into());
         }
         if t.max_redundancy == 0 || t.max_redundancy as usize > dta_proto::hash::MAX_REDUNDANCY {
-            return Err(format!("translator.max_redundancy must be 1..={}", dta_proto::hash::MAX_REDUNDANCY));
+            return Err(format!(
+                "translator.max_redundancy must be 1..={}",
+                dta_proto::hash::MAX_REDUNDANCY
+            ));
         }
         if t.roce.ip().is_unspecified() {
-            return Err("translator.roce must name a concrete local IP: it is covered by the ICRC".into());
+            return Err(
+                "translator.roce must name a concrete local IP: it is covered by the ICRC".into(),
+            );
         }
         if !self.postcard.cache_slots.is_power_of_two() {
             return Err("postcard.cache_slots must be a power of two".into());
         }
-        if self.postcard.redundancy == 0 || self.postcard.redundancy as usize > dta_proto::hash::MAX_REDUNDANCY {
+        if self.postcard.redundancy == 0
+            || self.postcard.redundancy as usize > dta_proto::hash::MAX_REDUNDANCY
+        {
             return Err("postcard.redundancy must be 1..=8".into());
         }
         if self.reliability.ack_every == 0 {
             return Err("reliability.ack_every must be at least 1".into());
         }
         let o = &self.overload;
-        if !(0.0..1.0).contains(&o.low_reserve) || !(0.0..1.0).contains(&o.medium_reserve) || o.medium_reserve > o.low_reserve {
+        if !(0.0..1.0).contains(&o.low_reserve)
+            || !(0.0..1.0).contains(&o.medium_reserve)
+            || o.medium_reserve > o.low_reserve
+        {
             return Err("overload: 0 <= medium_reserve <= low_reserve < 1".into());
         }
-        for (what, r) in [("keywrite", &self.routing.keywrite), ("keyincrement", &self.routing.keyincrement), ("postcard", &self.routing.postcard)] {
-            if !(r == "single" || r.starts_with("single:") || r == "key-hash" || r == "destination" || r == "none") {
+        for (what, r) in [
+            ("keywrite", &self.routing.keywrite),
+            ("keyincrement", &self.routing.keyincrement),
+            ("postcard", &self.routing.postcard),
+        ] {
+            if !(r == "single"
+                || r.starts_with("single:")
+                || r == "key-hash"
+                || r == "destination"
+                || r == "none")
+            {
                 return Err(format!("routing.{what}: expected single, single:STORE, key-hash, destination or none, got {r:?}"));
             }
         }

@@ -15,7 +15,9 @@ use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::report::ParseConfig;
 
 use crate::config::TranslatorConfig;
-use crate::datapath::pipeline::{CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route};
+use crate::datapath::pipeline::{
+    CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
+};
 use crate::datapath::qp::{QpStats, QpTuning};
 use crate::datapath::stats::TranslatorCounters;
 
@@ -54,10 +56,20 @@ pub fn load_collectors(cfg: &TranslatorConfig) -> Result<Vec<(String, CollectorM
     let mut out = Vec::new();
     for c in &cfg.collectors {
         let Some(path) = &c.metadata else {
-            return Err(format!("collector {:?}: no `metadata` file given (RDMA_CM set-up is configured with `cm`)", c.name));
+            return Err(format!(
+                "collector {:?}: no `metadata` file given (RDMA_CM set-up is configured with `cm`)",
+                c.name
+            ));
         };
-        let s = std::fs::read_to_string(path).map_err(|e| format!("collector {:?}: cannot read {}: {e} (is the collector running?)", c.name, path.display()))?;
-        let m: CollectorMeta = serde_json::from_str(&s).map_err(|e| format!("collector {:?}: {}: {e}", c.name, path.display()))?;
+        let s = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "collector {:?}: cannot read {}: {e} (is the collector running?)",
+                c.name,
+                path.display()
+            )
+        })?;
+        let m: CollectorMeta = serde_json::from_str(&s)
+            .map_err(|e| format!("collector {:?}: {}: {e}", c.name, path.display()))?;
         out.push((c.name.clone(), m));
     }
     Ok(out)
@@ -65,43 +77,62 @@ pub fn load_collectors(cfg: &TranslatorConfig) -> Result<Vec<(String, CollectorM
 
 /// Resolves the `[routing]` rules against the flattened store list (collector order, then
 /// store order).
-pub fn resolve_routes(cfg: &TranslatorConfig, collectors: &[(String, CollectorMeta)]) -> Result<(Route, Route, Route), String> {
+pub fn resolve_routes(
+    cfg: &TranslatorConfig,
+    collectors: &[(String, CollectorMeta)],
+) -> Result<(Route, Route, Route), String> {
     let flat: Vec<(String, String, &StoreKind, Ipv4Addr)> = collectors
         .iter()
-        .flat_map(|(cn, m)| m.stores.iter().map(move |s| (cn.clone(), s.name.clone(), &s.kind, *m.roce.ip())))
-        .collect();
-    let resolve = |what: &str, rule: &str| -> Result<Route, String> {
-        let of_kind: Vec<usize> = flat.iter().enumerate().filter(|(_, (_, _, k, _))| k.name() == what).map(|(i, _)| i).collect();
-        let find = |name: &str| -> Option<usize> {
-            flat.iter().position(|(cn, sn, k, _)| k.name() == what && (sn == name || format!("{cn}/{sn}") == name))
-        };
-        Ok(match rule {
-            "none" => Route::None,
-            "single" => of_kind.first().map_or(Route::None, |&i| Route::Single(i)),
-            "key-hash" if of_kind.is_empty() => Route::None,
-            "key-hash" => Route::ByKeyHash(of_kind),
-            "destination" => {
-                let mut v = Vec::new();
-                for (ip, target) in &cfg.routing.destinations {
-                    let ip: Ipv4Addr = ip.parse().map_err(|_| format!("routing.destinations: bad IP {ip:?}"))?;
-                    if let Some(i) = find(target) {
-                        v.push((ip, i));
-                    }
-                }
-                // Reports addressed to a collector's own IP go to that collector's store.
-                for &i in &of_kind {
-                    if !v.iter().any(|(ip, _)| *ip == flat[i].3) {
-                        v.push((flat[i].3, i));
-                    }
-                }
-                Route::ByDestination(v)
-            }
-            r => {
-                let name = r.strip_prefix("single:").unwrap_or(r);
-                Route::Single(find(name).ok_or_else(|| format!("routing.{what}: no {what} store called {name:?}"))?)
-            }
+        .flat_map(|(cn, m)| {
+            m.stores
+                .iter()
+                .map(move |s| (cn.clone(), s.name.clone(), &s.kind, *m.roce.ip()))
         })
-    };
+        .collect();
+    let resolve =
+        |what: &str, rule: &str| -> Result<Route, String> {
+            let of_kind: Vec<usize> = flat
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, _, k, _))| k.name() == what)
+                .map(|(i, _)| i)
+                .collect();
+            let find = |name: &str| -> Option<usize> {
+                flat.iter().position(|(cn, sn, k, _)| {
+                    k.name() == what && (sn == name || format!("{cn}/{sn}") == name)
+                })
+            };
+            Ok(match rule {
+                "none" => Route::None,
+                "single" => of_kind.first().map_or(Route::None, |&i| Route::Single(i)),
+                "key-hash" if of_kind.is_empty() => Route::None,
+                "key-hash" => Route::ByKeyHash(of_kind),
+                "destination" => {
+                    let mut v = Vec::new();
+                    for (ip, target) in &cfg.routing.destinations {
+                        let ip: Ipv4Addr = ip
+                            .parse()
+                            .map_err(|_| format!("routing.destinations: bad IP {ip:?}"))?;
+                        if let Some(i) = find(target) {
+                            v.push((ip, i));
+                        }
+                    }
+                    // Reports addressed to a collector's own IP go to that collector's store.
+                    for &i in &of_kind {
+                        if !v.iter().any(|(ip, _)| *ip == flat[i].3) {
+                            v.push((flat[i].3, i));
+                        }
+                    }
+                    Route::ByDestination(v)
+                }
+                r => {
+                    let name = r.strip_prefix("single:").unwrap_or(r);
+                    Route::Single(find(name).ok_or_else(|| {
+                        format!("routing.{what}: no {what} store called {name:?}")
+                    })?)
+                }
+            })
+        };
     Ok((
         resolve("keywrite", &cfg.routing.keywrite)?,
         resolve("keyincrement", &cfg.routing.keyincrement)?,
@@ -110,7 +141,11 @@ pub fn resolve_routes(cfg: &TranslatorConfig, collectors: &[(String, CollectorMe
 }
 
 /// Builds worker `w`'s pipeline configuration and collector targets.
-pub fn pipeline_for(cfg: &TranslatorConfig, w: usize, collectors: &[(String, CollectorMeta)]) -> Result<(PipelineConfig, Vec<CollectorTarget>), String> {
+pub fn pipeline_for(
+    cfg: &TranslatorConfig,
+    w: usize,
+    collectors: &[(String, CollectorMeta)],
+) -> Result<(PipelineConfig, Vec<CollectorTarget>), String> {
     let t = &cfg.translator;
     let (route_keywrite, route_keyincrement, route_postcard) = resolve_routes(cfg, collectors)?;
     let workers = t.workers;
@@ -132,13 +167,20 @@ pub fn pipeline_for(cfg: &TranslatorConfig, w: usize, collectors: &[(String, Col
         max_redundancy: t.max_redundancy,
         l2_frames: false,
         local: t.roce,
-        local_mac: t.mac.parse().map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?,
+        local_mac: t
+            .mac
+            .parse()
+            .map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?,
         nack_port: t.nack_port,
         append_flush_ns: cfg.append.flush_delay_us * 1000,
         postcard_flush_ns: cfg.postcard.flush_delay_us * 1000,
         postcard_cache_slots: cfg.postcard.cache_slots,
         postcard_redundancy: cfg.postcard.redundancy,
-        qp: QpTuning { ack_every: cfg.reliability.ack_every, ack_timeout_ns: cfg.reliability.ack_timeout_us * 1000, max_probes: cfg.reliability.max_probes },
+        qp: QpTuning {
+            ack_every: cfg.reliability.ack_every,
+            ack_timeout_ns: cfg.reliability.ack_timeout_us * 1000,
+            max_probes: cfg.reliability.max_probes,
+        },
         rate,
         backlog: cfg.overload.backlog,
         max_reporters: t.max_reporters,
@@ -148,15 +190,29 @@ pub fn pipeline_for(cfg: &TranslatorConfig, w: usize, collectors: &[(String, Col
     };
     let mut targets = Vec::new();
     for (cn, m) in collectors {
-        let mac: MacAddr = m.mac.parse().map_err(|_| format!("collector {cn:?}: bad MAC {:?}", m.mac))?;
+        let mac: MacAddr = m
+            .mac
+            .parse()
+            .map_err(|_| format!("collector {cn:?}: bad MAC {:?}", m.mac))?;
         let mut stores = Vec::new();
         for s in &m.stores {
             let q = s.qps.get(w).ok_or_else(|| {
                 format!("collector {cn:?} store {:?} prepared {} QP(s), but the translator runs {workers} workers: set `workers = {workers}` in the collector's [[static_peer]]", s.name, s.qps.len())
             })?;
-            stores.push((s.clone(), QpBinding { local_qpn: Qpn::new(q.peer_qpn), remote_qpn: Qpn::new(q.qpn), start_psn: Psn::new(q.psn) }));
+            stores.push((
+                s.clone(),
+                QpBinding {
+                    local_qpn: Qpn::new(q.peer_qpn),
+                    remote_qpn: Qpn::new(q.qpn),
+                    start_psn: Psn::new(q.psn),
+                },
+            ));
         }
-        targets.push(CollectorTarget { roce: m.roce, mac, stores });
+        targets.push(CollectorTarget {
+            roce: m.roce,
+            mac,
+            stores,
+        });
     }
     Ok((pc, targets))
 }
@@ -167,19 +223,33 @@ impl Translator {
         cfg.validate()?;
         let collectors = load_collectors(&cfg)?;
         let t = &cfg.translator;
-        let opts = UdpOptions { rcvbuf: t.socket_buffer, sndbuf: t.socket_buffer, reuse_port: t.workers > 1 };
+        let opts = UdpOptions {
+            rcvbuf: t.socket_buffer,
+            sndbuf: t.socket_buffer,
+            reuse_port: t.workers > 1,
+        };
         let stop = Arc::new(AtomicBool::new(false));
-        let snapshots: Arc<Vec<Mutex<WorkerSnapshot>>> = Arc::new((0..t.workers).map(|_| Mutex::new(WorkerSnapshot::default())).collect());
+        let snapshots: Arc<Vec<Mutex<WorkerSnapshot>>> = Arc::new(
+            (0..t.workers)
+                .map(|_| Mutex::new(WorkerSnapshot::default()))
+                .collect(),
+        );
         let mut threads = Vec::new();
         let mut report_addr = t.listen;
         let mut roce_addr = t.roce;
-        let cores = if t.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
+        let cores = if t.pin_cores {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         for w in 0..t.workers {
             let (pc, targets) = pipeline_for(&cfg, w, &collectors)?;
             let mut pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
-            let rs = UdpSocket::bind(report_addr, &opts).map_err(|e| format!("cannot bind the report socket {report_addr}: {e}"))?;
+            let rs = UdpSocket::bind(report_addr, &opts)
+                .map_err(|e| format!("cannot bind the report socket {report_addr}: {e}"))?;
             report_addr = rs.local_addr();
-            let qs = UdpSocket::bind(roce_addr, &opts).map_err(|e| format!("cannot bind the RoCEv2 socket {roce_addr}: {e}"))?;
+            let qs = UdpSocket::bind(roce_addr, &opts)
+                .map_err(|e| format!("cannot bind the RoCEv2 socket {roce_addr}: {e}"))?;
             roce_addr = qs.local_addr();
             let (mut rrx, _rtx) = rs.split();
             let (mut qrx, mut qtx) = qs.split();
@@ -215,7 +285,8 @@ impl Translator {
                                 }
                             }
                         });
-                        let _ = qrx.recv_now(|burst| pipeline.handle_responses(now(), burst, &mut tx));
+                        let _ =
+                            qrx.recv_now(|burst| pipeline.handle_responses(now(), burst, &mut tx));
                         pipeline.poll(now(), &mut tx);
                         if pipeline.take_handoffs().count() > 0 {
                             log::error!("hand-off between workers is not wired in this build");
@@ -238,7 +309,10 @@ impl Translator {
                             last_pub = Instant::now();
                             let mut s = snaps[w].lock().expect("snapshot lock");
                             s.counters = *pipeline.counters();
-                            s.qps = pipeline.qp_stats().map(|(n, q, st)| (n.to_string(), q.value(), st)).collect();
+                            s.qps = pipeline
+                                .qp_stats()
+                                .map(|(n, q, st)| (n.to_string(), q.value(), st))
+                                .collect();
                             s.pending = pipeline.pending_reports();
                             let rs = rrx.stats();
                             s.socket_drops = rs.kernel_drops;
@@ -256,13 +330,25 @@ impl Translator {
                 .map_err(|e| e.to_string())?;
             threads.push(th);
         }
-        log::info!("translator: reports on {report_addr}, RoCEv2 from {roce_addr}, {} worker(s)", t.workers);
-        Ok(Translator { report_addr, roce_addr, snapshots, stop, threads })
+        log::info!(
+            "translator: reports on {report_addr}, RoCEv2 from {roce_addr}, {} worker(s)",
+            t.workers
+        );
+        Ok(Translator {
+            report_addr,
+            roce_addr,
+            snapshots,
+            stop,
+            threads,
+        })
     }
 
     /// Per-worker snapshots (at most ~50 ms old).
     pub fn snapshots(&self) -> Vec<WorkerSnapshot> {
-        self.snapshots.iter().map(|m| m.lock().expect("snapshot lock").clone()).collect()
+        self.snapshots
+            .iter()
+            .map(|m| m.lock().expect("snapshot lock").clone())
+            .collect()
     }
 
     /// All workers' counters merged.
@@ -305,4 +391,3 @@ impl Drop for Translator {
         self.stop_workers();
     }
 }
-

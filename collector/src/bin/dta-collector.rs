@@ -70,7 +70,14 @@ fn main() {
                 if progress > 0 && last.elapsed() >= Duration::from_secs(progress) {
                     last = std::time::Instant::now();
                     let k = c.counters();
-                    log::info!("rcvd_pkts {} writes {} atomics {} naks {} bad_icrc {}", k.rcvd_pkts, k.writes, k.atomics, k.naks_sent, k.bad_icrc);
+                    log::info!(
+                        "rcvd_pkts {} writes {} atomics {} naks {} bad_icrc {}",
+                        k.rcvd_pkts,
+                        k.writes,
+                        k.atomics,
+                        k.naks_sent,
+                        k.bad_icrc
+                    );
                 }
             }
             log::info!("shutting down");

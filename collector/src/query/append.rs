@@ -56,15 +56,21 @@ pub struct ListReader {
 impl ListReader {
     /// A reader of the list whose ring starts at byte `base` of `region`.
     pub fn new(region: &Region, layout: AppendLayout, base: u64, start: Start) -> ListReader {
-        let mut r = ListReader { layout, base, next_seq: 1, lost_batches: 0, delivered: 0, ref_tail: 0 };
+        let mut r = ListReader {
+            layout,
+            base,
+            next_seq: 1,
+            lost_batches: 0,
+            delivered: 0,
+            ref_tail: 0,
+        };
         match (layout.format(), start) {
             (AppendFormat::Sequenced, Start::Seq(s)) => r.next_seq = s.max(1),
             (AppendFormat::Sequenced, Start::Newest) => r.next_seq = r.newest_seq(region) + 1,
             (AppendFormat::Sequenced, Start::Oldest) => {
                 let newest = r.newest_seq(region);
                 let slots = layout.batch_slots() as u64;
-                r.next_seq = newest.saturating_sub(slots).max(0) + 1;
-                r.next_seq = r.next_seq.max(1);
+                r.next_seq = newest.saturating_sub(slots) + 1;
             }
             (AppendFormat::Reference, _) => {}
         }
@@ -87,12 +93,21 @@ impl ListReader {
         if self.layout.format() != AppendFormat::Sequenced {
             return 0;
         }
-        (0..self.layout.batch_slots()).filter_map(|s| self.trailer(region, s)).map(|(seq, _)| seq).max().unwrap_or(0)
+        (0..self.layout.batch_slots())
+            .filter_map(|s| self.trailer(region, s))
+            .map(|(seq, _)| seq)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Delivers every complete batch written since the last poll (at most `max_batches`),
     /// calling `f(seq, entry)` for each entry in order.
-    pub fn poll<F: FnMut(u64, &[u8])>(&mut self, region: &Region, max_batches: usize, mut f: F) -> PollStats {
+    pub fn poll<F: FnMut(u64, &[u8])>(
+        &mut self,
+        region: &Region,
+        max_batches: usize,
+        mut f: F,
+    ) -> PollStats {
         let mut st = PollStats::default();
         match self.layout.format() {
             AppendFormat::Sequenced => self.poll_sequenced(region, max_batches, &mut f, &mut st),
@@ -103,14 +118,22 @@ impl ListReader {
         st
     }
 
-    fn poll_sequenced<F: FnMut(u64, &[u8])>(&mut self, region: &Region, max_batches: usize, f: &mut F, st: &mut PollStats) {
+    fn poll_sequenced<F: FnMut(u64, &[u8])>(
+        &mut self,
+        region: &Region,
+        max_batches: usize,
+        f: &mut F,
+        st: &mut PollStats,
+    ) {
         let es = self.layout.entry_size() as usize;
         let batch = self.layout.batch() as usize;
         let slots = self.layout.batch_slots() as u64;
         let mut buf = [0u8; 16 * 64];
         while (st.batches as usize) < max_batches {
             let slot = self.layout.slot_for_seq(self.next_seq);
-            let Some((seq, count)) = self.trailer(region, slot) else { return };
+            let Some((seq, count)) = self.trailer(region, slot) else {
+                return;
+            };
             if seq < self.next_seq {
                 return;
             }
@@ -123,7 +146,10 @@ impl ListReader {
             }
             let count = (count as usize).min(batch);
             let data = &mut buf[..count * es];
-            if region.read(self.base + self.layout.batch_offset(slot), data).is_err() {
+            if region
+                .read(self.base + self.layout.batch_offset(slot), data)
+                .is_err()
+            {
                 return;
             }
             // Seqlock check: if the trailer moved while we copied, the copy may be torn.
@@ -139,7 +165,13 @@ impl ListReader {
         }
     }
 
-    fn poll_reference<F: FnMut(u64, &[u8])>(&mut self, region: &Region, max_batches: usize, f: &mut F, st: &mut PollStats) {
+    fn poll_reference<F: FnMut(u64, &[u8])>(
+        &mut self,
+        region: &Region,
+        max_batches: usize,
+        f: &mut F,
+        st: &mut PollStats,
+    ) {
         let es = self.layout.entry_size() as usize;
         let cap = self.layout.capacity() as u64;
         let mut e = [0u8; 64];
@@ -160,6 +192,7 @@ impl ListReader {
 
     /// How many batches the writer is ahead of this reader (its lag), by reading trailers.
     pub fn lag(&self, region: &Region) -> u64 {
-        self.newest_seq(region).saturating_sub(self.next_seq.saturating_sub(1))
+        self.newest_seq(region)
+            .saturating_sub(self.next_seq.saturating_sub(1))
     }
 }

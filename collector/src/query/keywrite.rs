@@ -15,7 +15,10 @@ pub struct SlotValue {
 
 impl SlotValue {
     fn new(b: &[u8]) -> SlotValue {
-        let mut v = SlotValue { len: b.len().min(60) as u8, bytes: [0; 60] };
+        let mut v = SlotValue {
+            len: b.len().min(60) as u8,
+            bytes: [0; 60],
+        };
         v.bytes[..v.len as usize].copy_from_slice(&b[..v.len as usize]);
         v
     }
@@ -28,7 +31,10 @@ impl SlotValue {
 
 impl Default for SlotValue {
     fn default() -> Self {
-        SlotValue { len: 0, bytes: [0; 60] }
+        SlotValue {
+            len: 0,
+            bytes: [0; 60],
+        }
     }
 }
 
@@ -92,7 +98,8 @@ impl KeyWriteView<'_> {
         let mut slots = [0u32; MAX_REDUNDANCY];
         self.hasher.slots(key, n, &mut slots);
         let ss = self.layout.slot_size() as usize;
-        let mut found: [(SlotValue, u8); MAX_REDUNDANCY] = [(SlotValue::default(), 0); MAX_REDUNDANCY];
+        let mut found: [(SlotValue, u8); MAX_REDUNDANCY] =
+            [(SlotValue::default(), 0); MAX_REDUNDANCY];
         let mut distinct = 0usize;
         let mut matches = 0u8;
         let mut buf = [0u8; 64];
@@ -103,7 +110,11 @@ impl KeyWriteView<'_> {
                 continue;
             }
             seen[i] = slot;
-            if self.region.read(self.layout.slot_offset(slot), &mut buf[..ss]).is_err() {
+            if self
+                .region
+                .read(self.layout.slot_offset(slot), &mut buf[..ss])
+                .is_err()
+            {
                 continue;
             }
             let (cs, value) = self.layout.decode_slot(&buf[..ss]);
@@ -130,10 +141,20 @@ impl KeyWriteView<'_> {
             Vote::Consensus(t) => t.max(1),
         };
         if winners == 1 && best >= need {
-            let (value, votes) = *found[..distinct].iter().find(|(_, c)| *c == best).expect("a winner exists");
-            KeyWriteAnswer::Value { value, votes, matches }
+            let (value, votes) = *found[..distinct]
+                .iter()
+                .find(|(_, c)| *c == best)
+                .expect("a winner exists");
+            KeyWriteAnswer::Value {
+                value,
+                votes,
+                matches,
+            }
         } else {
-            KeyWriteAnswer::Conflict { matches, best_votes: best }
+            KeyWriteAnswer::Conflict {
+                matches,
+                best_votes: best,
+            }
         }
     }
 
@@ -146,7 +167,11 @@ impl KeyWriteView<'_> {
         let (mut used, mut seen) = (0u64, 0u64);
         let mut s = 0u32;
         while s < slots {
-            if self.region.read(self.layout.slot_offset(s), &mut buf[..ss]).is_ok() {
+            if self
+                .region
+                .read(self.layout.slot_offset(s), &mut buf[..ss])
+                .is_ok()
+            {
                 seen += 1;
                 if buf[..ss].iter().any(|&b| b != 0) {
                     used += 1;

@@ -58,7 +58,11 @@ pub struct Access {
 
 impl Access {
     /// Everything allowed (what the DTA collector registers).
-    pub const ALL: Access = Access { remote_write: true, remote_read: true, remote_atomic: true };
+    pub const ALL: Access = Access {
+        remote_write: true,
+        remote_read: true,
+        remote_atomic: true,
+    };
 }
 
 /// How a QP is set up (the result of RDMA_CM or of a static configuration).
@@ -115,7 +119,12 @@ pub enum Completion {
 #[derive(Debug, Clone, Copy)]
 enum InProgress {
     None,
-    Write { mr: usize, offset: u64, remaining: u32, total: u32 },
+    Write {
+        mr: usize,
+        offset: u64,
+        remaining: u32,
+        total: u32,
+    },
     Send,
 }
 
@@ -223,14 +232,23 @@ impl Responder {
     /// Registers `region` for remote access and returns its R_Key. The region's virtual address
     /// ([`Region::addr`]) is what requests must name.
     pub fn register(&mut self, region: Arc<Region>, access: Access) -> Rkey {
-        let idx = self.mrs.iter().position(Option::is_none).unwrap_or_else(|| {
-            self.mrs.push(None);
-            self.mrs.len() - 1
-        });
+        let idx = self
+            .mrs
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or_else(|| {
+                self.mrs.push(None);
+                self.mrs.len() - 1
+            });
         self.next_key = self.next_key.wrapping_add(0x3b);
         let rkey = Rkey(((idx as u32) << 8) | self.next_key as u32);
         let base = region.addr();
-        self.mrs[idx] = Some(Mr { rkey, region, base, access });
+        self.mrs[idx] = Some(Mr {
+            rkey,
+            region,
+            base,
+            access,
+        });
         rkey
     }
 
@@ -246,10 +264,14 @@ impl Responder {
 
     /// Creates an RC QP in the ready state and returns its QPN.
     pub fn create_qp(&mut self, cfg: QpConfig) -> Qpn {
-        let idx = self.qps.iter().position(Option::is_none).unwrap_or_else(|| {
-            self.qps.push(None);
-            self.qps.len() - 1
-        });
+        let idx = self
+            .qps
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or_else(|| {
+                self.qps.push(None);
+                self.qps.len() - 1
+            });
         let qpn = Qpn::new(QPN_BASE + idx as u32);
         let ep = RoceEndpoint {
             src_mac: self.dev.local_mac,
@@ -301,12 +323,16 @@ impl Responder {
 
     /// The QP's state, or `None` if it does not exist.
     pub fn qp_state(&self, qpn: Qpn) -> Option<QpState> {
-        self.qp_index(qpn).and_then(|i| self.qps[i].as_ref()).map(|q| q.state)
+        self.qp_index(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.state)
     }
 
     /// The next PSN the QP expects.
     pub fn expected_psn(&self, qpn: Qpn) -> Option<Psn> {
-        self.qp_index(qpn).and_then(|i| self.qps[i].as_ref()).map(|q| q.epsn)
+        self.qp_index(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.epsn)
     }
 
     /// Posts `n` more receive buffers on a QP.
@@ -320,7 +346,9 @@ impl Responder {
 
     /// Per-QP counters.
     pub fn qp_counters(&self, qpn: Qpn) -> Option<RnicCounters> {
-        self.qp_index(qpn).and_then(|i| self.qps[i].as_ref()).map(|q| q.counters)
+        self.qp_index(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.counters)
     }
 
     /// QPNs of all live QPs.
@@ -363,7 +391,9 @@ impl Responder {
             return;
         };
         let qp = self.qps[qi].as_mut().expect("qp_index returns live QPs");
-        if d.src.ip() != qp.cfg.peer.ip() || (d.dst.ip() != self.dev.local.ip() && !d.dst.ip().is_unspecified()) {
+        if d.src.ip() != qp.cfg.peer.ip()
+            || (d.dst.ip() != self.dev.local.ip() && !d.dst.ip().is_unspecified())
+        {
             qp.counters.addr_mismatch += 1;
             return;
         }
@@ -399,7 +429,13 @@ impl Responder {
                 qp.sent_psn_nak = true;
                 qp.counters.out_of_seq_request += 1;
                 let epsn = qp.epsn;
-                send_ack(qp, &self.dev, tx, Syndrome::Nak(NakCode::PsnSequenceError), epsn);
+                send_ack(
+                    qp,
+                    &self.dev,
+                    tx,
+                    Syndrome::Nak(NakCode::PsnSequenceError),
+                    epsn,
+                );
             }
             return;
         }
@@ -428,7 +464,13 @@ impl Responder {
             Ok(Step::Rnr) => {
                 qp.counters.send_rnr_err += 1;
                 let psn = pkt.bth.psn;
-                send_ack(qp, &self.dev, tx, Syndrome::RnrNak { timer: RNR_TIMER }, psn);
+                send_ack(
+                    qp,
+                    &self.dev,
+                    tx,
+                    Syndrome::RnrNak { timer: RNR_TIMER },
+                    psn,
+                );
             }
             Err(fault) => {
                 let code = match fault {
@@ -442,7 +484,11 @@ impl Responder {
                 send_ack(qp, &self.dev, tx, Syndrome::Nak(code), psn);
                 qp.state = QpState::Error;
                 qp.in_progress = InProgress::None;
-                log::warn!("QP {:#x}: {:?}; QP moved to the error state", qp.qpn.value(), code);
+                log::warn!(
+                    "QP {:#x}: {:?}; QP moved to the error state",
+                    qp.qpn.value(),
+                    code
+                );
             }
         }
     }
@@ -458,7 +504,12 @@ enum Step {
 }
 
 fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
-    let h = ReconstructedHeader { src_ip: *d.src.ip(), dst_ip: *d.dst.ip(), src_port: d.src.port(), dst_port: d.dst.port() };
+    let h = ReconstructedHeader {
+        src_ip: *d.src.ip(),
+        dst_ip: *d.dst.ip(),
+        src_port: d.src.port(),
+        dst_port: d.dst.port(),
+    };
     match d.ip {
         Some(ip) => {
             if check_with_ip(&h, ip.ident, ip.dont_frag, ip.ttl, ip.tos, d.payload) {
@@ -472,8 +523,17 @@ fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
 }
 
 /// Exact ICRC check when the backend saw the IPv4 header (raw frames).
-fn check_with_ip(h: &ReconstructedHeader, ident: u16, df: bool, ttl: u8, tos: u8, transport: &[u8]) -> bool {
-    let Some(body_len) = transport.len().checked_sub(4) else { return false };
+fn check_with_ip(
+    h: &ReconstructedHeader,
+    ident: u16,
+    df: bool,
+    ttl: u8,
+    tos: u8,
+    transport: &[u8],
+) -> bool {
+    let Some(body_len) = transport.len().checked_sub(4) else {
+        return false;
+    };
     let mut ip = [0u8; 20];
     ip[0] = 0x45;
     ip[1] = tos;
@@ -492,9 +552,20 @@ fn check_with_ip(h: &ReconstructedHeader, ident: u16, df: bool, ttl: u8, tos: u8
     icrc::icrc_ipv4(&ip, &udp, &transport[..body_len]) == want
 }
 
-fn resolve<'m>(mrs: &'m [Option<Mr>], rkey: Rkey, va: u64, len: u64, need: fn(&Access) -> bool, c: &mut RnicCounters) -> Result<(usize, u64, &'m Mr), Fault> {
+fn resolve<'m>(
+    mrs: &'m [Option<Mr>],
+    rkey: Rkey,
+    va: u64,
+    len: u64,
+    need: fn(&Access) -> bool,
+    c: &mut RnicCounters,
+) -> Result<(usize, u64, &'m Mr), Fault> {
     let idx = (rkey.0 >> 8) as usize;
-    let Some(mr) = mrs.get(idx).and_then(|m| m.as_ref()).filter(|m| m.rkey == rkey) else {
+    let Some(mr) = mrs
+        .get(idx)
+        .and_then(|m| m.as_ref())
+        .filter(|m| m.rkey == rkey)
+    else {
         c.rkey_violation += 1;
         return Err(Fault::Access);
     };
@@ -503,27 +574,56 @@ fn resolve<'m>(mrs: &'m [Option<Mr>], rkey: Rkey, va: u64, len: u64, need: fn(&A
         return Err(Fault::Access);
     }
     let off = va.wrapping_sub(mr.base);
-    if va < mr.base || off.checked_add(len).is_none_or(|end| end > mr.region.len() as u64) {
+    if va < mr.base
+        || off
+            .checked_add(len)
+            .is_none_or(|end| end > mr.region.len() as u64)
+    {
         c.out_of_bounds += 1;
         return Err(Fault::Access);
     }
     Ok((idx, off, mr))
 }
 
-fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDeque<Completion>, pkt: &RocePacket<'_>, tx: &mut TxBatch) -> Result<Step, Fault> {
+fn execute(
+    qp: &mut Qp,
+    dev: &DeviceConfig,
+    mrs: &[Option<Mr>],
+    cq: &mut VecDeque<Completion>,
+    pkt: &RocePacket<'_>,
+    tx: &mut TxBatch,
+) -> Result<Step, Fault> {
     let opc = pkt.bth.opcode;
     let pmtu = dev.pmtu as usize;
     let ack_req = pkt.bth.ack_req;
     // Opcode order: a FIRST must be followed by MIDDLE*/LAST of the same kind.
-    let continuing = matches!(opc, op::RC_RDMA_WRITE_MIDDLE | op::RC_RDMA_WRITE_LAST | op::RC_RDMA_WRITE_LAST_IMM | op::RC_SEND_MIDDLE | op::RC_SEND_LAST | op::RC_SEND_LAST_IMM);
+    let continuing = matches!(
+        opc,
+        op::RC_RDMA_WRITE_MIDDLE
+            | op::RC_RDMA_WRITE_LAST
+            | op::RC_RDMA_WRITE_LAST_IMM
+            | op::RC_SEND_MIDDLE
+            | op::RC_SEND_LAST
+            | op::RC_SEND_LAST_IMM
+    );
     match (qp.in_progress, continuing) {
         (InProgress::None, true) | (InProgress::Write { .. } | InProgress::Send, false) => {
             return Err(Fault::Invalid);
         }
-        (InProgress::Write { .. }, true) if !matches!(opc, op::RC_RDMA_WRITE_MIDDLE | op::RC_RDMA_WRITE_LAST | op::RC_RDMA_WRITE_LAST_IMM) => {
+        (InProgress::Write { .. }, true)
+            if !matches!(
+                opc,
+                op::RC_RDMA_WRITE_MIDDLE | op::RC_RDMA_WRITE_LAST | op::RC_RDMA_WRITE_LAST_IMM
+            ) =>
+        {
             return Err(Fault::Invalid);
         }
-        (InProgress::Send, true) if !matches!(opc, op::RC_SEND_MIDDLE | op::RC_SEND_LAST | op::RC_SEND_LAST_IMM) => {
+        (InProgress::Send, true)
+            if !matches!(
+                opc,
+                op::RC_SEND_MIDDLE | op::RC_SEND_LAST | op::RC_SEND_LAST_IMM
+            ) =>
+        {
             return Err(Fault::Invalid);
         }
         _ => {}
@@ -549,11 +649,25 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
                 qp.msn = (qp.msn + 1) & 0xff_ffff;
                 return Ok(Step::Done { ack: ack_req });
             }
-            let (mi, off, mr) = resolve(mrs, reth.rkey, reth.va, reth.dma_len as u64, |a| a.remote_write, &mut qp.counters)?;
-            mr.region.write(off, pkt.payload).map_err(|_| Fault::Access)?;
+            let (mi, off, mr) = resolve(
+                mrs,
+                reth.rkey,
+                reth.va,
+                reth.dma_len as u64,
+                |a| a.remote_write,
+                &mut qp.counters,
+            )?;
+            mr.region
+                .write(off, pkt.payload)
+                .map_err(|_| Fault::Access)?;
             qp.counters.write_bytes += len as u64;
             if first {
-                qp.in_progress = InProgress::Write { mr: mi, offset: off + len as u64, remaining: reth.dma_len - len as u32, total: reth.dma_len };
+                qp.in_progress = InProgress::Write {
+                    mr: mi,
+                    offset: off + len as u64,
+                    remaining: reth.dma_len - len as u32,
+                    total: reth.dma_len,
+                };
                 return Ok(Step::Done { ack: ack_req });
             }
             qp.counters.writes += 1;
@@ -561,17 +675,35 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
             if imm {
                 qp.recv_credits -= 1;
                 qp.counters.write_imm += 1;
-                push_cq(cq, &mut qp.counters, Completion::WriteWithImm { qpn: qp.qpn, imm: pkt.imm.unwrap_or(0), len: reth.dma_len });
+                push_cq(
+                    cq,
+                    &mut qp.counters,
+                    Completion::WriteWithImm {
+                        qpn: qp.qpn,
+                        imm: pkt.imm.unwrap_or(0),
+                        len: reth.dma_len,
+                    },
+                );
             }
             Ok(Step::Done { ack: ack_req })
         }
         op::RC_RDMA_WRITE_MIDDLE | op::RC_RDMA_WRITE_LAST | op::RC_RDMA_WRITE_LAST_IMM => {
-            let InProgress::Write { mr: mi, offset, remaining, total } = qp.in_progress else {
+            let InProgress::Write {
+                mr: mi,
+                offset,
+                remaining,
+                total,
+            } = qp.in_progress
+            else {
                 return Err(Fault::Invalid);
             };
             let len = pkt.payload.len();
             let last = opc != op::RC_RDMA_WRITE_MIDDLE;
-            let bad_len = if last { len == 0 || len > pmtu || len as u32 != remaining } else { len != pmtu || len as u32 >= remaining };
+            let bad_len = if last {
+                len == 0 || len > pmtu || len as u32 != remaining
+            } else {
+                len != pmtu || len as u32 >= remaining
+            };
             if bad_len {
                 return Err(Fault::Invalid);
             }
@@ -580,7 +712,9 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
                 return Ok(Step::Rnr);
             }
             let mr = mrs.get(mi).and_then(|m| m.as_ref()).ok_or(Fault::Access)?;
-            mr.region.write(offset, pkt.payload).map_err(|_| Fault::Access)?;
+            mr.region
+                .write(offset, pkt.payload)
+                .map_err(|_| Fault::Access)?;
             qp.counters.write_bytes += len as u64;
             if last {
                 qp.in_progress = InProgress::None;
@@ -589,10 +723,23 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
                 if imm {
                     qp.recv_credits -= 1;
                     qp.counters.write_imm += 1;
-                    push_cq(cq, &mut qp.counters, Completion::WriteWithImm { qpn: qp.qpn, imm: pkt.imm.unwrap_or(0), len: total });
+                    push_cq(
+                        cq,
+                        &mut qp.counters,
+                        Completion::WriteWithImm {
+                            qpn: qp.qpn,
+                            imm: pkt.imm.unwrap_or(0),
+                            len: total,
+                        },
+                    );
                 }
             } else {
-                qp.in_progress = InProgress::Write { mr: mi, offset: offset + len as u64, remaining: remaining - len as u32, total };
+                qp.in_progress = InProgress::Write {
+                    mr: mi,
+                    offset: offset + len as u64,
+                    remaining: remaining - len as u32,
+                    total,
+                };
             }
             Ok(Step::Done { ack: ack_req })
         }
@@ -601,7 +748,8 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
             if a.va % 8 != 0 {
                 return Err(Fault::Invalid);
             }
-            let (_, off, mr) = resolve(mrs, a.rkey, a.va, 8, |x| x.remote_atomic, &mut qp.counters)?;
+            let (_, off, mr) =
+                resolve(mrs, a.rkey, a.va, 8, |x| x.remote_atomic, &mut qp.counters)?;
             let orig = if opc == op::RC_FETCH_ADD {
                 mr.region.fetch_add(off, a.swap_add)
             } else {
@@ -612,7 +760,11 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
             qp.msn = (qp.msn + 1) & 0xff_ffff;
             let r = qp.res_next;
             qp.res_next = (r + 1) % MAX_RD_ATOMIC;
-            qp.atomic_res[r] = AtomicRes { valid: true, psn: pkt.bth.psn.value(), orig };
+            qp.atomic_res[r] = AtomicRes {
+                valid: true,
+                psn: pkt.bth.psn.value(),
+                orig,
+            };
             qp.read_res[r].valid = false;
             send_atomic_ack(qp, dev, tx, pkt.bth.psn, orig);
             Ok(Step::Advanced(1))
@@ -626,14 +778,28 @@ fn execute(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], cq: &mut VecDequ
             let (mi, off) = if reth.dma_len == 0 {
                 (usize::MAX, 0)
             } else {
-                let (mi, off, _) = resolve(mrs, reth.rkey, reth.va, reth.dma_len as u64, |a| a.remote_read, &mut qp.counters)?;
+                let (mi, off, _) = resolve(
+                    mrs,
+                    reth.rkey,
+                    reth.va,
+                    reth.dma_len as u64,
+                    |a| a.remote_read,
+                    &mut qp.counters,
+                )?;
                 (mi, off)
             };
             qp.counters.reads += 1;
             qp.msn = (qp.msn + 1) & 0xff_ffff;
             let r = qp.res_next;
             qp.res_next = (r + 1) % MAX_RD_ATOMIC;
-            let res = ReadRes { valid: true, first: pkt.bth.psn.value(), npsn, mr: mi, offset: off, len: reth.dma_len };
+            let res = ReadRes {
+                valid: true,
+                first: pkt.bth.psn.value(),
+                npsn,
+                mr: mi,
+                offset: off,
+                len: reth.dma_len,
+            };
             qp.read_res[r] = res;
             qp.atomic_res[r].valid = false;
             send_read_response(qp, dev, mrs, tx, &res, 0);
@@ -678,7 +844,15 @@ fn finish_send(qp: &mut Qp, cq: &mut VecDeque<Completion>, imm: Option<u32>) {
     qp.counters.sends += 1;
     qp.msn = (qp.msn + 1) & 0xff_ffff;
     let data = std::mem::take(&mut qp.send_buf);
-    push_cq(cq, &mut qp.counters, Completion::Recv { qpn: qp.qpn, imm, data });
+    push_cq(
+        cq,
+        &mut qp.counters,
+        Completion::Recv {
+            qpn: qp.qpn,
+            imm,
+            data,
+        },
+    );
 }
 
 fn push_cq(cq: &mut VecDeque<Completion>, c: &mut RnicCounters, e: Completion) {
@@ -689,18 +863,34 @@ fn push_cq(cq: &mut VecDeque<Completion>, c: &mut RnicCounters, e: Completion) {
     cq.push_back(e);
 }
 
-fn duplicate(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], pkt: &RocePacket<'_>, tx: &mut TxBatch) {
+fn duplicate(
+    qp: &mut Qp,
+    dev: &DeviceConfig,
+    mrs: &[Option<Mr>],
+    pkt: &RocePacket<'_>,
+    tx: &mut TxBatch,
+) {
     match pkt.bth.opcode {
         op::RC_FETCH_ADD | op::RC_COMPARE_SWAP => {
             let psn = pkt.bth.psn.value();
-            if let Some(r) = qp.atomic_res.iter().find(|r| r.valid && r.psn == psn).copied() {
+            if let Some(r) = qp
+                .atomic_res
+                .iter()
+                .find(|r| r.valid && r.psn == psn)
+                .copied()
+            {
                 qp.counters.atomic_replays += 1;
                 send_atomic_ack(qp, dev, tx, pkt.bth.psn, r.orig);
             }
         }
         op::RC_RDMA_READ_REQUEST => {
             let psn = pkt.bth.psn;
-            if let Some(r) = qp.read_res.iter().find(|r| r.valid && r.first == psn.value()).copied() {
+            if let Some(r) = qp
+                .read_res
+                .iter()
+                .find(|r| r.valid && r.first == psn.value())
+                .copied()
+            {
                 send_read_response(qp, dev, mrs, tx, &r, 0);
             }
         }
@@ -721,7 +911,10 @@ fn tx_offset(dev: &DeviceConfig) -> usize {
 }
 
 fn send_ack(qp: &mut Qp, dev: &DeviceConfig, tx: &mut TxBatch, syn: Syndrome, psn: Psn) {
-    let aeth = AethRepr { syndrome: syn, msn: qp.msn };
+    let aeth = AethRepr {
+        syndrome: syn,
+        msn: qp.msn,
+    };
     let off = tx_offset(dev);
     let tmpl = &qp.ack_tmpl;
     let ok = tx.push_with(qp.cfg.peer, off, |buf| {
@@ -754,7 +947,14 @@ fn send_atomic_ack(qp: &mut Qp, dev: &DeviceConfig, tx: &mut TxBatch, psn: Psn, 
     count_tx(&mut qp.counters, ok);
 }
 
-fn send_read_response(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], tx: &mut TxBatch, r: &ReadRes, _from: u32) {
+fn send_read_response(
+    qp: &mut Qp,
+    dev: &DeviceConfig,
+    mrs: &[Option<Mr>],
+    tx: &mut TxBatch,
+    r: &ReadRes,
+    _from: u32,
+) {
     let pmtu = dev.pmtu as usize;
     let mut chunk = vec![0u8; pmtu];
     let n = r.npsn;
@@ -762,8 +962,14 @@ fn send_read_response(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], tx: &
         let start = i as usize * pmtu;
         let len = (r.len as usize).saturating_sub(start).min(pmtu);
         if len > 0 {
-            let Some(mr) = mrs.get(r.mr).and_then(|m| m.as_ref()) else { return };
-            if mr.region.read(r.offset + start as u64, &mut chunk[..len]).is_err() {
+            let Some(mr) = mrs.get(r.mr).and_then(|m| m.as_ref()) else {
+                return;
+            };
+            if mr
+                .region
+                .read(r.offset + start as u64, &mut chunk[..len])
+                .is_err()
+            {
                 return;
             }
         }
@@ -796,7 +1002,9 @@ fn send_read_response(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], tx: &
         };
         let ep = qp.ep;
         let off = tx_offset(dev);
-        let ok = tx.push_with(qp.cfg.peer, off, |buf| build_frame(&ep, &bth, &ext[..ext_len], &chunk[..len], buf));
+        let ok = tx.push_with(qp.cfg.peer, off, |buf| {
+            build_frame(&ep, &bth, &ext[..ext_len], &chunk[..len], buf)
+        });
         count_tx(&mut qp.counters, ok);
     }
 }

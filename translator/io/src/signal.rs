@@ -6,7 +6,9 @@ use std::sync::Arc;
 /// Sets the returned flag on SIGINT or SIGTERM (for a clean shutdown that flushes batches).
 pub fn install_stop_flag() -> Arc<AtomicBool> {
     static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
-    let f = FLAG.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
+    let f = FLAG
+        .get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone();
     extern "C" fn on_signal(_: libc::c_int) {
         if let Some(f) = FLAG.get() {
             f.store(true, Ordering::Relaxed);

@@ -465,10 +465,18 @@ impl UdpTx {
 
 /// Waits until any of `rxs` has data or `timeout` passes. Returns which ones are readable.
 pub fn wait_readable(rxs: &[&UdpRx], timeout: Duration) -> io::Result<Vec<bool>> {
-    let mut pfds: [libc::pollfd; 8] = [libc::pollfd { fd: -1, events: 0, revents: 0 }; 8];
+    let mut pfds: [libc::pollfd; 8] = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; 8];
     let n = rxs.len().min(8);
     for (p, r) in pfds.iter_mut().zip(rxs) {
-        *p = libc::pollfd { fd: r.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        *p = libc::pollfd {
+            fd: r.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
     }
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: n valid pollfds.
@@ -479,7 +487,10 @@ pub fn wait_readable(rxs: &[&UdpRx], timeout: Duration) -> io::Result<Vec<bool>>
             return Err(e);
         }
     }
-    Ok(pfds[..n].iter().map(|p| p.revents & libc::POLLIN != 0).collect())
+    Ok(pfds[..n]
+        .iter()
+        .map(|p| p.revents & libc::POLLIN != 0)
+        .collect())
 }
 
 fn wait_writable(fd: RawFd) {

@@ -44,7 +44,10 @@ fn main() {
         cfg.translator.workers = w;
     }
     if cli.print_config {
-        println!("{}", toml::to_string_pretty(&cfg).expect("config serialises"));
+        println!(
+            "{}",
+            toml::to_string_pretty(&cfg).expect("config serialises")
+        );
         return;
     }
     let t = match Translator::start(cfg) {
@@ -61,7 +64,14 @@ fn main() {
         if cli.progress > 0 && last.elapsed() >= Duration::from_secs(cli.progress) {
             last = std::time::Instant::now();
             let c = t.counters();
-            log::info!("reports {} translated {} dropped {} frames {} nacks {}", c.reports(), c.translated, c.dropped(), c.frames, c.nacks_sent);
+            log::info!(
+                "reports {} translated {} dropped {} frames {} nacks {}",
+                c.reports(),
+                c.translated,
+                c.dropped(),
+                c.frames,
+                c.nacks_sent
+            );
         }
     }
     log::info!("shutting down: flushing partial batches and postcard caches");
@@ -70,5 +80,11 @@ fn main() {
     for s in &snaps {
         c.merge(&s.counters);
     }
-    log::info!("final: reports {} translated {} dropped {} frames {}", c.reports(), c.translated, c.dropped(), c.frames);
+    log::info!(
+        "final: reports {} translated {} dropped {} frames {}",
+        c.reports(),
+        c.translated,
+        c.dropped(),
+        c.frames
+    );
 }

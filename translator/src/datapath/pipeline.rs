@@ -16,12 +16,14 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::crc::IEEE;
 use dta_proto::hash::{KeyHasher, PostcardHasher, MAX_REDUNDANCY};
-use dta_proto::layout::{AppendFormat, AppendLayout, CounterLayout, KeyWriteLayout, PostcardLayout};
+use dta_proto::layout::{
+    AppendFormat, AppendLayout, CounterLayout, KeyWriteLayout, PostcardLayout,
+};
 use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ib::{opcode as op, Psn, Qpn, Rkey, ATOMIC_ETH_LEN, RETH_LEN};
 use dta_proto::wire::nack::NackRepr;
 use dta_proto::wire::report::{parse_report, ParseConfig, Primitive, Priority, Profile, Report};
-use dta_proto::wire::roce::{FrameTemplate, RocePacket, RoceEndpoint, L2L4_LEN};
+use dta_proto::wire::roce::{FrameTemplate, RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
 use dta_proto::{Key, MAX_VALUE_LEN};
 
@@ -57,7 +59,12 @@ pub struct RateLimit {
 
 impl Default for RateLimit {
     fn default() -> Self {
-        RateLimit { messages_per_sec: 0, burst: 4096, low_reserve: 0.5, medium_reserve: 0.25 }
+        RateLimit {
+            messages_per_sec: 0,
+            burst: 4096,
+            low_reserve: 0.5,
+            medium_reserve: 0.25,
+        }
     }
 }
 
@@ -160,8 +167,15 @@ impl Templates {
 }
 
 enum StoreState {
-    KeyWrite { hasher: KeyHasher, layout: KeyWriteLayout },
-    KeyIncrement { hasher: KeyHasher, layout: CounterLayout, atomic: FrameTemplate },
+    KeyWrite {
+        hasher: KeyHasher,
+        layout: KeyWriteLayout,
+    },
+    KeyIncrement {
+        hasher: KeyHasher,
+        layout: CounterLayout,
+        atomic: FrameTemplate,
+    },
     Append(AppendState),
     Postcard(PostcardState),
 }
@@ -322,12 +336,20 @@ const MAX_PAYLOAD: usize = 16 * MAX_VALUE_LEN + 8;
 
 impl Pipeline {
     /// Builds a worker's pipeline for the given collectors.
-    pub fn new(cfg: PipelineConfig, collectors: &[CollectorTarget]) -> Result<Pipeline, ConfigError> {
+    pub fn new(
+        cfg: PipelineConfig,
+        collectors: &[CollectorTarget],
+    ) -> Result<Pipeline, ConfigError> {
         if cfg.workers == 0 || cfg.worker >= cfg.workers {
-            return Err(ConfigError(format!("worker {} of {}", cfg.worker, cfg.workers)));
+            return Err(ConfigError(format!(
+                "worker {} of {}",
+                cfg.worker, cfg.workers
+            )));
         }
         if cfg.max_redundancy == 0 || cfg.max_redundancy as usize > MAX_REDUNDANCY {
-            return Err(ConfigError(format!("max_redundancy must be 1..={MAX_REDUNDANCY}")));
+            return Err(ConfigError(format!(
+                "max_redundancy must be 1..={MAX_REDUNDANCY}"
+            )));
         }
         let mut stores = Vec::new();
         let mut buckets = Vec::new();
@@ -349,13 +371,19 @@ impl Pipeline {
             }
         }
         let n_stores = stores.len();
-        for (what, r) in [("keywrite", &cfg.route_keywrite), ("keyincrement", &cfg.route_keyincrement), ("postcard", &cfg.route_postcard)] {
+        for (what, r) in [
+            ("keywrite", &cfg.route_keywrite),
+            ("keyincrement", &cfg.route_keyincrement),
+            ("postcard", &cfg.route_postcard),
+        ] {
             let idxs: Vec<usize> = match r {
                 Route::Single(i) => vec![*i],
                 Route::ByDestination(v) => v.iter().map(|(_, i)| *i).collect(),
                 Route::ByKeyHash(v) => {
                     if v.is_empty() {
-                        return Err(ConfigError(format!("{what}: key-hash route with no stores")));
+                        return Err(ConfigError(format!(
+                            "{what}: key-hash route with no stores"
+                        )));
                     }
                     v.clone()
                 }
@@ -365,14 +393,19 @@ impl Pipeline {
                 let ok = i < n_stores
                     && matches!(
                         (&stores[i].state, what),
-                        (StoreState::KeyWrite { .. }, "keywrite") | (StoreState::KeyIncrement { .. }, "keyincrement") | (StoreState::Postcard(_), "postcard")
+                        (StoreState::KeyWrite { .. }, "keywrite")
+                            | (StoreState::KeyIncrement { .. }, "keyincrement")
+                            | (StoreState::Postcard(_), "postcard")
                     );
                 if !ok {
-                    return Err(ConfigError(format!("{what} route names store #{i}, which is not a {what} store")));
+                    return Err(ConfigError(format!(
+                        "{what} route names store #{i}, which is not a {what} store"
+                    )));
                 }
             }
         }
-        let max_frames_per_report = (cfg.max_redundancy as usize).max(cfg.postcard_redundancy as usize * 2) + 2;
+        let max_frames_per_report =
+            (cfg.max_redundancy as usize).max(cfg.postcard_redundancy as usize * 2) + 2;
         Ok(Pipeline {
             backlog: VecDeque::with_capacity(cfg.backlog),
             reporters: Vec::with_capacity(cfg.max_reporters),
@@ -385,23 +418,54 @@ impl Pipeline {
         })
     }
 
-    fn build_store(cfg: &PipelineConfig, ci: usize, dest: SocketAddrV4, ep: &RoceEndpoint, meta: &StoreMeta, qpb: QpBinding) -> Result<Store, ConfigError> {
+    fn build_store(
+        cfg: &PipelineConfig,
+        ci: usize,
+        dest: SocketAddrV4,
+        ep: &RoceEndpoint,
+        meta: &StoreMeta,
+        qpb: QpBinding,
+    ) -> Result<Store, ConfigError> {
         let err = |m: &str| ConfigError(format!("store {}: {m}", meta.name));
         let (state, payload_len) = match &meta.kind {
-            StoreKind::KeyWrite { slots, slot_size, hash } => {
-                let layout = KeyWriteLayout::new(*slots, *slot_size).map_err(|e| err(&format!("bad Key-Write geometry: {e}")))?;
+            StoreKind::KeyWrite {
+                slots,
+                slot_size,
+                hash,
+            } => {
+                let layout = KeyWriteLayout::new(*slots, *slot_size)
+                    .map_err(|e| err(&format!("bad Key-Write geometry: {e}")))?;
                 let hasher = KeyHasher::new(*hash, *slots).ok_or_else(|| err("bad slot count"))?;
                 (StoreState::KeyWrite { hasher, layout }, *slot_size as usize)
             }
             StoreKind::KeyIncrement { slots, hash } => {
-                let layout = CounterLayout::new(*slots).map_err(|e| err(&format!("bad counter geometry: {e}")))?;
+                let layout = CounterLayout::new(*slots)
+                    .map_err(|e| err(&format!("bad counter geometry: {e}")))?;
                 let hasher = KeyHasher::new(*hash, *slots).ok_or_else(|| err("bad slot count"))?;
                 let atomic = FrameTemplate::new(ep, op::RC_FETCH_ADD, qpb.remote_qpn, 0);
-                (StoreState::KeyIncrement { hasher, layout, atomic }, 0)
+                (
+                    StoreState::KeyIncrement {
+                        hasher,
+                        layout,
+                        atomic,
+                    },
+                    0,
+                )
             }
-            StoreKind::Append { lists, first_list, capacity, entry_size, batch, format, list_stride } => {
-                let layout = AppendLayout::new(*format, *capacity, *entry_size, *batch).map_err(|e| err(&format!("bad Append geometry: {e}")))?;
-                if *list_stride < layout.region_len() || list_stride.saturating_mul(*lists as u64) > meta.len {
+            StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                list_stride,
+            } => {
+                let layout = AppendLayout::new(*format, *capacity, *entry_size, *batch)
+                    .map_err(|e| err(&format!("bad Append geometry: {e}")))?;
+                if *list_stride < layout.region_len()
+                    || list_stride.saturating_mul(*lists as u64) > meta.len
+                {
                     return Err(err("lists do not fit the region"));
                 }
                 let payload = match format {
@@ -429,11 +493,21 @@ impl Pipeline {
                 (StoreState::Append(st), payload)
             }
             StoreKind::Postcard { chunks, hops, hash } => {
-                let layout = PostcardLayout::new(*chunks, *hops).map_err(|e| err(&format!("bad Postcarding geometry: {e}")))?;
+                let layout = PostcardLayout::new(*chunks, *hops)
+                    .map_err(|e| err(&format!("bad Postcarding geometry: {e}")))?;
                 let cache_slots = cfg.postcard_cache_slots;
-                let hasher = PostcardHasher::new(*hash, *chunks, cache_slots, *hops).ok_or_else(|| err("bad postcard hashing parameters"))?;
+                let hasher = PostcardHasher::new(*hash, *chunks, cache_slots, *hops)
+                    .ok_or_else(|| err("bad postcard hashing parameters"))?;
                 let local = (cache_slots as usize).div_ceil(cfg.workers);
-                let empty = CacheEntry { flow: Key::default(), occupied: false, immediate: false, path_len: 0, mask: 0, gen: 0, values: [0; dta_proto::hash::MAX_HOPS] };
+                let empty = CacheEntry {
+                    flow: Key::default(),
+                    occupied: false,
+                    immediate: false,
+                    path_len: 0,
+                    mask: 0,
+                    gen: 0,
+                    values: [0; dta_proto::hash::MAX_HOPS],
+                };
                 let st = PostcardState {
                     hasher,
                     hops: *hops,
@@ -467,18 +541,25 @@ impl Pipeline {
 
     /// Per-store QP counters: (store name, our QPN, stats).
     pub fn qp_stats(&self) -> impl Iterator<Item = (&str, Qpn, QpStats)> + '_ {
-        self.stores.iter().map(|s| (s.name.as_str(), s.qp.local_qpn, s.qp.stats))
+        self.stores
+            .iter()
+            .map(|s| (s.name.as_str(), s.qp.local_qpn, s.qp.stats))
     }
 
     /// Stores whose QP the responder broke (the control plane must reconnect them).
     pub fn broken_stores(&self) -> impl Iterator<Item = &str> + '_ {
-        self.stores.iter().filter(|s| s.qp.is_broken()).map(|s| s.name.as_str())
+        self.stores
+            .iter()
+            .filter(|s| s.qp.is_broken())
+            .map(|s| s.name.as_str())
     }
 
     /// Replaces a store's QP after the control plane reconnected it.
     pub fn rebind(&mut self, store: &str, qpb: QpBinding, meta: Option<&StoreMeta>) -> bool {
         let tuning = self.cfg.qp;
-        let Some(s) = self.stores.iter_mut().find(|s| s.name == store) else { return false };
+        let Some(s) = self.stores.iter_mut().find(|s| s.name == store) else {
+            return false;
+        };
         s.qp = QpTx::new(qpb.local_qpn, qpb.remote_qpn, qpb.start_psn, tuning);
         if let Some(m) = meta {
             s.base = m.addr;
@@ -502,7 +583,14 @@ impl Pipeline {
         for s in &self.stores {
             match &s.state {
                 StoreState::Append(a) => n += a.pending.iter().map(|&p| p as u64).sum::<u64>(),
-                StoreState::Postcard(p) => n += p.cache.iter().filter(|e| e.occupied).map(|e| e.mask.count_ones() as u64).sum::<u64>(),
+                StoreState::Postcard(p) => {
+                    n += p
+                        .cache
+                        .iter()
+                        .filter(|e| e.occupied)
+                        .map(|e| e.mask.count_ones() as u64)
+                        .sum::<u64>()
+                }
                 _ => {}
             }
         }
@@ -560,8 +648,12 @@ impl Pipeline {
             return 0;
         }
         match (&self.stores[store].state, r.primitive) {
-            (StoreState::Append(_), Primitive::Append { list, .. }) => list as usize % self.cfg.workers,
-            (StoreState::Postcard(p), Primitive::Postcard { flow, .. }) => p.hasher.cache_index(&flow) as usize % self.cfg.workers,
+            (StoreState::Append(_), Primitive::Append { list, .. }) => {
+                list as usize % self.cfg.workers
+            }
+            (StoreState::Postcard(p), Primitive::Postcard { flow, .. }) => {
+                p.hasher.cache_index(&flow) as usize % self.cfg.workers
+            }
             _ => self.cfg.worker,
         }
     }
@@ -597,17 +689,27 @@ impl Pipeline {
         let owner = self.owner_of(si, &r);
         if owner != self.cfg.worker {
             self.counters.handoffs_out += 1;
-            self.handoffs.push(Handoff { worker: owner, at: now, report: r, dst });
+            self.handoffs.push(Handoff {
+                worker: owner,
+                at: now,
+                report: r,
+                dst,
+            });
             return;
         }
         // Validate before spending budget.
         let messages = match (&self.stores[si].state, &r.primitive) {
-            (StoreState::KeyWrite { layout, .. }, Primitive::KeyWrite { redundancy, value, .. }) => {
+            (
+                StoreState::KeyWrite { layout, .. },
+                Primitive::KeyWrite {
+                    redundancy, value, ..
+                },
+            ) => {
                 if *redundancy == 0 || *redundancy > self.cfg.max_redundancy {
                     self.counters.drop_bad_redundancy += 1;
                     return;
                 }
-                if value.len() > layout.value_width() as usize {
+                if value.len() > layout.value_width() {
                     self.counters.drop_value_too_long += 1;
                     return;
                 }
@@ -656,7 +758,9 @@ impl Pipeline {
         }
         let needs_budget = match &store.state {
             StoreState::Append(a) => {
-                let Primitive::Append { list, .. } = r.primitive else { unreachable!() };
+                let Primitive::Append { list, .. } = r.primitive else {
+                    unreachable!()
+                };
                 a.pending[(list - a.first_list) as usize] == 0
             }
             StoreState::Postcard(_) => false,
@@ -691,7 +795,14 @@ impl Pipeline {
         let s = &mut self.stores[si];
         let c = &mut self.counters;
         match (&mut s.state, r.primitive) {
-            (StoreState::KeyWrite { hasher, layout }, Primitive::KeyWrite { redundancy, key, value }) => {
+            (
+                StoreState::KeyWrite { hasher, layout },
+                Primitive::KeyWrite {
+                    redundancy,
+                    key,
+                    value,
+                },
+            ) => {
                 let n = redundancy as usize;
                 let checksum = hasher.checksum(&key);
                 let mut slots = [0u32; MAX_REDUNDANCY];
@@ -702,11 +813,34 @@ impl Pipeline {
                 for (i, &slot) in slots[..n].iter().enumerate() {
                     let va = s.base + layout.slot_offset(slot);
                     let imm = imm_flag && i == 0;
-                    emit_write(&mut s.qp, &s.tmpl, s.dest, s.rkey, now, va, &payload[..ss], imm.then_some(checksum), off, tx, c);
+                    emit_write(
+                        &mut s.qp,
+                        &s.tmpl,
+                        s.dest,
+                        s.rkey,
+                        now,
+                        va,
+                        &payload[..ss],
+                        imm.then_some(checksum),
+                        off,
+                        tx,
+                        c,
+                    );
                 }
                 c.translated += 1;
             }
-            (StoreState::KeyIncrement { hasher, layout, atomic }, Primitive::KeyIncrement { redundancy, key, delta }) => {
+            (
+                StoreState::KeyIncrement {
+                    hasher,
+                    layout,
+                    atomic,
+                },
+                Primitive::KeyIncrement {
+                    redundancy,
+                    key,
+                    delta,
+                },
+            ) => {
                 let n = redundancy as usize;
                 let mut slots = [0u32; MAX_REDUNDANCY];
                 hasher.slots(&key, n, &mut slots);
@@ -729,7 +863,19 @@ impl Pipeline {
                 }
                 if imm_flag {
                     let checksum = hasher.checksum(&key);
-                    emit_write(&mut s.qp, &s.tmpl, s.dest, s.rkey, now, s.base, &[], Some(checksum), off, tx, c);
+                    emit_write(
+                        &mut s.qp,
+                        &s.tmpl,
+                        s.dest,
+                        s.rkey,
+                        now,
+                        s.base,
+                        &[],
+                        Some(checksum),
+                        off,
+                        tx,
+                        c,
+                    );
                 }
                 c.translated += 1;
             }
@@ -743,15 +889,37 @@ impl Pipeline {
                 a.pending[li] += 1;
                 a.imm[li] |= imm_flag;
                 if p == 0 && self.cfg.append_flush_ns > 0 {
-                    a.deadlines.push_back((now + self.cfg.append_flush_ns, li as u32, a.gen[li]));
+                    a.deadlines
+                        .push_back((now + self.cfg.append_flush_ns, li as u32, a.gen[li]));
                 }
                 if p + 1 == a.batch {
                     flush_list(s, li, now, off, tx, c);
                     c.append_batches += 1;
                 }
             }
-            (StoreState::Postcard(_), Primitive::Postcard { flow, hop, path_len, value }) => {
-                postcard(s, self.cfg.workers, now, self.cfg.postcard_flush_ns, flow, hop, path_len, value, imm_flag, off, tx, c);
+            (
+                StoreState::Postcard(_),
+                Primitive::Postcard {
+                    flow,
+                    hop,
+                    path_len,
+                    value,
+                },
+            ) => {
+                postcard(
+                    s,
+                    self.cfg.workers,
+                    now,
+                    self.cfg.postcard_flush_ns,
+                    flow,
+                    hop,
+                    path_len,
+                    value,
+                    imm_flag,
+                    off,
+                    tx,
+                    c,
+                );
             }
             _ => unreachable!("dispatch matched store and primitive"),
         }
@@ -793,9 +961,14 @@ impl Pipeline {
         self.counters.reporter_gaps += 1;
         self.counters.reporter_missing += ahead as u64;
         let nack = if wide {
-            NackRepr::Extended { first_missing: first, count: ahead }
+            NackRepr::Extended {
+                first_missing: first,
+                count: ahead,
+            }
         } else {
-            NackRepr::Reference { last_in_order: last_in_order as u8 }
+            NackRepr::Reference {
+                last_in_order: last_in_order as u8,
+            }
         };
         let dest = SocketAddrV4::new(*src.ip(), self.cfg.nack_port);
         let l2 = self.cfg.l2_frames;
@@ -820,16 +993,30 @@ impl Pipeline {
                 self.counters.roce_rx_invalid += 1;
                 continue;
             };
-            let (Some(aeth), true) = (pkt.aeth, matches!(pkt.bth.opcode, op::RC_ACKNOWLEDGE | op::RC_ATOMIC_ACKNOWLEDGE)) else {
+            let (Some(aeth), true) = (
+                pkt.aeth,
+                matches!(
+                    pkt.bth.opcode,
+                    op::RC_ACKNOWLEDGE | op::RC_ATOMIC_ACKNOWLEDGE
+                ),
+            ) else {
                 self.counters.roce_rx_invalid += 1;
                 continue;
             };
-            let Some(s) = self.stores.iter_mut().find(|s| s.qp.local_qpn == pkt.bth.dest_qp && s.dest.ip() == d.src.ip()) else {
+            let Some(s) = self
+                .stores
+                .iter_mut()
+                .find(|s| s.qp.local_qpn == pkt.bth.dest_qp && s.dest.ip() == d.src.ip())
+            else {
                 self.counters.roce_rx_invalid += 1;
                 continue;
             };
             if s.qp.on_response(now, aeth.syndrome, pkt.bth.psn) == QpEvent::Broken {
-                log::warn!("store {}: collector reported a fatal error ({:?}); QP needs reconnecting", s.name, aeth.syndrome);
+                log::warn!(
+                    "store {}: collector reported a fatal error ({:?}); QP needs reconnecting",
+                    s.name,
+                    aeth.syndrome
+                );
             }
         }
         self.drain_backlog(now, tx);
@@ -884,7 +1071,8 @@ impl Pipeline {
                 return;
             }
             let n = match r.primitive {
-                Primitive::KeyWrite { redundancy, .. } | Primitive::KeyIncrement { redundancy, .. } => redundancy as u64,
+                Primitive::KeyWrite { redundancy, .. }
+                | Primitive::KeyIncrement { redundancy, .. } => redundancy as u64,
                 _ => 1,
             };
             if let Some(b) = self.buckets[s.collector].as_mut() {
@@ -935,7 +1123,9 @@ impl Pipeline {
             let c = &mut self.counters;
             match &mut s.state {
                 StoreState::Append(a) => {
-                    let lists: Vec<usize> = (0..a.lists as usize).filter(|&li| a.pending[li] > 0).collect();
+                    let lists: Vec<usize> = (0..a.lists as usize)
+                        .filter(|&li| a.pending[li] > 0)
+                        .collect();
                     for li in lists {
                         if tx.remaining() < 2 {
                             return false;
@@ -947,7 +1137,9 @@ impl Pipeline {
                 StoreState::Postcard(p) => {
                     let n = p.cache.len();
                     for i in 0..n {
-                        let StoreState::Postcard(p) = &mut s.state else { unreachable!() };
+                        let StoreState::Postcard(p) = &mut s.state else {
+                            unreachable!()
+                        };
                         if !p.cache[i].occupied {
                             continue;
                         }
@@ -974,7 +1166,19 @@ fn write_reth(ext: &mut [u8], va: u64, rkey: Rkey, len: u32) {
 
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn emit_write(qp: &mut QpTx, t: &Templates, dest: SocketAddrV4, rkey: Rkey, now: u64, va: u64, payload: &[u8], imm: Option<u32>, off: usize, tx: &mut TxBatch, c: &mut TranslatorCounters) {
+fn emit_write(
+    qp: &mut QpTx,
+    t: &Templates,
+    dest: SocketAddrV4,
+    rkey: Rkey,
+    now: u64,
+    va: u64,
+    payload: &[u8],
+    imm: Option<u32>,
+    off: usize,
+    tx: &mut TxBatch,
+    c: &mut TranslatorCounters,
+) {
     let (psn, ack_req) = qp.take(now);
     let pl = payload.len();
     let tmpl = match (imm, pl) {
@@ -1001,8 +1205,17 @@ fn emit_write(qp: &mut QpTx, t: &Templates, dest: SocketAddrV4, rkey: Rkey, now:
     }
 }
 
-fn flush_list(s: &mut Store, li: usize, now: u64, off: usize, tx: &mut TxBatch, c: &mut TranslatorCounters) {
-    let StoreState::Append(a) = &mut s.state else { unreachable!() };
+fn flush_list(
+    s: &mut Store,
+    li: usize,
+    now: u64,
+    off: usize,
+    tx: &mut TxBatch,
+    c: &mut TranslatorCounters,
+) {
+    let StoreState::Append(a) = &mut s.state else {
+        unreachable!()
+    };
     let count = a.pending[li] as usize;
     let bsz = a.batch * a.entry;
     let seq = a.written[li] + 1;
@@ -1023,13 +1236,40 @@ fn flush_list(s: &mut Store, li: usize, now: u64, off: usize, tx: &mut TxBatch, 
     a.imm[li] = false;
     a.gen[li] = a.gen[li].wrapping_add(1);
     a.buf[li * bsz..(li + 1) * bsz].fill(0);
-    emit_write(&mut s.qp, &s.tmpl, s.dest, s.rkey, now, va, &payload[..len], imm, off, tx, c);
+    emit_write(
+        &mut s.qp,
+        &s.tmpl,
+        s.dest,
+        s.rkey,
+        now,
+        va,
+        &payload[..len],
+        imm,
+        off,
+        tx,
+        c,
+    );
     c.translated += count as u64;
 }
 
 #[allow(clippy::too_many_arguments)]
-fn postcard(s: &mut Store, workers: usize, now: u64, flush_ns: u64, flow: Key, hop: u8, path_len: u8, value: u32, imm: bool, off: usize, tx: &mut TxBatch, c: &mut TranslatorCounters) {
-    let StoreState::Postcard(p) = &mut s.state else { unreachable!() };
+fn postcard(
+    s: &mut Store,
+    workers: usize,
+    now: u64,
+    flush_ns: u64,
+    flow: Key,
+    hop: u8,
+    path_len: u8,
+    value: u32,
+    imm: bool,
+    off: usize,
+    tx: &mut TxBatch,
+    c: &mut TranslatorCounters,
+) {
+    let StoreState::Postcard(p) = &mut s.state else {
+        unreachable!()
+    };
     let idx = p.hasher.cache_index(&flow) as usize / workers;
     let idx = idx % p.cache.len();
     if p.cache[idx].occupied && p.cache[idx].flow != flow {
@@ -1038,7 +1278,9 @@ fn postcard(s: &mut Store, workers: usize, now: u64, flush_ns: u64, flow: Key, h
         emit_chunk(s, workers, idx, now, off, tx, c);
         c.postcard_evictions += 1;
     }
-    let StoreState::Postcard(p) = &mut s.state else { unreachable!() };
+    let StoreState::Postcard(p) = &mut s.state else {
+        unreachable!()
+    };
     let e = &mut p.cache[idx];
     if !e.occupied {
         e.occupied = true;
@@ -1068,10 +1310,20 @@ fn postcard(s: &mut Store, workers: usize, now: u64, flush_ns: u64, flow: Key, h
     }
 }
 
-fn append_timeouts(s: &mut Store, now: u64, off: usize, tx: &mut TxBatch, c: &mut TranslatorCounters) {
+fn append_timeouts(
+    s: &mut Store,
+    now: u64,
+    off: usize,
+    tx: &mut TxBatch,
+    c: &mut TranslatorCounters,
+) {
     loop {
-        let StoreState::Append(a) = &mut s.state else { unreachable!() };
-        let Some(&(deadline, li, gen)) = a.deadlines.front() else { return };
+        let StoreState::Append(a) = &mut s.state else {
+            unreachable!()
+        };
+        let Some(&(deadline, li, gen)) = a.deadlines.front() else {
+            return;
+        };
         if deadline > now || tx.remaining() < 2 {
             return;
         }
@@ -1084,10 +1336,21 @@ fn append_timeouts(s: &mut Store, now: u64, off: usize, tx: &mut TxBatch, c: &mu
     }
 }
 
-fn postcard_timeouts(s: &mut Store, workers: usize, now: u64, off: usize, tx: &mut TxBatch, c: &mut TranslatorCounters) {
+fn postcard_timeouts(
+    s: &mut Store,
+    workers: usize,
+    now: u64,
+    off: usize,
+    tx: &mut TxBatch,
+    c: &mut TranslatorCounters,
+) {
     loop {
-        let StoreState::Postcard(p) = &mut s.state else { unreachable!() };
-        let Some(&(deadline, idx, gen)) = p.deadlines.front() else { return };
+        let StoreState::Postcard(p) = &mut s.state else {
+            unreachable!()
+        };
+        let Some(&(deadline, idx, gen)) = p.deadlines.front() else {
+            return;
+        };
         if deadline > now || tx.remaining() < p.redundancy as usize + 1 {
             return;
         }
@@ -1101,16 +1364,32 @@ fn postcard_timeouts(s: &mut Store, workers: usize, now: u64, off: usize, tx: &m
 }
 
 /// Writes cache entry `idx` to its flow's chunk(s) and frees the entry.
-fn emit_chunk(s: &mut Store, _workers: usize, idx: usize, now: u64, off: usize, tx: &mut TxBatch, c: &mut TranslatorCounters) {
-    let StoreState::Postcard(p) = &mut s.state else { unreachable!() };
+fn emit_chunk(
+    s: &mut Store,
+    _workers: usize,
+    idx: usize,
+    now: u64,
+    off: usize,
+    tx: &mut TxBatch,
+    c: &mut TranslatorCounters,
+) {
+    let StoreState::Postcard(p) = &mut s.state else {
+        unreachable!()
+    };
     let e = p.cache[idx];
     p.cache[idx].occupied = false;
     let hops = p.hops as usize;
-    let len_hops = if e.path_len != 0 { e.path_len as usize } else { hops };
+    let len_hops = if e.path_len != 0 {
+        e.path_len as usize
+    } else {
+        hops
+    };
     let mut chunk = [0u8; 64];
     for h in 0..hops {
         let word = if h < len_hops && e.mask & (1 << h) != 0 {
-            p.hasher.encode(&e.flow, h, e.values[h]).unwrap_or_else(|| p.hasher.encode_blank(&e.flow, h))
+            p.hasher
+                .encode(&e.flow, h, e.values[h])
+                .unwrap_or_else(|| p.hasher.encode_blank(&e.flow, h))
         } else {
             p.hasher.encode_blank(&e.flow, h)
         };
@@ -1124,7 +1403,19 @@ fn emit_chunk(s: &mut Store, _workers: usize, idx: usize, now: u64, off: usize, 
         *a = s.base + p.layout.chunk_offset(p.hasher.chunk(&e.flow, j as u8));
     }
     for (j, &va) in addrs[..n as usize].iter().enumerate() {
-        emit_write(&mut s.qp, &s.tmpl, s.dest, s.rkey, now, va, &chunk[..cs], if j == 0 { imm } else { None }, off, tx, c);
+        emit_write(
+            &mut s.qp,
+            &s.tmpl,
+            s.dest,
+            s.rkey,
+            now,
+            va,
+            &chunk[..cs],
+            if j == 0 { imm } else { None },
+            off,
+            tx,
+            c,
+        );
     }
     c.translated += e.mask.count_ones() as u64;
 }

@@ -16,7 +16,7 @@
 //! - a NAK "remote access error" or "invalid request" means the responder moved the QP to the
 //!   error state: the QP is marked broken and the control plane reconnects.
 
-use dta_proto::wire::ib::{Psn, Qpn, Syndrome, NakCode};
+use dta_proto::wire::ib::{NakCode, Psn, Qpn, Syndrome};
 
 /// Tunables of the reliability machinery.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +31,11 @@ pub struct QpTuning {
 
 impl Default for QpTuning {
     fn default() -> Self {
-        QpTuning { ack_every: 64, ack_timeout_ns: 5_000_000, max_probes: 8 }
+        QpTuning {
+            ack_every: 64,
+            ack_timeout_ns: 5_000_000,
+            max_probes: 8,
+        }
     }
 }
 
@@ -343,7 +347,11 @@ impl QpTx {
     pub fn take_probe(&mut self, now: u64) -> Psn {
         let psn = self.take_with_ackreq(now);
         self.awaiting = None;
-        self.probing = Some(Probe { psn, sent_at: now, settle_at: None });
+        self.probing = Some(Probe {
+            psn,
+            sent_at: now,
+            settle_at: None,
+        });
         self.stats.probes += 1;
         psn
     }
@@ -351,7 +359,12 @@ impl QpTx {
     /// When the next timer fires, if any (ns).
     pub fn next_deadline(&self) -> Option<u64> {
         let t = match (self.probing, self.awaiting) {
-            (Some(Probe { settle_at: Some(s), .. }), _) => Some(s),
+            (
+                Some(Probe {
+                    settle_at: Some(s), ..
+                }),
+                _,
+            ) => Some(s),
             (Some(p), _) => Some(p.sent_at + self.tuning.ack_timeout_ns),
             (None, Some((_, at))) => Some(at + self.tuning.ack_timeout_ns),
             (None, None) => None,
@@ -367,8 +380,9 @@ impl QpTx {
 /// RNR NAK timer field to nanoseconds (IBA table 45).
 pub fn rnr_timer_ns(code: u8) -> u64 {
     const US: [u64; 32] = [
-        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840, 5_120, 7_680,
-        10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760, 327_680, 491_520,
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560,
+        3_840, 5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880,
+        163_840, 245_760, 327_680, 491_520,
     ];
     US[(code & 0x1f) as usize] * 1_000
 }
@@ -378,14 +392,38 @@ mod tests {
     use super::*;
 
     fn qp() -> QpTx {
-        QpTx::new(Qpn::new(0x100), Qpn::new(0x11), Psn::new(0xFFFFFE), QpTuning { ack_every: 4, ack_timeout_ns: 1000, max_probes: 3 })
+        QpTx::new(
+            Qpn::new(0x100),
+            Qpn::new(0x11),
+            Psn::new(0xFFFFFE),
+            QpTuning {
+                ack_every: 4,
+                ack_timeout_ns: 1000,
+                max_probes: 3,
+            },
+        )
     }
 
     #[test]
     fn psn_wraps_and_ackreq_cadence() {
         let mut q = qp();
-        let got: Vec<(u32, bool)> = (0..8).map(|_| q.take(0)).map(|(p, a)| (p.value(), a)).collect();
-        assert_eq!(got, vec![(0xFFFFFE, false), (0xFFFFFF, false), (0, false), (1, true), (2, false), (3, false), (4, false), (5, true)]);
+        let got: Vec<(u32, bool)> = (0..8)
+            .map(|_| q.take(0))
+            .map(|(p, a)| (p.value(), a))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0xFFFFFE, false),
+                (0xFFFFFF, false),
+                (0, false),
+                (1, true),
+                (2, false),
+                (3, false),
+                (4, false),
+                (5, true)
+            ]
+        );
     }
 
     #[test]
@@ -394,7 +432,10 @@ mod tests {
         for _ in 0..10 {
             q.take(0);
         }
-        assert_eq!(q.on_response(5, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(1)), QpEvent::None);
+        assert_eq!(
+            q.on_response(5, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(1)),
+            QpEvent::None
+        );
         assert_eq!(q.next_psn(), Psn::new(1));
         assert_eq!(q.stats.psn_resyncs, 1);
         assert_eq!(q.stats.psn_skipped, 7);
@@ -413,17 +454,31 @@ mod tests {
         // PSN 1 (4th frame) awaits an ACK; nothing comes.
         assert_eq!(q.poll_timeout(500), None);
         let probe = q.poll_timeout(1500).expect("timeout fires");
-        assert_eq!(probe, Psn::new(0xFFFFFE), "probe at the oldest unconfirmed PSN");
+        assert_eq!(
+            probe,
+            Psn::new(0xFFFFFE),
+            "probe at the oldest unconfirmed PSN"
+        );
         assert_eq!(q.take_probe(1500), probe);
-        assert!(q.is_paused(1500), "no new frames while the probe is outstanding");
+        assert!(
+            q.is_paused(1500),
+            "no new frames while the probe is outstanding"
+        );
         // Responder had executed up to PSN 0 (the probe is a duplicate): it re-ACKs PSN 0.
         q.on_response(1600, Syndrome::Ack { credits: 31 }, Psn::new(0));
         assert!(q.is_paused(1600), "waits for later responses to settle");
         assert_eq!(q.poll_timeout(1700), None);
         assert_eq!(q.poll_timeout(1850), None);
         assert!(!q.is_paused(1850));
-        assert_eq!(q.next_psn(), Psn::new(1), "continue right after the last executed PSN");
-        assert_eq!(q.stats.resync_ns_max, 1850, "measured from the unanswered AckReq");
+        assert_eq!(
+            q.next_psn(),
+            Psn::new(1),
+            "continue right after the last executed PSN"
+        );
+        assert_eq!(
+            q.stats.resync_ns_max, 1850,
+            "measured from the unanswered AckReq"
+        );
     }
 
     #[test]
@@ -458,7 +513,11 @@ mod tests {
         // The late ACK for PSN 1 arrives, then the probe's answer: all 8 frames executed.
         q.on_response(1100, Syndrome::Ack { credits: 31 }, Psn::new(1));
         q.on_response(1150, Syndrome::Ack { credits: 31 }, Psn::new(5));
-        assert_eq!(q.next_psn(), Psn::new(6), "resumes after the last executed PSN, no duplicates");
+        assert_eq!(
+            q.next_psn(),
+            Psn::new(6),
+            "resumes after the last executed PSN, no duplicates"
+        );
         assert!(!q.is_paused(1150));
     }
 
@@ -466,7 +525,14 @@ mod tests {
     fn fatal_naks_break_the_qp() {
         let mut q = qp();
         q.take(0);
-        assert_eq!(q.on_response(1, Syndrome::Nak(NakCode::RemoteAccessError), Psn::new(0xFFFFFE)), QpEvent::Broken);
+        assert_eq!(
+            q.on_response(
+                1,
+                Syndrome::Nak(NakCode::RemoteAccessError),
+                Psn::new(0xFFFFFE)
+            ),
+            QpEvent::Broken
+        );
         assert!(q.is_broken());
     }
 

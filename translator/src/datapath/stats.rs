@@ -89,11 +89,17 @@ dta_proto::define_counters!(
 impl TranslatorCounters {
     /// Sum of all `drop_*` counters.
     pub fn dropped(&self) -> u64 {
-        self.iter().filter(|(i, _)| i.name.starts_with("drop_")).map(|(_, v)| v).sum()
+        self.iter()
+            .filter(|(i, _)| i.name.starts_with("drop_"))
+            .map(|(_, v)| v)
+            .sum()
     }
 
     /// Reports received (all primitives) that parsed.
     pub fn reports(&self) -> u64 {
-        self.reports_keywrite + self.reports_keyincrement + self.reports_append + self.reports_postcard
+        self.reports_keywrite
+            + self.reports_keyincrement
+            + self.reports_append
+            + self.reports_postcard
     }
 }

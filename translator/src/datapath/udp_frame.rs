@@ -8,7 +8,13 @@ use dta_proto::wire::udp::{UdpPacket, UdpRepr};
 
 /// Writes Ethernet + IPv4 + UDP headers around a payload written by `payload` (which returns
 /// its length). Returns the frame length, or 0 if the payload did not fit.
-pub fn emit(buf: &mut [u8], src_mac: MacAddr, src: SocketAddrV4, dst: SocketAddrV4, payload: impl FnOnce(&mut [u8]) -> usize) -> usize {
+pub fn emit(
+    buf: &mut [u8],
+    src_mac: MacAddr,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    payload: impl FnOnce(&mut [u8]) -> usize,
+) -> usize {
     const HDR: usize = 14 + 20 + 8;
     if buf.len() < HDR {
         return 0;
@@ -17,11 +23,28 @@ pub fn emit(buf: &mut [u8], src_mac: MacAddr, src: SocketAddrV4, dst: SocketAddr
     if n == 0 {
         return 0;
     }
-    let eth = EthernetRepr { src: src_mac, dst: MacAddr::BROADCAST, ethertype: ETHERTYPE_IPV4 };
+    let eth = EthernetRepr {
+        src: src_mac,
+        dst: MacAddr::BROADCAST,
+        ethertype: ETHERTYPE_IPV4,
+    };
     eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..14]));
-    let ip = Ipv4Repr { src: *src.ip(), dst: *dst.ip(), protocol: PROTO_UDP, ttl: 64, tos: 0, ident: 0, dont_frag: true, payload_len: 8 + n };
+    let ip = Ipv4Repr {
+        src: *src.ip(),
+        dst: *dst.ip(),
+        protocol: PROTO_UDP,
+        ttl: 64,
+        tos: 0,
+        ident: 0,
+        dont_frag: true,
+        payload_len: 8 + n,
+    };
     ip.emit(&mut Ipv4Packet::new_unchecked(&mut buf[14..34]));
-    let udp = UdpRepr { src_port: src.port(), dst_port: dst.port(), payload_len: n };
+    let udp = UdpRepr {
+        src_port: src.port(),
+        dst_port: dst.port(),
+        payload_len: n,
+    };
     let mut u = UdpPacket::new_unchecked(&mut buf[34..HDR + n]);
     udp.emit(&mut u);
     u.fill_checksum(*src.ip(), *dst.ip());
