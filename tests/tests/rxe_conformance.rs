@@ -32,7 +32,7 @@ use dta_translator::datapath::pipeline::{
 use dta_translator::datapath::qp::QpTuning;
 
 const PEER_QPN: u32 = 0x100;
-const START_PSN: u32 = 0x00F0_00;
+const START_PSN: u32 = 0xF000;
 
 fn skip(reason: &str) {
     let _ = writeln!(std::io::stderr(), "SKIP: {reason}");
