@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dta_io::udp::{wait_readable, UdpOptions, UdpSocket};
+use dta_io::backend::Backend;
+use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
 use dta_proto::batch::TxBatch;
 use dta_proto::meta::{CollectorMeta, StoreKind};
 use dta_proto::wire::ethernet::MacAddr;
@@ -38,6 +39,114 @@ pub struct WorkerSnapshot {
     pub tx_ios: u64,
     /// Datagrams the kernel refused to send.
     pub tx_errors: u64,
+}
+
+/// One worker thread: a pipeline driven by a backend.
+pub struct Worker {
+    /// Worker index.
+    pub index: usize,
+    /// The sans-I/O pipeline.
+    pub pipeline: Pipeline,
+    /// Packet I/O.
+    pub backend: Box<dyn Backend>,
+    /// Datagrams to this UDP port are reports; everything else is RoCEv2 responses.
+    pub report_port: u16,
+    /// Set to stop (after flushing).
+    pub stop: Arc<AtomicBool>,
+    /// Where to publish snapshots.
+    pub snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
+}
+
+impl Worker {
+    /// Runs until `stop` is set, then flushes partial batches and caches and lingers briefly
+    /// for the last ACKs.
+    pub fn run(mut self) {
+        let epoch = Instant::now();
+        let now = || epoch.elapsed().as_nanos() as u64;
+        let per_report = self.pipeline.frames_per_report_max();
+        let mut tx = TxBatch::new(256 * per_report + 256, 2048);
+        let mut last_pub = Instant::now();
+        let mut stopping: Option<Instant> = None;
+        let report_port = self.report_port;
+        loop {
+            let n = now();
+            let wait = match self.pipeline.next_deadline() {
+                Some(d) if d <= n => Duration::ZERO,
+                Some(d) => Duration::from_nanos(d - n).min(Duration::from_millis(10)),
+                None => Duration::from_millis(10),
+            };
+            let pipeline = &mut self.pipeline;
+            let txr = &mut tx;
+            let r = self.backend.recv_with(wait, &mut |burst| {
+                let t = now();
+                let mut i = 0;
+                while i < burst.len() {
+                    let is_report = burst[i].dst.port() == report_port;
+                    let mut j = i + 1;
+                    while j < burst.len() && (burst[j].dst.port() == report_port) == is_report {
+                        j += 1;
+                    }
+                    if is_report {
+                        let done = pipeline.handle_reports(t, &burst[i..j], txr);
+                        debug_assert_eq!(
+                            done,
+                            j - i,
+                            "the transmit batch is sized for a full burst"
+                        );
+                    } else {
+                        pipeline.handle_responses(t, &burst[i..j], txr);
+                    }
+                    i = j;
+                }
+            });
+            if let Err(e) = r {
+                log::error!("worker {}: receive failed: {e}", self.index);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            self.pipeline.poll(now(), &mut tx);
+            if self.pipeline.take_handoffs().count() > 0 {
+                log::error!("hand-off between workers is not wired in this build");
+            }
+            if !tx.is_empty() {
+                let _ = self.backend.send_batch(&tx);
+                tx.clear();
+            }
+            let want_stop = self.stop.load(Ordering::Relaxed);
+            if want_stop && stopping.is_none() {
+                stopping = Some(Instant::now());
+                while !self.pipeline.flush_all(now(), &mut tx) {
+                    let _ = self.backend.send_batch(&tx);
+                    tx.clear();
+                }
+                let _ = self.backend.send_batch(&tx);
+                tx.clear();
+            }
+            if want_stop || last_pub.elapsed() >= Duration::from_millis(20) {
+                last_pub = Instant::now();
+                self.publish();
+            }
+            if stopping.is_some_and(|t| t.elapsed() > Duration::from_millis(100)) {
+                self.publish();
+                break;
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let mut s = self.snapshots[self.index].lock().expect("snapshot lock");
+        s.counters = *self.pipeline.counters();
+        s.qps = self
+            .pipeline
+            .qp_stats()
+            .map(|(n, q, st)| (n.to_string(), q.value(), st))
+            .collect();
+        s.pending = self.pipeline.pending_reports();
+        let b = self.backend.stats();
+        s.socket_drops = b.rx_dropped;
+        s.rx_ios = b.rx_ios;
+        s.tx_ios = b.tx_ios;
+        s.tx_errors = b.tx_errors;
+    }
 }
 
 /// A running translator.
@@ -244,17 +353,29 @@ impl Translator {
         };
         for w in 0..t.workers {
             let (pc, targets) = pipeline_for(&cfg, w, &collectors)?;
-            let mut pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
+            let pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
             let rs = UdpSocket::bind(report_addr, &opts)
                 .map_err(|e| format!("cannot bind the report socket {report_addr}: {e}"))?;
             report_addr = rs.local_addr();
             let qs = UdpSocket::bind(roce_addr, &opts)
                 .map_err(|e| format!("cannot bind the RoCEv2 socket {roce_addr}: {e}"))?;
             roce_addr = qs.local_addr();
-            let (mut rrx, _rtx) = rs.split();
-            let (mut qrx, mut qtx) = qs.split();
-            let stop = stop.clone();
-            let snaps = snapshots.clone();
+            if report_addr.port() == roce_addr.port() {
+                return Err(
+                    "translator.listen and translator.roce must use different ports".into(),
+                );
+            }
+            let (rrx, _rtx) = rs.split();
+            let (qrx, qtx) = qs.split();
+            let backend: Box<dyn Backend> = Box::new(UdpBackend::new(vec![rrx, qrx], qtx));
+            let worker = Worker {
+                index: w,
+                pipeline,
+                backend,
+                report_port: report_addr.port(),
+                stop: stop.clone(),
+                snapshots: snapshots.clone(),
+            };
             let core = cores.get(w).copied();
             let th = std::thread::Builder::new()
                 .name(format!("dta-worker-{w}"))
@@ -262,70 +383,7 @@ impl Translator {
                     if let Some(c) = core {
                         core_affinity::set_for_current(c);
                     }
-                    let epoch = Instant::now();
-                    let now = || epoch.elapsed().as_nanos() as u64;
-                    let mut tx = TxBatch::new(2048, 2048);
-                    let mut last_pub = Instant::now();
-                    let mut stopping: Option<Instant> = None;
-                    loop {
-                        let n = now();
-                        let wait = match pipeline.next_deadline() {
-                            Some(d) if d <= n => Duration::ZERO,
-                            Some(d) => Duration::from_nanos(d - n).min(Duration::from_millis(10)),
-                            None => Duration::from_millis(10),
-                        };
-                        let _ = wait_readable(&[&rrx, &qrx], wait);
-                        let _ = rrx.recv_now(|burst| {
-                            let mut done = 0;
-                            while done < burst.len() {
-                                done += pipeline.handle_reports(now(), &burst[done..], &mut tx);
-                                if !tx.is_empty() {
-                                    let _ = qtx.send_batch(&tx);
-                                    tx.clear();
-                                }
-                            }
-                        });
-                        let _ =
-                            qrx.recv_now(|burst| pipeline.handle_responses(now(), burst, &mut tx));
-                        pipeline.poll(now(), &mut tx);
-                        if pipeline.take_handoffs().count() > 0 {
-                            log::error!("hand-off between workers is not wired in this build");
-                        }
-                        if !tx.is_empty() {
-                            let _ = qtx.send_batch(&tx);
-                            tx.clear();
-                        }
-                        let want_stop = stop.load(Ordering::Relaxed);
-                        if want_stop && stopping.is_none() {
-                            stopping = Some(Instant::now());
-                            while !pipeline.flush_all(now(), &mut tx) {
-                                let _ = qtx.send_batch(&tx);
-                                tx.clear();
-                            }
-                            let _ = qtx.send_batch(&tx);
-                            tx.clear();
-                        }
-                        if want_stop || last_pub.elapsed() >= Duration::from_millis(50) {
-                            last_pub = Instant::now();
-                            let mut s = snaps[w].lock().expect("snapshot lock");
-                            s.counters = *pipeline.counters();
-                            s.qps = pipeline
-                                .qp_stats()
-                                .map(|(n, q, st)| (n.to_string(), q.value(), st))
-                                .collect();
-                            s.pending = pipeline.pending_reports();
-                            let rs = rrx.stats();
-                            s.socket_drops = rs.kernel_drops;
-                            s.rx_ios = rs.ios;
-                            let ts = qtx.stats();
-                            s.tx_ios = ts.ios;
-                            s.tx_errors = ts.errors;
-                        }
-                        // After a stop, linger briefly so the last ACKs are processed.
-                        if stopping.is_some_and(|t| t.elapsed() > Duration::from_millis(100)) {
-                            break;
-                        }
-                    }
+                    worker.run();
                 })
                 .map_err(|e| e.to_string())?;
             threads.push(th);

@@ -8,5 +8,6 @@
 //! Backends:
 //! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` (the default; no privileges).
 
+pub mod backend;
 pub mod signal;
 pub mod udp;

@@ -579,6 +579,77 @@ fn set_buf(fd: RawFd, name: i32, force: i32, bytes: usize) {
     }
 }
 
+/// Kernel UDP as a [`crate::backend::Backend`]: several bound sockets received from together
+/// (e.g. the report port and the RoCEv2 port), one of them used for sending.
+pub struct UdpBackend {
+    rxs: Vec<UdpRx>,
+    tx: UdpTx,
+    first: usize,
+}
+
+impl UdpBackend {
+    /// Receives from every socket in `rxs`, sends through `tx`.
+    pub fn new(rxs: Vec<UdpRx>, tx: UdpTx) -> UdpBackend {
+        UdpBackend { rxs, tx, first: 0 }
+    }
+
+    /// Local addresses of the receiving sockets.
+    pub fn local_addrs(&self) -> Vec<SocketAddrV4> {
+        self.rxs.iter().map(|r| r.local_addr()).collect()
+    }
+}
+
+impl crate::backend::Backend for UdpBackend {
+    fn name(&self) -> &'static str {
+        "udp"
+    }
+
+    fn l2_frames(&self) -> bool {
+        false
+    }
+
+    fn recv_with(
+        &mut self,
+        timeout: Duration,
+        f: &mut dyn FnMut(&[Datagram<'_>]),
+    ) -> io::Result<usize> {
+        let refs: Vec<&UdpRx> = self.rxs.iter().collect();
+        let ready = wait_readable(&refs, timeout)?;
+        let mut n = 0;
+        // Rotate the starting socket so one busy socket cannot starve the other.
+        let k = self.rxs.len();
+        for j in 0..k {
+            let i = (self.first + j) % k;
+            if ready[i] {
+                n += self.rxs[i].recv_now(|b| f(b))?;
+            }
+        }
+        self.first = (self.first + 1) % k.max(1);
+        Ok(n)
+    }
+
+    fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
+        self.tx.send_batch(batch)
+    }
+
+    fn stats(&self) -> crate::backend::BackendStats {
+        let mut s = crate::backend::BackendStats::default();
+        for r in &self.rxs {
+            let x = r.stats();
+            s.rx_packets += x.datagrams;
+            s.rx_bytes += x.bytes;
+            s.rx_ios += x.ios;
+            s.rx_dropped += x.kernel_drops + x.truncated;
+        }
+        let t = self.tx.stats();
+        s.tx_packets = t.datagrams;
+        s.tx_bytes = t.bytes;
+        s.tx_ios = t.ios;
+        s.tx_errors = t.errors;
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -534,6 +534,12 @@ impl Pipeline {
         })
     }
 
+    /// Transmit-batch frames one report may need in the worst case; a batch with room for
+    /// `burst * frames_per_report_max() + 64` frames never stops a burst half-way.
+    pub fn frames_per_report_max(&self) -> usize {
+        self.max_frames_per_report + 1
+    }
+
     /// Counters so far.
     pub fn counters(&self) -> &TranslatorCounters {
         &self.counters
