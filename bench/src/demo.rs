@@ -171,10 +171,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     tcfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
     tcfg.translator.roce = roce_t;
     tcfg.translator.max_redundancy = opts.redundancy.max(1);
-    tcfg.collectors = vec![CollectorSection {
-        name: "local".into(),
-        metadata: Some(meta_file),
-    }];
+    tcfg.collectors = vec![CollectorSection::with_metadata("local", meta_file)];
     let translator = Translator::start(tcfg)?;
 
     let wl = Workload {

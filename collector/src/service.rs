@@ -23,9 +23,12 @@ use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 
 use crate::config::CollectorConfig;
+use crate::rnic::cm::{CmCounters, CmResponder, Service};
 use crate::rnic::counters::RnicCounters;
 use crate::rnic::responder::{Completion, DeviceConfig, QpConfig, Responder};
 use crate::store::Store;
+use dta_proto::wire::cm::is_gsi;
+use dta_proto::wire::metarec::MetaRecord;
 
 /// A command for the RNIC thread.
 pub enum RnicCommand {
@@ -46,6 +49,10 @@ pub struct Published {
     pub immediate_events: u64,
     /// The most recent immediate events (newest last), bounded.
     pub recent_events: std::collections::VecDeque<Completion>,
+    /// RDMA_CM counters.
+    pub cm: CmCounters,
+    /// RDMA_CM connections: (store port, peer, our QPN, established).
+    pub connections: Vec<(u16, SocketAddrV4, u32, bool)>,
 }
 
 /// A running collector.
@@ -105,7 +112,8 @@ impl Collector {
                     let peer_qpn = peer.qpn_base + si as u32 * peer.workers + w;
                     let psn = Psn::new(random_u32());
                     let qpn = responder.create_qp(QpConfig {
-                        peer: peer.roce,
+                        // Worker w of a static translator uses RoCEv2 port roce.port + w.
+                        peer: SocketAddrV4::new(*peer.roce.ip(), peer.roce.port() + w as u16),
                         peer_mac,
                         peer_qpn: Qpn::new(peer_qpn),
                         rq_psn: psn,
@@ -144,6 +152,15 @@ impl Collector {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx_cmd, rx_cmd) = mpsc::channel();
         let (rx, mut txs) = sock.split();
+        let services: Vec<Service> = stores
+            .iter()
+            .map(|s| Service {
+                port: s.port,
+                name: s.meta.name.clone(),
+                record: MetaRecord::from_store_meta(&s.meta, dev.verify_icrc).to_bytes(),
+            })
+            .collect();
+        let mut cm = CmResponder::new(roce, mac, services, dev.verify_icrc, random_u32());
         let thread = {
             let published = published.clone();
             let stop = stop.clone();
@@ -152,18 +169,33 @@ impl Collector {
                 .name("dta-rnic".into())
                 .spawn(move || {
                     let mut rx = rx;
+                    let epoch = Instant::now();
                     let mut tx = TxBatch::new(dta_io::udp::MAX_BURST * 4, 9216);
                     let mut last_pub = Instant::now();
                     let mut imm_events = 0u64;
                     let mut recent = std::collections::VecDeque::new();
                     while !stop.load(Ordering::Relaxed) {
+                        let now = epoch.elapsed().as_nanos() as u64;
                         let r = rx.recv_with(Duration::from_millis(20), |burst| {
-                            responder.handle_burst(burst, &mut tx)
+                            for d in burst {
+                                if is_gsi(d.payload) {
+                                    cm.handle(now, d, &mut responder, &mut tx);
+                                } else {
+                                    responder.handle(d, &mut tx);
+                                }
+                            }
                         });
                         if let Err(e) = r {
                             log::error!("software RNIC receive failed: {e}");
                             std::thread::sleep(Duration::from_millis(100));
                         }
+                        if !tx.is_empty() {
+                            let _ = txs.send_batch(&tx);
+                            tx.clear();
+                        }
+                        let now = epoch.elapsed().as_nanos() as u64;
+                        cm.poll(now, &mut responder, &mut tx);
+                        responder.poll(now, &mut tx);
                         if !tx.is_empty() {
                             let _ = txs.send_batch(&tx);
                             tx.clear();
@@ -199,6 +231,12 @@ impl Collector {
                                 .filter_map(|q| responder.qp_counters(q).map(|c| (q.value(), c)))
                                 .collect();
                             p.immediate_events = imm_events;
+                            p.cm = cm.counters;
+                            p.connections = cm
+                                .connections()
+                                .iter()
+                                .map(|(port, peer, qpn, up)| (*port, *peer, qpn.value(), *up))
+                                .collect();
                             p.recent_events.extend(recent.drain(..));
                             while p.recent_events.len() > 1024 {
                                 p.recent_events.pop_front();

@@ -79,10 +79,7 @@ impl System {
         t.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
         t.translator.roce = roce_t;
         t.append.flush_delay_us = append_flush_us;
-        t.collectors = vec![CollectorSection {
-            name: "c".into(),
-            metadata: Some(meta),
-        }];
+        t.collectors = vec![CollectorSection::with_metadata("c", meta)];
         let translator = Translator::start(t).expect("translator starts");
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.connect(translator.report_addr).unwrap();

@@ -19,6 +19,7 @@
 //! input panics; no QP is shared between cores.
 
 pub mod config;
+pub mod control;
 pub mod datapath;
 pub mod run;
 

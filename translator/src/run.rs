@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use dta_io::backend::Backend;
 use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
 use dta_proto::batch::TxBatch;
-use dta_proto::meta::{CollectorMeta, StoreKind};
+use dta_proto::meta::{CollectorMeta, QpMeta, StoreKind, StoreMeta};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::report::ParseConfig;
 
 use crate::config::TranslatorConfig;
+use crate::control::cm::{CmEvent, CmInitiator};
 use crate::datapath::pipeline::{
     CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
 };
@@ -41,6 +42,119 @@ pub struct WorkerSnapshot {
     pub tx_errors: u64,
 }
 
+fn random_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
+    let x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (x ^ (x >> 29)) as u32
+}
+
+/// Connects `ports` through `cm` over `backend`, blocking until all are ready or `timeout`.
+/// Our QPN for port i is `qpn_base + i`; starting PSNs are random.
+pub fn connect_blocking(
+    backend: &mut dyn Backend,
+    cm: &mut CmInitiator,
+    ports: &[u16],
+    qpn_base: u32,
+    timeout: Duration,
+) -> Result<Vec<(u16, StoreMeta, QpBinding)>, String> {
+    let epoch = Instant::now();
+    let now = || epoch.elapsed().as_nanos() as u64;
+    let mut tx = TxBatch::new(256, 2048);
+    for (i, &port) in ports.iter().enumerate() {
+        cm.connect(
+            port,
+            Qpn::new(qpn_base + i as u32),
+            Psn::new(random_u32()),
+            now(),
+            &mut tx,
+        );
+    }
+    let mut ready: Vec<Option<(StoreMeta, QpBinding)>> = vec![None; ports.len()];
+    let mut failure: Option<String> = None;
+    while ready.iter().any(Option::is_none) {
+        if epoch.elapsed() > timeout {
+            let missing: Vec<u16> = ports
+                .iter()
+                .zip(&ready)
+                .filter(|(_, r)| r.is_none())
+                .map(|(p, _)| *p)
+                .collect();
+            return Err(format!(
+                "RDMA_CM connection to ports {missing:?} timed out{}",
+                failure.map(|f| format!(" ({f})")).unwrap_or_default()
+            ));
+        }
+        if !tx.is_empty() {
+            backend.send_batch(&tx).map_err(|e| e.to_string())?;
+            tx.clear();
+        }
+        let mut events = Vec::new();
+        backend
+            .recv_with(Duration::from_millis(20), &mut |burst| {
+                for d in burst {
+                    if cm.wants(d) {
+                        if let Some(e) = cm.handle(now(), d, &mut tx) {
+                            events.push(e);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(e) = cm.poll(now(), &mut tx) {
+            events.push(e);
+        }
+        for e in events {
+            match e {
+                CmEvent::Ready {
+                    port,
+                    meta,
+                    binding,
+                } => {
+                    if let Some(i) = ports.iter().position(|&p| p == port) {
+                        ready[i] = Some((meta, binding));
+                    }
+                }
+                CmEvent::Failed { port, reason } => {
+                    let why = match reason {
+                        Some(8) => {
+                            format!("port {port}: no store listens there (REJ invalid service ID)")
+                        }
+                        Some(r) => format!("port {port}: rejected, reason {r}"),
+                        None => format!("port {port}: no answer"),
+                    };
+                    log::warn!("RDMA_CM: {why}; retrying");
+                    failure = Some(why);
+                    let i = ports.iter().position(|&p| p == port).unwrap_or(0);
+                    cm.connect(
+                        port,
+                        Qpn::new(qpn_base + i as u32),
+                        Psn::new(random_u32()),
+                        now(),
+                        &mut tx,
+                    );
+                }
+            }
+        }
+    }
+    if !tx.is_empty() {
+        let _ = backend.send_batch(&tx);
+    }
+    Ok(ports
+        .iter()
+        .zip(ready)
+        .map(|(&p, r)| {
+            let (m, b) = r.expect("all ready");
+            (p, m, b)
+        })
+        .collect())
+}
+
+/// An RDMA_CM initiator and the (rdma_cm port, store name) pairs it connects.
+pub type StoreInitiator = (CmInitiator, Vec<(u16, String)>);
+
 /// One worker thread: a pipeline driven by a backend.
 pub struct Worker {
     /// Worker index.
@@ -55,6 +169,10 @@ pub struct Worker {
     pub stop: Arc<AtomicBool>,
     /// Where to publish snapshots.
     pub snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
+    /// RDMA_CM initiators (one per CM collector) with the (port, store name) they serve.
+    pub initiators: Vec<StoreInitiator>,
+    /// Next QPN to use for a reconnection.
+    pub qpn_next: u32,
 }
 
 impl Worker {
@@ -67,6 +185,7 @@ impl Worker {
         let mut tx = TxBatch::new(256 * per_report + 256, 2048);
         let mut last_pub = Instant::now();
         let mut stopping: Option<Instant> = None;
+        let mut reconnect_at: Vec<(String, u64, u64)> = Vec::new();
         let report_port = self.report_port;
         loop {
             let n = now();
@@ -76,6 +195,7 @@ impl Worker {
                 None => Duration::from_millis(10),
             };
             let pipeline = &mut self.pipeline;
+            let initiators = &mut self.initiators;
             let txr = &mut tx;
             let r = self.backend.recv_with(wait, &mut |burst| {
                 let t = now();
@@ -94,7 +214,29 @@ impl Worker {
                             "the transmit batch is sized for a full burst"
                         );
                     } else {
-                        pipeline.handle_responses(t, &burst[i..j], txr);
+                        for d in &burst[i..j] {
+                            match initiators.iter_mut().find(|(c, _)| c.wants(d)) {
+                                Some((c, names)) => {
+                                    if let Some(CmEvent::Ready {
+                                        port,
+                                        meta,
+                                        binding,
+                                    }) = c.handle(t, d, txr)
+                                    {
+                                        if let Some((_, name)) =
+                                            names.iter().find(|(p, _)| *p == port)
+                                        {
+                                            log::info!(
+                                                "store {name}: reconnected (QP {:#x})",
+                                                binding.local_qpn.value()
+                                            );
+                                            pipeline.rebind(name, binding, Some(&meta));
+                                        }
+                                    }
+                                }
+                                None => pipeline.handle_responses(t, std::slice::from_ref(d), txr),
+                            }
+                        }
                     }
                     i = j;
                 }
@@ -104,6 +246,7 @@ impl Worker {
                 std::thread::sleep(Duration::from_millis(10));
             }
             self.pipeline.poll(now(), &mut tx);
+            self.reconnect(now(), &mut tx, &mut reconnect_at);
             if self.pipeline.take_handoffs().count() > 0 {
                 log::error!("hand-off between workers is not wired in this build");
             }
@@ -130,6 +273,43 @@ impl Worker {
                 break;
             }
         }
+    }
+
+    /// Reconnects stores whose QP broke, with exponential back-off (100 ms .. 5 s).
+    fn reconnect(&mut self, now: u64, tx: &mut TxBatch, state: &mut Vec<(String, u64, u64)>) {
+        for (cm, _) in &mut self.initiators {
+            if let Some(CmEvent::Failed { port, .. }) = cm.poll(now, tx) {
+                log::warn!("RDMA_CM: reconnection of port {port} failed; backing off");
+            }
+        }
+        let broken: Vec<String> = self.pipeline.broken_stores().map(str::to_string).collect();
+        for name in broken {
+            let Some((cm, port)) = self.initiators.iter_mut().find_map(|(cm, names)| {
+                names
+                    .iter()
+                    .find(|(_, n)| *n == name)
+                    .map(|(p, _)| (cm, *p))
+            }) else {
+                continue;
+            };
+            let e = match state.iter_mut().find(|(n, _, _)| *n == name) {
+                Some(e) => e,
+                None => {
+                    state.push((name.clone(), 0, 100_000_000));
+                    state.last_mut().expect("just pushed")
+                }
+            };
+            if now < e.1 || cm.busy() {
+                continue;
+            }
+            e.1 = now + e.2;
+            e.2 = (e.2 * 2).min(5_000_000_000);
+            let qpn = Qpn::new(self.qpn_next);
+            self.qpn_next = 0x100 + (self.qpn_next + 1 - 0x100) % 0xFF_FF00;
+            log::warn!("store {name}: QP broken, reconnecting over RDMA_CM (port {port})");
+            cm.connect(port, qpn, Psn::new(random_u32()), now, tx);
+        }
+        state.retain(|(n, _, _)| self.pipeline.broken_stores().any(|b| b == n));
     }
 
     fn publish(&self) {
@@ -163,7 +343,7 @@ pub struct Translator {
 /// Loads every collector's published metadata.
 pub fn load_collectors(cfg: &TranslatorConfig) -> Result<Vec<(String, CollectorMeta)>, String> {
     let mut out = Vec::new();
-    for c in &cfg.collectors {
+    for c in cfg.collectors.iter().filter(|c| c.cm.is_none()) {
         let Some(path) = &c.metadata else {
             return Err(format!(
                 "collector {:?}: no `metadata` file given (RDMA_CM set-up is configured with `cm`)",
@@ -253,6 +433,7 @@ pub fn resolve_routes(
 pub fn pipeline_for(
     cfg: &TranslatorConfig,
     w: usize,
+    local: SocketAddrV4,
     collectors: &[(String, CollectorMeta)],
 ) -> Result<(PipelineConfig, Vec<CollectorTarget>), String> {
     let t = &cfg.translator;
@@ -275,7 +456,7 @@ pub fn pipeline_for(
         },
         max_redundancy: t.max_redundancy,
         l2_frames: false,
-        local: t.roce,
+        local,
         local_mac: t
             .mac
             .parse()
@@ -327,54 +508,138 @@ pub fn pipeline_for(
 }
 
 impl Translator {
-    /// Binds the sockets, builds one pipeline per worker and starts the workers.
+    /// Binds the sockets, connects to every collector (RDMA_CM, or the static metadata), builds
+    /// one pipeline per worker and starts the workers.
+    ///
+    /// Worker `w` uses RoCEv2 UDP port `translator.roce` port + `w` (or its own ephemeral port
+    /// when the configured port is 0), so each worker's QPs have their own peer address.
     pub fn start(cfg: TranslatorConfig) -> Result<Translator, String> {
         cfg.validate()?;
-        let collectors = load_collectors(&cfg)?;
+        let mut collectors = load_collectors(&cfg)?;
         let t = &cfg.translator;
-        let opts = UdpOptions {
-            rcvbuf: t.socket_buffer,
-            sndbuf: t.socket_buffer,
-            reuse_port: t.workers > 1,
-        };
         let stop = Arc::new(AtomicBool::new(false));
         let snapshots: Arc<Vec<Mutex<WorkerSnapshot>>> = Arc::new(
             (0..t.workers)
                 .map(|_| Mutex::new(WorkerSnapshot::default()))
                 .collect(),
         );
-        let mut threads = Vec::new();
         let mut report_addr = t.listen;
-        let mut roce_addr = t.roce;
+        let mut roce_addrs = Vec::new();
+        let mut backends = Vec::new();
+        let local_mac: MacAddr = t
+            .mac
+            .parse()
+            .map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?;
+        for w in 0..t.workers {
+            let ropts = UdpOptions {
+                rcvbuf: t.socket_buffer,
+                sndbuf: t.socket_buffer,
+                reuse_port: t.workers > 1,
+            };
+            let rs = UdpSocket::bind(report_addr, &ropts)
+                .map_err(|e| format!("cannot bind the report socket {report_addr}: {e}"))?;
+            report_addr = rs.local_addr();
+            let port = if t.roce.port() == 0 {
+                0
+            } else {
+                t.roce.port() + w as u16
+            };
+            let want = SocketAddrV4::new(*t.roce.ip(), port);
+            let qopts = UdpOptions {
+                rcvbuf: t.socket_buffer,
+                sndbuf: t.socket_buffer,
+                reuse_port: false,
+            };
+            let qs = UdpSocket::bind(want, &qopts)
+                .map_err(|e| format!("cannot bind the RoCEv2 socket {want}: {e}"))?;
+            let roce_addr = qs.local_addr();
+            if report_addr.port() == roce_addr.port() && report_addr.ip() == roce_addr.ip() {
+                return Err(
+                    "translator.listen and translator.roce must not be the same address".into(),
+                );
+            }
+            roce_addrs.push(roce_addr);
+            let (rrx, _rtx) = rs.split();
+            let (qrx, qtx) = qs.split();
+            backends.push(UdpBackend::new(vec![rrx, qrx], qtx));
+        }
+        // RDMA_CM collectors: connect every worker's QPs now.
+        let mut initiators: Vec<Vec<StoreInitiator>> = (0..t.workers).map(|_| Vec::new()).collect();
+        for (ci, c) in cfg.collectors.iter().enumerate() {
+            let Some(addr) = c.cm else { continue };
+            let mac: MacAddr = match &c.mac {
+                Some(m) => m
+                    .parse()
+                    .map_err(|_| format!("collector {:?}: bad MAC {m:?}", c.name))?,
+                None => MacAddr::BROADCAST,
+            };
+            let mut metas: Vec<StoreMeta> = Vec::new();
+            for (w, backend) in backends.iter_mut().enumerate() {
+                let seed = random_u32() ^ (w as u32) << 24;
+                let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, false, seed);
+                let qpn_base = 0x100 + (w as u32) * 0x400 + (ci as u32) * 0x40;
+                let got = connect_blocking(
+                    backend,
+                    &mut cm,
+                    &c.ports,
+                    qpn_base,
+                    Duration::from_secs(c.connect_timeout_secs),
+                )
+                .map_err(|e| format!("collector {:?} ({addr}), worker {w}: {e}", c.name))?;
+                let mut names = Vec::new();
+                for (i, (port, meta, b)) in got.into_iter().enumerate() {
+                    names.push((port, meta.name.clone()));
+                    if w == 0 {
+                        metas.push(StoreMeta {
+                            qps: Vec::new(),
+                            ..meta.clone()
+                        });
+                    }
+                    metas[i].qps.push(QpMeta {
+                        qpn: b.remote_qpn.value(),
+                        psn: b.start_psn.value(),
+                        peer_qpn: b.local_qpn.value(),
+                    });
+                }
+                initiators[w].push((cm, names));
+            }
+            log::info!(
+                "collector {:?}: connected {} store(s) over RDMA_CM for {} worker(s)",
+                c.name,
+                metas.len(),
+                t.workers
+            );
+            collectors.insert(
+                ci.min(collectors.len()),
+                (
+                    c.name.clone(),
+                    CollectorMeta {
+                        roce: addr,
+                        mac: c.mac.clone().unwrap_or_else(|| "ff:ff:ff:ff:ff:ff".into()),
+                        verify_icrc: true,
+                        stores: metas,
+                    },
+                ),
+            );
+        }
         let cores = if t.pin_cores {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
             Vec::new()
         };
-        for w in 0..t.workers {
-            let (pc, targets) = pipeline_for(&cfg, w, &collectors)?;
+        let mut threads = Vec::new();
+        for (w, backend) in backends.into_iter().enumerate() {
+            let (pc, targets) = pipeline_for(&cfg, w, roce_addrs[w], &collectors)?;
             let pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
-            let rs = UdpSocket::bind(report_addr, &opts)
-                .map_err(|e| format!("cannot bind the report socket {report_addr}: {e}"))?;
-            report_addr = rs.local_addr();
-            let qs = UdpSocket::bind(roce_addr, &opts)
-                .map_err(|e| format!("cannot bind the RoCEv2 socket {roce_addr}: {e}"))?;
-            roce_addr = qs.local_addr();
-            if report_addr.port() == roce_addr.port() {
-                return Err(
-                    "translator.listen and translator.roce must use different ports".into(),
-                );
-            }
-            let (rrx, _rtx) = rs.split();
-            let (qrx, qtx) = qs.split();
-            let backend: Box<dyn Backend> = Box::new(UdpBackend::new(vec![rrx, qrx], qtx));
             let worker = Worker {
                 index: w,
                 pipeline,
-                backend,
+                backend: Box::new(backend),
                 report_port: report_addr.port(),
                 stop: stop.clone(),
                 snapshots: snapshots.clone(),
+                initiators: std::mem::take(&mut initiators[w]),
+                qpn_next: 0x100 + (w as u32) * 0x400 + 0x200,
             };
             let core = cores.get(w).copied();
             let th = std::thread::Builder::new()
@@ -388,6 +653,7 @@ impl Translator {
                 .map_err(|e| e.to_string())?;
             threads.push(th);
         }
+        let roce_addr = roce_addrs[0];
         log::info!(
             "translator: reports on {report_addr}, RoCEv2 from {roce_addr}, {} worker(s)",
             t.workers

@@ -105,6 +105,16 @@ pub enum Completion {
         /// Bytes written by the message.
         len: u32,
     },
+    /// A SEND this side posted was acknowledged.
+    SendDone {
+        /// The QP.
+        qpn: Qpn,
+    },
+    /// A SEND this side posted was never acknowledged (retries exhausted); the QP is in error.
+    SendFailed {
+        /// The QP.
+        qpn: Qpn,
+    },
     /// A SEND finished.
     Recv {
         /// The QP it arrived on.
@@ -159,10 +169,25 @@ struct Qp {
     read_res: [ReadRes; MAX_RD_ATOMIC],
     res_next: usize,
     ep: RoceEndpoint,
+    sq_psn: Psn,
+    pending_sends: VecDeque<PendingSend>,
     ack_tmpl: FrameTemplate,
     atomic_ack_tmpl: FrameTemplate,
     counters: RnicCounters,
 }
+
+/// A SEND awaiting its ACK, kept for retransmission.
+struct PendingSend {
+    psn: Psn,
+    frame: Vec<u8>,
+    sent_at: u64,
+    retries: u32,
+}
+
+/// Retransmission timeout of SENDs this side originates (ns).
+pub const SEND_TIMEOUT_NS: u64 = 50_000_000;
+/// Retransmissions before a SEND fails.
+pub const SEND_RETRIES: u32 = 7;
 
 struct Mr {
     rkey: Rkey,
@@ -285,6 +310,7 @@ impl Responder {
             ident: 0,
         };
         let ack_tmpl = FrameTemplate::new(&ep, op::RC_ACKNOWLEDGE, cfg.peer_qpn, 0);
+        let cfg_sq_psn = cfg.sq_psn;
         let atomic_ack_tmpl = FrameTemplate::new(&ep, op::RC_ATOMIC_ACKNOWLEDGE, cfg.peer_qpn, 0);
         self.qps[idx] = Some(Qp {
             qpn,
@@ -300,6 +326,8 @@ impl Responder {
             read_res: [ReadRes::default(); MAX_RD_ATOMIC],
             res_next: 0,
             ep,
+            sq_psn: cfg_sq_psn,
+            pending_sends: VecDeque::new(),
             ack_tmpl,
             atomic_ack_tmpl,
             counters: RnicCounters::default(),
@@ -370,6 +398,84 @@ impl Responder {
         self.cq.pop_front()
     }
 
+    /// Sends `data` as an RC SEND Only with AckReq on `qpn` (the metadata advertisement after
+    /// RDMA_CM's RTU), retransmitted every [`SEND_TIMEOUT_NS`] until acknowledged.
+    pub fn post_send(&mut self, qpn: Qpn, data: &[u8], now: u64, tx: &mut TxBatch) -> bool {
+        let Some(i) = self.qp_index(qpn) else {
+            return false;
+        };
+        let off = tx_offset(&self.dev);
+        let qp = self.qps[i].as_mut().expect("live QP");
+        if qp.state == QpState::Error || data.len() > self.dev.pmtu as usize {
+            return false;
+        }
+        let psn = qp.sq_psn;
+        qp.sq_psn = psn.next();
+        let bth = dta_proto::wire::ib::BthRepr {
+            opcode: op::RC_SEND_ONLY,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            tver: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: qp.cfg.peer_qpn,
+            ack_req: true,
+            psn,
+        };
+        let mut frame = vec![0u8; dta_proto::wire::roce::frame_len(0, data.len())];
+        let n = build_frame(&qp.ep, &bth, &[], data, &mut frame);
+        frame.truncate(n);
+        let ok = tx.push_with(qp.cfg.peer, off, |b| {
+            b[..n].copy_from_slice(&frame);
+            n
+        });
+        count_tx(&mut qp.counters, ok);
+        qp.pending_sends.push_back(PendingSend {
+            psn,
+            frame,
+            sent_at: now,
+            retries: 0,
+        });
+        true
+    }
+
+    /// Retransmits unacknowledged SENDs whose timer expired.
+    pub fn poll(&mut self, now: u64, tx: &mut TxBatch) {
+        let off = tx_offset(&self.dev);
+        for qp in self.qps.iter_mut().flatten() {
+            let Some(p) = qp.pending_sends.front_mut() else {
+                continue;
+            };
+            if now.saturating_sub(p.sent_at) < SEND_TIMEOUT_NS {
+                continue;
+            }
+            if p.retries >= SEND_RETRIES {
+                qp.pending_sends.clear();
+                qp.state = QpState::Error;
+                push_cq(
+                    &mut self.cq,
+                    &mut qp.counters,
+                    Completion::SendFailed { qpn: qp.qpn },
+                );
+                log::warn!(
+                    "QP {:#x}: SEND not acknowledged after {SEND_RETRIES} retries",
+                    qp.qpn.value()
+                );
+                continue;
+            }
+            p.retries += 1;
+            p.sent_at = now;
+            let f = &p.frame;
+            let ok = tx.push_with(qp.cfg.peer, off, |b| {
+                b[..f.len()].copy_from_slice(f);
+                f.len()
+            });
+            count_tx(&mut qp.counters, ok);
+        }
+    }
+
     /// Processes a burst of datagrams.
     pub fn handle_burst(&mut self, burst: &[Datagram<'_>], tx: &mut TxBatch) {
         for d in burst {
@@ -420,6 +526,15 @@ impl Responder {
             return;
         }
         qp.counters.rcvd_pkts += 1;
+
+        if matches!(
+            pkt.bth.opcode,
+            op::RC_ACKNOWLEDGE | op::RC_ATOMIC_ACKNOWLEDGE
+        ) {
+            // A response to a SEND this QP originated (the metadata advertisement).
+            requester_response(qp, &pkt, &mut self.cq, tx);
+            return;
+        }
 
         let diff = pkt.bth.psn.diff(qp.epsn);
         if diff > 0 {
@@ -836,6 +951,37 @@ fn execute(
             Ok(Step::Done { ack: ack_req })
         }
         _ => Err(Fault::Invalid),
+    }
+}
+
+fn requester_response(
+    qp: &mut Qp,
+    pkt: &RocePacket<'_>,
+    cq: &mut VecDeque<Completion>,
+    _tx: &mut TxBatch,
+) {
+    let Some(aeth) = pkt.aeth else {
+        qp.counters.malformed += 1;
+        return;
+    };
+    match aeth.syndrome {
+        Syndrome::Ack { .. } => {
+            // An ACK covers every SEND up to and including its PSN.
+            while let Some(p) = qp.pending_sends.front() {
+                if pkt.bth.psn.diff(p.psn) >= 0 {
+                    qp.pending_sends.pop_front();
+                    push_cq(cq, &mut qp.counters, Completion::SendDone { qpn: qp.qpn });
+                } else {
+                    break;
+                }
+            }
+        }
+        _ => {
+            // A NAK: let the retransmission timer resend right away.
+            if let Some(p) = qp.pending_sends.front_mut() {
+                p.sent_at = 0;
+            }
+        }
     }
 }
 

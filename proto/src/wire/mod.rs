@@ -10,6 +10,7 @@
 //!
 //! Parse errors are a small `Copy` enum, [`Error`]; human-facing errors live at the edges.
 
+pub mod cm;
 pub mod dta;
 pub mod dta_ext;
 pub mod ethernet;

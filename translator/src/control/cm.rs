@@ -1,0 +1,468 @@
+//! RDMA_CM, initiator side: how the translator connects a QP to each collector store.
+//!
+//! A sans-I/O state machine, driven with the current time like the pipeline:
+//!
+//! ```text
+//!   connect(port) ─▶ REQ (our QPN, starting PSN S, service = port)      retransmitted
+//!   REP ─▶ RTU; remember the collector's QPN and its send PSN
+//!   RC SEND (64-byte metadata record) at the collector's PSN ─▶ RC ACK with that SEND's PSN
+//!   ─▶ Ready: the data-path QP starts writing at S (the REQ's PSN, as IB CM defines it; the
+//!      reference used the REP's PSN and began out of sequence)
+//!   REJ ─▶ Rejected (the caller backs off and retries)
+//! ```
+//!
+//! A duplicate metadata SEND (our ACK was lost) is ACKed again. Everything unexpected is
+//! counted and ignored.
+
+use std::net::SocketAddrV4;
+
+use dta_proto::batch::{Datagram, TxBatch};
+use dta_proto::meta::StoreMeta;
+use dta_proto::wire::cm::{build_cm_frame, is_gsi, parse_cm};
+use dta_proto::wire::ethernet::MacAddr;
+use dta_proto::wire::ib::{opcode as op, BthRepr, Psn, Qpn};
+use dta_proto::wire::mad::{
+    ipv4_gid, rdma_cm_service_id, CmMessage, CmPrivateIp, CmReq, CmRtu, MadHeaderRepr, TRANSPORT_RC,
+};
+use dta_proto::wire::metarec::MetaRecord;
+use dta_proto::wire::roce::{build_frame, RoceEndpoint, RocePacket, L2L4_LEN};
+
+use crate::datapath::pipeline::QpBinding;
+
+/// REQ retransmission interval (ns).
+pub const REQ_TIMEOUT_NS: u64 = 250_000_000;
+/// REQ transmissions before giving up on one attempt.
+pub const REQ_TRIES: u32 = 8;
+
+/// What the caller learns from [`CmInitiator::handle`] and [`CmInitiator::poll`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// The store is connected: its description and the QP to write with.
+    Ready {
+        /// The rdma_cm port (service) connected.
+        port: u16,
+        /// The store (name from the REP's private data; address, R_Key, layout from the
+        /// metadata record).
+        meta: StoreMeta,
+        /// The data-path QP.
+        binding: QpBinding,
+    },
+    /// The collector rejected the connection (reason code), or it timed out (`None`).
+    Failed {
+        /// The rdma_cm port.
+        port: u16,
+        /// The REJ reason, or `None` for a timeout.
+        reason: Option<u16>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    ReqSent {
+        sent_at: u64,
+        tries: u32,
+    },
+    /// RTU sent; waiting for the metadata SEND at `send_psn`.
+    AwaitMeta {
+        remote_qpn: Qpn,
+        send_psn: Psn,
+        name: String,
+    },
+    Ready {
+        remote_qpn: Qpn,
+        meta_psn: Psn,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Conn {
+    port: u16,
+    local_comm_id: u32,
+    remote_comm_id: u32,
+    local_qpn: Qpn,
+    start_psn: Psn,
+    tid: u64,
+    req: CmReq,
+    state: State,
+}
+
+dta_proto::define_counters!(
+    /// RDMA_CM initiator counters.
+    pub struct CmClientCounters {
+        /// REQs sent (including retransmissions).
+        cm_req_sent,
+        /// REPs received.
+        cm_rep,
+        /// REJs received.
+        cm_rej,
+        /// Connections that completed (metadata received and ACKed).
+        cm_ready,
+        /// Attempts that timed out.
+        cm_timeouts,
+        /// Metadata SENDs received again (our ACK was lost) and re-ACKed.
+        cm_meta_duplicates,
+        /// CM or control packets that did not parse or matched no connection.
+        cm_invalid,
+    }
+);
+
+/// The RDMA_CM initiator of one translator worker towards one collector.
+pub struct CmInitiator {
+    local: SocketAddrV4,
+    local_mac: MacAddr,
+    collector: SocketAddrV4,
+    collector_mac: MacAddr,
+    l2: bool,
+    conns: Vec<Conn>,
+    next_comm_id: u32,
+    next_tid: u64,
+    /// Counters.
+    pub counters: CmClientCounters,
+}
+
+impl CmInitiator {
+    /// An initiator from our RoCEv2 address to a collector's.
+    pub fn new(
+        local: SocketAddrV4,
+        local_mac: MacAddr,
+        collector: SocketAddrV4,
+        collector_mac: MacAddr,
+        l2: bool,
+        seed: u32,
+    ) -> CmInitiator {
+        CmInitiator {
+            local,
+            local_mac,
+            collector,
+            collector_mac,
+            l2,
+            conns: Vec::new(),
+            next_comm_id: seed | 1,
+            next_tid: (seed as u64) << 16,
+            counters: CmClientCounters::default(),
+        }
+    }
+
+    /// The collector this initiator talks to.
+    pub fn collector(&self) -> SocketAddrV4 {
+        self.collector
+    }
+
+    fn ep(&self) -> RoceEndpoint {
+        RoceEndpoint {
+            src_mac: self.local_mac,
+            dst_mac: self.collector_mac,
+            src_ip: *self.local.ip(),
+            dst_ip: *self.collector.ip(),
+            src_port: self.local.port(),
+            dst_port: self.collector.port(),
+            ttl: 64,
+            tos: 0,
+            ident: 0,
+        }
+    }
+
+    fn off(&self) -> usize {
+        if self.l2 {
+            0
+        } else {
+            L2L4_LEN
+        }
+    }
+
+    /// True if any connection attempt is still in progress.
+    pub fn busy(&self) -> bool {
+        self.conns
+            .iter()
+            .any(|c| !matches!(c.state, State::Ready { .. }))
+    }
+
+    /// True if `qpn` is one of ours that is still waiting for its metadata SEND.
+    pub fn owns_qp(&self, qpn: Qpn) -> bool {
+        self.conns.iter().any(|c| c.local_qpn == qpn)
+    }
+
+    /// Starts connecting our QP `local_qpn` (first PSN `start_psn`) to the store listening on
+    /// rdma_cm `port`. A previous connection for the same port is forgotten.
+    pub fn connect(
+        &mut self,
+        port: u16,
+        local_qpn: Qpn,
+        start_psn: Psn,
+        now: u64,
+        tx: &mut TxBatch,
+    ) {
+        self.conns.retain(|c| c.port != port);
+        let local_comm_id = self.next_comm_id;
+        self.next_comm_id = self.next_comm_id.wrapping_add(2);
+        self.next_tid += 1;
+        let private = CmPrivateIp {
+            src_port: self.local.port(),
+            src: *self.local.ip(),
+            dst: *self.collector.ip(),
+        };
+        let req = CmReq {
+            local_comm_id,
+            service_id: rdma_cm_service_id(port),
+            local_ca_guid: 0x0200_00ff_fe00_0001,
+            local_qpn: local_qpn.value(),
+            // We never issue READs or atomics that need the collector to answer reads... but
+            // FETCH_ADD does: offer and ask for outstanding atomics.
+            responder_resources: 0,
+            initiator_depth: 16,
+            remote_cm_response_timeout: 20,
+            transport_type: TRANSPORT_RC,
+            starting_psn: start_psn.value(),
+            local_cm_response_timeout: 20,
+            retry_count: 7,
+            pkey: 0xffff,
+            path_mtu: 5, // 4096
+            rnr_retry_count: 7,
+            max_cm_retries: 15,
+            primary_local_lid: 0xffff,
+            primary_remote_lid: 0xffff,
+            primary_local_gid: ipv4_gid(*self.local.ip()),
+            primary_remote_gid: ipv4_gid(*self.collector.ip()),
+            primary_hop_limit: 64,
+            primary_local_ack_timeout: 14,
+            private_data: private.to_req_private_data(),
+            ..CmReq::default()
+        };
+        let c = Conn {
+            port,
+            local_comm_id,
+            remote_comm_id: 0,
+            local_qpn,
+            start_psn,
+            tid: self.next_tid,
+            req,
+            state: State::ReqSent {
+                sent_at: now,
+                tries: 1,
+            },
+        };
+        self.send_req(&c, tx);
+        self.conns.push(c);
+    }
+
+    fn send_req(&mut self, c: &Conn, tx: &mut TxBatch) {
+        let ep = self.ep();
+        let hdr = MadHeaderRepr::cm_send(c.tid, 0);
+        let msg = CmMessage::Req(c.req);
+        if tx.push_with(self.collector, self.off(), |b| {
+            build_cm_frame(&ep, Psn::new(0), &hdr, &msg, b)
+        }) {
+            self.counters.cm_req_sent += 1;
+        }
+    }
+
+    /// True if the datagram is control traffic for this initiator (a CM MAD, or a SEND to one of
+    /// our connecting QPs), so the worker hands it here instead of to the pipeline.
+    pub fn wants(&self, d: &Datagram<'_>) -> bool {
+        if d.src.ip() != self.collector.ip() {
+            return false;
+        }
+        if is_gsi(d.payload) {
+            return true;
+        }
+        let p = d.payload;
+        p.len() >= 12
+            && p[0] == op::RC_SEND_ONLY
+            && self.owns_qp(Qpn::new(u32::from_be_bytes([0, p[5], p[6], p[7]])))
+    }
+
+    /// Handles a CM MAD or a metadata SEND.
+    pub fn handle(&mut self, _now: u64, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<CmEvent> {
+        if is_gsi(d.payload) {
+            return self.handle_mad(d, tx);
+        }
+        let Ok(pkt) = RocePacket::parse(d.payload) else {
+            self.counters.cm_invalid += 1;
+            return None;
+        };
+        let Some(i) = self
+            .conns
+            .iter()
+            .position(|c| c.local_qpn == pkt.bth.dest_qp)
+        else {
+            self.counters.cm_invalid += 1;
+            return None;
+        };
+        let (port, local_qpn, start_psn) = (
+            self.conns[i].port,
+            self.conns[i].local_qpn,
+            self.conns[i].start_psn,
+        );
+        match self.conns[i].state.clone() {
+            State::AwaitMeta {
+                remote_qpn,
+                send_psn,
+                name,
+            } if pkt.bth.psn == send_psn => {
+                let Ok(rec) = MetaRecord::parse(pkt.payload) else {
+                    self.counters.cm_invalid += 1;
+                    return None;
+                };
+                self.ack(remote_qpn, send_psn, tx);
+                let meta = rec.to_store_meta(name);
+                let binding = QpBinding {
+                    local_qpn,
+                    remote_qpn,
+                    start_psn,
+                };
+                self.conns[i].state = State::Ready {
+                    remote_qpn,
+                    meta_psn: send_psn,
+                };
+                self.counters.cm_ready += 1;
+                Some(CmEvent::Ready {
+                    port,
+                    meta,
+                    binding,
+                })
+            }
+            State::Ready {
+                remote_qpn,
+                meta_psn,
+            } if pkt.bth.psn == meta_psn => {
+                self.counters.cm_meta_duplicates += 1;
+                self.ack(remote_qpn, meta_psn, tx);
+                None
+            }
+            _ => {
+                self.counters.cm_invalid += 1;
+                None
+            }
+        }
+    }
+
+    fn ack(&self, remote_qpn: Qpn, psn: Psn, tx: &mut TxBatch) {
+        let ep = self.ep();
+        let bth = BthRepr {
+            opcode: op::RC_ACKNOWLEDGE,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            tver: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: remote_qpn,
+            ack_req: false,
+            psn,
+        };
+        // AETH: ACK with "invalid credits" (as rxe sends), MSN 1.
+        let aeth = [0x1f, 0, 0, 1];
+        tx.push_with(self.collector, self.off(), |b| {
+            build_frame(&ep, &bth, &aeth, &[], b)
+        });
+    }
+
+    fn handle_mad(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<CmEvent> {
+        let Ok(p) = parse_cm(d.payload) else {
+            self.counters.cm_invalid += 1;
+            return None;
+        };
+        match p.msg {
+            CmMessage::Rep(rep) => {
+                let Some(i) = self
+                    .conns
+                    .iter()
+                    .position(|c| c.local_comm_id == rep.remote_comm_id)
+                else {
+                    self.counters.cm_invalid += 1;
+                    return None;
+                };
+                self.counters.cm_rep += 1;
+                let name_len = rep
+                    .private_data
+                    .iter()
+                    .take(64)
+                    .position(|&b| b == 0)
+                    .unwrap_or(64);
+                let name = String::from_utf8_lossy(&rep.private_data[..name_len]).into_owned();
+                let c = &mut self.conns[i];
+                c.remote_comm_id = rep.local_comm_id;
+                if matches!(c.state, State::ReqSent { .. }) {
+                    c.state = State::AwaitMeta {
+                        remote_qpn: Qpn::new(rep.local_qpn),
+                        send_psn: Psn::new(rep.starting_psn),
+                        name,
+                    };
+                }
+                // (Re)send the RTU: a repeated REP means our RTU was lost.
+                let rtu = CmMessage::Rtu(CmRtu {
+                    local_comm_id: c.local_comm_id,
+                    remote_comm_id: c.remote_comm_id,
+                    ..CmRtu::default()
+                });
+                let tid = c.tid;
+                let ep = self.ep();
+                let hdr = MadHeaderRepr::cm_send(tid, 0);
+                tx.push_with(self.collector, self.off(), |b| {
+                    build_cm_frame(&ep, Psn::new(0), &hdr, &rtu, b)
+                });
+                None
+            }
+            CmMessage::Rej(rej) => {
+                let i = self
+                    .conns
+                    .iter()
+                    .position(|c| c.local_comm_id == rej.remote_comm_id)?;
+                self.counters.cm_rej += 1;
+                let c = self.conns.remove(i);
+                log::warn!(
+                    "RDMA_CM: collector {} rejected port {} (reason {})",
+                    self.collector,
+                    c.port,
+                    rej.reason
+                );
+                Some(CmEvent::Failed {
+                    port: c.port,
+                    reason: Some(rej.reason),
+                })
+            }
+            CmMessage::Drep(_) => None,
+            _ => {
+                self.counters.cm_invalid += 1;
+                None
+            }
+        }
+    }
+
+    /// Retransmits overdue REQs; reports attempts that ran out of tries.
+    pub fn poll(&mut self, now: u64, tx: &mut TxBatch) -> Option<CmEvent> {
+        for i in 0..self.conns.len() {
+            if let State::ReqSent { sent_at, tries } = self.conns[i].state {
+                if now.saturating_sub(sent_at) >= REQ_TIMEOUT_NS {
+                    if tries >= REQ_TRIES {
+                        let c = self.conns.remove(i);
+                        self.counters.cm_timeouts += 1;
+                        return Some(CmEvent::Failed {
+                            port: c.port,
+                            reason: None,
+                        });
+                    }
+                    let c = self.conns[i].clone();
+                    self.send_req(&c, tx);
+                    self.conns[i].state = State::ReqSent {
+                        sent_at: now,
+                        tries: tries + 1,
+                    };
+                }
+            }
+        }
+        None
+    }
+
+    /// When `poll` should run next (ns).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.conns
+            .iter()
+            .filter_map(|c| match c.state {
+                State::ReqSent { sent_at, .. } => Some(sent_at + REQ_TIMEOUT_NS),
+                _ => None,
+            })
+            .min()
+    }
+}

@@ -1,0 +1,3 @@
+//! The control plane: connection set-up (RDMA_CM) and everything that does not run per packet.
+
+pub mod cm;
