@@ -3,6 +3,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,7 +19,7 @@ use dta_proto::wire::report::ParseConfig;
 use crate::config::TranslatorConfig;
 use crate::control::cm::{CmEvent, CmInitiator};
 use crate::datapath::pipeline::{
-    CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
+    CollectorTarget, Handoff, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
 };
 use crate::datapath::qp::{QpStats, QpTuning};
 use crate::datapath::stats::TranslatorCounters;
@@ -173,6 +174,60 @@ pub struct Worker {
     pub initiators: Vec<StoreInitiator>,
     /// Next QPN to use for a reconnection.
     pub qpn_next: u32,
+    /// Hand-off links to the other workers.
+    pub links: HandoffLinks,
+}
+
+/// Channels that carry reports between workers, a burst at a time: one `Vec` per destination
+/// per burst, recycled through a return channel, so the per-report cost is a copy into a
+/// vector, not a synchronised operation.
+pub struct HandoffLinks {
+    /// To worker i (None for ourselves).
+    to: Vec<Option<SyncSender<(usize, Vec<Handoff>)>>>,
+    /// Bursts handed to us: (sender, reports).
+    from: Receiver<(usize, Vec<Handoff>)>,
+    /// Emptied vectors going back to worker i.
+    give_back: Vec<Option<SyncSender<Vec<Handoff>>>>,
+    /// Our emptied vectors coming back.
+    returned: Receiver<Vec<Handoff>>,
+    spare: Vec<Vec<Handoff>>,
+    /// Vectors being filled for each destination this burst.
+    outgoing: Vec<Vec<Handoff>>,
+}
+
+impl HandoffLinks {
+    /// Links for `n` workers, indexed by worker.
+    pub fn mesh(n: usize) -> Vec<HandoffLinks> {
+        let mut senders = Vec::new();
+        let mut receivers = Vec::new();
+        let mut ret_senders = Vec::new();
+        let mut ret_receivers = Vec::new();
+        for _ in 0..n {
+            let (s, r) = sync_channel(1024);
+            senders.push(s);
+            receivers.push(r);
+            let (s, r) = sync_channel(1024);
+            ret_senders.push(s);
+            ret_receivers.push(r);
+        }
+        receivers
+            .into_iter()
+            .zip(ret_receivers)
+            .enumerate()
+            .map(|(w, (from, returned))| HandoffLinks {
+                to: (0..n)
+                    .map(|i| (i != w).then(|| senders[i].clone()))
+                    .collect(),
+                from,
+                give_back: (0..n)
+                    .map(|i| (i != w).then(|| ret_senders[i].clone()))
+                    .collect(),
+                returned,
+                spare: Vec::new(),
+                outgoing: (0..n).map(|_| Vec::new()).collect(),
+            })
+            .collect()
+    }
 }
 
 impl Worker {
@@ -247,9 +302,7 @@ impl Worker {
             }
             self.pipeline.poll(now(), &mut tx);
             self.reconnect(now(), &mut tx, &mut reconnect_at);
-            if self.pipeline.take_handoffs().count() > 0 {
-                log::error!("hand-off between workers is not wired in this build");
-            }
+            self.exchange_handoffs(now(), &mut tx);
             if !tx.is_empty() {
                 let _ = self.backend.send_batch(&tx);
                 tx.clear();
@@ -257,6 +310,12 @@ impl Worker {
             let want_stop = self.stop.load(Ordering::Relaxed);
             if want_stop && stopping.is_none() {
                 stopping = Some(Instant::now());
+                // Let the other workers' last hand-offs arrive before flushing.
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_millis(50) {
+                    self.exchange_handoffs(now(), &mut tx);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 while !self.pipeline.flush_all(now(), &mut tx) {
                     let _ = self.backend.send_batch(&tx);
                     tx.clear();
@@ -310,6 +369,56 @@ impl Worker {
             cm.connect(port, qpn, Psn::new(random_u32()), now, tx);
         }
         state.retain(|(n, _, _)| self.pipeline.broken_stores().any(|b| b == n));
+    }
+
+    /// Sends reports this worker does not own to their owners and processes what others sent.
+    fn exchange_handoffs(&mut self, now: u64, tx: &mut TxBatch) {
+        let me = self.index;
+        let l = &mut self.links;
+        while let Ok(v) = l.returned.try_recv() {
+            l.spare.push(v);
+        }
+        for h in self.pipeline.take_handoffs() {
+            if l.outgoing[h.worker].capacity() == 0 {
+                l.outgoing[h.worker] = l.spare.pop().unwrap_or_else(|| Vec::with_capacity(256));
+            }
+            l.outgoing[h.worker].push(h);
+        }
+        let mut dropped = 0;
+        for w in 0..l.to.len() {
+            if l.outgoing[w].is_empty() {
+                continue;
+            }
+            let v = std::mem::take(&mut l.outgoing[w]);
+            let n = v.len() as u64;
+            if let Some(Err(e)) = l.to[w].as_ref().map(|s| s.try_send((me, v))) {
+                dropped += n;
+                let (_, mut v) = match e {
+                    std::sync::mpsc::TrySendError::Full(x)
+                    | std::sync::mpsc::TrySendError::Disconnected(x) => x,
+                };
+                v.clear();
+                l.spare.push(v);
+            }
+        }
+        if dropped > 0 {
+            self.pipeline.count_handoff_drops(dropped);
+        }
+        while let Ok((from, mut v)) = self.links.from.try_recv() {
+            let mut i = 0;
+            while i < v.len() {
+                if self.pipeline.handle_handoff(now, &v[i], tx) {
+                    i += 1;
+                } else {
+                    let _ = self.backend.send_batch(tx);
+                    tx.clear();
+                }
+            }
+            v.clear();
+            if let Some(back) = self.links.give_back[from].as_ref() {
+                let _ = back.try_send(v);
+            }
+        }
     }
 
     fn publish(&self) {
@@ -628,6 +737,10 @@ impl Translator {
             Vec::new()
         };
         let mut threads = Vec::new();
+        let mut links: Vec<Option<HandoffLinks>> = HandoffLinks::mesh(t.workers)
+            .into_iter()
+            .map(Some)
+            .collect();
         for (w, backend) in backends.into_iter().enumerate() {
             let (pc, targets) = pipeline_for(&cfg, w, roce_addrs[w], &collectors)?;
             let pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
@@ -640,6 +753,7 @@ impl Translator {
                 snapshots: snapshots.clone(),
                 initiators: std::mem::take(&mut initiators[w]),
                 qpn_next: 0x100 + (w as u32) * 0x400 + 0x200,
+                links: links[w].take().expect("one link set per worker"),
             };
             let core = cores.get(w).copied();
             let th = std::thread::Builder::new()

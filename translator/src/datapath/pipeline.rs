@@ -639,6 +639,11 @@ impl Pipeline {
         burst.len()
     }
 
+    /// Counts hand-offs the worker could not deliver (the owner's ring was full).
+    pub fn count_handoff_drops(&mut self, n: u64) {
+        self.counters.drop_handoff_full += n;
+    }
+
     /// Processes a report another worker handed over (it was already counted there as
     /// received; here it is translated or dropped).
     pub fn handle_handoff(&mut self, now: u64, h: &Handoff, tx: &mut TxBatch) -> bool {
