@@ -178,14 +178,17 @@ pub struct Worker {
     pub links: HandoffLinks,
 }
 
+/// A burst of hand-offs: (sending worker, reports).
+type HandoffBurst = (usize, Vec<Handoff>);
+
 /// Channels that carry reports between workers, a burst at a time: one `Vec` per destination
 /// per burst, recycled through a return channel, so the per-report cost is a copy into a
 /// vector, not a synchronised operation.
 pub struct HandoffLinks {
     /// To worker i (None for ourselves).
-    to: Vec<Option<SyncSender<(usize, Vec<Handoff>)>>>,
+    to: Vec<Option<SyncSender<HandoffBurst>>>,
     /// Bursts handed to us: (sender, reports).
-    from: Receiver<(usize, Vec<Handoff>)>,
+    from: Receiver<HandoffBurst>,
     /// Emptied vectors going back to worker i.
     give_back: Vec<Option<SyncSender<Vec<Handoff>>>>,
     /// Our emptied vectors coming back.
