@@ -91,3 +91,427 @@ fn append_in_order_across_wraps() {
     assert_eq!(c.translated, 1000, "{c:?}");
     assert_eq!(h.rnic.counters().writes, 250);
 }
+
+use dta_proto::hash::{KeyHasher, PostcardHasher, MAX_REDUNDANCY};
+use dta_proto::layout::{CounterLayout, PostcardLayout};
+use dta_proto::wire::nack::NackRepr;
+use dta_translator::datapath::pipeline::RateLimit;
+
+fn store(name: &str, kind: StoreKindConfig) -> StoreConfig {
+    StoreConfig {
+        name: name.into(),
+        port: None,
+        kind,
+    }
+}
+
+fn pc_store(chunks: u32, hops: u8) -> StoreConfig {
+    store(
+        "pc",
+        StoreKindConfig::Postcard {
+            chunks,
+            hops,
+            hash: HashProfile::Independent,
+            redundancy: 1,
+            values: vec![],
+        },
+    )
+}
+
+/// The chunk a complete or partial path must produce, built from `proto` alone.
+fn model_chunk(
+    h: &PostcardHasher,
+    l: &PostcardLayout,
+    flow: &Key,
+    values: &[Option<u32>],
+    hops: usize,
+) -> Vec<u8> {
+    let mut c = vec![0u8; l.chunk_size() as usize];
+    for hop in 0..hops {
+        let w = match values.get(hop).copied().flatten() {
+            Some(v) => h.encode(flow, hop, v).unwrap(),
+            None => h.encode_blank(flow, hop),
+        };
+        c[4 * hop..4 * hop + 4].copy_from_slice(&w);
+    }
+    c
+}
+
+#[test]
+fn postcards_for_paths_of_every_length_land_as_chunks() {
+    const B: u8 = 5;
+    let mut h = Harness::new(vec![pc_store(1 << 12, B)], HarnessOptions::default());
+    let hasher = PostcardHasher::new(HashProfile::Independent, 1 << 12, 1024, B).unwrap();
+    let layout = PostcardLayout::new(1 << 12, B).unwrap();
+    let mut expect = Vec::new();
+    for len in 1..=B {
+        for f in 0..20u32 {
+            let flow =
+                Key::new(&[len, (f >> 8) as u8, f as u8, 9, 9, 9, 9, 9, 9, 9, 9, 9, 17]).unwrap();
+            let vals: Vec<u32> = (0..len as u32).map(|hop| 100 + hop * 7 + f).collect();
+            // Hops arrive out of order; the path length is carried in every postcard.
+            let reports: Vec<Report> = (0..len)
+                .rev()
+                .map(|hop| Report {
+                    header: hdr(),
+                    primitive: Primitive::Postcard {
+                        flow,
+                        hop,
+                        path_len: len,
+                        value: vals[hop as usize],
+                    },
+                })
+                .collect();
+            h.send(&reports, Profile::Extended);
+            let v: Vec<Option<u32>> = vals.iter().map(|&x| Some(x)).collect();
+            expect.push((flow, model_chunk(&hasher, &layout, &flow, &v, B as usize)));
+        }
+    }
+    let c = *h.pipeline.counters();
+    assert_eq!(c.postcard_emits, 100, "{c:?}");
+    assert_eq!(
+        h.pipeline.pending_reports(),
+        0,
+        "emitted as soon as the path was complete"
+    );
+    let region = h.region("pc");
+    let mut overwritten = 0;
+    for (flow, want) in &expect {
+        let mut got = vec![0u8; want.len()];
+        region
+            .read(layout.chunk_offset(hasher.chunk(flow, 0)), &mut got)
+            .unwrap();
+        if &got != want {
+            overwritten += 1;
+        }
+    }
+    // 100 chunks in 4096 slots: a few may share a slot; the later write wins.
+    assert!(
+        overwritten <= 5,
+        "{overwritten} chunks differ from the model"
+    );
+}
+
+#[test]
+fn postcard_collision_flushes_the_old_flow_to_its_own_chunk() {
+    const B: u8 = 5;
+    let mut h = Harness::new(
+        vec![pc_store(1 << 10, B)],
+        HarnessOptions {
+            postcard_cache_slots: 1,
+            ..HarnessOptions::default()
+        },
+    );
+    let hasher = PostcardHasher::new(HashProfile::Independent, 1 << 10, 1, B).unwrap();
+    let layout = PostcardLayout::new(1 << 10, B).unwrap();
+    let a = Key::new(b"flow-a-5tuple").unwrap();
+    let b = Key::new(b"flow-b-5tuple").unwrap();
+    let pc = |flow, hop, value| Report {
+        header: hdr(),
+        primitive: Primitive::Postcard {
+            flow,
+            hop,
+            path_len: 0,
+            value,
+        },
+    };
+    // Flow a gets hops 0 and 1, then flow b takes the only cache slot.
+    h.send(
+        &[pc(a, 0, 11), pc(a, 1, 12), pc(b, 0, 21)],
+        Profile::Extended,
+    );
+    assert_eq!(h.pipeline.counters().postcard_evictions, 1);
+    let region = h.region("pc");
+    let mut got = vec![0u8; layout.chunk_size() as usize];
+    region
+        .read(layout.chunk_offset(hasher.chunk(&a, 0)), &mut got)
+        .unwrap();
+    assert_eq!(
+        got,
+        model_chunk(&hasher, &layout, &a, &[Some(11), Some(12)], B as usize),
+        "a's partial path at a's chunk"
+    );
+    if hasher.chunk(&a, 0) != hasher.chunk(&b, 0) {
+        region
+            .read(layout.chunk_offset(hasher.chunk(&b, 0)), &mut got)
+            .unwrap();
+        assert!(
+            got.iter().all(|&x| x == 0),
+            "nothing written to b's chunk yet"
+        );
+    }
+    h.flush();
+    region
+        .read(layout.chunk_offset(hasher.chunk(&b, 0)), &mut got)
+        .unwrap();
+    assert_eq!(
+        got,
+        model_chunk(&hasher, &layout, &b, &[Some(21)], B as usize)
+    );
+}
+
+#[test]
+fn key_increment_sums_equal_sent_totals() {
+    let mut h = Harness::new(
+        vec![store(
+            "ctr",
+            StoreKindConfig::KeyIncrement {
+                slots: 1 << 16,
+                hash: HashProfile::Independent,
+                epoch_secs: 0,
+            },
+        )],
+        HarnessOptions::default(),
+    );
+    let hasher = KeyHasher::new(HashProfile::Independent, 1 << 16).unwrap();
+    let layout = CounterLayout::new(1 << 16).unwrap();
+    let mut totals = std::collections::HashMap::new();
+    let mut reports = Vec::new();
+    for i in 0..3000u64 {
+        let key = (i * 7919 % 50) as u32;
+        let delta = 1 + (i * 31) % 1500;
+        *totals.entry(key).or_insert(0u64) += delta;
+        reports.push(Report {
+            header: hdr(),
+            primitive: Primitive::KeyIncrement {
+                redundancy: 1,
+                key: Key::new(&key.to_be_bytes()).unwrap(),
+                delta,
+            },
+        });
+    }
+    h.send(&reports, Profile::Extended);
+    h.advance(1_000_000);
+    // Check the 50 keys' slots are distinct (no collisions), then the sums.
+    let mut slots_seen = std::collections::HashSet::new();
+    for (&key, &total) in &totals {
+        let mut s = [0u32; MAX_REDUNDANCY];
+        hasher.slots(&Key::new(&key.to_be_bytes()).unwrap(), 1, &mut s);
+        assert!(
+            slots_seen.insert(s[0]),
+            "no collision among 50 keys in 65536 slots"
+        );
+        assert_eq!(
+            h.region("ctr").load_u64(layout.slot_offset(s[0])).unwrap(),
+            total,
+            "key {key}"
+        );
+    }
+    assert_eq!(h.rnic.counters().atomics, 3000);
+}
+
+#[test]
+fn immediate_reports_raise_completions() {
+    let mut h = Harness::new(
+        vec![kw_store(1 << 10), append_store(1, 64, 4, 4)],
+        HarnessOptions::default(),
+    );
+    let mut r = Report {
+        header: hdr(),
+        primitive: Primitive::KeyWrite {
+            redundancy: 2,
+            key: Key::new(b"k1").unwrap(),
+            value: Value::new(b"v").unwrap(),
+        },
+    };
+    r.header.immediate = true;
+    let mut a = Report {
+        header: hdr(),
+        primitive: Primitive::Append {
+            list: 0,
+            value: Value::new(b"e").unwrap(),
+        },
+    };
+    a.header.immediate = true;
+    h.send(&[r, a], Profile::Extended);
+    h.flush();
+    let c = *h.pipeline.counters();
+    assert_eq!(
+        c.frames_imm, 2,
+        "one WRITE with Immediate per immediate report: {c:?}"
+    );
+    let mut imms = 0;
+    while let Some(e) = h.rnic.poll_completion() {
+        if matches!(
+            e,
+            dta_collector::rnic::responder::Completion::WriteWithImm { .. }
+        ) {
+            imms += 1;
+        }
+    }
+    assert_eq!(imms, 2);
+}
+
+#[test]
+fn sequence_gaps_are_nacked_with_the_missing_range() {
+    let mut h = Harness::new(vec![kw_store(1 << 10)], HarnessOptions::default());
+    let mk = |seq: u32| {
+        let mut r = Report {
+            header: hdr(),
+            primitive: Primitive::KeyWrite {
+                redundancy: 1,
+                key: Key::new(b"k").unwrap(),
+                value: Value::new(b"v").unwrap(),
+            },
+        };
+        r.header.seq = Some(seq);
+        r.header.retransmittable = true;
+        r
+    };
+    h.send(&[mk(10), mk(11), mk(15), mk(16), mk(13)], Profile::Extended);
+    let c = *h.pipeline.counters();
+    assert_eq!(
+        (
+            c.reporter_gaps,
+            c.reporter_missing,
+            c.reporter_late,
+            c.nacks_sent
+        ),
+        (1, 3, 1, 1),
+        "{c:?}"
+    );
+    assert_eq!(h.nacks.len(), 1);
+    assert_eq!(h.nacks[0].0.port(), 40044);
+    assert_eq!(
+        NackRepr::parse(&h.nacks[0].1).unwrap(),
+        NackRepr::Extended {
+            first_missing: 12,
+            count: 3
+        }
+    );
+    assert_eq!(
+        c.translated, 5,
+        "gap-revealing and late reports are still translated"
+    );
+}
+
+#[test]
+fn overload_sheds_low_priority_first_and_keeps_high() {
+    let rate = RateLimit {
+        messages_per_sec: 1_000_000,
+        burst: 100,
+        low_reserve: 0.5,
+        medium_reserve: 0.25,
+    };
+    let mut h = Harness::new(
+        vec![kw_store(1 << 12)],
+        HarnessOptions {
+            rate,
+            ..HarnessOptions::default()
+        },
+    );
+    let mk = |i: u32, p: Priority| {
+        let mut r = Report {
+            header: hdr(),
+            primitive: Primitive::KeyWrite {
+                redundancy: 1,
+                key: Key::new(&i.to_be_bytes()).unwrap(),
+                value: Value::new(b"v").unwrap(),
+            },
+        };
+        r.header.priority = p;
+        r
+    };
+    // 2x the cap: 2000 reports per millisecond of simulated time, mixed priorities.
+    let mut sent = [0u64; 3];
+    for ms in 0..20u32 {
+        let reports: Vec<Report> = (0..2000u32)
+            .map(|i| {
+                let p = [Priority::Low, Priority::Medium, Priority::High][(i % 3) as usize];
+                sent[p as usize] += 1;
+                mk(ms * 2000 + i, p)
+            })
+            .collect();
+        h.send(&reports, Profile::Extended);
+        h.advance(1_000_000);
+    }
+    h.advance(100_000_000);
+    let c = *h.pipeline.counters();
+    let frames = c.frames as f64;
+    let cap = 1_000_000.0 * (h.now as f64 - 1_000_000.0) / 1e9 + 100.0;
+    assert!(
+        frames <= cap * 1.05,
+        "the cap holds: {frames} frames vs {cap}"
+    );
+    assert!(
+        c.drop_overload_low > c.drop_overload_medium,
+        "low is shed first: {c:?}"
+    );
+    assert_eq!(c.drop_backlog_full, 0, "high priority is never lost: {c:?}");
+    assert_eq!(
+        c.translated + c.dropped(),
+        sent.iter().sum::<u64>(),
+        "everything accounted: {c:?}"
+    );
+}
+
+#[test]
+fn one_percent_loss_never_stalls_a_qp() {
+    let mut h = Harness::new(vec![kw_store(1 << 14)], HarnessOptions::default());
+    h.imp.loss = 0.01;
+    h.imp.response_loss = 0.01;
+    let mut sent = 0u32;
+    for round in 0..50u32 {
+        let reports: Vec<Report> = (0..200u32)
+            .map(|i| Report {
+                header: hdr(),
+                primitive: Primitive::KeyWrite {
+                    redundancy: 1,
+                    key: Key::new(&(round * 200 + i).to_be_bytes()).unwrap(),
+                    value: Value::new(&round.to_le_bytes()).unwrap(),
+                },
+            })
+            .collect();
+        sent += 200;
+        h.send(&reports, Profile::Extended);
+        h.advance(3_000_000);
+    }
+    h.imp.loss = 0.0;
+    h.imp.response_loss = 0.0;
+    // After the loss stops, writes flow again: the last round is fully executed.
+    let before = h.rnic.counters().writes;
+    let reports: Vec<Report> = (0..200u32)
+        .map(|i| Report {
+            header: hdr(),
+            primitive: Primitive::KeyWrite {
+                redundancy: 1,
+                key: Key::new(&(900_000 + i).to_be_bytes()).unwrap(),
+                value: Value::new(b"end!").unwrap(),
+            },
+        })
+        .collect();
+    h.advance(20_000_000);
+    h.send(&reports, Profile::Extended);
+    h.advance(20_000_000);
+    assert_eq!(
+        h.rnic.counters().writes - before,
+        200,
+        "no stall after loss: {:?} {:?}",
+        h.rnic.counters(),
+        h.pipeline.qp_stats().next()
+    );
+    let (_, _, q) = h.pipeline.qp_stats().next().unwrap();
+    assert!(q.psn_resyncs > 0, "losses were recovered by resyncs: {q:?}");
+    // Memory never holds a malformed entry: every non-empty slot is one of ours.
+    let layout = dta_proto::layout::KeyWriteLayout::new(1 << 10, 8).unwrap();
+    let _ = layout;
+    let r = h.region("kw");
+    let mut b = vec![0u8; r.len()];
+    r.read(0, &mut b).unwrap();
+    let hasher = KeyHasher::new(HashProfile::Independent, 1 << 14).unwrap();
+    let valid: std::collections::HashSet<u32> = (0..sent)
+        .chain(900_000..900_200)
+        .map(|k| hasher.checksum(&Key::new(&k.to_be_bytes()).unwrap()))
+        .collect();
+    for slot in b.chunks(8) {
+        if slot.iter().any(|&x| x != 0) {
+            let cs = u32::from_le_bytes(slot[0..4].try_into().unwrap());
+            assert!(valid.contains(&cs), "slot holds a checksum we never wrote");
+        }
+    }
+    println!(
+        "max resync latency {} us over {} resyncs",
+        q.resync_ns_max / 1000,
+        q.psn_resyncs
+    );
+}
