@@ -348,3 +348,71 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
         assert!(next.iter().all(|&n| n == per), "list {list}: {next:?}");
     }
 }
+
+fn http_get(addr: SocketAddrV4, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn control_only_mode_and_metrics_endpoint() {
+    let c_addr = SocketAddrV4::new(
+        Ipv4Addr::new(127, 0, 0, 1),
+        free_port(Ipv4Addr::new(127, 0, 0, 1)),
+    );
+    let col = collector(c_addr);
+    let mut cfg = TranslatorConfig::default();
+    cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+    cfg.translator.roce = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 5), 0);
+    cfg.collectors = vec![CollectorSection::with_cm(
+        "c",
+        c_addr,
+        vec![1337, 1338, 1339],
+    )];
+    // Control-only: connections on behalf of a Tofino, as JSON.
+    let v = dta_translator::run::control_only(&cfg).expect("control-only connects");
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 3);
+    let kw = arr.iter().find(|s| s["store"] == "kw").unwrap();
+    let meta = col.store("kw").unwrap().meta.clone();
+    assert_eq!(kw["rkey"], meta.rkey, "the record carries the R_Key");
+    assert_eq!(kw["addr"], meta.addr);
+    assert_eq!(kw["kind"], "keywrite");
+    assert!(kw["remote_qpn"].as_u64().unwrap() > 0 && kw["psn"].as_u64().is_some());
+    // A full translator with a metrics endpoint.
+    cfg.translator.metrics = Some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+    let t = Translator::start(cfg).unwrap();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(
+        &t,
+        &sock,
+        &[Report {
+            header: hdr(),
+            primitive: Primitive::KeyWrite {
+                redundancy: 2,
+                key: Key::new(b"m").unwrap(),
+                value: Value::new(b"v").unwrap(),
+            },
+        }],
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let addr = t.metrics.as_ref().unwrap().addr;
+    let body = http_get(addr, "/metrics");
+    assert!(
+        body.starts_with("HTTP/1.") && body.contains("200"),
+        "{body}"
+    );
+    assert!(body.contains("# TYPE dta_translator_translated_total counter"));
+    assert!(
+        body.contains("dta_translator_translated_total{worker=\"0\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("dta_translator_qp_frames_total{worker=\"0\",store=\"kw\""));
+    let stats = http_get(addr, "/stats");
+    assert!(stats.contains("\"translated\":1"), "{stats}");
+    t.shutdown();
+}

@@ -443,6 +443,8 @@ impl Worker {
 
 /// A running translator.
 pub struct Translator {
+    /// The metrics endpoint, if configured.
+    pub metrics: Option<crate::control::metrics::MetricsServer>,
     /// Where reports are received.
     pub report_addr: SocketAddrV4,
     /// Our RoCEv2 address.
@@ -775,7 +777,15 @@ impl Translator {
             "translator: reports on {report_addr}, RoCEv2 from {roce_addr}, {} worker(s)",
             t.workers
         );
+        let metrics = match t.metrics {
+            Some(a) => Some(crate::control::metrics::MetricsServer::spawn(
+                a,
+                snapshots.clone(),
+            )?),
+            None => None,
+        };
         Ok(Translator {
+            metrics,
             report_addr,
             roce_addr,
             snapshots,
@@ -831,4 +841,78 @@ impl Drop for Translator {
     fn drop(&mut self) {
         self.stop_workers();
     }
+}
+
+/// `--control-only`: connect every store (RDMA_CM, or the static metadata) on behalf of a
+/// hardware translator and return what its table writer needs, without starting workers.
+///
+/// The QPs stay connected after this returns (no DREQ is sent): the Tofino takes them over.
+/// It must send from the same IP and UDP port (`translator.roce`) this process connected from.
+pub fn control_only(cfg: &TranslatorConfig) -> Result<serde_json::Value, String> {
+    cfg.validate()?;
+    let t = &cfg.translator;
+    let local_mac: MacAddr = t
+        .mac
+        .parse()
+        .map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?;
+    let qs = UdpSocket::bind(t.roce, &UdpOptions::default())
+        .map_err(|e| format!("cannot bind the RoCEv2 socket {}: {e}", t.roce))?;
+    let local = qs.local_addr();
+    let (qrx, qtx) = qs.split();
+    let mut backend = UdpBackend::new(vec![qrx], qtx);
+    let mut out = Vec::new();
+    let mut push = |collector: &str, roce: SocketAddrV4, meta: &StoreMeta, q: &QpMeta| {
+        let mut v = serde_json::to_value(meta).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("qps");
+            o.insert("store".into(), meta.name.clone().into());
+            o.insert("collector".into(), collector.into());
+            o.insert("collector_roce".into(), roce.to_string().into());
+            o.insert("translator_roce".into(), local.to_string().into());
+            o.insert("qpn".into(), q.peer_qpn.into());
+            o.insert("remote_qpn".into(), q.qpn.into());
+            o.insert("psn".into(), q.psn.into());
+        }
+        out.push(v);
+    };
+    for (name, m) in load_collectors(cfg)? {
+        for s in &m.stores {
+            let q = s
+                .qps
+                .first()
+                .ok_or_else(|| format!("collector {name:?} store {:?}: no QP prepared", s.name))?;
+            push(&name, m.roce, s, q);
+        }
+    }
+    for (ci, c) in cfg.collectors.iter().enumerate() {
+        let Some(addr) = c.cm else { continue };
+        let mac: MacAddr = match &c.mac {
+            Some(m) => m
+                .parse()
+                .map_err(|_| format!("collector {:?}: bad MAC {m:?}", c.name))?,
+            None => MacAddr::BROADCAST,
+        };
+        let mut cm = CmInitiator::new(local, local_mac, addr, mac, false, random_u32());
+        let got = connect_blocking(
+            &mut backend,
+            &mut cm,
+            &c.ports,
+            0x100 + ci as u32 * 0x40,
+            Duration::from_secs(c.connect_timeout_secs),
+        )
+        .map_err(|e| format!("collector {:?} ({addr}): {e}", c.name))?;
+        for (_, meta, b) in got {
+            push(
+                &c.name,
+                addr,
+                &meta,
+                &QpMeta {
+                    qpn: b.remote_qpn.value(),
+                    psn: b.start_psn.value(),
+                    peer_qpn: b.local_qpn.value(),
+                },
+            );
+        }
+    }
+    Ok(serde_json::Value::Array(out))
 }

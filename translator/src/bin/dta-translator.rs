@@ -25,6 +25,14 @@ struct Cli {
     /// Print the effective configuration and exit.
     #[arg(long)]
     print_config: bool,
+    /// Connect every store (RDMA_CM or static metadata) on behalf of a hardware (Tofino)
+    /// translator, write the connections as JSON (to the --emit-connections file, or stdout),
+    /// and exit without starting workers. The QPs stay connected.
+    #[arg(long)]
+    control_only: bool,
+    /// Where --control-only writes its JSON ("-" = stdout).
+    #[arg(long, value_name = "FILE", default_value = "-")]
+    emit_connections: String,
     /// Seconds between progress lines on stderr (0 = none).
     #[arg(long, default_value_t = 10)]
     progress: u64,
@@ -49,6 +57,24 @@ fn main() {
             toml::to_string_pretty(&cfg).expect("config serialises")
         );
         return;
+    }
+    if cli.control_only {
+        match dta_translator::run::control_only(&cfg) {
+            Ok(v) => {
+                let s = serde_json::to_string_pretty(&v).expect("JSON serialises");
+                if cli.emit_connections == "-" {
+                    println!("{s}");
+                } else if let Err(e) = std::fs::write(&cli.emit_connections, s) {
+                    eprintln!("dta-translator: {}: {e}", cli.emit_connections);
+                    std::process::exit(1);
+                }
+                return;
+            }
+            Err(e) => {
+                eprintln!("dta-translator: {e}");
+                std::process::exit(1);
+            }
+        }
     }
     let t = match Translator::start(cfg) {
         Ok(t) => t,

@@ -1,3 +1,4 @@
 //! The control plane: connection set-up (RDMA_CM) and everything that does not run per packet.
 
 pub mod cm;
+pub mod metrics;

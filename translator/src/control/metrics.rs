@@ -1,0 +1,230 @@
+//! `/metrics` (Prometheus text format) and `/stats` (JSON) for the translator, served from the
+//! snapshots the workers publish; never touches a worker's state directly.
+
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use dta_proto::stats::{PromKind, PromWriter};
+
+use crate::datapath::stats::TranslatorCounters;
+use crate::run::WorkerSnapshot;
+
+/// Renders the Prometheus document for a set of worker snapshots.
+pub fn render(snaps: &[WorkerSnapshot]) -> String {
+    let mut w = PromWriter::new();
+    let rows: Vec<(Vec<(&str, String)>, Vec<u64>)> = snaps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (vec![("worker", i.to_string())], s.counters.values()))
+        .collect();
+    w.counter_families("dta_translator", TranslatorCounters::INFO, rows);
+    type QpField = (
+        &'static str,
+        &'static str,
+        fn(&crate::datapath::qp::QpStats) -> u64,
+    );
+    let fields: [QpField; 14] = [
+        ("qp_frames", "RoCEv2 frames sent on the QP.", |q| q.frames),
+        ("qp_acks", "ACKs received.", |q| q.acks),
+        ("qp_nak_sequence", "NAK PSN sequence error received.", |q| {
+            q.nak_seq
+        }),
+        ("qp_nak_rnr", "RNR NAKs received.", |q| q.nak_rnr),
+        ("qp_nak_access", "NAK remote access error received.", |q| {
+            q.nak_access
+        }),
+        ("qp_nak_invalid", "NAK invalid request received.", |q| {
+            q.nak_invalid
+        }),
+        ("qp_nak_other", "Other NAKs received.", |q| q.nak_other),
+        (
+            "qp_psn_resyncs",
+            "Times the send PSN was moved to where the responder expects it.",
+            |q| q.psn_resyncs,
+        ),
+        (
+            "qp_psn_skipped",
+            "Frames skipped by resyncs (sent but not executed).",
+            |q| q.psn_skipped,
+        ),
+        (
+            "qp_ack_timeouts",
+            "ACK timeouts (silent loss detected).",
+            |q| q.ack_timeouts,
+        ),
+        ("qp_probes", "Zero-length probe writes sent.", |q| q.probes),
+        (
+            "qp_stale_responses",
+            "Responses matching no outstanding state.",
+            |q| q.stale_responses,
+        ),
+        (
+            "qp_resync_ns",
+            "Total resync latency in nanoseconds.",
+            |q| q.resync_ns_total,
+        ),
+        (
+            "qp_resync_max_ns",
+            "Longest resync latency in nanoseconds (since the QP was connected).",
+            |q| q.resync_ns_max,
+        ),
+    ];
+    for (name, help, f) in fields {
+        let kind = if name.ends_with("max_ns") {
+            PromKind::Gauge
+        } else {
+            PromKind::Counter
+        };
+        for (wi, s) in snaps.iter().enumerate() {
+            for (store, qpn, q) in &s.qps {
+                let (ws, qs) = (wi.to_string(), format!("{qpn:#x}"));
+                w.sample(
+                    kind,
+                    &format!("dta_translator_{name}"),
+                    help,
+                    &[("worker", &ws), ("store", store), ("qpn", &qs)],
+                    f(q) as f64,
+                );
+            }
+        }
+    }
+    let gauges: [(&str, &str, fn(&WorkerSnapshot) -> u64, PromKind); 5] = [
+        (
+            "dta_translator_pending_reports",
+            "Reports held in Append batches, postcard caches and the backlog.",
+            |s| s.pending,
+            PromKind::Gauge,
+        ),
+        (
+            "dta_translator_socket_drops",
+            "Datagrams the kernel or NIC ring dropped before the worker saw them.",
+            |s| s.socket_drops,
+            PromKind::Counter,
+        ),
+        (
+            "dta_translator_rx_ios",
+            "Receive calls that returned data (batching: fewer than datagrams).",
+            |s| s.rx_ios,
+            PromKind::Counter,
+        ),
+        (
+            "dta_translator_tx_ios",
+            "Transmit calls.",
+            |s| s.tx_ios,
+            PromKind::Counter,
+        ),
+        (
+            "dta_translator_tx_errors",
+            "Frames the kernel refused to send.",
+            |s| s.tx_errors,
+            PromKind::Counter,
+        ),
+    ];
+    for (name, help, f, kind) in gauges {
+        for (wi, s) in snaps.iter().enumerate() {
+            let ws = wi.to_string();
+            w.sample(kind, name, help, &[("worker", &ws)], f(s) as f64);
+        }
+    }
+    w.finish()
+}
+
+/// Renders `/stats`: merged counters and per-worker details as JSON.
+pub fn render_json(snaps: &[WorkerSnapshot]) -> String {
+    let mut total = TranslatorCounters::default();
+    for s in snaps {
+        total.merge(&s.counters);
+    }
+    let counters: serde_json::Map<String, serde_json::Value> = total
+        .iter()
+        .map(|(i, v)| (i.name.to_string(), v.into()))
+        .collect();
+    let workers: Vec<serde_json::Value> = snaps
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "pending": s.pending,
+                "socket_drops": s.socket_drops,
+                "qps": s.qps.iter().map(|(n, q, st)| serde_json::json!({
+                    "store": n, "qpn": q, "frames": st.frames, "acks": st.acks, "psn_resyncs": st.psn_resyncs,
+                    "probes": st.probes, "ack_timeouts": st.ack_timeouts, "resync_max_ns": st.resync_ns_max,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({ "counters": counters, "dropped": total.dropped(), "workers": workers })
+        .to_string()
+}
+
+/// A running metrics endpoint.
+pub struct MetricsServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// The bound address.
+    pub addr: SocketAddrV4,
+}
+
+impl MetricsServer {
+    /// Serves `/metrics` and `/stats` on `addr` from `snapshots`.
+    pub fn spawn(
+        addr: SocketAddrV4,
+        snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
+    ) -> Result<MetricsServer, String> {
+        let server = tiny_http::Server::http(addr)
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        let bound = match server.server_addr() {
+            tiny_http::ListenAddr::IP(std::net::SocketAddr::V4(a)) => a,
+            _ => addr,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("dta-metrics".into())
+            .spawn(move || {
+                while !s2.load(Ordering::Relaxed) {
+                    let Ok(Some(req)) = server.recv_timeout(Duration::from_millis(100)) else {
+                        continue;
+                    };
+                    let snaps: Vec<WorkerSnapshot> = snapshots
+                        .iter()
+                        .map(|m| m.lock().expect("snapshot lock").clone())
+                        .collect();
+                    let (body, ctype, code) = match req.url() {
+                        "/metrics" => (render(&snaps), "text/plain; version=0.0.4", 200),
+                        "/stats" => (render_json(&snaps), "application/json", 200),
+                        _ => (
+                            "not found: try /metrics or /stats\n".to_string(),
+                            "text/plain",
+                            404,
+                        ),
+                    };
+                    let header =
+                        tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes())
+                            .expect("static header");
+                    let _ = req.respond(
+                        tiny_http::Response::from_string(body)
+                            .with_status_code(code)
+                            .with_header(header),
+                    );
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(MetricsServer {
+            stop,
+            thread: Some(thread),
+            addr: bound,
+        })
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
