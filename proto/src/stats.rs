@@ -101,6 +101,9 @@ pub struct PromWriter {
     last: String,
 }
 
+/// One row of label values and the counter values that go with them.
+pub type PromRow<'a> = (Vec<(&'a str, String)>, Vec<u64>);
+
 /// Kind of a metric family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PromKind {
@@ -166,7 +169,7 @@ impl PromWriter {
     /// label-value rows (e.g. one row per worker).
     pub fn counter_families<'a, I>(&mut self, prefix: &str, info: &[CounterInfo], rows: I)
     where
-        I: IntoIterator<Item = (Vec<(&'a str, String)>, Vec<u64>)> + Clone,
+        I: IntoIterator<Item = PromRow<'a>> + Clone,
     {
         for (i, ci) in info.iter().enumerate() {
             let name = format!("{prefix}_{}", ci.name);

@@ -15,7 +15,7 @@ use crate::run::WorkerSnapshot;
 /// Renders the Prometheus document for a set of worker snapshots.
 pub fn render(snaps: &[WorkerSnapshot]) -> String {
     let mut w = PromWriter::new();
-    let rows: Vec<(Vec<(&str, String)>, Vec<u64>)> = snaps
+    let rows: Vec<dta_proto::stats::PromRow<'_>> = snaps
         .iter()
         .enumerate()
         .map(|(i, s)| (vec![("worker", i.to_string())], s.counters.values()))
@@ -91,7 +91,13 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
             }
         }
     }
-    let gauges: [(&str, &str, fn(&WorkerSnapshot) -> u64, PromKind); 5] = [
+    type Field = (
+        &'static str,
+        &'static str,
+        fn(&WorkerSnapshot) -> u64,
+        PromKind,
+    );
+    let gauges: [Field; 5] = [
         (
             "dta_translator_pending_reports",
             "Reports held in Append batches, postcard caches and the backlog.",
