@@ -116,7 +116,7 @@ pub struct ReportsSection {
 impl Default for ReportsSection {
     fn default() -> Self {
         ReportsSection {
-            reference_variant: BaseVariant::A,
+            reference_variant: BaseVariant::B,
             accept_reference: true,
             accept_extended: true,
             reference_priority: Priority::Medium,
@@ -340,6 +340,24 @@ impl TranslatorConfig {
         {
             return Err("overload: 0 <= medium_reserve <= low_reserve < 1".into());
         }
+        for c in &self.collectors {
+            match (&c.metadata, &c.cm) {
+                (Some(_), None) => {}
+                (None, Some(_)) if !c.ports.is_empty() => {}
+                (None, Some(_)) => {
+                    return Err(format!(
+                        "collector {:?}: `cm` needs `ports` (the stores' rdma_cm ports)",
+                        c.name
+                    ))
+                }
+                _ => {
+                    return Err(format!(
+                        "collector {:?}: give exactly one of `metadata` (static) or `cm` (RDMA_CM)",
+                        c.name
+                    ))
+                }
+            }
+        }
         for (what, r) in [
             ("keywrite", &self.routing.keywrite),
             ("keyincrement", &self.routing.keyincrement),
@@ -355,5 +373,39 @@ impl TranslatorConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_parses_and_defaults_match() {
+        let c = TranslatorConfig::from_toml(include_str!("../translator.example.toml"))
+            .expect("example parses");
+        let d = TranslatorConfig::default();
+        assert_eq!(c.translator.max_redundancy, d.translator.max_redundancy);
+        assert_eq!(c.reliability.ack_timeout_us, d.reliability.ack_timeout_us);
+        assert_eq!(c.postcard.cache_slots, d.postcard.cache_slots);
+        assert_eq!(c.collectors[0].ports, vec![1337, 1338]);
+    }
+
+    #[test]
+    fn bad_files_get_clear_errors() {
+        assert!(TranslatorConfig::from_toml("[translator]\nworkers = 0")
+            .unwrap_err()
+            .contains("workers"));
+        assert!(TranslatorConfig::from_toml("[translator]\nbogus = 1")
+            .unwrap_err()
+            .contains("bogus"));
+        assert!(TranslatorConfig::from_toml("[[collector]]\nname = \"x\"")
+            .unwrap_err()
+            .contains("exactly one"));
+        assert!(
+            TranslatorConfig::from_toml("[translator]\nroce = \"0.0.0.0:4791\"")
+                .unwrap_err()
+                .contains("ICRC")
+        );
     }
 }
