@@ -214,7 +214,7 @@ impl Soft {
 }
 
 /// (opcode, PSN, syndrome byte, MSN, atomic original) of a response frame.
-fn summary(f: &[u8]) -> (u8, u32, u8, u32, Option<u64>) {
+fn summary(f: &[u8]) -> (u8, u32, u8, u32, Option<u64>, Vec<u8>) {
     let p = parse_frame(f).expect("responses parse");
     let a = p.roce.aeth.expect("responses carry an AETH");
     (
@@ -223,6 +223,7 @@ fn summary(f: &[u8]) -> (u8, u32, u8, u32, Option<u64>) {
         a.syndrome.to_byte(),
         a.msn,
         p.roce.atomic_ack.map(|x| x.orig),
+        p.roce.payload.to_vec(),
     )
 }
 
@@ -459,13 +460,16 @@ fn soft_rnic_answers_like_rxe() {
         r.extend_from_slice(&len.to_be_bytes());
         r
     };
-    let atomic = |off: u64, add: u64| -> Vec<u8> {
+    let atomic2 = |off: u64, swap_add: u64, compare: u64| -> Vec<u8> {
         let mut a = (t.vaddr + off).to_be_bytes().to_vec();
         a.extend_from_slice(&t.rkey.to_be_bytes());
-        a.extend_from_slice(&add.to_be_bytes());
-        a.extend_from_slice(&0u64.to_be_bytes());
+        a.extend_from_slice(&swap_add.to_be_bytes());
+        a.extend_from_slice(&compare.to_be_bytes());
         a
     };
+    let atomic = |off: u64, add: u64| atomic2(off, add, 0);
+    let mut imm_ext = reth(40, t.rkey, 8);
+    imm_ext.extend_from_slice(&0xCAFE_F00Du32.to_be_bytes());
     let p = START_PSN;
     // (name, frame, corrupt the ICRC?, an answer expected from rxe?)
     let steps: Vec<(&str, Vec<u8>, bool, bool)> = vec![
@@ -544,10 +548,45 @@ fn soft_rnic_answers_like_rxe() {
             true,
         ),
         (
+            "read",
+            frame(op::RC_RDMA_READ_REQUEST, p + 4, &reth(0, t.rkey, 24), &[]),
+            false,
+            true,
+        ),
+        (
+            "compare-swap hit",
+            frame(
+                op::RC_COMPARE_SWAP,
+                p + 5,
+                &atomic2(64, 0xDEAD, 0x1_0000_0005),
+                &[],
+            ),
+            false,
+            true,
+        ),
+        (
+            "compare-swap miss",
+            frame(op::RC_COMPARE_SWAP, p + 6, &atomic2(64, 0xBEEF, 7), &[]),
+            false,
+            true,
+        ),
+        (
+            "send",
+            frame(op::RC_SEND_ONLY, p + 7, &[], b"hello, collector"),
+            false,
+            true,
+        ),
+        (
+            "write with immediate",
+            frame(op::RC_RDMA_WRITE_ONLY_IMM, p + 8, &imm_ext, b"iiiiiiii"),
+            false,
+            true,
+        ),
+        (
             "wrong R_Key",
             frame(
                 op::RC_RDMA_WRITE_ONLY,
-                p + 4,
+                p + 9,
                 &reth(24, t.rkey ^ 0x4000, 8),
                 b"gggggggg",
             ),
@@ -558,7 +597,7 @@ fn soft_rnic_answers_like_rxe() {
             "after error",
             frame(
                 op::RC_RDMA_WRITE_ONLY,
-                p + 5,
+                p + 10,
                 &reth(32, t.rkey, 8),
                 b"hhhhhhhh",
             ),
@@ -591,6 +630,25 @@ fn soft_rnic_answers_like_rxe() {
     }
     let rxe_mem = vm.dump(0, 72).unwrap();
     let mut ours = vec![0u8; 72];
+    // The SEND and the WRITE with Immediate raised completions on both sides.
+    let log = vm.guest_log().unwrap().join("\n");
+    assert!(
+        log.contains("imm=0xcafef00d"),
+        "rxe raised the immediate completion: {log}"
+    );
+    let mut ours_cq = Vec::new();
+    while let Some(c) = soft.rnic.poll_completion() {
+        ours_cq.push(c);
+    }
+    assert!(ours_cq.iter().any(|c| matches!(c, dta_collector::rnic::responder::Completion::Recv { data, .. } if data == b"hello, collector")));
+    assert!(ours_cq.iter().any(|c| matches!(
+        c,
+        dta_collector::rnic::responder::Completion::WriteWithImm {
+            imm: 0xCAFE_F00D,
+            len: 8,
+            ..
+        }
+    )));
     soft.region.read(0, &mut ours).unwrap();
     assert_eq!(ours, rxe_mem, "same memory after the sequence");
     assert_eq!(
@@ -601,6 +659,8 @@ fn soft_rnic_answers_like_rxe() {
     assert_eq!(&rxe_mem[16..24], b"ffffffff");
     assert_eq!(
         u64::from_le_bytes(rxe_mem[64..72].try_into().unwrap()),
-        0x1_0000_0005
+        0xDEAD,
+        "the compare-swap hit swapped once"
     );
+    assert_eq!(&rxe_mem[40..48], b"iiiiiiii");
 }
