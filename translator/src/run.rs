@@ -41,6 +41,10 @@ pub struct WorkerSnapshot {
     pub tx_ios: u64,
     /// Datagrams the kernel refused to send.
     pub tx_errors: u64,
+    /// RDMA_CM reconnections started after a QP broke.
+    pub reconnects: u64,
+    /// RDMA_CM initiator counters (all collectors).
+    pub cm: crate::control::cm::CmClientCounters,
 }
 
 fn random_u32() -> u32 {
@@ -176,6 +180,8 @@ pub struct Worker {
     pub qpn_next: u32,
     /// Hand-off links to the other workers.
     pub links: HandoffLinks,
+    /// Reconnections started.
+    pub reconnects: u64,
 }
 
 /// A burst of hand-offs: (sending worker, reports).
@@ -369,6 +375,7 @@ impl Worker {
             let qpn = Qpn::new(self.qpn_next);
             self.qpn_next = 0x100 + (self.qpn_next + 1 - 0x100) % 0xFF_FF00;
             log::warn!("store {name}: QP broken, reconnecting over RDMA_CM (port {port})");
+            self.reconnects += 1;
             cm.connect(port, qpn, Psn::new(random_u32()), now, tx);
         }
         state.retain(|(n, _, _)| self.pipeline.broken_stores().any(|b| b == n));
@@ -438,6 +445,12 @@ impl Worker {
         s.rx_ios = b.rx_ios;
         s.tx_ios = b.tx_ios;
         s.tx_errors = b.tx_errors;
+        s.reconnects = self.reconnects;
+        let mut cm = crate::control::cm::CmClientCounters::default();
+        for (c, _) in &self.initiators {
+            cm.merge(&c.counters);
+        }
+        s.cm = cm;
     }
 }
 
@@ -759,6 +772,7 @@ impl Translator {
                 initiators: std::mem::take(&mut initiators[w]),
                 qpn_next: 0x100 + (w as u32) * 0x400 + 0x200,
                 links: links[w].take().expect("one link set per worker"),
+                reconnects: 0,
             };
             let core = cores.get(w).copied();
             let th = std::thread::Builder::new()

@@ -135,6 +135,26 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
             w.sample(kind, name, help, &[("worker", &ws)], f(s) as f64);
         }
     }
+    for (wi, s) in snaps.iter().enumerate() {
+        let ws = wi.to_string();
+        w.sample(
+            PromKind::Counter,
+            "dta_translator_reconnects",
+            "RDMA_CM reconnections started after a QP broke.",
+            &[("worker", &ws)],
+            s.reconnects as f64,
+        );
+    }
+    let rows: Vec<dta_proto::stats::PromRow<'_>> = snaps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (vec![("worker", i.to_string())], s.cm.values()))
+        .collect();
+    w.counter_families(
+        "dta_translator",
+        crate::control::cm::CmClientCounters::INFO,
+        rows,
+    );
     w.finish()
 }
 
