@@ -319,6 +319,155 @@ pub struct Report {
 /// `cfg.reference_variant` (or [`Error::UnsupportedVersion`] if `cfg.accept_reference` is
 /// false). An empty payload is [`Error::Truncated`].
 pub fn parse_report(udp_payload: &[u8], cfg: &ParseConfig) -> Result<Report> {
+    if let Some(r) = parse_fast(udp_payload, cfg) {
+        return Ok(r);
+    }
+    parse_checked(udp_payload, cfg)
+}
+
+#[inline(always)]
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// The common case in a few dozen instructions: a well-formed report of an accepted profile,
+/// read straight into a [`Report`]. Returns `None` for anything unusual (errors included), which
+/// [`parse_checked`] then handles with the full view/Repr machinery; the two agree on every
+/// input they both accept (property-tested).
+#[inline]
+fn parse_fast(b: &[u8], cfg: &ParseConfig) -> Option<Report> {
+    let first = *b.first()?;
+    if is_extended(first) {
+        if !cfg.accept_extended
+            || first != crate::wire::dta_ext::MAGIC_VERSION
+            || b.len() < 12
+            || b[3] != 0
+        {
+            return None;
+        }
+        let flags = b[2];
+        if flags & 0x0f != 0 {
+            return None;
+        }
+        let priority = match (flags >> 4) & 3 {
+            0 => Priority::Low,
+            1 => Priority::Medium,
+            2 => Priority::High,
+            _ => return None,
+        };
+        let header = ReportHeader {
+            profile: Profile::Extended,
+            immediate: flags & 0x80 != 0,
+            retransmittable: flags & 0x40 != 0,
+            seq: Some(be32(&b[4..8])),
+            priority,
+        };
+        let body = &b[8..];
+        let primitive = match b[1] {
+            1 => {
+                let (n, kl, vl) = (body[0], body[1] as usize, body[2] as usize);
+                if body[3] != 0
+                    || kl == 0
+                    || kl > 16
+                    || vl == 0
+                    || vl > 32
+                    || body.len() != 4 + kl + vl
+                {
+                    return None;
+                }
+                Primitive::KeyWrite {
+                    redundancy: n,
+                    key: Key::new(&body[4..4 + kl])?,
+                    value: Value::new(&body[4 + kl..])?,
+                }
+            }
+            2 => {
+                let vl = *body.get(4)? as usize;
+                if body.len() != 8 + vl || vl == 0 || vl > 32 || body[5..8] != [0, 0, 0] {
+                    return None;
+                }
+                Primitive::Append {
+                    list: be32(body),
+                    value: Value::new(&body[8..])?,
+                }
+            }
+            3 => {
+                let kl = *body.get(1)? as usize;
+                if body.len() != 12 + kl || kl == 0 || kl > 16 || body[2..4] != [0, 0] {
+                    return None;
+                }
+                let delta = u64::from_be_bytes(body[4..12].try_into().ok()?);
+                Primitive::KeyIncrement {
+                    redundancy: body[0],
+                    key: Key::new(&body[12..])?,
+                    delta,
+                }
+            }
+            4 => {
+                let (hop, path_len, kl) = (body[0], body[1], *body.get(2)? as usize);
+                if body.len() != 8 + kl
+                    || kl == 0
+                    || kl > 16
+                    || body[3] != 0
+                    || path_len > 16
+                    || (path_len != 0 && hop >= path_len)
+                {
+                    return None;
+                }
+                Primitive::Postcard {
+                    flow: Key::new(&body[8..])?,
+                    hop,
+                    path_len,
+                    value: be32(&body[4..8]),
+                }
+            }
+            _ => return None,
+        };
+        return Some(Report { header, primitive });
+    }
+    if !cfg.accept_reference {
+        return None;
+    }
+    let (hl, seq, flags) = match cfg.reference_variant {
+        BaseVariant::A => (2, None, *b.get(1)?),
+        BaseVariant::B => (3, Some(u32::from(*b.get(1)?)), *b.get(2)?),
+    };
+    let header = ReportHeader {
+        profile: Profile::reference(cfg.reference_variant),
+        immediate: flags & 0x80 != 0,
+        retransmittable: cfg.reference_variant == BaseVariant::B && flags & 0x40 != 0,
+        seq,
+        priority: cfg.reference_priority,
+    };
+    let body = &b[hl..];
+    let primitive = match (first, body.len()) {
+        (1, 9) => Primitive::KeyWrite {
+            redundancy: body[0],
+            key: Key::from_u32_reference(be32(&body[1..5])),
+            value: value4([body[5], body[6], body[7], body[8]]),
+        },
+        (2, 8) => Primitive::Append {
+            list: be32(body),
+            value: value4([body[7], body[6], body[5], body[4]]),
+        },
+        (3, 13) => Primitive::KeyIncrement {
+            redundancy: body[0],
+            key: Key::from_u32_reference(be32(&body[1..5])),
+            delta: u64::from_be_bytes(body[5..13].try_into().ok()?),
+        },
+        (4, 9) if body[4] != 0 => Primitive::Postcard {
+            flow: key4([body[0], body[1], body[2], body[3]]),
+            hop: body[4] - 1,
+            path_len: 0,
+            value: be32(&body[5..9]),
+        },
+        _ => return None,
+    };
+    Some(Report { header, primitive })
+}
+
+/// The full parser: every check, every error.
+fn parse_checked(udp_payload: &[u8], cfg: &ParseConfig) -> Result<Report> {
     let first = *udp_payload.first().ok_or(Error::Truncated)?;
     if is_extended(first) {
         if !cfg.accept_extended {
@@ -1014,6 +1163,47 @@ mod tests {
                 },
             );
         prop_oneof![reference, extended]
+    }
+
+    fn arb_config() -> impl Strategy<Value = ParseConfig> {
+        (any::<bool>(), any::<bool>(), any::<bool>(), arb_priority()).prop_map(|(b, ar, ae, p)| {
+            ParseConfig {
+                reference_variant: if b { BaseVariant::B } else { BaseVariant::A },
+                accept_reference: ar,
+                accept_extended: ae,
+                reference_priority: p,
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// The fast path never disagrees with the full parser.
+        #[test]
+        fn fast_path_agrees_with_full_parser(bytes in proptest::collection::vec(any::<u8>(), 0..64), c in arb_config()) {
+            if let Some(r) = parse_fast(&bytes, &c) {
+                prop_assert_eq!(parse_checked(&bytes, &c), Ok(r));
+            }
+        }
+
+        /// Valid reports (the fast path's domain) take the fast path.
+        #[test]
+        fn valid_reports_take_the_fast_path((r, c) in arb_valid_report()) {
+            let mut out = [0u8; MAX_EMIT_LEN];
+            let n = r.emit(r.header.profile, &mut out).unwrap();
+            prop_assert_eq!(parse_fast(&out[..n], &c), Some(r));
+            // Mutations of valid reports: still agree wherever the fast path answers.
+            for i in 0..n {
+                for flip in [0x01u8, 0x40, 0x80] {
+                    let mut m = out;
+                    m[i] ^= flip;
+                    if let Some(x) = parse_fast(&m[..n], &c) {
+                        prop_assert_eq!(parse_checked(&m[..n], &c), Ok(x));
+                    }
+                }
+            }
+        }
     }
 
     proptest! {

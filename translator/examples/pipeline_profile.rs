@@ -1,0 +1,188 @@
+//! Runs the in-memory pipeline over a fixed workload for instruction-level profiling
+//! (`valgrind --tool=callgrind target/release/examples/pipeline_profile append`): instruction
+//! counts are repeatable on a shared, noisy machine where wall-clock timings are not.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use dta_proto::batch::{Datagram, TxBatch};
+use dta_proto::hash::HashProfile;
+use dta_proto::layout::AppendFormat;
+use dta_proto::meta::{QpMeta, StoreKind, StoreMeta};
+use dta_proto::wire::ethernet::MacAddr;
+use dta_proto::wire::ib::{Psn, Qpn};
+use dta_proto::wire::report::{ParseConfig, Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::{Key, Value};
+use dta_translator::datapath::pipeline::{
+    CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
+};
+use dta_translator::datapath::qp::QpTuning;
+
+fn main() {
+    let what = std::env::args().nth(1).unwrap_or_else(|| "append".into());
+    let n: u32 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    let hdr = ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(0),
+        priority: Priority::Medium,
+    };
+    let (kind, profile, reports): (StoreKind, Profile, Vec<Report>) = match what.as_str() {
+        "keywrite" => (
+            StoreKind::KeyWrite {
+                slots: 1 << 20,
+                slot_size: 32,
+                hash: HashProfile::Independent,
+            },
+            Profile::Extended,
+            (0..4096u32)
+                .map(|i| {
+                    let mut k = [7u8; 13];
+                    k[..4].copy_from_slice(&i.to_be_bytes());
+                    Report {
+                        header: hdr,
+                        primitive: Primitive::KeyWrite {
+                            redundancy: 2,
+                            key: Key::new(&k).unwrap(),
+                            value: Value::new(&[i as u8; 20]).unwrap(),
+                        },
+                    }
+                })
+                .collect(),
+        ),
+        "postcard" => (
+            StoreKind::Postcard {
+                chunks: 1 << 20,
+                hops: 5,
+                hash: HashProfile::Independent,
+            },
+            Profile::ReferenceB,
+            (0..4096u32)
+                .map(|i| Report {
+                    header: hdr,
+                    primitive: Primitive::Postcard {
+                        flow: Key::new(&(i / 5).to_be_bytes()).unwrap(),
+                        hop: (i % 5) as u8,
+                        path_len: 0,
+                        value: 100 + i,
+                    },
+                })
+                .collect(),
+        ),
+        _ => (
+            StoreKind::Append {
+                lists: 64,
+                first_list: 0,
+                capacity: 1 << 16,
+                entry_size: 4,
+                batch: 16,
+                format: AppendFormat::Sequenced,
+                list_stride: 1 << 20,
+            },
+            Profile::ReferenceB,
+            (0..4096u32)
+                .map(|i| Report {
+                    header: hdr,
+                    primitive: Primitive::Append {
+                        list: i % 64,
+                        value: Value::new(&i.to_le_bytes()).unwrap(),
+                    },
+                })
+                .collect(),
+        ),
+    };
+    let meta = StoreMeta {
+        name: "s".into(),
+        addr: 0x7f00_0000_0000,
+        len: 1 << 30,
+        rkey: 0x1234,
+        qps: vec![QpMeta {
+            qpn: 0x11,
+            psn: 0,
+            peer_qpn: 0x100,
+        }],
+        kind,
+    };
+    let route = |k: &str| {
+        if meta.kind.name() == k {
+            Route::Single(0)
+        } else {
+            Route::None
+        }
+    };
+    let cfg = PipelineConfig {
+        worker: 0,
+        workers: 1,
+        parse: ParseConfig::default(),
+        max_redundancy: 4,
+        l2_frames: true,
+        local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 4791),
+        local_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        nack_port: 40044,
+        append_flush_ns: 1_000_000,
+        postcard_flush_ns: 0,
+        postcard_cache_slots: 32768,
+        postcard_redundancy: 1,
+        qp: QpTuning::default(),
+        rate: RateLimit::default(),
+        backlog: 16,
+        max_reporters: 16,
+        route_keywrite: route("keywrite"),
+        route_keyincrement: route("keyincrement"),
+        route_postcard: route("postcard"),
+    };
+    let target = CollectorTarget {
+        roce: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 51), 4791),
+        mac: MacAddr([2, 0, 0, 0, 0, 0x51]),
+        stores: vec![(
+            meta,
+            QpBinding {
+                local_qpn: Qpn::new(0x100),
+                remote_qpn: Qpn::new(0x11),
+                start_psn: Psn::new(0),
+            },
+        )],
+    };
+    let mut p = Pipeline::new(cfg, &[target]).unwrap();
+    let bufs: Vec<Vec<u8>> = reports
+        .iter()
+        .map(|r| {
+            let mut b = vec![0u8; 128];
+            let n = r.emit(profile, &mut b).unwrap();
+            b.truncate(n);
+            b
+        })
+        .collect();
+    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 200), 5000);
+    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+    let dgrams: Vec<Datagram<'_>> = bufs
+        .iter()
+        .map(|b| Datagram {
+            src,
+            dst,
+            ip: None,
+            payload: b,
+        })
+        .collect();
+    let mut tx = TxBatch::new(64 * 10 + 64, 2048);
+    let t0 = std::time::Instant::now();
+    let mut done = 0u32;
+    let mut now = 0;
+    while done < n {
+        for burst in dgrams.chunks(64) {
+            now += 1000;
+            p.handle_reports(now, burst, &mut tx);
+            tx.clear();
+            done += burst.len() as u32;
+        }
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "{what}: {done} reports in {dt:.3} s = {:.2} M reports/s; translated {}",
+        done as f64 / dt / 1e6,
+        p.counters().translated
+    );
+}
