@@ -634,7 +634,7 @@ impl Pipeline {
                     self.track_sequence(d.src, seq, report.header.profile, tx);
                 }
             }
-            self.dispatch(now, report, *d.dst.ip(), tx);
+            self.dispatch(now, &report, *d.dst.ip(), tx);
         }
         burst.len()
     }
@@ -650,10 +650,11 @@ impl Pipeline {
         if tx.remaining() < self.max_frames_per_report + 1 {
             return false;
         }
-        self.dispatch(now, h.report, h.dst, tx);
+        self.dispatch(now, &h.report, h.dst, tx);
         true
     }
 
+    #[inline]
     fn owner_of(&self, store: usize, r: &Report) -> usize {
         if self.cfg.workers == 1 {
             return 0;
@@ -669,6 +670,7 @@ impl Pipeline {
         }
     }
 
+    #[inline]
     fn route(&self, r: &Report, dst: Ipv4Addr) -> Option<usize> {
         let (route, key) = match &r.primitive {
             Primitive::KeyWrite { key, .. } => (&self.cfg.route_keywrite, key),
@@ -689,21 +691,22 @@ impl Pipeline {
         }
     }
 
-    fn dispatch(&mut self, now: u64, r: Report, dst: Ipv4Addr, tx: &mut TxBatch) {
-        let Some(si) = self.route(&r, dst) else {
+    #[inline]
+    fn dispatch(&mut self, now: u64, r: &Report, dst: Ipv4Addr, tx: &mut TxBatch) {
+        let Some(si) = self.route(r, dst) else {
             match r.primitive {
                 Primitive::Append { .. } => self.counters.drop_unknown_list += 1,
                 _ => self.counters.drop_no_store += 1,
             }
             return;
         };
-        let owner = self.owner_of(si, &r);
+        let owner = self.owner_of(si, r);
         if owner != self.cfg.worker {
             self.counters.handoffs_out += 1;
             self.handoffs.push(Handoff {
                 worker: owner,
                 at: now,
-                report: r,
+                report: *r,
                 dst,
             });
             return;
@@ -761,7 +764,7 @@ impl Pipeline {
         if store.qp.is_paused(now) {
             if r.header.priority == Priority::High && self.backlog.len() < self.cfg.backlog {
                 self.counters.queued_high += 1;
-                self.backlog.push_back((r, dst));
+                self.backlog.push_back((*r, dst));
             } else {
                 self.counters.drop_qp_paused += 1;
             }
@@ -787,7 +790,7 @@ impl Pipeline {
                         Priority::High => {
                             if self.backlog.len() < self.cfg.backlog {
                                 self.counters.queued_high += 1;
-                                self.backlog.push_back((r, dst));
+                                self.backlog.push_back((*r, dst));
                             } else {
                                 self.counters.drop_backlog_full += 1;
                             }
@@ -800,7 +803,8 @@ impl Pipeline {
         self.translate(now, si, r, tx);
     }
 
-    fn translate(&mut self, now: u64, si: usize, r: Report, tx: &mut TxBatch) {
+    #[inline]
+    fn translate(&mut self, now: u64, si: usize, r: &Report, tx: &mut TxBatch) {
         let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };
         let imm_flag = r.header.immediate;
         let s = &mut self.stores[si];
@@ -1092,7 +1096,7 @@ impl Pipeline {
                 }
             }
             self.backlog.pop_front();
-            self.translate(now, si, r, tx);
+            self.translate(now, si, &r, tx);
         }
     }
 
