@@ -2,5 +2,6 @@
 //! baselines.
 
 pub mod demo;
+pub mod p4gen;
 pub mod sender;
 pub mod workload;

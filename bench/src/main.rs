@@ -46,11 +46,15 @@ enum Cmd {
         #[arg(long, default_value_t = 2023)]
         seed: u64,
     },
+    /// Print the P4 include file of constants generated from `dta_proto`
+    /// (`p4/include/dta_constants.p4`).
+    P4Constants,
 }
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match Cli::parse().cmd {
+        Cmd::P4Constants => print!("{}", dta_bench::p4gen::render()),
         Cmd::Demo {
             keywrite,
             append,
