@@ -90,6 +90,15 @@ pub struct CaseFile {
     pub reports: usize,
     /// See `reports`.
     pub frames: usize,
+    /// How many of the expected frames the reports cause directly; the rest come from the
+    /// final flush (a translator without flush timers, such as the Tofino program, emits only
+    /// this prefix).
+    pub frames_before_flush: usize,
+    /// `-D` flags that compile `p4/translator/dta_translator.p4` for this case.
+    pub p4_defines: String,
+    /// Whether the Tofino program can run this case (4-byte keys and values, 8-byte slots);
+    /// if not, why.
+    pub p4_unsupported: Option<String>,
 }
 
 impl CaseFile {
@@ -664,6 +673,9 @@ struct Model {
     max_redundancy: u8,
     pc_redundancy: u8,
     frames: Vec<Vec<u8>>,
+    /// Evictions whose new entry completed at once (a 1-hop path): two chunks from one
+    /// postcard, which the Tofino program cannot emit.
+    short_on_evict: usize,
 }
 
 enum Op<'a> {
@@ -916,7 +928,8 @@ impl Model {
             unreachable!()
         };
         let idx = hasher.cache_index(&flow) as usize % cache.len();
-        if cache[idx].as_ref().is_some_and(|c| c.flow != flow) {
+        let evicted = cache[idx].as_ref().is_some_and(|c| c.flow != flow);
+        if evicted {
             self.emit_chunk(si, idx);
         }
         let State::Postcard { layout, cache, .. } = &mut self.stores[si].state else {
@@ -938,6 +951,9 @@ impl Model {
         }
         let want = if c.path_len != 0 { c.path_len } else { hops };
         if c.mask.count_ones() >= want as u32 {
+            if evicted {
+                self.short_on_evict += 1;
+            }
             self.emit_chunk(si, idx);
         }
     }
@@ -1011,6 +1027,80 @@ impl Model {
             }
         }
     }
+}
+
+/// The Tofino build flags for a case, and why the Tofino program cannot run it (if it cannot).
+fn p4_fit(
+    reports: &[(Report, Profile)],
+    metas: &[StoreMeta],
+    variant_b: bool,
+    max_n: u8,
+) -> (String, Option<String>) {
+    let mut d = Vec::new();
+    let mut why = Vec::new();
+    if variant_b {
+        d.push("-DDTA_REF_VARIANT_B".to_string());
+    }
+    d.push(format!("-DDTA_MAX_N={max_n}"));
+    let mut hashes = Vec::new();
+    for m in metas {
+        match &m.kind {
+            StoreKind::KeyWrite {
+                slot_size, hash, ..
+            } => {
+                hashes.push(*hash);
+                if *slot_size != 8 {
+                    why.push(format!(
+                        "Key-Write slots of {slot_size} bytes (the program writes 8)"
+                    ));
+                }
+            }
+            StoreKind::KeyIncrement { hash, .. } => hashes.push(*hash),
+            StoreKind::Append {
+                batch,
+                format,
+                entry_size,
+                ..
+            } => {
+                d.push(format!("-DDTA_AP_BATCH={batch}"));
+                if *format == AppendFormat::Reference {
+                    d.push("-DDTA_AP_REFERENCE_RING".into());
+                }
+                if *entry_size != 4 {
+                    why.push(format!("{entry_size}-byte Append entries"));
+                }
+            }
+            StoreKind::Postcard { hops, hash, .. } => {
+                hashes.push(*hash);
+                d.push(format!("-DDTA_PC_HOPS={hops}"));
+                if *hops > 8 {
+                    why.push(format!("{hops} hops (at most 8 on Tofino-1)"));
+                }
+            }
+        }
+    }
+    hashes.dedup();
+    if hashes.len() > 1 {
+        why.push("stores with different hash profiles (one profile per compile)".into());
+    } else if hashes == [HashProfile::Reference] {
+        d.push("-DDTA_HASH_REFERENCE".into());
+    }
+    for (r, _) in reports {
+        let (k, v) = match &r.primitive {
+            Primitive::KeyWrite { key, value, .. } => (key.len(), value.len()),
+            Primitive::KeyIncrement { key, .. } => (key.len(), 4),
+            Primitive::Append { value, .. } => (4, value.len()),
+            Primitive::Postcard { flow, .. } => (flow.len(), 4),
+        };
+        if k != 4 || v != 4 {
+            why.push(format!(
+                "{k}-byte keys / {v}-byte values (the program takes 4 and 4)"
+            ));
+            break;
+        }
+    }
+    d.push("-DDTA_PC_CACHE_BITS=3".into());
+    (d.join(" "), (!why.is_empty()).then(|| why.join("; ")))
 }
 
 fn canonical_qp(i: usize, first_psn: Option<u32>) -> CanonicalQp {
@@ -1106,6 +1196,7 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         max_redundancy: spec.max_redundancy,
         pc_redundancy: spec.pc_redundancy,
         frames: Vec::new(),
+        short_on_evict: 0,
     };
     let mut reports = Vec::new();
     for (r, profile) in &spec.reports {
@@ -1115,7 +1206,20 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         reports.push(b);
         m.report(r);
     }
+    let frames_before_flush = m.frames.len();
     m.flush();
+    let (p4_defines, mut p4_unsupported) =
+        p4_fit(&spec.reports, &metas, spec.variant_b, spec.max_redundancy);
+    if m.short_on_evict > 0 {
+        let why = format!(
+            "{} eviction(s) whose new 1-hop path completes at once (two chunks from one postcard)",
+            m.short_on_evict
+        );
+        p4_unsupported = Some(match p4_unsupported {
+            Some(w) => format!("{w}; {why}"),
+            None => why,
+        });
+    }
     let case = CaseFile {
         name: spec.name,
         description: spec.description,
@@ -1128,6 +1232,9 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         qps,
         reports: reports.len(),
         frames: m.frames.len(),
+        frames_before_flush,
+        p4_defines,
+        p4_unsupported,
     };
     Ok(Modelled {
         case,
