@@ -19,7 +19,7 @@ combos=(
   "-DDTA_AP_BATCH=16 -DDTA_AP_REFERENCE_RING"
   "-DDTA_AP_BATCH=2 -DDTA_PC_HOPS=3 -DDTA_MAX_N=8"
   "-DDTA_AP_BATCH=8 -DDTA_PC_HOPS=8"
-  "-DDTA_PC_HOPS=1"
+  "-DDTA_PC_HOPS=1 -DDTA_NO_ICRC"
   "-DDTA_REPORT_EXTENDED"
 )
 programs=(p4/translator/dta_translator.p4 p4/reporter/dta_reporter.p4)

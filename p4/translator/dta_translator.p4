@@ -20,6 +20,7 @@
  *   DTA_PC_HOPS            Postcarding hops per chunk, 1..8 (default 5)
  *   DTA_PC_CACHE_BITS      log2 of the postcard cache entries (default 15)
  *   DTA_QPS                queue pairs (default 256)
+ *   DTA_NO_ICRC            send ICRC 0 (the collector NIC must not check it; p4/README.md)
  * Keys and values are 4 bytes in both profiles (extended reports with other lengths are
  * counted and dropped); Key-Write slots are therefore 8 bytes.
  */
@@ -1158,6 +1159,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 
                     /* ---- ICRC, per frame shape ---- */
                     bit<32> crc = 0;
+#ifndef DTA_NO_ICRC
                     if (hdr.kw_payload.isValid() && hdr.immdt.isValid()) {
                         crc = icrc_kw_imm.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
                                                 hdr.immdt.imm, hdr.kw_payload.checksum_le, hdr.kw_payload.value });
@@ -1180,6 +1182,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                         crc = icrc_pc.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
                                             PC_WORDS_ICRC });
                     }
+#endif
                     /* Least-significant byte first on the wire. */
                     hdr.icrc.icrc_le = crc[7:0] ++ crc[15:8] ++ crc[23:16] ++ crc[31:24];
                     qp_frames.count(hdr.bridge.qp);
