@@ -336,13 +336,14 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
             hdr.tuple.src = hdr.ipv4.src; hdr.tuple.dst = hdr.ipv4.dst;
             hdr.tuple.proto = hdr.ipv4.protocol;
             hdr.tuple.sport = hdr.ports.src_port; hdr.tuple.dport = hdr.ports.dst_port;
-            if (report == REPORT_PATH && hdr.int_hops[0].isValid()) {
+            if (report == REPORT_PATH) {
                 /* key 13 B, value = 5 hop IDs, newest hop first (unused hops 0). */
                 hdr.ext.opcode = DTA_OP_KEY_WRITE;
                 hdr.ext_kw.setValid();
                 hdr.ext_kw.n = hdr.mirror.n; hdr.ext_kw.key_len = 13;
                 hdr.ext_kw.val_len = 4 * INT_MAX_HOPS; hdr.ext_kw.reserved = 0;
                 /* Hops the packet did not cross are reported as switch ID 0. */
+                if (!hdr.int_hops[0].isValid()) { hdr.int_hops[0].setValid(); hdr.int_hops[0].switch_id = 0; }
                 if (!hdr.int_hops[1].isValid()) { hdr.int_hops[1].setValid(); hdr.int_hops[1].switch_id = 0; }
                 if (!hdr.int_hops[2].isValid()) { hdr.int_hops[2].setValid(); hdr.int_hops[2].switch_id = 0; }
                 if (!hdr.int_hops[3].isValid()) { hdr.int_hops[3].setValid(); hdr.int_hops[3].switch_id = 0; }

@@ -706,7 +706,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                         /* The old flow's words go to the old flow's chunk. */
                         hdr.bridge.key = md.pc_old_flow;
                         hdr.bridge.present = md.pc_old_mask[7:0];
-                        if (md.pc_complete == 1) { ig_events.count(DROP_PC_SHORT_ON_EVICT); }
+                        if (md.pc_complete == 1) { md.drop_reason = DROP_PC_SHORT_ON_EVICT; }
                     } else {
                         hdr.bridge.key = md.key;
                         hdr.bridge.present = md.pc_full[7:0];
@@ -998,10 +998,14 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
         md.rid = eg_intr_md.egress_rid;
         bit<8> kind = hdr.bridge.kind;
 
+        bool qp_hit = false;
+        if (kind != KIND_FORWARD) {
+            qp_hit = tbl_qp.apply().hit;   /* applied once, for responses and requests alike */
+        }
         if (kind == KIND_RESPONSE) {
             /* ACK and NAK told apart by the AETH syndrome before touching the PSN. */
             bit<8> syn_kind = hdr.aeth.syndrome & AETH_SYN_KIND_MASK;
-            if (tbl_qp.apply().hit) {
+            if (qp_hit) {
                 if (hdr.aeth.syndrome == AETH_NAK_PSN_SEQ_ERROR) {
                     psn_resync.execute(hdr.bridge.qp);
                     window_open.execute(hdr.bridge.qp);
@@ -1016,7 +1020,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
             }
             eg_dprsr_md.drop_ctl = 1;
         } else if (kind != KIND_FORWARD) {
-            if (tbl_qp.apply().hit) {
+            if (qp_hit) {
                 md.in_window = window_pass.execute(hdr.bridge.qp);
                 if (md.in_window == 1) {
                     qp_window_drops.count(hdr.bridge.qp);
@@ -1045,9 +1049,11 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 #endif
                         md.slot = md.slot & md.slot_mask;
                     }
+                    if (kind == KIND_KEYWRITE || kind == KIND_KEYINC) {
+                        md.checksum = h_checksum.get({ hdr.bridge.key });
+                    }
 
                     if (kind == KIND_KEYWRITE) {
-                        md.checksum = h_checksum.get({ hdr.bridge.key });
                         hdr.reth.setValid();
                         hdr.reth.va = md.base + ((bit<64>)md.slot << 3);
                         hdr.reth.dma_len = DTA_KW_SLOT_SIZE;
@@ -1076,7 +1082,6 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                         } else {
                             /* Replica N of an immediate report: a zero-length WRITE with
                              * ImmDt = checksum at the region base. */
-                            md.checksum = h_checksum.get({ hdr.bridge.key });
                             frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
                                   IB_BTH_LEN + IB_RETH_LEN + IB_IMMDT_LEN + IB_ICRC_LEN);
                             hdr.reth.setValid();
@@ -1105,15 +1110,18 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                         hdr.reth.dma_len = DTA_PC_CHUNK_BYTES;
                         frame(IB_OP_RC_RDMA_WRITE_ONLY,
                               IB_BTH_LEN + IB_RETH_LEN + DTA_PC_CHUNK_BYTES + IB_ICRC_LEN);
+/* Blank hop: raw 0 (reference) or the hop hash XOR the blank marker (independent). */
 #ifdef DTA_HASH_REFERENCE
-#define PC_BLANK(I) 0
+#define PC_BLANK(H) 32w0
 #else
-#define PC_BLANK(I) (h_hop##I.get({ hdr.bridge.key }) ^ IND_BLANK)
+#define PC_BLANK(H) ((H) ^ IND_BLANK)
 #endif
 #define PC_ENCODE(I) \
-                        if (hdr.bridge.present[I:I] == 1) { \
-                            hdr.pc_words[I].w = hdr.pc_words[I].w ^ h_hop##I.get({ hdr.bridge.key }); \
-                        } else { hdr.pc_words[I].w = PC_BLANK(I); }
+                        { \
+                            bit<32> hh##I = h_hop##I.get({ hdr.bridge.key }); \
+                            if (hdr.bridge.present[I:I] == 1) { hdr.pc_words[I].w = hdr.pc_words[I].w ^ hh##I; } \
+                            else { hdr.pc_words[I].w = PC_BLANK(hh##I); } \
+                        }
                         PC_ENCODE(0)
 #if DTA_PC_HOPS > 1
                         PC_ENCODE(1)
