@@ -38,6 +38,8 @@ DEFAULT_KNOBS = {
     "value_len": 4,
     "hash": "independent",
     "qps": 256,
+    "variant": "a",
+    "extended": True,
 }
 
 AP_TRAILER_LEN = 8
@@ -150,6 +152,12 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
         raise ConfigError(
             f"postcard.cache_slots {cfg['postcard']['cache_slots']} != 2^DTA_PC_CACHE_BITS")
     pc_r = int(cfg["postcard"]["redundancy"])
+    rep = cfg.get("reports", {})
+    if rep.get("accept_reference", True) and rep.get("reference_variant", "a").lower() != k["variant"]:
+        raise ConfigError(f"reports.reference_variant {rep.get('reference_variant', 'a')!r} but the "
+                          f"program parses variant {k['variant'].upper()} (DTA_REF_VARIANT_B)")
+    if rep.get("accept_extended", True) and not k["extended"]:
+        raise ConfigError("reports.accept_extended but the program is built with DTA_NO_EXTENDED")
 
     conn_by_store = {}
     for c in connections or []:

@@ -190,6 +190,21 @@ class ControlPlaneTest(unittest.TestCase):
             dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"hash": "reference"})
         with self.assertRaises(dta_bfrt.ConfigError):
             dta_bfrt.plan(cfg, cols, {})
+        cfg["reports"] = {"reference_variant": "b"}
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, cols, {"c1": 8})
+        dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"variant": "b"})
+
+    def test_command_line_prints_the_plan(self):
+        import io
+        import contextlib
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=8", "--print"])
+        self.assertEqual(rc, 0)
+        p = json.loads(out.getvalue())
+        self.assertEqual(len(p["tables"]["Egress.tbl_qp"]), 4)
+        self.assertEqual(p["registers"]["Egress.psn_reg"][0], [0, 0xABC000])
 
 
 if __name__ == "__main__":
