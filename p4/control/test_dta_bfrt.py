@@ -207,5 +207,36 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual(p["registers"]["Egress.psn_reg"][0], [0, 0xABC000])
 
 
+class CorpusSetupTest(unittest.TestCase):
+    """Every corpus case the Tofino program supports yields a plan that matches its case.json."""
+
+    def test_every_supported_corpus_case_plans(self):
+        import glob
+        import corpus_setup
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "corpus")
+        cases = sorted(glob.glob(os.path.join(root, "*", "case.json")))
+        self.assertGreater(len(cases), 30)
+        planned = 0
+        with tempfile.TemporaryDirectory() as out:
+            for path in cases:
+                case, cfg_path = corpus_setup.setup(os.path.dirname(path), out)
+                if case.get("p4_unsupported"):
+                    continue
+                cfg = dta_bfrt.load_config(cfg_path)
+                knobs = corpus_setup.knobs_from_defines(case["p4_defines"])
+                p = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, out), {"corpus": 8},
+                                  knobs=knobs)
+                qps = p["tables"]["Egress.tbl_qp"]
+                self.assertEqual(len(qps), len(case["metas"]), case["name"])
+                for (_, key, params), q, m in zip(qps, case["qps"], case["metas"]):
+                    self.assertEqual((params["remote_qpn"], params["rkey"], params["base"]),
+                                     (q["remote_qpn"], q["rkey"], q["addr"]), case["name"])
+                    self.assertEqual(params["ack_every_m1"], case["ack_every"] - 1)
+                self.assertEqual([v for _, v in p["registers"]["Egress.psn_reg"]],
+                                 [q["psn"] for q in case["qps"]], case["name"])
+                planned += 1
+        self.assertGreaterEqual(planned, 30)
+
+
 if __name__ == "__main__":
     unittest.main()
