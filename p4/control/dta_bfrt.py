@@ -284,7 +284,7 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
         slots = s["capacity"] // s["batch"]
         for l in range(s["lists"]):
             tables["Ingress.tbl_ap_list"].append(("ap_list", {"list_id": s["first_list"] + l}, {
-                "list": list_idx, "qp": qp, "port": s["port"],
+                "list_idx": list_idx, "qp": qp, "port": s["port"],
                 "list_base": s["addr"] + l * s["list_stride"],
                 "last_off": (slots - 1) * stride}))
             for r in ("Ingress.ap_pos_reg", "Ingress.ap_off_reg", "Ingress.ap_seq_reg",

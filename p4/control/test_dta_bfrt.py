@@ -144,7 +144,7 @@ class ControlPlaneTest(unittest.TestCase):
         log, _ = self.run_fake()
         ap = self.calls(log, "Ingress.tbl_ap_list.add_with_ap_list")
         self.assertEqual([a["list_id"] for a in ap], [10, 11, 12])
-        self.assertEqual([a["list"] for a in ap], [0, 1, 2])
+        self.assertEqual([a["list_idx"] for a in ap], [0, 1, 2])
         self.assertEqual([a["list_base"] for a in ap],
                          [0x7f2000000000 + l * 24 * 64 for l in range(3)])
         self.assertTrue(all(a["last_off"] == (256 // 4 - 1) * 24 and a["qp"] == 2 for a in ap))

@@ -94,7 +94,7 @@ struct headers_t {
     ext_kw_fixed_h ext_kw;
     ext_ap_fixed_h ext_ap;
     ext_pc_fixed_h ext_pc;
-    five_tuple_h tuple;
+    five_tuple_h ftuple;
     loss_event_h loss;
 }
 
@@ -332,10 +332,10 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
             hdr.ext.flags = 0x10;   /* medium priority */
             hdr.ext.reserved = 0;
             hdr.ext.seq = md.seq;
-            hdr.tuple.setValid();
-            hdr.tuple.src = hdr.ipv4.src; hdr.tuple.dst = hdr.ipv4.dst;
-            hdr.tuple.proto = hdr.ipv4.protocol;
-            hdr.tuple.sport = hdr.ports.src_port; hdr.tuple.dport = hdr.ports.dst_port;
+            hdr.ftuple.setValid();
+            hdr.ftuple.src = hdr.ipv4.src; hdr.ftuple.dst = hdr.ipv4.dst;
+            hdr.ftuple.proto = hdr.ipv4.protocol;
+            hdr.ftuple.sport = hdr.ports.src_port; hdr.ftuple.dport = hdr.ports.dst_port;
             if (report == REPORT_PATH) {
                 /* key 13 B, value = 5 hop IDs, newest hop first (unused hops 0). */
                 hdr.ext.opcode = DTA_OP_KEY_WRITE;
@@ -425,7 +425,7 @@ control EgDeparser(packet_out pkt, inout headers_t hdr, in eg_md_t md,
         pkt.emit(hdr.ext_kw);
         pkt.emit(hdr.ext_ap);
         pkt.emit(hdr.ext_pc);
-        pkt.emit(hdr.tuple);
+        pkt.emit(hdr.ftuple);
         pkt.emit(hdr.int_hops);
         pkt.emit(hdr.loss);
     }

@@ -133,7 +133,7 @@ header ref_pc_h { bit<32> flow; bit<8> hop_num; bit<32> data; }
 
 header dta_ext_h {
     bit<8> magic_version; bit<8> opcode; bit<1> immediate; bit<1> retransmittable;
-    bit<2> priority; bit<4> reserved; bit<8> reserved2; bit<32> seq;
+    bit<2> prio; bit<4> reserved; bit<8> reserved2; bit<32> seq;
 }
 header ext_kw_h { bit<8> n; bit<8> key_len; bit<8> val_len; bit<8> reserved; bit<32> key; bit<32> value; }
 header ext_ki_h { bit<8> n; bit<8> key_len; bit<16> reserved; bit<64> delta; bit<32> key; }
@@ -207,7 +207,7 @@ struct ig_md_t {
     bit<8> hop;          /* 0-based */
     bit<8> path_len;     /* 0 = unknown */
     bit<8> drop_reason;
-    list_idx_t list;
+    list_idx_t lidx;
     bit<64> list_base;
     bit<32> last_off;
     bit<8> ap_pos;
@@ -414,8 +414,8 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     }
 
     /* ---- Append ---- */
-    action ap_list(list_idx_t list, qp_idx_t qp, PortId_t port, bit<64> list_base, bit<32> last_off) {
-        md.list = list; hdr.bridge.qp = qp; md.port = port;
+    action ap_list(list_idx_t list_idx, qp_idx_t qp, PortId_t port, bit<64> list_base, bit<32> last_off) {
+        md.lidx = list_idx; hdr.bridge.qp = qp; md.port = port;
         md.list_base = list_base; md.last_off = last_off;
     }
     table tbl_ap_list {
@@ -465,8 +465,8 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; } \
     };
 #define AP_ENTRY_APPLY(J) \
-    if (md.ap_pos == J) { ap_e##J##_put.execute(md.list); } \
-    else if (md.ap_pos == DTA_AP_BATCH - 1) { hdr.ap_words[J].setValid(); hdr.ap_words[J].w = ap_e##J##_get.execute(md.list); }
+    if (md.ap_pos == J) { ap_e##J##_put.execute(md.lidx); } \
+    else if (md.ap_pos == DTA_AP_BATCH - 1) { hdr.ap_words[J].setValid(); hdr.ap_words[J].w = ap_e##J##_get.execute(md.lidx); }
 
 #if DTA_AP_BATCH > 1
     AP_ENTRY(0)
@@ -627,7 +627,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
             }
         } else if (md.op == DTA_OP_APPEND) {
             if (tbl_ap_list.apply().hit) {
-                md.ap_pos = ap_pos_next.execute(md.list);
+                md.ap_pos = ap_pos_next.execute(md.lidx);
 #if DTA_AP_BATCH > 1
                 AP_ENTRY_APPLY(0)
 #endif
@@ -645,9 +645,9 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     /* Batch ready: own entry last, then one WRITE of the whole batch. */
                     hdr.ap_words[DTA_AP_BATCH - 1].setValid();
                     hdr.ap_words[DTA_AP_BATCH - 1].w = md.value;
-                    md.ap_imm = ap_imm_take.execute(md.list);
-                    md.ap_off = ap_off_next.execute(md.list);
-                    md.ap_seq = ap_seq_next.execute(md.list);
+                    md.ap_imm = ap_imm_take.execute(md.lidx);
+                    md.ap_off = ap_off_next.execute(md.lidx);
+                    md.ap_seq = ap_seq_next.execute(md.lidx);
 #ifndef DTA_AP_REFERENCE_RING
                     hdr.ap_trailer.setValid();
                     /* LE u64: seq (48 bits, high 16 zero here) | count << 48, count = batch. */
@@ -661,7 +661,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     ig_tm_md.ucast_egress_port = md.port;
                 } else {
                     /* Held in the batch registers; consumes no PSN. */
-                    ap_imm_add.execute(md.list);
+                    ap_imm_add.execute(md.lidx);
                     md.drop_reason = HELD_APPEND;
                     ig_dprsr_md.drop_ctl = 1;
                 }
