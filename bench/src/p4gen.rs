@@ -26,6 +26,7 @@ use dta_proto::wire::ib::{
 use dta_proto::wire::nack::{EXT_KIND_NACK, EXT_NACK_LEN, REFERENCE_NACK_FLAG, REFERENCE_NACK_LEN};
 use dta_proto::wire::{ethernet, ipv4, udp};
 use dta_proto::{MAX_KEY_LEN, MAX_VALUE_LEN};
+use dta_translator::config::TranslatorConfig;
 
 /// Where the generated file lives, relative to the workspace root.
 pub const OUTPUT_PATH: &str = "p4/include/dta_constants.p4";
@@ -489,6 +490,52 @@ pub fn render() -> String {
         "trailer = seq | count << 48",
     );
     o.define("AP_MAX_BATCH", 16, "most entries per Append WRITE");
+    let kw_sizes: Vec<u32> = (1..=64)
+        .filter(|&sz| KeyWriteLayout::new(2, sz).is_ok())
+        .collect();
+    o.define(
+        "KW_SLOT_SIZE_MIN",
+        *kw_sizes.first().expect("some slot size") as u64,
+        "smallest Key-Write slot",
+    );
+    o.define(
+        "KW_SLOT_SIZE_MAX",
+        *kw_sizes.last().expect("some slot size") as u64,
+        &format!("largest Key-Write slot (allowed: {kw_sizes:?})"),
+    );
+    o.define(
+        "AP_LIST_ALIGN",
+        dta_collector::store::LIST_ALIGN,
+        "Append lists start at multiples of this in their region",
+    );
+
+    o.section("Table sizes: the software translator's defaults (translator::config)");
+    let t = TranslatorConfig::default();
+    o.define(
+        "DEFAULT_MAX_REDUNDANCY",
+        t.translator.max_redundancy as u64,
+        "translator.max_redundancy",
+    );
+    o.define(
+        "DEFAULT_PC_CACHE_BITS",
+        t.postcard.cache_slots.trailing_zeros() as u64,
+        &format!("log2 of postcard.cache_slots = {}", t.postcard.cache_slots),
+    );
+    o.define(
+        "DEFAULT_PC_REDUNDANCY",
+        t.postcard.redundancy as u64,
+        "postcard.redundancy",
+    );
+    o.define(
+        "DEFAULT_ACK_EVERY",
+        t.reliability.ack_every as u64,
+        "reliability.ack_every (AckReq period)",
+    );
+    o.define(
+        "DEFAULT_MAX_REPORTERS",
+        t.translator.max_reporters as u64,
+        "translator.max_reporters",
+    );
 
     o.0.push_str("\n#endif // DTA_CONSTANTS_P4_\n");
     o.0

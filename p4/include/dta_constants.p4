@@ -151,5 +151,15 @@ const bit<32> IND_BLANK = 32w0xFFFFFFFF; // independent profile blank hop marker
 #define AP_TRAILER_LEN 8 // sequenced Append trailer, LE
 const bit<8> AP_TRAILER_COUNT_SHIFT = 8w0x30; // trailer = seq | count << 48
 #define AP_MAX_BATCH 16 // most entries per Append WRITE
+#define KW_SLOT_SIZE_MIN 8 // smallest Key-Write slot
+#define KW_SLOT_SIZE_MAX 64 // largest Key-Write slot (allowed: [8, 16, 32, 64])
+#define AP_LIST_ALIGN 64 // Append lists start at multiples of this in their region
+
+// ---- Table sizes: the software translator's defaults (translator::config) ----
+#define DEFAULT_MAX_REDUNDANCY 4 // translator.max_redundancy
+#define DEFAULT_PC_CACHE_BITS 15 // log2 of postcard.cache_slots = 32768
+#define DEFAULT_PC_REDUNDANCY 1 // postcard.redundancy
+#define DEFAULT_ACK_EVERY 64 // reliability.ack_every (AckReq period)
+#define DEFAULT_MAX_REPORTERS 4096 // translator.max_reporters
 
 #endif // DTA_CONSTANTS_P4_

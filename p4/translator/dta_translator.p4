@@ -13,12 +13,13 @@
  *                          default: independent profile (one polynomial per role/replica)
  *   DTA_REF_VARIANT_B      reference base header variant B (3 bytes, seqnum); default A
  *   DTA_NO_EXTENDED        do not parse the extended profile
- *   DTA_MAX_N              highest Key-Write/Key-Increment redundancy, 1..8 (default 4)
+ *   DTA_MAX_N              highest Key-Write/Key-Increment redundancy, 1..8 (default: the
+ *                          software translator's, DEFAULT_MAX_REDUNDANCY = 4)
  *   DTA_AP_BATCH           Append entries per WRITE: 1, 2, 4, 8 or 16 (default 4)
  *   DTA_AP_REFERENCE_RING  Append reference ring format; default sequenced (8 B trailer)
  *   DTA_AP_LISTS           Append lists (register entries, default 256)
  *   DTA_PC_HOPS            Postcarding hops per chunk, 1..8 (default 5)
- *   DTA_PC_CACHE_BITS      log2 of the postcard cache entries (default 15)
+ *   DTA_PC_CACHE_BITS      log2 of the postcard cache entries (DEFAULT_PC_CACHE_BITS = 15)
  *   DTA_QPS                queue pairs (default 256)
  *   DTA_NO_ICRC            send ICRC 0 (the collector NIC must not check it; p4/README.md)
  * Keys and values are 4 bytes in both profiles (extended reports with other lengths are
@@ -30,7 +31,7 @@
 #include "../include/dta_constants.p4"
 
 #ifndef DTA_MAX_N
-#define DTA_MAX_N 4
+#define DTA_MAX_N DEFAULT_MAX_REDUNDANCY
 #endif
 #ifndef DTA_AP_BATCH
 #define DTA_AP_BATCH 4
@@ -42,7 +43,7 @@
 #define DTA_PC_HOPS 5
 #endif
 #ifndef DTA_PC_CACHE_BITS
-#define DTA_PC_CACHE_BITS 15
+#define DTA_PC_CACHE_BITS DEFAULT_PC_CACHE_BITS
 #endif
 #ifndef DTA_QPS
 #define DTA_QPS 256
