@@ -79,6 +79,11 @@
 #define DTA_PC_CHUNK_BYTES (4 * DTA_PC_CHUNK_WORDS)
 
 #define DTA_VALUE_LEN 4
+#ifdef DTA_REF_VARIANT_B
+#define DTA_REF_BASE_LEN DTA_REF_BASE_LEN_B
+#else
+#define DTA_REF_BASE_LEN DTA_REF_BASE_LEN_A
+#endif
 #define DTA_KW_SLOT_SIZE 8
 #ifdef DTA_AP_REFERENCE_RING
 #define DTA_AP_STRIDE (DTA_AP_BATCH * DTA_VALUE_LEN)
@@ -109,6 +114,7 @@ const bit<8> DROP_UNKNOWN_QP     = 7;
 const bit<8> DROP_PC_SHORT_ON_EVICT = 8;
 const bit<8> HELD_APPEND         = 9;
 const bit<8> HELD_POSTCARD       = 10;
+const bit<8> DROP_MALFORMED      = 11;
 
 /* ------------------------------------------------------------------ headers */
 
@@ -594,26 +600,44 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         hdr.bridge.key = 0; hdr.bridge.value = 0; hdr.bridge.delta = 0; hdr.bridge.va = 0;
         hdr.bridge.list_id = 0; hdr.bridge.present = 0;
 
-        if (hdr.ref_kw.isValid()) { norm_ref_kw(); }
-        else if (hdr.ref_ki.isValid()) { norm_ref_ki(); }
-        else if (hdr.ref_ap.isValid()) { norm_ref_ap(); }
-        else if (hdr.ref_pc.isValid()) {
-            if (hdr.ref_pc.hop_num == 0) { drop(DROP_BAD_HOP); } else { norm_ref_pc(); }
+        /* Exactly one report per datagram (PROTOCOL.md §6.3): the UDP length must be the
+         * report's; extended reserved fields must be zero and the priority 0..2. */
+        bit<16> ulen = hdr.udp.len - UDP_HEADER_LEN;
+        bool ext_ok = true;
+        if (hdr.ext.isValid()) {
+            ext_ok = hdr.ext.reserved == 0 && hdr.ext.reserved2 == 0 && hdr.ext.prio != 3;
         }
-        else if (hdr.ext_kw.isValid()) {
-            if (hdr.ext_kw.key_len == 4 && hdr.ext_kw.val_len == DTA_VALUE_LEN) { norm_ext_kw(); }
+        if (hdr.ref_kw.isValid()) {
+            if (ulen == DTA_REF_BASE_LEN + DTA_REF_KW_LEN) { norm_ref_kw(); } else { drop(DROP_MALFORMED); }
+        } else if (hdr.ref_ki.isValid()) {
+            if (ulen == DTA_REF_BASE_LEN + DTA_REF_KI_LEN) { norm_ref_ki(); } else { drop(DROP_MALFORMED); }
+        } else if (hdr.ref_ap.isValid()) {
+            if (ulen == DTA_REF_BASE_LEN + DTA_REF_AP_LEN) { norm_ref_ap(); } else { drop(DROP_MALFORMED); }
+        } else if (hdr.ref_pc.isValid()) {
+            if (ulen != DTA_REF_BASE_LEN + DTA_REF_PC_LEN || hdr.ref_pc.hop_num == 0) { drop(DROP_MALFORMED); }
+            else { norm_ref_pc(); }
+        } else if (hdr.ext_kw.isValid()) {
+            if (!ext_ok || hdr.ext_kw.reserved != 0) { drop(DROP_MALFORMED); }
+            else if (hdr.ext_kw.key_len == 4 && hdr.ext_kw.val_len == DTA_VALUE_LEN
+                     && ulen == DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN) { norm_ext_kw(); }
             else { drop(DROP_EXT_LENGTH); }
-        }
-        else if (hdr.ext_ki.isValid()) {
-            if (hdr.ext_ki.key_len == 4) { norm_ext_ki(); } else { drop(DROP_EXT_LENGTH); }
-        }
-        else if (hdr.ext_ap.isValid()) {
-            if (hdr.ext_ap.val_len == DTA_VALUE_LEN) { norm_ext_ap(); } else { drop(DROP_EXT_LENGTH); }
-        }
-        else if (hdr.ext_pc.isValid()) {
-            if (hdr.ext_pc.key_len == 4) { norm_ext_pc(); } else { drop(DROP_EXT_LENGTH); }
-        }
-        else if (hdr.udp.isValid() && hdr.udp.dst_port == DTA_PORT) {
+        } else if (hdr.ext_ki.isValid()) {
+            if (!ext_ok || hdr.ext_ki.reserved != 0) { drop(DROP_MALFORMED); }
+            else if (hdr.ext_ki.key_len == 4 && ulen == DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4) { norm_ext_ki(); }
+            else { drop(DROP_EXT_LENGTH); }
+        } else if (hdr.ext_ap.isValid()) {
+            if (!ext_ok || hdr.ext_ap.reserved != 0) { drop(DROP_MALFORMED); }
+            else if (hdr.ext_ap.val_len == DTA_VALUE_LEN
+                     && ulen == DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN) { norm_ext_ap(); }
+            else { drop(DROP_EXT_LENGTH); }
+        } else if (hdr.ext_pc.isValid()) {
+            if (!ext_ok || hdr.ext_pc.reserved != 0 || hdr.ext_pc.path_len > DTA_EXT_MAX_PATH_LEN
+                    || (hdr.ext_pc.path_len != 0 && hdr.ext_pc.hop >= hdr.ext_pc.path_len)) {
+                drop(DROP_MALFORMED);
+            } else if (hdr.ext_pc.key_len == 4 && ulen == DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4) {
+                norm_ext_pc();
+            } else { drop(DROP_EXT_LENGTH); }
+        } else if (hdr.udp.isValid() && hdr.udp.dst_port == DTA_PORT) {
             drop(DROP_BAD_VERSION);   /* unknown opcode or unsupported version: counted */
         }
 
