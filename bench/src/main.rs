@@ -46,11 +46,29 @@ enum Cmd {
         #[arg(long, default_value_t = 2023)]
         seed: u64,
     },
+    /// Print the P4 include file of constants generated from `dta_proto`
+    /// (`p4/include/dta_constants.p4`).
+    P4Constants,
+    /// Regenerate the shared conformance corpus (reports, expected RoCEv2 frames, expected
+    /// collector memory) from the independent model.
+    Corpus {
+        /// Output folder.
+        #[arg(long, default_value = "tests/corpus")]
+        out: std::path::PathBuf,
+    },
 }
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match Cli::parse().cmd {
+        Cmd::P4Constants => print!("{}", dta_bench::p4gen::render()),
+        Cmd::Corpus { out } => match dta_bench::corpus::write_corpus(&out) {
+            Ok(n) => println!("wrote {n} cases to {}", out.display()),
+            Err(e) => {
+                eprintln!("dta corpus: {e}");
+                std::process::exit(1);
+            }
+        },
         Cmd::Demo {
             keywrite,
             append,

@@ -1,0 +1,104 @@
+"""corpus_setup.py: prepares a Tofino run of one conformance-corpus case (tests/corpus/<case>).
+
+    python3 p4/control/corpus_setup.py tests/corpus/<case> OUT_DIR --port 8
+
+writes OUT_DIR/collector.json (the case's stores at their canonical coordinates, as a collector
+would publish them), OUT_DIR/translator.toml (the translator knobs the case was generated with)
+and prints the bf-p4c flags and the bfrt plan's size. Then compile with the flags, start the
+program, and run `DTA_CONFIG=OUT_DIR/translator.toml DTA_PORTS=corpus=<port> bfshell -b
+p4/control/dta_bfrt.py` (p4/README.md, "Checking a Tofino run").
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dta_bfrt  # noqa: E402
+
+TRANSLATOR = "10.0.0.101"
+COLLECTOR = "10.0.0.51:4791"
+
+
+def knobs_from_defines(defines):
+    """dta_bfrt knobs for a `-D...` string (the case's p4_defines)."""
+    k = dict(dta_bfrt.DEFAULT_KNOBS)
+    for d in defines.split():
+        name, _, value = d[2:].partition("=")
+        if name == "DTA_HASH_REFERENCE":
+            k["hash"] = "reference"
+        elif name == "DTA_REF_VARIANT_B":
+            k["variant"] = "b"
+        elif name == "DTA_NO_EXTENDED":
+            k["extended"] = False
+        elif name == "DTA_MAX_N":
+            k["max_n"] = int(value)
+        elif name == "DTA_AP_BATCH":
+            k["ap_batch"] = int(value)
+        elif name == "DTA_AP_REFERENCE_RING":
+            k["ap_sequenced"] = False
+        elif name == "DTA_PC_HOPS":
+            k["pc_hops"] = int(value)
+        elif name == "DTA_PC_CACHE_BITS":
+            k["pc_cache_bits"] = int(value)
+        elif name == "DTA_QPS":
+            k["qps"] = int(value)
+    return k
+
+
+def setup(case_dir, out_dir):
+    """Writes collector.json and translator.toml for the case; returns (case, config path)."""
+    with open(os.path.join(case_dir, "case.json")) as f:
+        case = json.load(f)
+    os.makedirs(out_dir, exist_ok=True)
+    meta = {"roce": COLLECTOR, "mac": "02:00:00:00:00:51", "verify_icrc": True,
+            "stores": case["metas"]}
+    with open(os.path.join(out_dir, "collector.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    cfg = os.path.join(out_dir, "translator.toml")
+    with open(cfg, "w") as f:
+        f.write(f"""[translator]
+listen = "{TRANSLATOR}:40040"
+roce = "{TRANSLATOR}:4791"
+mac = "02:00:00:00:00:01"
+max_redundancy = {case['max_redundancy']}
+
+[reports]
+reference_variant = "{case['reference_variant'].lower()}"
+
+[reliability]
+ack_every = {case['ack_every']}
+
+[postcard]
+cache_slots = {case['postcard_cache_slots']}
+redundancy = {case['postcard_redundancy']}
+
+[[collector]]
+name = "corpus"
+metadata = "collector.json"
+""")
+    return case, cfg
+
+
+def main(argv):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("case_dir")
+    ap.add_argument("out_dir")
+    ap.add_argument("--port", type=int, default=0, help="dev port of the collector")
+    a = ap.parse_args(argv)
+    case, cfg_path = setup(a.case_dir, a.out_dir)
+    if case.get("p4_unsupported"):
+        print(f"the Tofino program cannot run {case['name']}: {case['p4_unsupported']}")
+        return 1
+    cfg = dta_bfrt.load_config(cfg_path)
+    plan = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, a.out_dir), {"corpus": a.port},
+                         knobs=knobs_from_defines(case["p4_defines"]))
+    print("bf-p4c flags:", case["p4_defines"])
+    print("compare the first", case["frames_before_flush"], "frames of expected.pcap")
+    print("plan:", {t: len(e) for t, e in plan["tables"].items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

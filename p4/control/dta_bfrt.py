@@ -1,0 +1,365 @@
+"""dta_bfrt.py: the control plane of p4/translator/dta_translator.p4 (bfrt_python).
+
+It reads the same TOML file as the software translator (translator/src/config.rs: [translator],
+[reports], [append], [postcard], [reliability], [[collector]] with `metadata` = the collector's
+published CollectorMeta JSON, [routing]) and fills the program's tables, registers and multicast
+groups.
+
+Queue pairs come from one of two sources:
+  * static set-up: the collector metadata's `qps` (the first QP of each store), exactly as the
+    software translator's worker 0 uses them;
+  * RDMA_CM: `dta-translator --control-only --config FILE --emit-connections JSON` connects on the
+    switch's behalf and prints, per store, {"store", "collector", "qpn", "remote_qpn", "psn",
+    "rkey", "addr", "len", layout...}; pass that file with DTA_CONNECTIONS / --connections.
+
+Run on the switch:   bfshell -b p4/control/dta_bfrt.py   with DTA_CONFIG=translator.toml,
+DTA_PORTS="c1=8,c2=12" (collector name -> dev port), optional DTA_CONNECTIONS=conn.json and
+DTA_RESYNC_WINDOW=N. Off the switch `python3 dta_bfrt.py --config ... --print` prints the plan.
+
+The module is pure Python 3.11 (tomllib, json); `plan()` computes everything and `apply()` is the
+only function that touches bfrt, so tests run it against a fake bfrt.
+"""
+
+import ipaddress
+import json
+import os
+import sys
+import tomllib
+
+PROGRAM = "dta_translator"
+
+# Compile-time knobs of the P4 program this plan is for (defaults of dta_translator.p4).
+DEFAULT_KNOBS = {
+    "max_n": 4,
+    "ap_batch": 4,
+    "ap_sequenced": True,
+    "pc_hops": 5,
+    "pc_cache_bits": 15,
+    "value_len": 4,
+    "hash": "independent",
+    "qps": 256,
+    "variant": "a",
+    "extended": True,
+}
+
+AP_TRAILER_LEN = 8
+
+
+class ConfigError(Exception):
+    """The configuration cannot be served by the P4 program."""
+
+
+def ip_int(s):
+    return int(ipaddress.IPv4Address(s))
+
+
+def mac_int(s):
+    parts = s.split(":")
+    if len(parts) != 6:
+        raise ConfigError(f"bad MAC {s!r}")
+    return int("".join(parts), 16)
+
+
+def split_addr(s):
+    host, port = s.rsplit(":", 1)
+    return host, int(port)
+
+
+def load_config(path):
+    with open(path, "rb") as f:
+        cfg = tomllib.load(f)
+    cfg.setdefault("translator", {})
+    t = cfg["translator"]
+    t.setdefault("listen", "0.0.0.0:40040")
+    t.setdefault("roce", "127.0.0.1:4791")
+    t.setdefault("mac", "02:00:00:00:00:01")
+    t.setdefault("max_redundancy", 4)
+    cfg.setdefault("postcard", {}).setdefault("redundancy", 1)
+    cfg["postcard"].setdefault("cache_slots", 32768)
+    cfg.setdefault("reliability", {}).setdefault("ack_every", 64)
+    r = cfg.setdefault("routing", {})
+    r.setdefault("keywrite", "single")
+    r.setdefault("keyincrement", "single")
+    r.setdefault("postcard", "single")
+    r.setdefault("destinations", {})
+    cfg.setdefault("collector", [])
+    return cfg
+
+
+def load_collectors(cfg, base_dir="."):
+    """[(section name, CollectorMeta dict)] in configuration order."""
+    out = []
+    for c in cfg["collector"]:
+        path = c.get("metadata")
+        if not path:
+            raise ConfigError(f"collector {c['name']}: no metadata (static set-up needs it)")
+        if not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        with open(path) as f:
+            out.append((c["name"], json.load(f)))
+    return out
+
+
+def load_connections(path):
+    with open(path) as f:
+        data = json.load(f)
+    if isinstance(data, dict):
+        data = data.get("connections", [])
+    return data
+
+
+def _route_stores(route, what, stores):
+    """Store indices a [routing] rule sends `what` reports to, with the destination IP (or None
+    for "the report's destination does not matter")."""
+    kind_stores = [i for i, s in enumerate(stores) if s["kind"] == what]
+    if route == "none" or not kind_stores:
+        return []
+    if route == "single":
+        return [(None, kind_stores[0])]
+    if route.startswith("single:"):
+        name = route.split(":", 1)[1]
+        for i in kind_stores:
+            if stores[i]["name"] == name:
+                return [(None, i)]
+        raise ConfigError(f"routing.{what}: no {what} store {name!r}")
+    if route == "key-hash":
+        raise ConfigError(
+            f"routing.{what} = key-hash is not supported by the P4 program "
+            "(it routes by IPv4 destination); use single or destination")
+    if route == "destination":
+        return None
+    raise ConfigError(f"routing.{what}: unknown rule {route!r}")
+
+
+def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
+    """Everything the program needs, as plain data:
+    {"tables": {table: [(action, {key...}, {param...})]},
+     "registers": {register: [(index, value)]},
+     "mcast": {"nodes": [(node_id, rid, port)], "groups": [(mgid, [node_ids])]}}"""
+    k = dict(DEFAULT_KNOBS)
+    k.update(knobs or {})
+    t = cfg["translator"]
+    src_ip, src_port = split_addr(t["roce"])
+    listen_ip, _ = split_addr(t["listen"])
+    report_dst = listen_ip if listen_ip != "0.0.0.0" else src_ip
+    max_n = int(t["max_redundancy"])
+    if max_n > k["max_n"]:
+        raise ConfigError(f"translator.max_redundancy {max_n} exceeds the program's DTA_MAX_N {k['max_n']}")
+    ack_every = int(cfg["reliability"]["ack_every"])
+    if ack_every < 1:
+        raise ConfigError("reliability.ack_every must be at least 1")
+    if int(cfg["postcard"]["cache_slots"]) != 1 << k["pc_cache_bits"]:
+        raise ConfigError(
+            f"postcard.cache_slots {cfg['postcard']['cache_slots']} != 2^DTA_PC_CACHE_BITS")
+    pc_r = int(cfg["postcard"]["redundancy"])
+    rep = cfg.get("reports", {})
+    if rep.get("accept_reference", True) and rep.get("reference_variant", "a").lower() != k["variant"]:
+        raise ConfigError(f"reports.reference_variant {rep.get('reference_variant', 'a')!r} but the "
+                          f"program parses variant {k['variant'].upper()} (DTA_REF_VARIANT_B)")
+    if rep.get("accept_extended", True) and not k["extended"]:
+        raise ConfigError("reports.accept_extended but the program is built with DTA_NO_EXTENDED")
+
+    conn_by_store = {}
+    for c in connections or []:
+        conn_by_store[(c.get("collector"), c["store"])] = c
+        conn_by_store.setdefault((None, c["store"]), c)
+
+    # Flatten stores with their collector and QP coordinates.
+    stores = []
+    for cname, meta in collectors:
+        roce_ip, _ = split_addr(meta["roce"])
+        if cname not in ports:
+            raise ConfigError(f"collector {cname}: no dev port given")
+        for s in meta["stores"]:
+            c = conn_by_store.get((cname, s["name"])) or conn_by_store.get((None, s["name"]))
+            if c is not None:
+                local, remote, psn = c["qpn"], c["remote_qpn"], c["psn"]
+                addr, rkey = c.get("addr", s["addr"]), c.get("rkey", s["rkey"])
+            elif s.get("qps"):
+                q = s["qps"][0]
+                local, remote, psn = q["peer_qpn"], q["qpn"], q["psn"]
+                addr, rkey = s["addr"], s["rkey"]
+            else:
+                raise ConfigError(f"store {s['name']}: no QP (static qps or a connection)")
+            st = dict(s)
+            st.update(collector=cname, roce_ip=roce_ip, mac=meta["mac"], port=ports[cname],
+                      local_qpn=local, remote_qpn=remote, psn=psn, addr=addr, rkey=rkey)
+            if "hash" in st and st["hash"] != k["hash"]:
+                raise ConfigError(f"store {s['name']}: hash profile {st.get('hash')} but the "
+                                  f"program is compiled for {k['hash']}")
+            stores.append(st)
+    if len(stores) > k["qps"]:
+        raise ConfigError("more stores than DTA_QPS")
+
+    tables = {n: [] for n in ("Egress.tbl_qp", "Ingress.tbl_resp_qp", "Ingress.tbl_kv_route",
+                              "Ingress.tbl_ap_list", "Ingress.tbl_pc_route", "Ingress.tbl_pc_hop")}
+    regs = {n: [] for n in ("Egress.psn_reg", "Egress.ackreq_reg", "Egress.window_reg",
+                            "Ingress.ap_pos_reg", "Ingress.ap_off_reg", "Ingress.ap_seq_reg",
+                            "Ingress.ap_imm_reg")}
+    nodes, groups = [], []
+    group_of = {}
+
+    def group(port, count):
+        if (port, count) not in group_of:
+            ids = []
+            for rid in range(count):
+                nid = len(nodes) + 1
+                nodes.append((nid, rid, port))
+                ids.append(nid)
+            mgid = len(groups) + 1
+            groups.append((mgid, ids))
+            group_of[(port, count)] = mgid
+        return group_of[(port, count)]
+
+    for qp, s in enumerate(stores):
+        kind = s["kind"]
+        if kind in ("keywrite", "keyincrement"):
+            mask = s["slots"] - 1
+            if kind == "keywrite" and s["slot_size"] != 4 + k["value_len"]:
+                raise ConfigError(f"store {s['name']}: slot_size {s['slot_size']} but the "
+                                  f"program writes {4 + k['value_len']}-byte slots")
+        elif kind == "postcard":
+            mask = s["chunks"] - 1
+            if s["hops"] != k["pc_hops"]:
+                raise ConfigError(f"store {s['name']}: {s['hops']} hops but DTA_PC_HOPS is {k['pc_hops']}")
+        else:
+            mask = 0
+        tables["Egress.tbl_qp"].append(("set_qp", {"qp": qp}, {
+            "src_mac": mac_int(t["mac"]), "dst_mac": mac_int(s["mac"]),
+            "src_ip": ip_int(src_ip), "dst_ip": ip_int(s["roce_ip"]), "src_port": src_port,
+            "remote_qpn": s["remote_qpn"], "rkey": s["rkey"], "base": s["addr"],
+            "slot_mask": mask, "ack_every_m1": ack_every - 1, "window": resync_window}))
+        tables["Ingress.tbl_resp_qp"].append(("resp_qp", {
+            "src": ip_int(s["roce_ip"]), "dest_qp": s["local_qpn"]}, {"qp": qp, "port": s["port"]}))
+        regs["Egress.psn_reg"].append((qp, s["psn"] & 0xFFFFFF))
+        regs["Egress.ackreq_reg"].append((qp, 0))
+        regs["Egress.window_reg"].append((qp, 0))
+
+    routing = cfg["routing"]
+    for what, op in (("keywrite", 1), ("keyincrement", 3)):
+        rule = _route_stores(routing[what], what, stores)
+        if rule is None:
+            rule = []
+            for ip, name in sorted(routing["destinations"].items()):
+                for i, s in enumerate(stores):
+                    if s["name"] == name and s["kind"] == what:
+                        rule.append((ip, i))
+        for ip, i in rule:
+            dst = ip_int(ip if ip is not None else report_dst)
+            for n in range(1, max_n + 1):
+                for imm in (0, 1):
+                    count = n + (imm if what == "keyincrement" else 0)
+                    mgid = group(stores[i]["port"], count)
+                    tables["Ingress.tbl_kv_route"].append(("kv_replicate", {
+                        "dst": dst, "op": op, "n": n, "immediate": imm}, {"grp": mgid, "qp": i}))
+
+    rule = _route_stores(routing["postcard"], "postcard", stores)
+    if rule is None:
+        rule = [(ip, i) for ip, name in sorted(routing["destinations"].items())
+                for i, s in enumerate(stores) if s["name"] == name and s["kind"] == "postcard"]
+    for ip, i in rule:
+        mgid = group(stores[i]["port"], pc_r)
+        tables["Ingress.tbl_pc_route"].append(("pc_route", {
+            "dst": ip_int(ip if ip is not None else report_dst)}, {"qp": i, "grp": mgid}))
+    if rule:
+        hops = k["pc_hops"]
+        for hop in range(hops):
+            for path_len in [0] + list(range(hop + 1, hops + 1)):
+                want = path_len or hops
+                full = (1 << want) - 1
+                bit = 1 << hop
+                tables["Ingress.tbl_pc_hop"].append(("pc_hop", {"hop": hop, "path_len": path_len}, {
+                    "hop_bit": bit, "full": full, "full_xor_bit": full ^ bit,
+                    "start_mask": 0 if want == 1 else bit}))
+
+    list_idx = 0
+    for qp, s in enumerate(stores):
+        if s["kind"] != "append":
+            continue
+        seq = s.get("format", "sequenced") == "sequenced"
+        if s["batch"] != k["ap_batch"] or s["entry_size"] != k["value_len"] or seq != k["ap_sequenced"]:
+            raise ConfigError(f"store {s['name']}: batch {s['batch']}, entry {s['entry_size']}, "
+                              f"format {s.get('format')} differ from the compiled program")
+        stride = s["batch"] * s["entry_size"] + (AP_TRAILER_LEN if seq else 0)
+        slots = s["capacity"] // s["batch"]
+        for l in range(s["lists"]):
+            tables["Ingress.tbl_ap_list"].append(("ap_list", {"list_id": s["first_list"] + l}, {
+                "list_idx": list_idx, "qp": qp, "port": s["port"],
+                "list_base": s["addr"] + l * s["list_stride"],
+                "last_off": (slots - 1) * stride}))
+            for r in ("Ingress.ap_pos_reg", "Ingress.ap_off_reg", "Ingress.ap_seq_reg",
+                      "Ingress.ap_imm_reg"):
+                regs[r].append((list_idx, 0))
+            list_idx += 1
+
+    return {"tables": tables, "registers": regs, "mcast": {"nodes": nodes, "groups": groups}}
+
+
+def apply(p, bfrt, program=PROGRAM):
+    """Writes a plan through bfrt_python: clears the tables it owns, then adds every entry,
+    writes every register cell and creates the multicast nodes and groups."""
+    pipe = getattr(bfrt, program).pipe
+    for name, entries in p["tables"].items():
+        ctrl, tbl = name.split(".")
+        table = getattr(getattr(pipe, ctrl), tbl)
+        table.clear()
+        for action, key, params in entries:
+            args = dict(key)
+            args.update(params)
+            getattr(table, "add_with_" + action)(**args)
+    for name, cells in p["registers"].items():
+        ctrl, reg = name.split(".")
+        r = getattr(getattr(pipe, ctrl), reg)
+        for index, value in cells:
+            r.mod(REGISTER_INDEX=index, f1=value)
+    pre = bfrt.pre
+    for nid, rid, port in p["mcast"]["nodes"]:
+        pre.node.add(MULTICAST_NODE_ID=nid, MULTICAST_RID=rid, MULTICAST_LAG_ID=[],
+                     DEV_PORT=[port])
+    for mgid, ids in p["mcast"]["groups"]:
+        pre.mgid.add(MGID=mgid, MULTICAST_NODE_ID=ids,
+                     MULTICAST_NODE_L1_XID_VALID=[False] * len(ids),
+                     MULTICAST_NODE_L1_XID=[0] * len(ids))
+    bfrt.complete_operations()
+
+
+def parse_ports(s):
+    out = {}
+    for part in filter(None, (x.strip() for x in s.split(","))):
+        name, port = part.split("=")
+        out[name.strip()] = int(port)
+    return out
+
+
+def run(bfrt, config, ports, connections=None, resync_window=0, knobs=None):
+    cfg = load_config(config)
+    collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(config)))
+    conns = load_connections(connections) if connections else None
+    p = plan(cfg, collectors, ports, conns, knobs, resync_window)
+    apply(p, bfrt)
+    return p
+
+
+def main(argv):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--ports", required=True, help="collector=devport,...")
+    ap.add_argument("--connections")
+    ap.add_argument("--resync-window", type=int, default=0)
+    ap.add_argument("--print", action="store_true", help="print the plan as JSON")
+    a = ap.parse_args(argv)
+    cfg = load_config(a.config)
+    collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(a.config)))
+    conns = load_connections(a.connections) if a.connections else None
+    p = plan(cfg, collectors, parse_ports(a.ports), conns, None, a.resync_window)
+    json.dump(p, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if "bfrt" in globals():  # running inside bfshell's bfrt_python
+    run(globals()["bfrt"], os.environ["DTA_CONFIG"], parse_ports(os.environ.get("DTA_PORTS", "")),
+        os.environ.get("DTA_CONNECTIONS"), int(os.environ.get("DTA_RESYNC_WINDOW", "0")))
+elif __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

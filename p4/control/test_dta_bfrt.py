@@ -1,0 +1,242 @@
+"""Runs dta_bfrt against a fake bfrt module and checks what it writes against the config.
+
+stdlib only (unittest, tomllib): python3 -m unittest p4/control/test_dta_bfrt.py
+"""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dta_bfrt  # noqa: E402
+
+
+class Fake:
+    """Records every call made through attribute paths, like bfrt.prog.pipe.Ctrl.tbl.add_with_x(...)."""
+
+    def __init__(self, log, path=()):
+        self._log, self._path = log, path
+
+    def __getattr__(self, name):
+        return Fake(self._log, self._path + (name,))
+
+    def __call__(self, *args, **kwargs):
+        self._log.append((".".join(self._path), args, kwargs))
+
+
+CONFIG = """
+[translator]
+listen = "10.0.0.101:40040"
+roce = "10.0.0.101:4791"
+mac = "02:00:00:00:00:01"
+max_redundancy = 4
+
+[reliability]
+ack_every = 16
+
+[postcard]
+cache_slots = 32768
+redundancy = 2
+
+[[collector]]
+name = "c1"
+metadata = "c1.json"
+
+[routing]
+keywrite = "single"
+keyincrement = "single:ki"
+postcard = "destination"
+destinations = { "10.0.0.102" = "pc" }
+"""
+
+META = {
+    "roce": "10.0.0.51:4791",
+    "mac": "02:00:00:00:00:51",
+    "verify_icrc": True,
+    "stores": [
+        {"name": "kw", "addr": 0x7f0000000000, "len": 8 << 16, "rkey": 0x1234,
+         "qps": [{"qpn": 0x11, "psn": 0xABC000, "peer_qpn": 0x100}],
+         "kind": "keywrite", "slots": 1 << 16, "slot_size": 8, "hash": "independent"},
+        {"name": "ki", "addr": 0x7f1000000000, "len": 8 << 10, "rkey": 0x2345,
+         "qps": [{"qpn": 0x12, "psn": 0x000010, "peer_qpn": 0x101}],
+         "kind": "keyincrement", "slots": 1 << 10, "hash": "independent"},
+        {"name": "ap", "addr": 0x7f2000000000, "len": 3 * 24 * 64, "rkey": 0x3456,
+         "qps": [{"qpn": 0x13, "psn": 0xFFFFFF, "peer_qpn": 0x102}],
+         "kind": "append", "lists": 3, "first_list": 10, "capacity": 256, "entry_size": 4,
+         "batch": 4, "format": "sequenced", "list_stride": 24 * 64},
+        {"name": "pc", "addr": 0x7f3000000000, "len": 32 * 1024, "rkey": 0x4567,
+         "qps": [{"qpn": 0x14, "psn": 5, "peer_qpn": 0x103}],
+         "kind": "postcard", "chunks": 1024, "hops": 5, "hash": "independent"},
+    ],
+}
+
+
+def ip(s):
+    return dta_bfrt.ip_int(s)
+
+
+class ControlPlaneTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.cfg = os.path.join(self.dir.name, "translator.toml")
+        with open(self.cfg, "w") as f:
+            f.write(CONFIG)
+        with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
+            json.dump(META, f)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_fake(self, connections=None, window=0):
+        log = []
+        plan = dta_bfrt.run(Fake(log), self.cfg, {"c1": 8}, connections, window)
+        return log, plan
+
+    def calls(self, log, suffix):
+        return [kw for path, _, kw in log if path.endswith(suffix)]
+
+    def test_qp_table_and_registers_follow_the_metadata(self):
+        log, _ = self.run_fake(window=100)
+        qps = self.calls(log, "Egress.tbl_qp.add_with_set_qp")
+        self.assertEqual(len(qps), 4)
+        for i, (store, q) in enumerate(zip(META["stores"], qps)):
+            self.assertEqual(q["qp"], i)
+            self.assertEqual(q["remote_qpn"], store["qps"][0]["qpn"])
+            self.assertEqual(q["rkey"], store["rkey"])
+            self.assertEqual(q["base"], store["addr"])
+            self.assertEqual(q["dst_ip"], ip("10.0.0.51"))
+            self.assertEqual(q["src_ip"], ip("10.0.0.101"))
+            self.assertEqual(q["src_port"], 4791)
+            self.assertEqual(q["dst_mac"], 0x020000000051)
+            self.assertEqual(q["ack_every_m1"], 15)
+            self.assertEqual(q["window"], 100)
+        self.assertEqual([q["slot_mask"] for q in qps], [0xFFFF, 0x3FF, 0, 0x3FF])
+        psn = self.calls(log, "Egress.psn_reg.mod")
+        self.assertEqual([(c["REGISTER_INDEX"], c["f1"]) for c in psn],
+                         [(0, 0xABC000), (1, 0x10), (2, 0xFFFFFF), (3, 5)])
+        resp = self.calls(log, "Ingress.tbl_resp_qp.add_with_resp_qp")
+        self.assertEqual([(r["src"], r["dest_qp"], r["qp"], r["port"]) for r in resp],
+                         [(ip("10.0.0.51"), 0x100 + i, i, 8) for i in range(4)])
+        # Tables are cleared before they are filled.
+        first_add = next(i for i, (p, _, _) in enumerate(log) if ".add_with_" in p)
+        self.assertTrue(all(p.endswith(".clear") for p, _, _ in log[:first_add]))
+        self.assertEqual(log[-1][0], "complete_operations")
+
+    def test_key_value_routes_replicate_with_rid_per_replica(self):
+        log, plan = self.run_fake()
+        kv = self.calls(log, "Ingress.tbl_kv_route.add_with_kv_replicate")
+        self.assertEqual(len(kv), 2 * 4 * 2)  # (KW, KI) x N = 1..4 x immediate
+        nodes = {c["MULTICAST_NODE_ID"]: c for c in self.calls(log, "pre.node.add")}
+        groups = {c["MGID"]: c["MULTICAST_NODE_ID"] for c in self.calls(log, "pre.mgid.add")}
+        for e in kv:
+            self.assertEqual(e["dst"], ip("10.0.0.101"))
+            members = groups[e["grp"]]
+            want = e["n"] + (e["immediate"] if e["op"] == 3 else 0)
+            self.assertEqual(len(members), want)
+            self.assertEqual(sorted(nodes[m]["MULTICAST_RID"] for m in members), list(range(want)))
+            self.assertTrue(all(nodes[m]["DEV_PORT"] == [8] for m in members))
+            self.assertEqual(e["qp"], 0 if e["op"] == 1 else 1)
+        self.assertEqual(len(groups), len(plan["mcast"]["groups"]))
+
+    def test_append_lists_and_postcard_tables(self):
+        log, _ = self.run_fake()
+        ap = self.calls(log, "Ingress.tbl_ap_list.add_with_ap_list")
+        self.assertEqual([a["list_id"] for a in ap], [10, 11, 12])
+        self.assertEqual([a["list_idx"] for a in ap], [0, 1, 2])
+        self.assertEqual([a["list_base"] for a in ap],
+                         [0x7f2000000000 + l * 24 * 64 for l in range(3)])
+        self.assertTrue(all(a["last_off"] == (256 // 4 - 1) * 24 and a["qp"] == 2 for a in ap))
+        for r in ("ap_pos_reg", "ap_off_reg", "ap_seq_reg", "ap_imm_reg"):
+            self.assertEqual(len(self.calls(log, f"Ingress.{r}.mod")), 3)
+        pc = self.calls(log, "Ingress.tbl_pc_route.add_with_pc_route")
+        self.assertEqual(len(pc), 1)
+        self.assertEqual(pc[0]["dst"], ip("10.0.0.102"))
+        self.assertEqual(pc[0]["qp"], 3)
+        groups = {c["MGID"]: c["MULTICAST_NODE_ID"] for c in self.calls(log, "pre.mgid.add")}
+        self.assertEqual(len(groups[pc[0]["grp"]]), 2)  # postcard.redundancy
+        hop = {(h["hop"], h["path_len"]): h for h in self.calls(log, "Ingress.tbl_pc_hop.add_with_pc_hop")}
+        self.assertEqual(hop[(0, 0)]["full"], 0b11111)
+        self.assertEqual(hop[(2, 3)]["full_xor_bit"], 0b011)
+        self.assertEqual(hop[(0, 1)]["start_mask"], 0)  # a 1-hop path completes at once
+        self.assertEqual(hop[(1, 2)]["start_mask"], 0b10)
+        self.assertNotIn((3, 2), hop)  # hop beyond the path length: a miss, counted as bad hop
+
+    def test_connections_override_static_qps(self):
+        conn = os.path.join(self.dir.name, "conn.json")
+        with open(conn, "w") as f:
+            json.dump([{"store": "kw", "collector": "c1", "qpn": 0x900, "remote_qpn": 0x77,
+                        "psn": 0x123456, "rkey": 0xBEEF, "addr": 0x1000, "len": 8 << 16,
+                        "kind": "keywrite", "slots": 1 << 16, "slot_size": 8}], f)
+        log, _ = self.run_fake(connections=conn)
+        q = self.calls(log, "Egress.tbl_qp.add_with_set_qp")[0]
+        self.assertEqual((q["remote_qpn"], q["rkey"], q["base"]), (0x77, 0xBEEF, 0x1000))
+        self.assertEqual(self.calls(log, "Egress.psn_reg.mod")[0]["f1"], 0x123456)
+        self.assertEqual(self.calls(log, "Ingress.tbl_resp_qp.add_with_resp_qp")[0]["dest_qp"], 0x900)
+
+    def test_unsupported_configurations_are_refused(self):
+        cfg = dta_bfrt.load_config(self.cfg)
+        cols = dta_bfrt.load_collectors(cfg, self.dir.name)
+        cfg["routing"]["keywrite"] = "key-hash"
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, cols, {"c1": 8})
+        cfg = dta_bfrt.load_config(self.cfg)
+        cfg["translator"]["max_redundancy"] = 8
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, cols, {"c1": 8})
+        cfg = dta_bfrt.load_config(self.cfg)
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"hash": "reference"})
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, cols, {})
+        cfg["reports"] = {"reference_variant": "b"}
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, cols, {"c1": 8})
+        dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"variant": "b"})
+
+    def test_command_line_prints_the_plan(self):
+        import io
+        import contextlib
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=8", "--print"])
+        self.assertEqual(rc, 0)
+        p = json.loads(out.getvalue())
+        self.assertEqual(len(p["tables"]["Egress.tbl_qp"]), 4)
+        self.assertEqual(p["registers"]["Egress.psn_reg"][0], [0, 0xABC000])
+
+
+class CorpusSetupTest(unittest.TestCase):
+    """Every corpus case the Tofino program supports yields a plan that matches its case.json."""
+
+    def test_every_supported_corpus_case_plans(self):
+        import glob
+        import corpus_setup
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "corpus")
+        cases = sorted(glob.glob(os.path.join(root, "*", "case.json")))
+        self.assertGreater(len(cases), 30)
+        planned = 0
+        with tempfile.TemporaryDirectory() as out:
+            for path in cases:
+                case, cfg_path = corpus_setup.setup(os.path.dirname(path), out)
+                if case.get("p4_unsupported"):
+                    continue
+                cfg = dta_bfrt.load_config(cfg_path)
+                knobs = corpus_setup.knobs_from_defines(case["p4_defines"])
+                p = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, out), {"corpus": 8},
+                                  knobs=knobs)
+                qps = p["tables"]["Egress.tbl_qp"]
+                self.assertEqual(len(qps), len(case["metas"]), case["name"])
+                for (_, key, params), q, m in zip(qps, case["qps"], case["metas"]):
+                    self.assertEqual((params["remote_qpn"], params["rkey"], params["base"]),
+                                     (q["remote_qpn"], q["rkey"], q["addr"]), case["name"])
+                    self.assertEqual(params["ack_every_m1"], case["ack_every"] - 1)
+                self.assertEqual([v for _, v in p["registers"]["Egress.psn_reg"]],
+                                 [q["psn"] for q in case["qps"]], case["name"])
+                planned += 1
+        self.assertGreaterEqual(planned, 30)
+
+
+if __name__ == "__main__":
+    unittest.main()

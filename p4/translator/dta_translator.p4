@@ -1,0 +1,1253 @@
+/* dta_translator.p4: the DTA translator for Tofino-1 (P4_16, TNA).
+ *
+ * Reports (UDP 40040, reference profile variant A or B, extended profile v1) become RoCEv2
+ * RC WRITE / FETCH_ADD frames towards collector memory, with the same hashes, layouts and
+ * frame bytes as the software translator (translator/src/datapath/pipeline.rs). Collector
+ * ACK/NAKs (UDP 4791) resynchronise the per-QP PSN. p4/README.md documents the stage layout,
+ * the compile-time knobs below, resource estimates and the limits of this program.
+ *
+ * Compile: bf-p4c --target tofino --arch tna --std p4-16 [-D...] dta_translator.p4
+ *
+ * Compile-time knobs (all optional):
+ *   DTA_HASH_REFERENCE     reference hash profile (IEEE CRC-32, replica byte appended);
+ *                          default: independent profile (one polynomial per role/replica)
+ *   DTA_REF_VARIANT_B      reference base header variant B (3 bytes, seqnum); default A
+ *   DTA_NO_EXTENDED        do not parse the extended profile
+ *   DTA_MAX_N              highest Key-Write/Key-Increment redundancy, 1..8 (default: the
+ *                          software translator's, DEFAULT_MAX_REDUNDANCY = 4)
+ *   DTA_AP_BATCH           Append entries per WRITE: 1, 2, 4, 8 or 16 (default 4)
+ *   DTA_AP_REFERENCE_RING  Append reference ring format; default sequenced (8 B trailer)
+ *   DTA_AP_LISTS           Append lists (register entries, default 256)
+ *   DTA_PC_HOPS            Postcarding hops per chunk, 1..8 (default 5)
+ *   DTA_PC_CACHE_BITS      log2 of the postcard cache entries (DEFAULT_PC_CACHE_BITS = 15)
+ *   DTA_QPS                queue pairs (default 256)
+ *   DTA_NO_ICRC            send ICRC 0 (the collector NIC must not check it; p4/README.md)
+ * Keys and values are 4 bytes in both profiles (extended reports with other lengths are
+ * counted and dropped); Key-Write slots are therefore 8 bytes.
+ */
+
+#include <core.p4>
+#include <tna.p4>
+#include "../include/dta_constants.p4"
+
+#ifndef DTA_MAX_N
+#define DTA_MAX_N DEFAULT_MAX_REDUNDANCY
+#endif
+#ifndef DTA_AP_BATCH
+#define DTA_AP_BATCH 4
+#endif
+#ifndef DTA_AP_LISTS
+#define DTA_AP_LISTS 256
+#endif
+#ifndef DTA_PC_HOPS
+#define DTA_PC_HOPS 5
+#endif
+#ifndef DTA_PC_CACHE_BITS
+#define DTA_PC_CACHE_BITS DEFAULT_PC_CACHE_BITS
+#endif
+#ifndef DTA_QPS
+#define DTA_QPS 256
+#endif
+
+#if DTA_MAX_N < 1 || DTA_MAX_N > MAX_REDUNDANCY
+#error "DTA_MAX_N must be 1..MAX_REDUNDANCY"
+#endif
+#if DTA_AP_BATCH != 1 && DTA_AP_BATCH != 2 && DTA_AP_BATCH != 4 && DTA_AP_BATCH != 8 && DTA_AP_BATCH != 16
+#error "DTA_AP_BATCH must be 1, 2, 4, 8 or 16"
+#endif
+#if DTA_PC_HOPS < 1 || DTA_PC_HOPS > 8
+#error "DTA_PC_HOPS must be 1..8 on Tofino-1 (stage budget)"
+#endif
+#if defined(DTA_HASH_REFERENCE) && DTA_PC_HOPS != REF_HOPS
+#error "the reference hash profile has exactly 5 postcard hops"
+#endif
+
+/* Chunk size: the smallest power of two >= 4 * hops (proto::layout::PostcardLayout). */
+#if DTA_PC_HOPS == 1
+#define DTA_PC_CHUNK_WORDS 1
+#define DTA_PC_CHUNK_SHIFT 2
+#elif DTA_PC_HOPS == 2
+#define DTA_PC_CHUNK_WORDS 2
+#define DTA_PC_CHUNK_SHIFT 3
+#elif DTA_PC_HOPS <= 4
+#define DTA_PC_CHUNK_WORDS 4
+#define DTA_PC_CHUNK_SHIFT 4
+#else
+#define DTA_PC_CHUNK_WORDS 8
+#define DTA_PC_CHUNK_SHIFT 5
+#endif
+#define DTA_PC_CHUNK_BYTES (4 * DTA_PC_CHUNK_WORDS)
+
+#define DTA_VALUE_LEN 4
+#ifdef DTA_REF_VARIANT_B
+#define DTA_REF_BASE_LEN DTA_REF_BASE_LEN_B
+#else
+#define DTA_REF_BASE_LEN DTA_REF_BASE_LEN_A
+#endif
+#define DTA_KW_SLOT_SIZE 8
+#ifdef DTA_AP_REFERENCE_RING
+#define DTA_AP_STRIDE (DTA_AP_BATCH * DTA_VALUE_LEN)
+#else
+#define DTA_AP_STRIDE (DTA_AP_BATCH * DTA_VALUE_LEN + AP_TRAILER_LEN)
+#endif
+
+typedef bit<16> qp_idx_t;
+typedef bit<16> list_idx_t;
+typedef bit<DTA_PC_CACHE_BITS> pc_idx_t;
+
+/* Bridged-metadata kinds (ingress -> egress). */
+const bit<8> KIND_FORWARD  = 0;
+const bit<8> KIND_KEYWRITE = 1;
+const bit<8> KIND_APPEND   = 2;
+const bit<8> KIND_KEYINC   = 3;
+const bit<8> KIND_POSTCARD = 4;
+const bit<8> KIND_RESPONSE = 5;
+
+/* Ingress drop reasons (Counter index). */
+const bit<8> DROP_BAD_REDUNDANCY = 1;
+const bit<8> DROP_EXT_LENGTH     = 2;
+const bit<8> DROP_NO_ROUTE       = 3;
+const bit<8> DROP_UNKNOWN_LIST   = 4;
+const bit<8> DROP_BAD_HOP        = 5;
+const bit<8> DROP_BAD_VERSION    = 6;
+const bit<8> DROP_UNKNOWN_QP     = 7;
+const bit<8> DROP_PC_SHORT_ON_EVICT = 8;
+const bit<8> HELD_APPEND         = 9;
+const bit<8> HELD_POSTCARD       = 10;
+const bit<8> DROP_MALFORMED      = 11;
+
+/* ------------------------------------------------------------------ headers */
+
+header ethernet_h { bit<48> dst; bit<48> src; bit<16> ether_type; }
+
+header ipv4_h {
+    bit<4> version; bit<4> ihl; bit<8> tos; bit<16> total_len; bit<16> ident;
+    bit<3> flags; bit<13> frag_offset; bit<8> ttl; bit<8> protocol; bit<16> checksum;
+    bit<32> src; bit<32> dst;
+}
+
+header udp_h { bit<16> src_port; bit<16> dst_port; bit<16> len; bit<16> checksum; }
+
+#ifdef DTA_REF_VARIANT_B
+header dta_ref_h { bit<8> opcode; bit<8> seqnum; bit<1> immediate; bit<1> retransmitable; bit<6> reserved; }
+#else
+header dta_ref_h { bit<8> opcode; bit<1> immediate; bit<7> reserved; }
+#endif
+header ref_kw_h { bit<8> n; bit<32> key; bit<32> data; }
+header ref_ki_h { bit<8> n; bit<32> key; bit<64> counter; }
+header ref_ap_h { bit<32> list_id; bit<32> data; }
+header ref_pc_h { bit<32> flow; bit<8> hop_num; bit<32> data; }
+
+header dta_ext_h {
+    bit<8> magic_version; bit<8> opcode; bit<1> immediate; bit<1> retransmittable;
+    bit<2> prio; bit<4> reserved; bit<8> reserved2; bit<32> seq;
+}
+header ext_kw_h { bit<8> n; bit<8> key_len; bit<8> val_len; bit<8> reserved; bit<32> key; bit<32> value; }
+header ext_ki_h { bit<8> n; bit<8> key_len; bit<16> reserved; bit<64> delta; bit<32> key; }
+header ext_ap_h { bit<32> list_id; bit<8> val_len; bit<24> reserved; bit<32> value; }
+header ext_pc_h { bit<8> hop; bit<8> path_len; bit<8> key_len; bit<8> reserved; bit<32> value; bit<32> key; }
+
+header bth_h {
+    bit<8> opcode; bit<1> se; bit<1> mig_req; bit<2> pad; bit<4> tver; bit<16> pkey;
+    bit<1> fecn; bit<1> becn; bit<6> resv6; bit<24> dest_qp; bit<1> ack_req; bit<7> resv7;
+    bit<24> psn;
+}
+header aeth_h { bit<8> syndrome; bit<24> msn; }
+header reth_h { bit<64> va; bit<32> rkey; bit<32> dma_len; }
+header atomic_eth_h { bit<64> va; bit<32> rkey; bit<64> add; bit<64> compare; }
+header immdt_h { bit<32> imm; }
+header kw_payload_h { bit<32> checksum_le; bit<32> value; }
+header word_h { bit<32> w; }
+header ap_trailer_h { bit<64> trailer_le; }
+header icrc_h { bit<32> icrc_le; }
+
+/* Ingress -> egress. Fixed layout; fields unused by a kind are zero. */
+header bridge_h {
+    bit<8> kind;
+    qp_idx_t qp;
+    bit<8> n;            /* redundancy N (Key-Write / Key-Increment) */
+    bit<7> pad0;
+    bit<1> immediate;
+    bit<32> key;         /* memory-ready key bytes, or the chunk's flow */
+    bit<32> value;       /* memory-ready value bytes */
+    bit<64> delta;       /* Key-Increment */
+    bit<64> va;          /* Append: the batch's address */
+    bit<32> list_id;     /* Append: global list ID (immediate data) */
+    bit<8> present;      /* Postcarding: hops present in the chunk */
+}
+
+struct headers_t {
+    bridge_h bridge;
+    ethernet_h ethernet;
+    ipv4_h ipv4;
+    udp_h udp;
+    dta_ref_h ref;
+    ref_kw_h ref_kw;
+    ref_ki_h ref_ki;
+    ref_ap_h ref_ap;
+    ref_pc_h ref_pc;
+    dta_ext_h ext;
+    ext_kw_h ext_kw;
+    ext_ki_h ext_ki;
+    ext_ap_h ext_ap;
+    ext_pc_h ext_pc;
+    bth_h bth;
+    aeth_h aeth;
+    reth_h reth;
+    atomic_eth_h atomic;
+    immdt_h immdt;
+    kw_payload_h kw_payload;
+    word_h[DTA_AP_BATCH] ap_words;
+    ap_trailer_h ap_trailer;
+    word_h[DTA_PC_CHUNK_WORDS] pc_words;
+    icrc_h icrc;
+}
+
+struct ig_md_t {
+    bit<8> op;           /* DTA opcode, 0 = not a report */
+    bit<8> n;
+    bit<1> immediate;
+    bit<32> key;
+    bit<32> value;
+    bit<64> delta;
+    bit<32> list_id;
+    bit<8> hop;          /* 0-based */
+    bit<8> path_len;     /* 0 = unknown */
+    bit<8> drop_reason;
+    list_idx_t lidx;
+    bit<64> list_base;
+    bit<32> last_off;
+    bit<8> ap_pos;
+    bit<8> ap_imm;
+    bit<32> ap_off;
+    bit<32> ap_seq;
+    pc_idx_t pc_idx;
+    bit<32> pc_old_flow;
+    bit<1> pc_collision;
+    bit<16> pc_bit;
+    bit<16> pc_full;
+    bit<16> pc_full_xor_bit;
+    bit<16> pc_start_mask;
+    bit<16> pc_old_mask;
+    bit<1> pc_evict;
+    bit<1> pc_complete;
+    MulticastGroupId_t pc_grp;
+    PortId_t port;
+}
+
+struct eg_md_t {
+    bit<16> rid;
+    bit<32> slot;
+    bit<32> checksum;
+    bit<64> base;
+    bit<32> slot_mask;
+    bit<32> ack_every_m1;
+    bit<32> window;
+    bit<32> psn;
+    bit<1> ack_req;
+    bit<1> in_window;
+    bit<32> payload_len;
+    bit<8> syndrome_kind;
+    bit<24> remote_qpn;
+    bit<32> rkey;
+}
+
+struct digest_qp_error_t { qp_idx_t qp; bit<8> syndrome; bit<24> psn; }
+
+/* ------------------------------------------------------------ hash engines */
+
+#define CRC32_CUSTOM(poly) CRCPolynomial<bit<32>>(poly, true, false, false, CRC_INIT, CRC_XOROUT)
+
+/* ------------------------------------------------------------ ingress parser */
+
+parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
+                out ingress_intrinsic_metadata_t ig_intr_md) {
+    state start {
+        pkt.extract(ig_intr_md);
+        pkt.advance(PORT_METADATA_SIZE);
+        md.op = 0; md.n = 0; md.immediate = 0; md.key = 0; md.value = 0; md.delta = 0;
+        md.list_id = 0; md.hop = 0; md.path_len = 0; md.drop_reason = 0;
+        transition parse_ethernet;
+    }
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) { ETHERTYPE_IPV4: parse_ipv4; default: accept; }
+    }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (5, 0, IP_PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+            DTA_PORT: parse_dta;
+            ROCEV2_PORT: parse_bth;
+            default: accept;
+        }
+    }
+    state parse_dta {
+        transition select(pkt.lookahead<bit<8>>()) {
+#ifndef DTA_NO_EXTENDED
+            DTA_EXT_MAGIC_VERSION: parse_ext;
+#endif
+            DTA_OP_KEY_WRITE &&& 0xF0: parse_ref;   /* 0x00..0x0F: reference opcodes */
+            default: accept;                          /* 0xD0, 0xD2..: counted in ingress */
+        }
+    }
+    state parse_ref {
+        pkt.extract(hdr.ref);
+        transition select(hdr.ref.opcode) {
+            DTA_OP_KEY_WRITE: parse_ref_kw;
+            DTA_OP_KEY_INCREMENT: parse_ref_ki;
+            DTA_OP_APPEND: parse_ref_ap;
+            DTA_OP_POSTCARD: parse_ref_pc;
+            default: accept;
+        }
+    }
+    state parse_ref_kw { pkt.extract(hdr.ref_kw); transition accept; }
+    state parse_ref_ki { pkt.extract(hdr.ref_ki); transition accept; }
+    state parse_ref_ap { pkt.extract(hdr.ref_ap); transition accept; }
+    state parse_ref_pc { pkt.extract(hdr.ref_pc); transition accept; }
+    state parse_ext {
+        pkt.extract(hdr.ext);
+        transition select(hdr.ext.opcode) {
+            DTA_OP_KEY_WRITE: parse_ext_kw;
+            DTA_OP_KEY_INCREMENT: parse_ext_ki;
+            DTA_OP_APPEND: parse_ext_ap;
+            DTA_OP_POSTCARD: parse_ext_pc;
+            default: accept;
+        }
+    }
+    state parse_ext_kw { pkt.extract(hdr.ext_kw); transition accept; }
+    state parse_ext_ki { pkt.extract(hdr.ext_ki); transition accept; }
+    state parse_ext_ap { pkt.extract(hdr.ext_ap); transition accept; }
+    state parse_ext_pc { pkt.extract(hdr.ext_pc); transition accept; }
+    state parse_bth {
+        pkt.extract(hdr.bth);
+        transition select(hdr.bth.opcode) {
+            IB_OP_RC_ACKNOWLEDGE: parse_aeth;
+            IB_OP_RC_ATOMIC_ACKNOWLEDGE: parse_aeth;
+            default: accept;
+        }
+    }
+    state parse_aeth { pkt.extract(hdr.aeth); transition accept; }
+}
+
+/* ------------------------------------------------------------------ ingress */
+
+control Ingress(inout headers_t hdr, inout ig_md_t md,
+                in ingress_intrinsic_metadata_t ig_intr_md,
+                in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+
+    Counter<bit<32>, bit<8>>(256, CounterType_t.PACKETS) ig_events;
+
+    action drop(bit<8> reason) {
+        md.drop_reason = reason;
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    /* ---- plain forwarding of everything that is not DTA or a collector response ---- */
+    action forward(PortId_t port) {
+        ig_tm_md.ucast_egress_port = port;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+    action no_route() { ig_dprsr_md.drop_ctl = 1; }
+    table tbl_forward {
+        key = { hdr.ipv4.dst : exact; }
+        actions = { forward; no_route; }
+        default_action = no_route();
+        size = 1024;
+    }
+
+    /* ---- normalisation: every profile becomes (op, n, key, value, ...) ---- */
+    /* Reference Key-Write / Key-Increment keys are hashed byte-reversed (§4.3 of PROTOCOL). */
+    action norm_ref_kw() {
+        md.op = DTA_OP_KEY_WRITE; md.n = hdr.ref_kw.n;
+        md.key = hdr.ref_kw.key[7:0] ++ hdr.ref_kw.key[15:8] ++ hdr.ref_kw.key[23:16] ++ hdr.ref_kw.key[31:24];
+        md.value = hdr.ref_kw.data;
+        md.immediate = hdr.ref.immediate;
+    }
+    action norm_ref_ki() {
+        md.op = DTA_OP_KEY_INCREMENT; md.n = hdr.ref_ki.n;
+        md.key = hdr.ref_ki.key[7:0] ++ hdr.ref_ki.key[15:8] ++ hdr.ref_ki.key[23:16] ++ hdr.ref_ki.key[31:24];
+        md.delta = hdr.ref_ki.counter;
+        md.immediate = hdr.ref.immediate;
+    }
+    /* Reference Append data is byte-reversed into memory. */
+    action norm_ref_ap() {
+        md.op = DTA_OP_APPEND; md.list_id = hdr.ref_ap.list_id;
+        md.value = hdr.ref_ap.data[7:0] ++ hdr.ref_ap.data[15:8] ++ hdr.ref_ap.data[23:16] ++ hdr.ref_ap.data[31:24];
+        md.immediate = hdr.ref.immediate;
+    }
+    /* Reference postcards: flow as received, hopNum 1-based, no path length. */
+    action norm_ref_pc() {
+        md.op = DTA_OP_POSTCARD; md.key = hdr.ref_pc.flow;
+        md.hop = hdr.ref_pc.hop_num - 1; md.path_len = 0; md.value = hdr.ref_pc.data;
+        md.immediate = hdr.ref.immediate;
+    }
+    action norm_ext_kw() {
+        md.op = DTA_OP_KEY_WRITE; md.n = hdr.ext_kw.n; md.key = hdr.ext_kw.key;
+        md.value = hdr.ext_kw.value; md.immediate = hdr.ext.immediate;
+    }
+    action norm_ext_ki() {
+        md.op = DTA_OP_KEY_INCREMENT; md.n = hdr.ext_ki.n; md.key = hdr.ext_ki.key;
+        md.delta = hdr.ext_ki.delta; md.immediate = hdr.ext.immediate;
+    }
+    action norm_ext_ap() {
+        md.op = DTA_OP_APPEND; md.list_id = hdr.ext_ap.list_id; md.value = hdr.ext_ap.value;
+        md.immediate = hdr.ext.immediate;
+    }
+    action norm_ext_pc() {
+        md.op = DTA_OP_POSTCARD; md.key = hdr.ext_pc.key; md.hop = hdr.ext_pc.hop;
+        md.path_len = hdr.ext_pc.path_len; md.value = hdr.ext_pc.value;
+        md.immediate = hdr.ext.immediate;
+    }
+
+    /* ---- Key-Write / Key-Increment: one multicast copy per replica, rid = replica ---- */
+    action kv_replicate(MulticastGroupId_t grp, qp_idx_t qp) {
+        ig_tm_md.mcast_grp_a = grp;
+        hdr.bridge.qp = qp;
+    }
+    table tbl_kv_route {
+        key = { hdr.ipv4.dst : exact; md.op : exact; md.n : exact; md.immediate : exact; }
+        actions = { kv_replicate; drop; }
+        default_action = drop(DROP_NO_ROUTE);
+        size = 1024;
+    }
+
+    /* ---- Append ---- */
+    action ap_list(list_idx_t list_idx, qp_idx_t qp, PortId_t port, bit<64> list_base, bit<32> last_off) {
+        md.lidx = list_idx; hdr.bridge.qp = qp; md.port = port;
+        md.list_base = list_base; md.last_off = last_off;
+    }
+    table tbl_ap_list {
+        key = { md.list_id : exact; }
+        actions = { ap_list; drop; }
+        default_action = drop(DROP_UNKNOWN_LIST);
+        size = DTA_AP_LISTS;
+    }
+
+    /* Position in the current batch: 0, 1, ..., B-1, 0, ... */
+    Register<bit<8>, list_idx_t>(DTA_AP_LISTS, 0) ap_pos_reg;
+    RegisterAction<bit<8>, list_idx_t, bit<8>>(ap_pos_reg) ap_pos_next = {
+        void apply(inout bit<8> value, out bit<8> rv) {
+            rv = value;
+            if (value >= DTA_AP_BATCH - 1) { value = 0; } else { value = value + 1; }
+        }
+    };
+    /* OR of the immediate flags of the batch; read and cleared by the last entry. */
+    Register<bit<8>, list_idx_t>(DTA_AP_LISTS, 0) ap_imm_reg;
+    RegisterAction<bit<8>, list_idx_t, bit<8>>(ap_imm_reg) ap_imm_add = {
+        void apply(inout bit<8> value) { value = value | (bit<8>)md.immediate; }
+    };
+    RegisterAction<bit<8>, list_idx_t, bit<8>>(ap_imm_reg) ap_imm_take = {
+        void apply(inout bit<8> value, out bit<8> rv) { rv = value | (bit<8>)md.immediate; value = 0; }
+    };
+    /* Byte offset of the next batch slot inside the list; wraps to 0 after the last slot, so a
+     * wrap never writes slot 0 twice (the reference's rollover defect). */
+    Register<bit<32>, list_idx_t>(DTA_AP_LISTS, 0) ap_off_reg;
+    RegisterAction<bit<32>, list_idx_t, bit<32>>(ap_off_reg) ap_off_next = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = value;
+            if (value >= md.last_off) { value = 0; } else { value = value + DTA_AP_STRIDE; }
+        }
+    };
+    /* Batch sequence number (1-based) for the sequenced trailer. */
+    Register<bit<32>, list_idx_t>(DTA_AP_LISTS, 0) ap_seq_reg;
+    RegisterAction<bit<32>, list_idx_t, bit<32>>(ap_seq_reg) ap_seq_next = {
+        void apply(inout bit<32> value, out bit<32> rv) { value = value + 1; rv = value; }
+    };
+
+#define AP_ENTRY(J) \
+    Register<bit<32>, list_idx_t>(DTA_AP_LISTS, 0) ap_e##J##_reg; \
+    RegisterAction<bit<32>, list_idx_t, bit<32>>(ap_e##J##_reg) ap_e##J##_put = { \
+        void apply(inout bit<32> value) { value = md.value; } \
+    }; \
+    RegisterAction<bit<32>, list_idx_t, bit<32>>(ap_e##J##_reg) ap_e##J##_get = { \
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; } \
+    };
+#define AP_ENTRY_APPLY(J) \
+    if (md.ap_pos == J) { ap_e##J##_put.execute(md.lidx); } \
+    else if (md.ap_pos == DTA_AP_BATCH - 1) { hdr.ap_words[J].setValid(); hdr.ap_words[J].w = ap_e##J##_get.execute(md.lidx); }
+
+#if DTA_AP_BATCH > 1
+    AP_ENTRY(0)
+#endif
+#if DTA_AP_BATCH > 2
+    AP_ENTRY(1) AP_ENTRY(2)
+#endif
+#if DTA_AP_BATCH > 4
+    AP_ENTRY(3) AP_ENTRY(4) AP_ENTRY(5) AP_ENTRY(6)
+#endif
+#if DTA_AP_BATCH > 8
+    AP_ENTRY(7) AP_ENTRY(8) AP_ENTRY(9) AP_ENTRY(10) AP_ENTRY(11) AP_ENTRY(12) AP_ENTRY(13) AP_ENTRY(14)
+#endif
+
+    /* ---- Postcarding ---- */
+    action pc_route(qp_idx_t qp, MulticastGroupId_t grp) { hdr.bridge.qp = qp; md.pc_grp = grp; }
+    table tbl_pc_route {
+        key = { hdr.ipv4.dst : exact; }
+        actions = { pc_route; drop; }
+        default_action = drop(DROP_NO_ROUTE);
+        size = 256;
+    }
+    /* Per (hop, path length): the hop's bit, the mask of a complete path, and the mask a fresh
+     * entry starts with (0 when the path is a single hop: it completes at once). Filled by the
+     * control plane for hop < DTA_PC_HOPS and path_len <= DTA_PC_HOPS; a miss is a bad hop. */
+    action pc_hop(bit<16> hop_bit, bit<16> full, bit<16> full_xor_bit, bit<16> start_mask) {
+        md.pc_bit = hop_bit; md.pc_full = full; md.pc_full_xor_bit = full_xor_bit;
+        md.pc_start_mask = start_mask;
+    }
+    table tbl_pc_hop {
+        key = { md.hop : exact; md.path_len : exact; }
+        actions = { pc_hop; drop; }
+        default_action = drop(DROP_BAD_HOP);
+        size = 256;
+    }
+
+#ifdef DTA_HASH_REFERENCE
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_CRC32)) pc_cache_hash;
+#else
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_CACHE)) pc_cache_hash;
+#endif
+
+    /* The flow that owns each cache entry; every postcard takes the entry. */
+    Register<bit<32>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_flow_reg;
+    RegisterAction<bit<32>, pc_idx_t, bit<32>>(pc_flow_reg) pc_flow_swap = {
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = md.key; }
+    };
+    /* Hops received for the entry's flow. A collision starts a fresh mask (the old flow's words
+     * are emitted to the old flow's chunk); a completed path clears it (the counter is reset
+     * after emission, unlike the reference). */
+    Register<bit<16>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_mask_reg;
+    RegisterAction<bit<16>, pc_idx_t, bit<16>>(pc_mask_reg) pc_mask_update = {
+        void apply(inout bit<16> value, out bit<16> rv) {
+            rv = value;
+            if (md.pc_collision == 1) {
+                value = md.pc_start_mask;
+            } else if (value == md.pc_full_xor_bit) {
+                value = 0;
+            } else {
+                value = value | md.pc_bit;
+            }
+        }
+    };
+
+#define PC_HOP(I) \
+    Register<bit<32>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_v##I##_reg; \
+    RegisterAction<bit<32>, pc_idx_t, bit<32>>(pc_v##I##_reg) pc_v##I##_swap = { \
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = md.value; } \
+    }; \
+    RegisterAction<bit<32>, pc_idx_t, bit<32>>(pc_v##I##_reg) pc_v##I##_take = { \
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = 0; } \
+    };
+/* Hop I's cell: the reporting hop stores its value (returning the old flow's word on an
+ * eviction, or handing its own value straight to the chunk on completion); other hops are read
+ * and cleared when the entry is emitted. */
+#define PC_HOP_APPLY(I) \
+    hdr.pc_words[I].setValid(); \
+    if (md.hop == I) { \
+        if (md.pc_complete == 1 && md.pc_evict == 0) { pc_v##I##_take.execute(md.pc_idx); hdr.pc_words[I].w = md.value; } \
+        else { hdr.pc_words[I].w = pc_v##I##_swap.execute(md.pc_idx); } \
+    } else if (md.pc_evict == 1 || md.pc_complete == 1) { \
+        hdr.pc_words[I].w = pc_v##I##_take.execute(md.pc_idx); \
+    }
+
+    PC_HOP(0)
+#if DTA_PC_HOPS > 1
+    PC_HOP(1)
+#endif
+#if DTA_PC_HOPS > 2
+    PC_HOP(2)
+#endif
+#if DTA_PC_HOPS > 3
+    PC_HOP(3)
+#endif
+#if DTA_PC_HOPS > 4
+    PC_HOP(4)
+#endif
+#if DTA_PC_HOPS > 5
+    PC_HOP(5)
+#endif
+#if DTA_PC_HOPS > 6
+    PC_HOP(6)
+#endif
+#if DTA_PC_HOPS > 7
+    PC_HOP(7)
+#endif
+
+    /* ---- collector responses: (collector IP, our QPN) -> QP; sent to egress for the PSN ---- */
+    action resp_qp(qp_idx_t qp, PortId_t port) {
+        hdr.bridge.qp = qp;
+        ig_tm_md.ucast_egress_port = port;
+    }
+    table tbl_resp_qp {
+        key = { hdr.ipv4.src : exact; hdr.bth.dest_qp : exact; }
+        actions = { resp_qp; drop; }
+        default_action = drop(DROP_UNKNOWN_QP);
+        size = DTA_QPS;
+    }
+
+    apply {
+        hdr.bridge.setValid();
+        hdr.bridge.kind = KIND_FORWARD;
+        hdr.bridge.qp = 0; hdr.bridge.n = 0; hdr.bridge.pad0 = 0; hdr.bridge.immediate = 0;
+        hdr.bridge.key = 0; hdr.bridge.value = 0; hdr.bridge.delta = 0; hdr.bridge.va = 0;
+        hdr.bridge.list_id = 0; hdr.bridge.present = 0;
+
+        /* Exactly one report per datagram (PROTOCOL.md §6.3): the UDP length must be the
+         * report's; extended reserved fields must be zero and the priority 0..2. */
+        bit<16> ulen = hdr.udp.len - UDP_HEADER_LEN;
+        bool ext_ok = true;
+        if (hdr.ext.isValid()) {
+            ext_ok = hdr.ext.reserved == 0 && hdr.ext.reserved2 == 0 && hdr.ext.prio != 3;
+        }
+        if (hdr.ref_kw.isValid()) {
+            if (ulen == DTA_REF_BASE_LEN + DTA_REF_KW_LEN) { norm_ref_kw(); } else { drop(DROP_MALFORMED); }
+        } else if (hdr.ref_ki.isValid()) {
+            if (ulen == DTA_REF_BASE_LEN + DTA_REF_KI_LEN) { norm_ref_ki(); } else { drop(DROP_MALFORMED); }
+        } else if (hdr.ref_ap.isValid()) {
+            if (ulen == DTA_REF_BASE_LEN + DTA_REF_AP_LEN) { norm_ref_ap(); } else { drop(DROP_MALFORMED); }
+        } else if (hdr.ref_pc.isValid()) {
+            if (ulen != DTA_REF_BASE_LEN + DTA_REF_PC_LEN || hdr.ref_pc.hop_num == 0) { drop(DROP_MALFORMED); }
+            else { norm_ref_pc(); }
+        } else if (hdr.ext_kw.isValid()) {
+            if (!ext_ok || hdr.ext_kw.reserved != 0) { drop(DROP_MALFORMED); }
+            else if (hdr.ext_kw.key_len == 4 && hdr.ext_kw.val_len == DTA_VALUE_LEN
+                     && ulen == DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN) { norm_ext_kw(); }
+            else { drop(DROP_EXT_LENGTH); }
+        } else if (hdr.ext_ki.isValid()) {
+            if (!ext_ok || hdr.ext_ki.reserved != 0) { drop(DROP_MALFORMED); }
+            else if (hdr.ext_ki.key_len == 4 && ulen == DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4) { norm_ext_ki(); }
+            else { drop(DROP_EXT_LENGTH); }
+        } else if (hdr.ext_ap.isValid()) {
+            if (!ext_ok || hdr.ext_ap.reserved != 0) { drop(DROP_MALFORMED); }
+            else if (hdr.ext_ap.val_len == DTA_VALUE_LEN
+                     && ulen == DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN) { norm_ext_ap(); }
+            else { drop(DROP_EXT_LENGTH); }
+        } else if (hdr.ext_pc.isValid()) {
+            if (!ext_ok || hdr.ext_pc.reserved != 0 || hdr.ext_pc.path_len > DTA_EXT_MAX_PATH_LEN
+                    || (hdr.ext_pc.path_len != 0 && hdr.ext_pc.hop >= hdr.ext_pc.path_len)) {
+                drop(DROP_MALFORMED);
+            } else if (hdr.ext_pc.key_len == 4 && ulen == DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4) {
+                norm_ext_pc();
+            } else { drop(DROP_EXT_LENGTH); }
+        } else if (hdr.udp.isValid() && hdr.udp.dst_port == DTA_PORT) {
+            drop(DROP_BAD_VERSION);   /* unknown opcode or unsupported version: counted */
+        }
+
+        if (md.op == DTA_OP_KEY_WRITE || md.op == DTA_OP_KEY_INCREMENT) {
+            if (md.n == 0 || md.n > DTA_MAX_N) {
+                drop(DROP_BAD_REDUNDANCY);
+            } else {
+                tbl_kv_route.apply();
+                hdr.bridge.kind = (md.op == DTA_OP_KEY_WRITE) ? KIND_KEYWRITE : KIND_KEYINC;
+                hdr.bridge.n = md.n; hdr.bridge.immediate = md.immediate;
+                hdr.bridge.key = md.key; hdr.bridge.value = md.value; hdr.bridge.delta = md.delta;
+            }
+        } else if (md.op == DTA_OP_APPEND) {
+            if (tbl_ap_list.apply().hit) {
+                md.ap_pos = ap_pos_next.execute(md.lidx);
+#if DTA_AP_BATCH > 1
+                AP_ENTRY_APPLY(0)
+#endif
+#if DTA_AP_BATCH > 2
+                AP_ENTRY_APPLY(1) AP_ENTRY_APPLY(2)
+#endif
+#if DTA_AP_BATCH > 4
+                AP_ENTRY_APPLY(3) AP_ENTRY_APPLY(4) AP_ENTRY_APPLY(5) AP_ENTRY_APPLY(6)
+#endif
+#if DTA_AP_BATCH > 8
+                AP_ENTRY_APPLY(7) AP_ENTRY_APPLY(8) AP_ENTRY_APPLY(9) AP_ENTRY_APPLY(10)
+                AP_ENTRY_APPLY(11) AP_ENTRY_APPLY(12) AP_ENTRY_APPLY(13) AP_ENTRY_APPLY(14)
+#endif
+                if (md.ap_pos == DTA_AP_BATCH - 1) {
+                    /* Batch ready: own entry last, then one WRITE of the whole batch. */
+                    hdr.ap_words[DTA_AP_BATCH - 1].setValid();
+                    hdr.ap_words[DTA_AP_BATCH - 1].w = md.value;
+                    md.ap_imm = ap_imm_take.execute(md.lidx);
+                    md.ap_off = ap_off_next.execute(md.lidx);
+                    md.ap_seq = ap_seq_next.execute(md.lidx);
+#ifndef DTA_AP_REFERENCE_RING
+                    hdr.ap_trailer.setValid();
+                    /* LE u64: seq (48 bits, high 16 zero here) | count << 48, count = batch. */
+                    hdr.ap_trailer.trailer_le = md.ap_seq[7:0] ++ md.ap_seq[15:8] ++ md.ap_seq[23:16]
+                        ++ md.ap_seq[31:24] ++ 8w0 ++ 8w0 ++ (bit<8>)DTA_AP_BATCH ++ 8w0;
+#endif
+                    hdr.bridge.kind = KIND_APPEND;
+                    hdr.bridge.immediate = (bit<1>)(md.ap_imm != 0);
+                    hdr.bridge.va = md.list_base + (bit<64>)md.ap_off;
+                    hdr.bridge.list_id = md.list_id;
+                    ig_tm_md.ucast_egress_port = md.port;
+                } else {
+                    /* Held in the batch registers; consumes no PSN. */
+                    ap_imm_add.execute(md.lidx);
+                    md.drop_reason = HELD_APPEND;
+                    ig_dprsr_md.drop_ctl = 1;
+                }
+            }
+        } else if (md.op == DTA_OP_POSTCARD) {
+            if (tbl_pc_route.apply().hit) {
+                if (tbl_pc_hop.apply().hit) {
+                    bit<32> cache_hash = pc_cache_hash.get({ md.key });
+                    md.pc_idx = cache_hash[DTA_PC_CACHE_BITS - 1:0];
+                    md.pc_old_flow = pc_flow_swap.execute(md.pc_idx);
+                    md.pc_collision = (bit<1>)(md.pc_old_flow != md.key);
+                    md.pc_old_mask = pc_mask_update.execute(md.pc_idx);
+                    md.pc_evict = (bit<1>)(md.pc_collision == 1 && md.pc_old_mask != 0);
+                    if (md.pc_collision == 1) {
+                        md.pc_complete = (bit<1>)(md.pc_start_mask == 0);
+                    } else {
+                        md.pc_complete = (bit<1>)(md.pc_old_mask == md.pc_full_xor_bit);
+                    }
+                    PC_HOP_APPLY(0)
+#if DTA_PC_HOPS > 1
+                    PC_HOP_APPLY(1)
+#endif
+#if DTA_PC_HOPS > 2
+                    PC_HOP_APPLY(2)
+#endif
+#if DTA_PC_HOPS > 3
+                    PC_HOP_APPLY(3)
+#endif
+#if DTA_PC_HOPS > 4
+                    PC_HOP_APPLY(4)
+#endif
+#if DTA_PC_HOPS > 5
+                    PC_HOP_APPLY(5)
+#endif
+#if DTA_PC_HOPS > 6
+                    PC_HOP_APPLY(6)
+#endif
+#if DTA_PC_HOPS > 7
+                    PC_HOP_APPLY(7)
+#endif
+                    if (md.pc_evict == 1) {
+                        /* The old flow's words go to the old flow's chunk. */
+                        hdr.bridge.key = md.pc_old_flow;
+                        hdr.bridge.present = md.pc_old_mask[7:0];
+                        if (md.pc_complete == 1) { md.drop_reason = DROP_PC_SHORT_ON_EVICT; }
+                    } else {
+                        hdr.bridge.key = md.key;
+                        hdr.bridge.present = md.pc_full[7:0];
+                    }
+                    if (md.pc_evict == 1 || md.pc_complete == 1) {
+                        hdr.bridge.kind = KIND_POSTCARD;
+                        ig_tm_md.mcast_grp_a = md.pc_grp;   /* one copy per chunk replica */
+                    } else {
+                        md.drop_reason = HELD_POSTCARD;
+                        ig_dprsr_md.drop_ctl = 1;
+                    }
+                }
+            }
+        } else if (hdr.aeth.isValid()) {
+            if (tbl_resp_qp.apply().hit) {
+                hdr.bridge.kind = KIND_RESPONSE;
+                /* NAKs other than "PSN sequence error" break the QP: tell the control plane. */
+                if ((hdr.aeth.syndrome & AETH_SYN_KIND_MASK) == AETH_SYN_NAK
+                        && hdr.aeth.syndrome != AETH_NAK_PSN_SEQ_ERROR) {
+                    ig_dprsr_md.digest_type = 1;
+                }
+            }
+        } else if (hdr.ipv4.isValid() && md.drop_reason == 0) {
+            tbl_forward.apply();
+        }
+
+        /* Report headers never leave ingress: egress rebuilds the packet. */
+        hdr.ref.setInvalid(); hdr.ref_kw.setInvalid(); hdr.ref_ki.setInvalid();
+        hdr.ref_ap.setInvalid(); hdr.ref_pc.setInvalid(); hdr.ext.setInvalid();
+        hdr.ext_kw.setInvalid(); hdr.ext_ki.setInvalid(); hdr.ext_ap.setInvalid();
+        hdr.ext_pc.setInvalid();
+        ig_events.count(md.drop_reason);
+    }
+}
+
+control IgDeparser(packet_out pkt, inout headers_t hdr, in ig_md_t md,
+                   in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Digest<digest_qp_error_t>() qp_error;
+    apply {
+        if (ig_dprsr_md.digest_type == 1) {
+            qp_error.pack({ hdr.bridge.qp, hdr.aeth.syndrome, hdr.bth.psn });
+        }
+        pkt.emit(hdr.bridge);
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.udp);
+        pkt.emit(hdr.bth);
+        pkt.emit(hdr.aeth);
+        pkt.emit(hdr.ap_words);
+        pkt.emit(hdr.ap_trailer);
+        pkt.emit(hdr.pc_words);
+    }
+}
+
+/* ------------------------------------------------------------- egress parser */
+
+parser EgParser(packet_in pkt, out headers_t hdr, out eg_md_t md,
+                out egress_intrinsic_metadata_t eg_intr_md) {
+    state start {
+        pkt.extract(eg_intr_md);
+        pkt.extract(hdr.bridge);
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) { ETHERTYPE_IPV4: parse_ipv4; default: accept; }
+    }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition select(hdr.ipv4.protocol) { IP_PROTO_UDP: parse_udp; default: accept; }
+    }
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        /* Every kind that carries a payload from ingress is parsed here, postcards included
+         * (the reference's egress parser had no postcard branch). */
+        transition select(hdr.bridge.kind) {
+            KIND_APPEND: parse_ap;
+            KIND_POSTCARD: parse_pc;
+            KIND_RESPONSE: parse_resp;
+            default: accept;
+        }
+    }
+    state parse_ap {
+        pkt.extract(hdr.ap_words.next);
+#if DTA_AP_BATCH > 1
+        pkt.extract(hdr.ap_words.next);
+#endif
+#if DTA_AP_BATCH > 2
+        pkt.extract(hdr.ap_words.next); pkt.extract(hdr.ap_words.next);
+#endif
+#if DTA_AP_BATCH > 4
+        pkt.extract(hdr.ap_words.next); pkt.extract(hdr.ap_words.next);
+        pkt.extract(hdr.ap_words.next); pkt.extract(hdr.ap_words.next);
+#endif
+#if DTA_AP_BATCH > 8
+        pkt.extract(hdr.ap_words.next); pkt.extract(hdr.ap_words.next);
+        pkt.extract(hdr.ap_words.next); pkt.extract(hdr.ap_words.next);
+        pkt.extract(hdr.ap_words.next); pkt.extract(hdr.ap_words.next);
+        pkt.extract(hdr.ap_words.next); pkt.extract(hdr.ap_words.next);
+#endif
+#ifndef DTA_AP_REFERENCE_RING
+        pkt.extract(hdr.ap_trailer);
+#endif
+        transition accept;
+    }
+    state parse_pc {
+        pkt.extract(hdr.pc_words.next);
+#if DTA_PC_HOPS > 1
+        pkt.extract(hdr.pc_words.next);
+#endif
+#if DTA_PC_HOPS > 2
+        pkt.extract(hdr.pc_words.next);
+#endif
+#if DTA_PC_HOPS > 3
+        pkt.extract(hdr.pc_words.next);
+#endif
+#if DTA_PC_HOPS > 4
+        pkt.extract(hdr.pc_words.next);
+#endif
+#if DTA_PC_HOPS > 5
+        pkt.extract(hdr.pc_words.next);
+#endif
+#if DTA_PC_HOPS > 6
+        pkt.extract(hdr.pc_words.next);
+#endif
+#if DTA_PC_HOPS > 7
+        pkt.extract(hdr.pc_words.next);
+#endif
+        transition accept;
+    }
+    state parse_resp {
+        pkt.extract(hdr.bth);
+        pkt.extract(hdr.aeth);
+        transition accept;
+    }
+}
+
+/* ------------------------------------------------------------------- egress */
+
+control Egress(inout headers_t hdr, inout eg_md_t md,
+               in egress_intrinsic_metadata_t eg_intr_md,
+               in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+               inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+               inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+
+    Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS_AND_BYTES) qp_frames;
+    Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_acks;
+    Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_nak_seq;
+    Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_nak_rnr;
+    Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_nak_fatal;
+    Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_window_drops;
+
+    /* ---- per-QP coordinates (control plane, from the collector's metadata) ---- */
+    action set_qp(bit<48> src_mac, bit<48> dst_mac, bit<32> src_ip, bit<32> dst_ip,
+                  bit<16> src_port, bit<24> remote_qpn, bit<32> rkey, bit<64> base,
+                  bit<32> slot_mask, bit<32> ack_every_m1, bit<32> window) {
+        hdr.ethernet.src = src_mac; hdr.ethernet.dst = dst_mac;
+        hdr.ipv4.src = src_ip; hdr.ipv4.dst = dst_ip;
+        hdr.udp.src_port = src_port;
+        md.remote_qpn = remote_qpn; md.rkey = rkey;
+        md.base = base; md.slot_mask = slot_mask; md.ack_every_m1 = ack_every_m1;
+        md.window = window;
+    }
+    action unknown_qp() { eg_dprsr_md.drop_ctl = 1; }
+    table tbl_qp {
+        key = { hdr.bridge.qp : exact; }
+        actions = { set_qp; unknown_qp; }
+        default_action = unknown_qp();
+        size = DTA_QPS;
+    }
+
+    /* ---- PSN: post-incremented, 24 bits; set by a NAK "PSN sequence error" ---- */
+    Register<bit<32>, qp_idx_t>(DTA_QPS, 0) psn_reg;
+    RegisterAction<bit<32>, qp_idx_t, bit<32>>(psn_reg) psn_next = {
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = (value + 1) & PSN_MASK; }
+    };
+    RegisterAction<bit<32>, qp_idx_t, bit<32>>(psn_reg) psn_resync = {
+        void apply(inout bit<32> value) { value = (bit<32>)hdr.bth.psn; }
+    };
+    /* AckReq on every k-th frame, exactly like the software QP. */
+    Register<bit<32>, qp_idx_t>(DTA_QPS, 0) ackreq_reg;
+    RegisterAction<bit<32>, qp_idx_t, bit<1>>(ackreq_reg) ackreq_next = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            if (value >= md.ack_every_m1) { value = 0; rv = 1; } else { value = value + 1; rv = 0; }
+        }
+    };
+    /* Resync window: after a PSN resync, this many frames of the QP are dropped (0 = none,
+     * the software translator's behaviour). Configurable per QP and counted (qp_window_drops). */
+    Register<bit<32>, qp_idx_t>(DTA_QPS, 0) window_reg;
+    RegisterAction<bit<32>, qp_idx_t, bit<1>>(window_reg) window_open = {
+        void apply(inout bit<32> value) { value = md.window; }
+    };
+    RegisterAction<bit<32>, qp_idx_t, bit<1>>(window_reg) window_pass = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            if (value > 0) { value = value - 1; rv = 1; } else { rv = 0; }
+        }
+    };
+
+    /* ---- hashes ---- */
+#ifdef DTA_HASH_REFERENCE
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_CRC32)) h_checksum;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_CRC32)) h_slot_ref;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_CRC32)) h_chunk0_ref;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_HOP1)) h_hop0;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_HOP2)) h_hop1;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_HOP3)) h_hop2;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_HOP4)) h_hop3;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_HOP5)) h_hop4;
+#else
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_CHECKSUM)) h_checksum;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA0)) h_rep0;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA1)) h_rep1;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA2)) h_rep2;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA3)) h_rep3;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA4)) h_rep4;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA5)) h_rep5;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA6)) h_rep6;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_REPLICA7)) h_rep7;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP0)) h_hop0;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP1)) h_hop1;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP2)) h_hop2;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP3)) h_hop3;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP4)) h_hop4;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP5)) h_hop5;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP6)) h_hop6;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP7)) h_hop7;
+#endif
+
+    /* ICRC engines: reflected CRC-32 seeded with the 8 x 0xFF prefix, over the masked IPv4,
+     * UDP and BTH fields and everything up to the ICRC (p4/README.md: "ICRC"). */
+#define ICRC_ENGINE(NAME) Hash<bit<32>>(HashAlgorithm_t.CUSTOM, \
+        CRCPolynomial<bit<32>>(ICRC_POLY, true, false, false, ICRC_SEED_NORMAL, ICRC_XOROUT)) NAME
+    ICRC_ENGINE(icrc_kw);
+    ICRC_ENGINE(icrc_kw_imm);
+    ICRC_ENGINE(icrc_ki);
+    ICRC_ENGINE(icrc_imm0);
+    ICRC_ENGINE(icrc_ap);
+    ICRC_ENGINE(icrc_ap_imm);
+    ICRC_ENGINE(icrc_pc);
+#define ICRC_HEADERS \
+        hdr.ipv4.version, hdr.ipv4.ihl, ICRC_MASK8, hdr.ipv4.total_len, hdr.ipv4.ident, \
+        hdr.ipv4.flags, hdr.ipv4.frag_offset, ICRC_MASK8, hdr.ipv4.protocol, ICRC_MASK16, \
+        hdr.ipv4.src, hdr.ipv4.dst, \
+        hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.len, ICRC_MASK16, \
+        hdr.bth.opcode, hdr.bth.se, hdr.bth.mig_req, hdr.bth.pad, hdr.bth.tver, hdr.bth.pkey, \
+        ICRC_MASK8, hdr.bth.dest_qp, hdr.bth.ack_req, hdr.bth.resv7, hdr.bth.psn
+
+/* Payload words in ICRC order. */
+#if DTA_AP_BATCH == 1
+#define AP_WORDS_ICRC hdr.ap_words[0].w
+#elif DTA_AP_BATCH == 2
+#define AP_WORDS_ICRC hdr.ap_words[0].w, hdr.ap_words[1].w
+#elif DTA_AP_BATCH == 4
+#define AP_WORDS_ICRC hdr.ap_words[0].w, hdr.ap_words[1].w, hdr.ap_words[2].w, hdr.ap_words[3].w
+#elif DTA_AP_BATCH == 8
+#define AP_WORDS_ICRC hdr.ap_words[0].w, hdr.ap_words[1].w, hdr.ap_words[2].w, hdr.ap_words[3].w, hdr.ap_words[4].w, hdr.ap_words[5].w, hdr.ap_words[6].w, hdr.ap_words[7].w
+#elif DTA_AP_BATCH == 16
+#define AP_WORDS_ICRC hdr.ap_words[0].w, hdr.ap_words[1].w, hdr.ap_words[2].w, hdr.ap_words[3].w, hdr.ap_words[4].w, hdr.ap_words[5].w, hdr.ap_words[6].w, hdr.ap_words[7].w, hdr.ap_words[8].w, hdr.ap_words[9].w, hdr.ap_words[10].w, hdr.ap_words[11].w, hdr.ap_words[12].w, hdr.ap_words[13].w, hdr.ap_words[14].w, hdr.ap_words[15].w
+#endif
+#ifdef DTA_AP_REFERENCE_RING
+#define AP_TRAILER_ICRC
+#else
+#define AP_TRAILER_ICRC , hdr.ap_trailer.trailer_le
+#endif
+#if DTA_PC_CHUNK_WORDS == 1
+#define PC_WORDS_ICRC hdr.pc_words[0].w
+#elif DTA_PC_CHUNK_WORDS == 2
+#define PC_WORDS_ICRC hdr.pc_words[0].w, hdr.pc_words[1].w
+#elif DTA_PC_CHUNK_WORDS == 4
+#define PC_WORDS_ICRC hdr.pc_words[0].w, hdr.pc_words[1].w, hdr.pc_words[2].w, hdr.pc_words[3].w
+#elif DTA_PC_CHUNK_WORDS == 8
+#define PC_WORDS_ICRC hdr.pc_words[0].w, hdr.pc_words[1].w, hdr.pc_words[2].w, hdr.pc_words[3].w, hdr.pc_words[4].w, hdr.pc_words[5].w, hdr.pc_words[6].w, hdr.pc_words[7].w
+#endif
+
+    /* Frame skeleton shared by every request: IPv4/UDP as FrameTemplate writes them. */
+    action frame(bit<8> opcode, bit<16> transport_len) {
+        hdr.ipv4.version = 4; hdr.ipv4.ihl = 5; hdr.ipv4.tos = 0;
+        hdr.ipv4.total_len = transport_len + (IPV4_HEADER_LEN + UDP_HEADER_LEN);
+        hdr.ipv4.ident = 0; hdr.ipv4.flags = 2; hdr.ipv4.frag_offset = 0; hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.udp.dst_port = ROCEV2_PORT;
+        hdr.udp.len = transport_len + UDP_HEADER_LEN;
+        hdr.udp.checksum = 0;
+        hdr.bth.setValid();
+        hdr.bth.opcode = opcode; hdr.bth.se = 0; hdr.bth.mig_req = 1; hdr.bth.pad = 0;
+        hdr.bth.tver = 0; hdr.bth.pkey = IB_PKEY_DEFAULT; hdr.bth.fecn = 0; hdr.bth.becn = 0;
+        hdr.bth.resv6 = 0; hdr.bth.resv7 = 0;
+        hdr.icrc.setValid();
+    }
+
+    apply {
+        md.rid = eg_intr_md.egress_rid;
+        bit<8> kind = hdr.bridge.kind;
+
+        bool qp_hit = false;
+        if (kind != KIND_FORWARD) {
+            qp_hit = tbl_qp.apply().hit;   /* applied once, for responses and requests alike */
+        }
+        if (kind == KIND_RESPONSE) {
+            /* ACK and NAK told apart by the AETH syndrome before touching the PSN. */
+            bit<8> syn_kind = hdr.aeth.syndrome & AETH_SYN_KIND_MASK;
+            if (qp_hit) {
+                if (hdr.aeth.syndrome == AETH_NAK_PSN_SEQ_ERROR) {
+                    psn_resync.execute(hdr.bridge.qp);
+                    window_open.execute(hdr.bridge.qp);
+                    qp_nak_seq.count(hdr.bridge.qp);
+                } else if (syn_kind == AETH_SYN_ACK) {
+                    qp_acks.count(hdr.bridge.qp);
+                } else if (syn_kind == AETH_SYN_RNR_NAK) {
+                    qp_nak_rnr.count(hdr.bridge.qp);
+                } else {
+                    qp_nak_fatal.count(hdr.bridge.qp);
+                }
+            }
+            eg_dprsr_md.drop_ctl = 1;
+        } else if (kind != KIND_FORWARD) {
+            if (qp_hit) {
+                md.in_window = window_pass.execute(hdr.bridge.qp);
+                if (md.in_window == 1) {
+                    qp_window_drops.count(hdr.bridge.qp);
+                    eg_dprsr_md.drop_ctl = 1;
+                } else {
+                    md.psn = psn_next.execute(hdr.bridge.qp);
+                    md.ack_req = ackreq_next.execute(hdr.bridge.qp);
+
+                    /* ---- which slot / chunk ---- */
+                    if (kind == KIND_KEYWRITE || kind == KIND_KEYINC || kind == KIND_POSTCARD) {
+#ifdef DTA_HASH_REFERENCE
+                        if (kind == KIND_POSTCARD && md.rid == 0) {
+                            md.slot = h_chunk0_ref.get({ hdr.bridge.key });
+                        } else {
+                            md.slot = h_slot_ref.get({ hdr.bridge.key, md.rid[7:0] });
+                        }
+#else
+                        if (md.rid == 0) { md.slot = h_rep0.get({ hdr.bridge.key }); }
+                        else if (md.rid == 1) { md.slot = h_rep1.get({ hdr.bridge.key }); }
+                        else if (md.rid == 2) { md.slot = h_rep2.get({ hdr.bridge.key }); }
+                        else if (md.rid == 3) { md.slot = h_rep3.get({ hdr.bridge.key }); }
+                        else if (md.rid == 4) { md.slot = h_rep4.get({ hdr.bridge.key }); }
+                        else if (md.rid == 5) { md.slot = h_rep5.get({ hdr.bridge.key }); }
+                        else if (md.rid == 6) { md.slot = h_rep6.get({ hdr.bridge.key }); }
+                        else { md.slot = h_rep7.get({ hdr.bridge.key }); }
+#endif
+                        md.slot = md.slot & md.slot_mask;
+                    }
+                    if (kind == KIND_KEYWRITE || kind == KIND_KEYINC) {
+                        md.checksum = h_checksum.get({ hdr.bridge.key });
+                    }
+
+                    if (kind == KIND_KEYWRITE) {
+                        hdr.reth.setValid();
+                        hdr.reth.va = md.base + ((bit<64>)md.slot << 3);
+                        hdr.reth.dma_len = DTA_KW_SLOT_SIZE;
+                        hdr.kw_payload.setValid();
+                        hdr.kw_payload.checksum_le = md.checksum[7:0] ++ md.checksum[15:8]
+                            ++ md.checksum[23:16] ++ md.checksum[31:24];
+                        hdr.kw_payload.value = hdr.bridge.value;
+                        if (hdr.bridge.immediate == 1 && md.rid == 0) {
+                            /* The first replica tells the collector CPU (ImmDt = checksum). */
+                            frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
+                                  IB_BTH_LEN + IB_RETH_LEN + IB_IMMDT_LEN + DTA_KW_SLOT_SIZE + IB_ICRC_LEN);
+                            hdr.immdt.setValid();
+                            hdr.immdt.imm = md.checksum;
+                        } else {
+                            frame(IB_OP_RC_RDMA_WRITE_ONLY,
+                                  IB_BTH_LEN + IB_RETH_LEN + DTA_KW_SLOT_SIZE + IB_ICRC_LEN);
+                        }
+                    } else if (kind == KIND_KEYINC) {
+                        if ((bit<8>)md.rid < hdr.bridge.n) {
+                            /* BTH + AtomicETH + ICRC: 44 bytes of transport, correct lengths. */
+                            frame(IB_OP_RC_FETCH_ADD, IB_BTH_LEN + IB_ATOMIC_ETH_LEN + IB_ICRC_LEN);
+                            hdr.atomic.setValid();
+                            hdr.atomic.va = md.base + ((bit<64>)md.slot << 3);
+                            hdr.atomic.add = hdr.bridge.delta;
+                            hdr.atomic.compare = 0;
+                        } else {
+                            /* Replica N of an immediate report: a zero-length WRITE with
+                             * ImmDt = checksum at the region base. */
+                            frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
+                                  IB_BTH_LEN + IB_RETH_LEN + IB_IMMDT_LEN + IB_ICRC_LEN);
+                            hdr.reth.setValid();
+                            hdr.reth.va = md.base;
+                            hdr.reth.dma_len = 0;
+                            hdr.immdt.setValid();
+                            hdr.immdt.imm = md.checksum;
+                        }
+                    } else if (kind == KIND_APPEND) {
+                        hdr.reth.setValid();
+                        hdr.reth.va = hdr.bridge.va;
+                        hdr.reth.dma_len = DTA_AP_STRIDE;
+                        if (hdr.bridge.immediate == 1) {
+                            frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
+                                  IB_BTH_LEN + IB_RETH_LEN + IB_IMMDT_LEN + DTA_AP_STRIDE + IB_ICRC_LEN);
+                            hdr.immdt.setValid();
+                            hdr.immdt.imm = hdr.bridge.list_id;
+                        } else {
+                            frame(IB_OP_RC_RDMA_WRITE_ONLY,
+                                  IB_BTH_LEN + IB_RETH_LEN + DTA_AP_STRIDE + IB_ICRC_LEN);
+                        }
+                    } else {
+                        /* Postcarding: encode every hop word against the chunk's flow. */
+                        hdr.reth.setValid();
+                        hdr.reth.va = md.base + ((bit<64>)md.slot << DTA_PC_CHUNK_SHIFT);
+                        hdr.reth.dma_len = DTA_PC_CHUNK_BYTES;
+                        frame(IB_OP_RC_RDMA_WRITE_ONLY,
+                              IB_BTH_LEN + IB_RETH_LEN + DTA_PC_CHUNK_BYTES + IB_ICRC_LEN);
+/* Blank hop: raw 0 (reference) or the hop hash XOR the blank marker (independent). */
+#ifdef DTA_HASH_REFERENCE
+#define PC_BLANK(H) 32w0
+#else
+#define PC_BLANK(H) ((H) ^ IND_BLANK)
+#endif
+#define PC_ENCODE(I) \
+                        { \
+                            bit<32> hh##I = h_hop##I.get({ hdr.bridge.key }); \
+                            if (hdr.bridge.present[I:I] == 1) { hdr.pc_words[I].w = hdr.pc_words[I].w ^ hh##I; } \
+                            else { hdr.pc_words[I].w = PC_BLANK(hh##I); } \
+                        }
+                        PC_ENCODE(0)
+#if DTA_PC_HOPS > 1
+                        PC_ENCODE(1)
+#endif
+#if DTA_PC_HOPS > 2
+                        PC_ENCODE(2)
+#endif
+#if DTA_PC_HOPS > 3
+                        PC_ENCODE(3)
+#endif
+#if DTA_PC_HOPS > 4
+                        PC_ENCODE(4)
+#endif
+#if DTA_PC_HOPS > 5
+                        PC_ENCODE(5)
+#endif
+#if DTA_PC_HOPS > 6
+                        PC_ENCODE(6)
+#endif
+#if DTA_PC_HOPS > 7
+                        PC_ENCODE(7)
+#endif
+                        /* Padding words of the power-of-two chunk are written as zero. */
+#if DTA_PC_HOPS < DTA_PC_CHUNK_WORDS
+                        hdr.pc_words[DTA_PC_CHUNK_WORDS - 1].setValid();
+                        hdr.pc_words[DTA_PC_CHUNK_WORDS - 1].w = 0;
+#endif
+#if DTA_PC_HOPS < DTA_PC_CHUNK_WORDS - 1
+                        hdr.pc_words[DTA_PC_CHUNK_WORDS - 2].setValid();
+                        hdr.pc_words[DTA_PC_CHUNK_WORDS - 2].w = 0;
+#endif
+#if DTA_PC_HOPS < DTA_PC_CHUNK_WORDS - 2
+                        hdr.pc_words[DTA_PC_CHUNK_WORDS - 3].setValid();
+                        hdr.pc_words[DTA_PC_CHUNK_WORDS - 3].w = 0;
+#endif
+                    }
+
+                    hdr.bth.dest_qp = md.remote_qpn;
+                    hdr.bth.ack_req = md.ack_req;
+                    hdr.bth.psn = md.psn[23:0];
+                    if (hdr.reth.isValid()) { hdr.reth.rkey = md.rkey; }
+                    if (hdr.atomic.isValid()) { hdr.atomic.rkey = md.rkey; }
+
+                    /* ---- ICRC, per frame shape ---- */
+                    bit<32> crc = 0;
+#ifndef DTA_NO_ICRC
+                    if (hdr.kw_payload.isValid() && hdr.immdt.isValid()) {
+                        crc = icrc_kw_imm.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                                                hdr.immdt.imm, hdr.kw_payload.checksum_le, hdr.kw_payload.value });
+                    } else if (hdr.kw_payload.isValid()) {
+                        crc = icrc_kw.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                                            hdr.kw_payload.checksum_le, hdr.kw_payload.value });
+                    } else if (hdr.atomic.isValid()) {
+                        crc = icrc_ki.get({ ICRC_HEADERS, hdr.atomic.va, hdr.atomic.rkey, hdr.atomic.add,
+                                            hdr.atomic.compare });
+                    } else if (kind == KIND_KEYINC) {
+                        crc = icrc_imm0.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                                              hdr.immdt.imm });
+                    } else if (kind == KIND_APPEND && hdr.immdt.isValid()) {
+                        crc = icrc_ap_imm.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                                                hdr.immdt.imm, AP_WORDS_ICRC AP_TRAILER_ICRC });
+                    } else if (kind == KIND_APPEND) {
+                        crc = icrc_ap.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                                            AP_WORDS_ICRC AP_TRAILER_ICRC });
+                    } else {
+                        crc = icrc_pc.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                                            PC_WORDS_ICRC });
+                    }
+#endif
+                    /* Least-significant byte first on the wire. */
+                    hdr.icrc.icrc_le = crc[7:0] ++ crc[15:8] ++ crc[23:16] ++ crc[31:24];
+                    qp_frames.count(hdr.bridge.qp);
+                }
+            }
+        }
+        hdr.bridge.setInvalid();
+    }
+}
+
+control EgDeparser(packet_out pkt, inout headers_t hdr, in eg_md_t md,
+                   in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    Checksum() ipv4_csum;
+    apply {
+        hdr.ipv4.checksum = ipv4_csum.update({
+            hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.tos, hdr.ipv4.total_len, hdr.ipv4.ident,
+            hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+            hdr.ipv4.src, hdr.ipv4.dst });
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.udp);
+        pkt.emit(hdr.bth);
+        pkt.emit(hdr.reth);
+        pkt.emit(hdr.atomic);
+        pkt.emit(hdr.immdt);
+        pkt.emit(hdr.kw_payload);
+        pkt.emit(hdr.ap_words);
+        pkt.emit(hdr.ap_trailer);
+        pkt.emit(hdr.pc_words);
+        pkt.emit(hdr.icrc);
+    }
+}
+
+Pipeline(IgParser(), Ingress(), IgDeparser(), EgParser(), Egress(), EgDeparser()) pipe;
+Switch(pipe) main;
