@@ -9,9 +9,14 @@
 //! - if an AckReq'd frame is not acknowledged within `ack_timeout`, something was lost
 //!   silently (the NAK itself, or the tail of a burst). Linux rxe then drops every later
 //!   frame until it sees the PSN it expects, so the QP sends a *probe*: a zero-length RDMA
-//!   WRITE with AckReq at the oldest unacknowledged PSN. The responder answers either an ACK
-//!   (that PSN was what it expected) or, as a duplicate, an ACK naming the last PSN it executed;
-//!   both tell us where to continue;
+//!   WRITE with AckReq at the oldest unconfirmed PSN, *alongside* normal traffic. The responder
+//!   either executes it (it was waiting for exactly that PSN, and the next real frame then
+//!   draws a fresh NAK naming where to continue) or treats it as a duplicate and re-ACKs the
+//!   last PSN it executed. If that re-ACK shows frames sent before the probe were not
+//!   executed, another probe follows at once, which the responder executes.
+//! - the send PSN only ever moves forward, or back to a PSN a NAK names. Never to a PSN the
+//!   responder may have executed: a reused PSN is a duplicate, silently not executed (an
+//!   atomic increment would be lost), so recovery never guesses from ACKs;
 //! - an RNR NAK pauses the QP for the advertised time;
 //! - a NAK "remote access error" or "invalid request" means the responder moved the QP to the
 //!   error state: the QP is marked broken and the control plane reconnects.
@@ -87,8 +92,8 @@ pub enum QpEvent {
 struct Probe {
     psn: Psn,
     sent_at: u64,
-    /// ACKs at or beyond the probe's PSN arrived; conclude when none arrived for a while.
-    settle_at: Option<u64>,
+    /// The newest PSN sent before the probe: its answer must cover it, or frames were lost.
+    before: Psn,
 }
 
 /// PSN and ACK state of one requester QP.
@@ -108,8 +113,12 @@ pub struct QpTx {
     since_ackreq: u32,
     /// The newest AckReq'd PSN awaiting its ACK, and when it was sent.
     awaiting: Option<(Psn, u64)>,
-    /// An outstanding probe: new frames wait until it is answered.
+    /// An outstanding probe.
     probing: Option<Probe>,
+    /// Send the next probe right away (the last answer showed the responder is behind).
+    reprobe: bool,
+    /// PSN of the last NAK acted on (a repeat of it is ignored).
+    last_nak: Option<Psn>,
     /// When loss was first suspected (for resync latency).
     loss_since: Option<u64>,
     probes_unanswered: u32,
@@ -132,6 +141,8 @@ impl QpTx {
             since_ackreq: 0,
             awaiting: None,
             probing: None,
+            reprobe: false,
+            last_nak: None,
             loss_since: None,
             probes_unanswered: 0,
             paused_until: 0,
@@ -158,11 +169,10 @@ impl QpTx {
         self.broken
     }
 
-    /// True while new frames must not be sent: RNR back-off, or a probe awaiting its answer
-    /// (frames sent then would be duplicates or dropped by the responder).
+    /// True while new frames must not be sent (RNR back-off).
     #[inline]
     pub fn is_paused(&self, now: u64) -> bool {
-        now < self.paused_until || self.probing.is_some()
+        now < self.paused_until
     }
 
     /// Takes the PSN for a new frame and whether it must carry AckReq.
@@ -215,18 +225,20 @@ impl QpTx {
                 if self.awaiting.is_some_and(|(want, _)| psn.diff(want) >= 0) {
                     self.awaiting = None;
                 }
-                if let Some(p) = self.probing.as_mut() {
-                    if self.confirmed == self.high_next {
-                        // Everything we ever sent is confirmed: the ACK was merely late.
+                if let Some(p) = self.probing {
+                    if psn.diff(p.psn) >= 0 {
+                        // The probe was answered (executed, or re-ACKed as a duplicate).
                         self.probing = None;
-                        self.resync(self.confirmed);
-                    } else if psn.diff(p.psn) >= -1 {
-                        // Either the probe's answer or a late ACK sent before it: the answer
-                        // is the last response in the FIFO, so wait until they stop coming.
-                        p.settle_at = Some(now + self.tuning.ack_timeout_ns / 4);
+                        if psn.diff(p.before) < 0 {
+                            // Frames sent before the probe were not executed: the responder
+                            // waits at `confirmed`. Probe exactly there; it will execute it
+                            // and NAK the next real frame with the PSN to continue from.
+                            self.reprobe = true;
+                            return QpEvent::Probe;
+                        }
                     }
                 }
-                if self.probing.is_none() {
+                if self.probing.is_none() && !self.reprobe {
                     if let Some(t) = self.loss_since.take() {
                         self.note_resync(now.saturating_sub(t));
                     }
@@ -234,14 +246,19 @@ impl QpTx {
                 QpEvent::None
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
-                // The NAK names the PSN the responder expects.
-                if !self.plausible(psn) && psn != self.high_next {
+                // The NAK names the PSN the responder expects; it never executed anything at or
+                // after it, so continuing there reuses no executed PSN.
+                let stale = !(self.plausible(psn) || psn == self.high_next)
+                    || (self.last_nak == Some(psn) && psn.diff(self.next_psn) < 0);
+                if stale {
                     self.stats.stale_responses += 1;
                     return QpEvent::None;
                 }
                 self.stats.nak_seq += 1;
                 self.probes_unanswered = 0;
                 self.probing = None;
+                self.reprobe = false;
+                self.last_nak = Some(psn);
                 if psn.diff(self.confirmed) > 0 {
                     self.confirmed = psn;
                 }
@@ -253,7 +270,7 @@ impl QpTx {
             Syndrome::RnrNak { timer } => {
                 self.stats.nak_rnr += 1;
                 self.paused_until = now + rnr_timer_ns(timer);
-                // The RNR'd request was not executed: continue from it.
+                // The RNR'd request was not executed (nor anything after it): continue from it.
                 if self.plausible(psn) || psn == self.high_next {
                     self.resync(psn);
                 }
@@ -295,25 +312,13 @@ impl QpTx {
         self.stats.resync_ns_max = self.stats.resync_ns_max.max(ns);
     }
 
-    /// Checks the ACK timer. Returns the PSN a probe must carry if one is due.
-    ///
-    /// The probe targets the oldest PSN not known to be executed; the caller sends a
-    /// zero-length WRITE with AckReq carrying exactly that PSN (taken with
-    /// [`QpTx::take_probe`]).
+    /// Checks the ACK timer. Returns the PSN a probe must carry if one is due; the caller
+    /// sends a zero-length WRITE with AckReq at exactly that PSN, taken with
+    /// [`QpTx::take_probe`].
     pub fn poll_timeout(&mut self, now: u64) -> Option<Psn> {
-        if let Some(p) = self.probing {
-            if let Some(settle) = p.settle_at {
-                if now >= settle {
-                    // The probe was answered and no response followed: the responder expects
-                    // the PSN right after the last one it confirmed.
-                    self.probing = None;
-                    self.resync(self.confirmed);
-                    if let Some(t) = self.loss_since.take() {
-                        self.note_resync(now.saturating_sub(t));
-                    }
-                }
-                return None;
-            }
+        if self.reprobe {
+            self.reprobe = false;
+            return Some(self.confirmed);
         }
         let sent_at = match (self.probing, self.awaiting) {
             (Some(p), _) => p.sent_at,
@@ -333,24 +338,18 @@ impl QpTx {
             self.probing = None;
             return None;
         }
-        // The probe reuses the oldest unconfirmed PSN: the responder either executes it (it
-        // was waiting for exactly that PSN) or treats it as a duplicate and re-ACKs the last
-        // PSN it executed. Either way it answers, even if it is silently dropping everything
-        // newer after a lost NAK.
-        self.next_psn = self.confirmed;
         self.awaiting = None;
-        self.since_ackreq = 0;
         Some(self.confirmed)
     }
 
-    /// Takes the PSN for the probe `poll_timeout` asked for and starts waiting for its answer.
+    /// Records the probe `poll_timeout` asked for and returns its PSN (the oldest unconfirmed
+    /// one). The send PSN is not touched: normal frames keep flowing.
     pub fn take_probe(&mut self, now: u64) -> Psn {
-        let psn = self.take_with_ackreq(now);
-        self.awaiting = None;
+        let psn = self.confirmed;
         self.probing = Some(Probe {
             psn,
             sent_at: now,
-            settle_at: None,
+            before: self.next_psn.sub(1),
         });
         self.stats.probes += 1;
         psn
@@ -358,13 +357,10 @@ impl QpTx {
 
     /// When the next timer fires, if any (ns).
     pub fn next_deadline(&self) -> Option<u64> {
+        if self.reprobe {
+            return Some(0);
+        }
         let t = match (self.probing, self.awaiting) {
-            (
-                Some(Probe {
-                    settle_at: Some(s), ..
-                }),
-                _,
-            ) => Some(s),
             (Some(p), _) => Some(p.sent_at + self.tuning.ack_timeout_ns),
             (None, Some((_, at))) => Some(at + self.tuning.ack_timeout_ns),
             (None, None) => None,
@@ -446,79 +442,81 @@ mod tests {
     }
 
     #[test]
-    fn silent_loss_probe_then_ack() {
+    fn late_ack_probe_is_a_harmless_duplicate() {
         let mut q = qp();
         for _ in 0..4 {
             q.take(0);
         }
-        // PSN 1 (4th frame) awaits an ACK; nothing comes.
+        // PSN 1 (the 4th frame, AckReq) gets no ACK in time: probe at the oldest unconfirmed PSN.
         assert_eq!(q.poll_timeout(500), None);
         let probe = q.poll_timeout(1500).expect("timeout fires");
-        assert_eq!(
-            probe,
-            Psn::new(0xFFFFFE),
-            "probe at the oldest unconfirmed PSN"
-        );
+        assert_eq!(probe, Psn::new(0xFFFFFE));
         assert_eq!(q.take_probe(1500), probe);
         assert!(
-            q.is_paused(1500),
-            "no new frames while the probe is outstanding"
+            !q.is_paused(1500),
+            "normal traffic continues during a probe"
         );
-        // Responder had executed up to PSN 0 (the probe is a duplicate): it re-ACKs PSN 0.
-        q.on_response(1600, Syndrome::Ack { credits: 31 }, Psn::new(0));
-        assert!(q.is_paused(1600), "waits for later responses to settle");
-        assert_eq!(q.poll_timeout(1700), None);
-        assert_eq!(q.poll_timeout(1850), None);
-        assert!(!q.is_paused(1850));
-        assert_eq!(
-            q.next_psn(),
-            Psn::new(1),
-            "continue right after the last executed PSN"
-        );
-        assert_eq!(
-            q.stats.resync_ns_max, 1850,
-            "measured from the unanswered AckReq"
-        );
+        let (p, _) = q.take(1500);
+        assert_eq!(p, Psn::new(2), "the send PSN never moves back for a probe");
+        // The late ACK, then the probe's answer (a duplicate re-ACK naming PSN 2).
+        q.on_response(1600, Syndrome::Ack { credits: 31 }, Psn::new(1));
+        q.on_response(1650, Syndrome::Ack { credits: 31 }, Psn::new(2));
+        assert_eq!(q.next_psn(), Psn::new(3));
+        assert_eq!(q.poll_timeout(1700), None, "no further probe");
+        assert_eq!(q.stats.psn_resyncs, 0);
     }
 
     #[test]
-    fn probe_answered_by_execution() {
-        let mut q = qp();
-        for _ in 0..4 {
-            q.take(0);
-        }
-        q.on_response(10, Syndrome::Ack { credits: 31 }, Psn::new(0xFFFFFF));
-        for _ in 0..4 {
-            q.take(20);
-        }
-        // Frames from PSN 0 on were all lost; the probe at 0 is executed and ACKed.
-        let p = q.poll_timeout(2000).unwrap();
-        assert_eq!(p, Psn::new(0));
-        q.take_probe(2000);
-        q.on_response(2100, Syndrome::Ack { credits: 31 }, Psn::new(0));
-        q.poll_timeout(2400);
-        assert_eq!(q.next_psn(), Psn::new(1));
-        assert_eq!(q.confirmed_psn(), Psn::new(1));
-    }
-
-    #[test]
-    fn late_ack_during_probe_is_not_mistaken_for_the_answer() {
+    fn lost_tail_recovers_through_a_second_probe_and_a_nak() {
         let mut q = qp();
         for _ in 0..8 {
             q.take(0);
         }
-        // PSN 1 (AckReq) is late; a probe goes out at 0xFFFFFE.
-        assert!(q.poll_timeout(1000).is_some());
-        q.take_probe(1000);
-        // The late ACK for PSN 1 arrives, then the probe's answer: all 8 frames executed.
-        q.on_response(1100, Syndrome::Ack { credits: 31 }, Psn::new(1));
-        q.on_response(1150, Syndrome::Ack { credits: 31 }, Psn::new(5));
+        // The responder executed up to PSN 0 (confirmed), then everything was lost; it waits
+        // silently at PSN 1 (its NAK was lost too).
+        q.on_response(10, Syndrome::Ack { credits: 31 }, Psn::new(0));
+        let p = q.poll_timeout(5000).unwrap();
+        assert_eq!(p, Psn::new(1));
+        q.take_probe(5000);
+        // Probe at PSN 1 executes (it was expected): ACK 1. Frames before the probe (up to 5)
+        // are not covered, so a second probe goes out at once at the new confirmed PSN 2.
+        assert_eq!(
+            q.on_response(5100, Syndrome::Ack { credits: 31 }, Psn::new(1)),
+            QpEvent::Probe
+        );
+        assert_eq!(q.poll_timeout(5100), Some(Psn::new(2)));
+        q.take_probe(5100);
+        // That one executes too; the next real frame (PSN 6) is out of sequence: NAK 3... the
+        // responder names PSN 3 and we continue there.
+        q.on_response(5200, Syndrome::Ack { credits: 31 }, Psn::new(2));
+        q.on_response(5300, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(3));
+        assert_eq!(q.next_psn(), Psn::new(3));
+        assert!(q.stats.resync_ns_max > 0);
+        // A repeat of the same NAK after we moved on is stale.
+        q.take(5400);
+        q.on_response(5500, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(3));
         assert_eq!(
             q.next_psn(),
-            Psn::new(6),
-            "resumes after the last executed PSN, no duplicates"
+            Psn::new(4),
+            "a repeated NAK never rewinds over executed PSNs"
         );
-        assert!(!q.is_paused(1150));
+    }
+
+    #[test]
+    fn unanswered_probes_break_the_qp() {
+        let mut q = qp();
+        for _ in 0..4 {
+            q.take(0);
+        }
+        let mut t = 0;
+        for _ in 0..3 {
+            t += 2000;
+            assert!(q.poll_timeout(t).is_some());
+            q.take_probe(t);
+        }
+        t += 2000;
+        assert_eq!(q.poll_timeout(t), None);
+        assert!(q.is_broken());
     }
 
     #[test]
