@@ -283,7 +283,9 @@ impl BaselineStore {
     #[inline]
     pub fn insert(&mut self, r: &Report) {
         match self {
-            BaselineStore::Parse(n) => *n = n.wrapping_add(std::hint::black_box(r).header.seq.unwrap_or(0) as u64),
+            BaselineStore::Parse(n) => {
+                *n = n.wrapping_add(std::hint::black_box(r).header.seq.unwrap_or(0) as u64)
+            }
             BaselineStore::Cuckoo(t, arrivals) => {
                 *arrivals += 1;
                 let _ = match r.primitive {
@@ -430,7 +432,13 @@ pub fn run_baseline(
                 }
             }
             let cpu = sys::thread_cpu_ns().saturating_sub(cpu0);
-            (got, malformed, store.failures(), cpu, rx.stats().kernel_drops)
+            (
+                got,
+                malformed,
+                store.failures(),
+                cpu,
+                rx.stats().kernel_drops,
+            )
         })
         .map_err(|e| e.to_string())?;
     let t0 = Instant::now();
@@ -513,7 +521,10 @@ mod tests {
             assert!(m.append(key(i as u64 % 3), &[i]));
         }
         let vals: Vec<u8> = m.query(&key(1)).iter().map(|v| v[0]).collect();
-        assert_eq!(vals, (0..30u8).rev().filter(|i| i % 3 == 1).collect::<Vec<_>>());
+        assert_eq!(
+            vals,
+            (0..30u8).rev().filter(|i| i % 3 == 1).collect::<Vec<_>>()
+        );
         assert!(m.query(&key(99)).is_empty());
         let mut small = MultiLog::new(20, 4);
         assert!(small.append(key(1), &[1; 8]));

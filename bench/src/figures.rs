@@ -25,7 +25,9 @@ use serde_json::json;
 
 use crate::baseline::{run_baseline, BaselineKind, BaselineResult};
 use crate::gen::{Generator, Kind, Mix, Scenario, TRANSLATOR_REPORTS};
-use crate::replay::{replay_memory, MemOptions, ReplayResult, RnicMode, Rig, UdpReplayOptions, UdpRig};
+use crate::replay::{
+    replay_memory, MemOptions, ReplayResult, Rig, RnicMode, UdpReplayOptions, UdpRig,
+};
 use crate::svg::{Chart, Series};
 use crate::trace::Trace;
 use crate::workload::Flows;
@@ -114,8 +116,9 @@ fn mem(o: &FigOptions, workers: usize, rnic: RnicMode) -> MemOptions {
 fn log(o: &FigOptions, what: &str, r: &ReplayResult) {
     if o.verbose {
         eprintln!(
-            "  {what:<44} {:>7.2} M reports/s  {:>7.2} M frames/s  {:.3} frames/report  p50 {} ns",
+            "  {what:<50} {:>6.2} M reports/s ({:>6.2} M per CPU-s)  {:>6.2} M frames/s  {:.3} frames/report  p50 {} ns",
             r.reports_per_sec / 1e6,
+            r.reports_per_cpu_sec / 1e6,
             r.frames_per_sec / 1e6,
             r.frames_per_report,
             r.latency.map_or(0, |l| l.p50_ns)
@@ -140,9 +143,17 @@ pub struct MicroRow {
 pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
     let cases: [(&str, Kind, f64); 4] = [
         ("Append batch 16 (18-byte loss events)", Kind::Loss, 25e6),
-        ("Key-Write N=2 (INT paths, 20-byte values)", Kind::KeyWrite, 8e6),
+        (
+            "Key-Write N=2 (INT paths, 20-byte values)",
+            Kind::KeyWrite,
+            8e6,
+        ),
         ("Postcarding (5-hop INT-XD postcards)", Kind::Postcard, 15e6),
-        ("Key-Increment N=2 (Marple host counters)", Kind::Counter, 8e6),
+        (
+            "Key-Increment N=2 (Marple host counters)",
+            Kind::Counter,
+            8e6,
+        ),
     ];
     let mut rows = Vec::new();
     for (name, kind, target) in cases {
@@ -675,6 +686,9 @@ mod tests {
         assert!((p.success - p.formula_success).abs() < 0.05, "{p:?}");
         let heavy = query_point(1, 10, 1024, 5).unwrap();
         assert!(heavy.success < p.success);
-        assert!((heavy.success - heavy.formula_success).abs() < 0.06, "{heavy:?}");
+        assert!(
+            (heavy.success - heavy.formula_success).abs() < 0.06,
+            "{heavy:?}"
+        );
     }
 }

@@ -256,7 +256,7 @@ impl Scenario {
         if !(4..=28).contains(&self.slots_log2) || !(4..=24).contains(&self.chunks_log2) {
             return Err("slots_log2 must be 4..=28 and chunks_log2 4..=24".into());
         }
-        if !(self.shape > 0.0) {
+        if self.shape.is_nan() || self.shape <= 0.0 {
             return Err("shape must be positive".into());
         }
         Ok(())
@@ -405,7 +405,10 @@ impl Generator {
         self.flows_started += 1;
         ActiveFlow {
             id,
-            left: self.flows.packets(id).clamp(1, self.sc.max_flow_packets.max(1)),
+            left: self
+                .flows
+                .packets(id)
+                .clamp(1, self.sc.max_flow_packets.max(1)),
             hop: 0,
             sent: 0,
         }

@@ -151,12 +151,17 @@ pub struct ReplayResult {
     pub rnic_executed: u64,
     /// RNIC drop and error counters, summed (must be 0).
     pub rnic_errors: u64,
+    /// Non-zero translator drop counters and RNIC error counters, by name.
+    pub drop_reasons: Vec<(String, u64)>,
     /// Datagrams the kernel dropped (UDP path).
     pub socket_drops: u64,
     /// Wall time of the measured phase (s).
     pub secs: f64,
-    /// Reports per second.
+    /// Reports per second of wall time.
     pub reports_per_sec: f64,
+    /// Reports per CPU second of the worker threads: what one dedicated core would sustain
+    /// (the honest figure on a shared machine, where a worker gets only part of a core).
+    pub reports_per_cpu_sec: f64,
     /// RoCEv2 frames per second.
     pub frames_per_sec: f64,
     /// Frames per report.
@@ -179,10 +184,53 @@ impl ReplayResult {
     fn finish(&mut self) {
         let s = self.secs.max(1e-9);
         self.reports_per_sec = self.reports as f64 / s;
+        self.reports_per_cpu_sec = self.reports as f64 / self.worker_cpu_secs.max(1e-9);
         self.frames_per_sec = self.frames as f64 / s;
         self.frames_per_report = self.frames as f64 / self.reports.max(1) as f64;
         self.bytes_per_report = self.frame_bytes as f64 / self.reports.max(1) as f64;
         self.peak_rss_kib = sys::peak_rss_kib();
+    }
+}
+
+fn is_rnic_error(name: &str) -> bool {
+    !matches!(
+        name,
+        "rcvd_pkts"
+            | "sent_pkts"
+            | "writes"
+            | "write_bytes"
+            | "acks_sent"
+            | "atomics"
+            | "icrc_ident_solved"
+            | "duplicate_request"
+    )
+}
+
+fn add_reasons(
+    out: &mut Vec<(String, u64)>,
+    t: &TranslatorCounters,
+    t0: &TranslatorCounters,
+    k: &RnicCounters,
+    k0: &RnicCounters,
+) {
+    let t0: Vec<u64> = t0.iter().map(|(_, v)| v).collect();
+    for ((i, v), v0) in t.iter().zip(t0) {
+        if i.name.starts_with("drop_") && v > v0 {
+            merge_reason(out, &format!("translator.{}", i.name), v - v0);
+        }
+    }
+    let k0: Vec<u64> = k0.iter().map(|(_, v)| v).collect();
+    for ((i, v), v0) in k.iter().zip(k0) {
+        if is_rnic_error(i.name) && v > v0 {
+            merge_reason(out, &format!("rnic.{}", i.name), v - v0);
+        }
+    }
+}
+
+fn merge_reason(out: &mut Vec<(String, u64)>, name: &str, v: u64) {
+    match out.iter_mut().find(|(n, _)| n == name) {
+        Some(e) => e.1 += v,
+        None => out.push((name.to_string(), v)),
     }
 }
 
@@ -224,7 +272,12 @@ pub struct Rig {
 
 impl Rig {
     /// Builds worker `worker` of `workers` for `sc`.
-    pub fn new(sc: &Scenario, worker: usize, workers: usize, o: &MemOptions) -> Result<Rig, String> {
+    pub fn new(
+        sc: &Scenario,
+        worker: usize,
+        workers: usize,
+        o: &MemOptions,
+    ) -> Result<Rig, String> {
         let cfg = CollectorConfig {
             collector: DeviceSection {
                 roce: RIG_COLLECTOR,
@@ -486,8 +539,8 @@ fn run_worker(
     let built = Rig::new(sc, w, o.workers, o);
     start.wait();
     let mut rig = built?;
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
-        .map_err(|e| e.to_string())?;
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
     let burst = o.burst.max(1);
     let mut pending: VecDeque<(u64, u64)> = VecDeque::with_capacity(1 << 16);
     let mut credited = 0u64;
@@ -498,10 +551,10 @@ fn run_worker(
     let clock = || base + epoch.elapsed().as_nanos() as u64;
     let mut reports = 0u64;
     let credit = |rig: &Rig,
-                      pending: &mut VecDeque<(u64, u64)>,
-                      credited: &mut u64,
-                      hist: &mut Histogram<u64>,
-                      t: u64| {
+                  pending: &mut VecDeque<(u64, u64)>,
+                  credited: &mut u64,
+                  hist: &mut Histogram<u64>,
+                  t: u64| {
         let c = rig.pipeline.counters();
         let done = c.translated + c.dropped();
         let mut n = done - *credited;
@@ -576,7 +629,10 @@ pub fn replay_memory(sc: &Scenario, trace: &Trace, o: &MemOptions) -> Result<Rep
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("replay worker panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("replay worker panicked".into()))
+            })
             .collect()
     });
     let mut r = ReplayResult {
@@ -585,8 +641,8 @@ pub fn replay_memory(sc: &Scenario, trace: &Trace, o: &MemOptions) -> Result<Rep
         cpu_secs: sys::process_cpu_secs() - cpu0,
         ..ReplayResult::default()
     };
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
-        .map_err(|e| e.to_string())?;
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
     for out in outs {
         let w = out?;
         r.reports += w.reports;
@@ -597,6 +653,13 @@ pub fn replay_memory(sc: &Scenario, trace: &Trace, o: &MemOptions) -> Result<Rep
         r.frame_bytes += w.frame_bytes;
         r.rnic_executed += w.rnic.writes + w.rnic.atomics;
         r.rnic_errors += rnic_error_sum(&w.rnic);
+        add_reasons(
+            &mut r.drop_reasons,
+            &w.counters,
+            &TranslatorCounters::default(),
+            &w.rnic,
+            &RnicCounters::default(),
+        );
         r.secs = r.secs.max(w.secs);
         r.worker_cpu_secs += w.cpu_ns as f64 * 1e-9;
         let _ = hist.add(&w.hist);
@@ -622,7 +685,7 @@ impl Default for UdpReplayOptions {
         UdpReplayOptions {
             loops: 1,
             rate: 0,
-            window: 16384,
+            window: 4096,
         }
     }
 }
@@ -756,6 +819,7 @@ impl UdpRig {
             rnic_cpu_secs: Some(tcpu(&rnic_tid).saturating_sub(k0) as f64 * 1e-9),
             ..ReplayResult::default()
         };
+        add_reasons(&mut r.drop_reasons, &c, &c0, &k, &rn0);
         // The kernel path carries UDP payloads: count the frame bytes a NIC would put on the
         // wire (payload + Ethernet/IPv4/UDP headers) from the RNIC's received bytes.
         r.frame_bytes = (k.write_bytes - rn0.write_bytes) + frames * (L2L4_LEN as u64 + 32);
@@ -829,5 +893,43 @@ mod tests {
                 assert_eq!(list as usize % 2, w);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod udp_tests {
+    use super::*;
+    use crate::gen::{Generator, Mix};
+
+    #[test]
+    fn udp_replay_reaches_the_collector_and_measures_threads() {
+        let sc = Scenario {
+            mix: Mix::parse("kw=1,loss=2,ctr=1").unwrap(),
+            slots_log2: 14,
+            chunks_log2: 12,
+            ..Scenario::default()
+        };
+        let t = Trace::generate(&mut Generator::new(&sc), 3000).unwrap();
+        let rig = UdpRig::start(&sc).unwrap();
+        assert_eq!(sys::threads_named("dta-worker-0").len(), 1);
+        assert_eq!(sys::threads_named("dta-rnic").len(), 1);
+        let r = rig
+            .run(
+                &t,
+                &UdpReplayOptions {
+                    loops: 1,
+                    rate: 200_000,
+                    window: 2048,
+                },
+            )
+            .unwrap();
+        rig.stop();
+        assert_eq!(r.reports, 3000);
+        assert!(r.translated + r.dropped >= 2990, "{r:?}");
+        assert!(r.rnic_executed > 0, "{r:?}");
+        assert!(
+            r.worker_cpu_secs > 0.0 && r.rnic_cpu_secs.unwrap() > 0.0,
+            "{r:?}"
+        );
     }
 }

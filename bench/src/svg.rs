@@ -75,12 +75,12 @@ impl Chart {
             .collect();
         let tx = |x: f64| if self.log_x { x.log2() } else { x };
         let ty = |y: f64| if self.log_y { y.log10() } else { y };
-        let (mut x0, mut x1) = pts
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(tx(p.0)), b.max(tx(p.0))));
-        let (mut y0, mut y1) = pts
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(ty(p.1)), b.max(ty(p.1))));
+        let (mut x0, mut x1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+            (a.min(tx(p.0)), b.max(tx(p.0)))
+        });
+        let (mut y0, mut y1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+            (a.min(ty(p.1)), b.max(ty(p.1)))
+        });
         if pts.is_empty() {
             (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
         }
@@ -189,7 +189,12 @@ impl Chart {
                 .iter()
                 .enumerate()
                 .map(|(j, (x, y))| {
-                    format!("{}{:.1} {:.1}", if j == 0 { 'M' } else { 'L' }, px(*x), py(*y))
+                    format!(
+                        "{}{:.1} {:.1}",
+                        if j == 0 { 'M' } else { 'L' },
+                        px(*x),
+                        py(*y)
+                    )
                 })
                 .collect();
             let dash = if se.dashed {

@@ -43,8 +43,20 @@ pub fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// The thread IDs of this process whose name (`comm`) is `name`.
+/// The thread IDs of this process whose name (`comm`) is `name`, waiting up to a second for
+/// a just-spawned thread to name itself.
 pub fn threads_named(name: &str) -> Vec<u64> {
+    let t = std::time::Instant::now();
+    loop {
+        let v = threads_named_now(name);
+        if !v.is_empty() || t.elapsed() > std::time::Duration::from_secs(1) {
+            return v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn threads_named_now(name: &str) -> Vec<u64> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return Vec::new();
     };

@@ -114,8 +114,8 @@ impl Trace {
             datalink: DataLink::ETHERNET,
             ..PcapHeader::default()
         };
-        let mut w = PcapWriter::with_header(BufWriter::new(f), header)
-            .map_err(|e| format!("pcap: {e}"))?;
+        let mut w =
+            PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| format!("pcap: {e}"))?;
         let mut frame = [0u8; FRAME_OVERHEAD + MAX_EMIT_LEN];
         let mut ts = Duration::from_secs(1_700_000_000);
         for i in 0..self.len() {
