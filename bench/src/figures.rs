@@ -81,7 +81,8 @@ pub fn machine() -> serde_json::Value {
     })
 }
 
-fn write(out: &Path, name: &str, v: &serde_json::Value, charts: &[Chart]) -> Result<(), String> {
+fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
+    let charts = charts(name, v);
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let p = out.join(format!("{name}.json"));
     let s = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
@@ -187,43 +188,6 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
     if o.verbose {
         eprintln!("  2 workers / 1 worker = {ratio:.2}");
     }
-    let chart = Chart {
-        title: "One core, in memory: reports/s per primitive".into(),
-        x_label: "case (1 = Append b16, 2 = Key-Write N2, 3 = Postcard, 4 = Key-Increment N2)"
-            .into(),
-        y_label: "million reports/s".into(),
-        log_x: false,
-        log_y: false,
-        series: vec![
-            Series {
-                label: "translator pipeline".into(),
-                points: rows
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| (i as f64 + 1.0, r.pipeline.reports_per_sec / 1e6))
-                    .collect(),
-                dashed: false,
-            },
-            Series {
-                label: "pipeline + software RNIC".into(),
-                points: rows
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| (i as f64 + 1.0, r.with_rnic.reports_per_sec / 1e6))
-                    .collect(),
-                dashed: false,
-            },
-            Series {
-                label: "issue-4 target".into(),
-                points: rows
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| (i as f64 + 1.0, r.target_reports_per_sec / 1e6))
-                    .collect(),
-                dashed: true,
-            },
-        ],
-    };
     let v = json!({
         "figure": "micro",
         "machine": machine(),
@@ -232,7 +196,7 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
         "rows": rows,
         "scaling": { "one_worker": one, "two_workers": two, "ratio": ratio, "target": 1.7 },
     });
-    write(&o.out, "micro", &v, &[chart])?;
+    write(&o.out, "micro", &v)?;
     Ok(v)
 }
 
@@ -252,37 +216,8 @@ pub fn append(o: &FigOptions) -> Result<serde_json::Value, String> {
         log(o, &format!("Append batch {batch} [+RNIC]"), &r);
         rows.push(json!({"batch": batch, "pipeline": p, "with_rnic": r}));
     }
-    let pts = |k: &str| -> Vec<(f64, f64)> {
-        rows.iter()
-            .map(|r| {
-                (
-                    r["batch"].as_f64().unwrap_or(0.0),
-                    r[k]["reports_per_sec"].as_f64().unwrap_or(0.0) / 1e6,
-                )
-            })
-            .collect()
-    };
-    let chart = Chart {
-        title: "Append throughput vs batch size (Fig. 10), one core".into(),
-        x_label: "entries per RDMA WRITE (batch)".into(),
-        y_label: "million reports/s".into(),
-        log_x: true,
-        log_y: false,
-        series: vec![
-            Series {
-                label: "translator pipeline".into(),
-                points: pts("pipeline"),
-                dashed: false,
-            },
-            Series {
-                label: "pipeline + software RNIC".into(),
-                points: pts("with_rnic"),
-                dashed: false,
-            },
-        ],
-    };
     let v = json!({"figure": "append", "paper": "Fig. 10", "machine": machine(), "rows": rows});
-    write(&o.out, "append", &v, &[chart])?;
+    write(&o.out, "append", &v)?;
     Ok(v)
 }
 
@@ -302,42 +237,8 @@ pub fn keywrite(o: &FigOptions) -> Result<serde_json::Value, String> {
         log(o, &format!("Key-Write N={n} [+RNIC]"), &r);
         rows.push(json!({"n": n, "pipeline": p, "with_rnic": r}));
     }
-    let pts = |k: &str, f: &str| -> Vec<(f64, f64)> {
-        rows.iter()
-            .map(|r| {
-                (
-                    r["n"].as_f64().unwrap_or(0.0),
-                    r[k][f].as_f64().unwrap_or(0.0) / 1e6,
-                )
-            })
-            .collect()
-    };
-    let chart = Chart {
-        title: "Key-Write throughput vs redundancy N (Fig. 12), one core".into(),
-        x_label: "redundancy N".into(),
-        y_label: "million per second".into(),
-        log_x: false,
-        log_y: false,
-        series: vec![
-            Series {
-                label: "reports/s, pipeline".into(),
-                points: pts("pipeline", "reports_per_sec"),
-                dashed: false,
-            },
-            Series {
-                label: "RDMA frames/s, pipeline".into(),
-                points: pts("pipeline", "frames_per_sec"),
-                dashed: false,
-            },
-            Series {
-                label: "reports/s, pipeline + RNIC".into(),
-                points: pts("with_rnic", "reports_per_sec"),
-                dashed: false,
-            },
-        ],
-    };
     let v = json!({"figure": "keywrite", "paper": "Fig. 12", "machine": machine(), "rows": rows});
-    write(&o.out, "keywrite", &v, &[chart])?;
+    write(&o.out, "keywrite", &v)?;
     Ok(v)
 }
 
@@ -355,43 +256,20 @@ pub fn postcard(o: &FigOptions) -> Result<serde_json::Value, String> {
                 ..Scenario::default()
             };
             let t = trace_for(&sc, o.reports)?;
-            let r = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Inline))?;
+            // Entries leave the cache when their path completes or another flow needs the slot
+            // (as in the papers' cache), not because the generator spaced a path's postcards
+            // further apart than a flush delay.
+            let mo = MemOptions {
+                postcard_flush_ns: 1_000_000_000,
+                ..mem(o, 1, RnicMode::Inline)
+            };
+            let r = replay_memory(&sc, &t, &mo)?;
             log(o, &format!("Postcards cache {cache} flows {conc}"), &r);
             rows.push(json!({"cache_slots": cache, "concurrent_flows": conc, "result": r}));
         }
     }
-    let series = |f: &dyn Fn(&serde_json::Value) -> f64| -> Vec<Series> {
-        concurrents
-            .iter()
-            .map(|&c| Series {
-                label: format!("{c} concurrent flows"),
-                points: rows
-                    .iter()
-                    .filter(|r| r["concurrent_flows"].as_u64() == Some(c as u64))
-                    .map(|r| (r["cache_slots"].as_f64().unwrap_or(0.0), f(&r["result"])))
-                    .collect(),
-                dashed: false,
-            })
-            .collect()
-    };
-    let thr = Chart {
-        title: "Postcarding throughput vs cache size (Fig. 14), one core + RNIC".into(),
-        x_label: "translator cache slots".into(),
-        y_label: "million postcards/s".into(),
-        log_x: true,
-        log_y: false,
-        series: series(&|r| r["reports_per_sec"].as_f64().unwrap_or(0.0) / 1e6),
-    };
-    let eff = Chart {
-        title: "RDMA frames per postcard vs cache size (0.2 = one chunk per 5-hop path)".into(),
-        x_label: "translator cache slots".into(),
-        y_label: "frames per postcard".into(),
-        log_x: true,
-        log_y: false,
-        series: series(&|r| r["frames_per_report"].as_f64().unwrap_or(0.0)),
-    };
     let v = json!({"figure": "postcard", "paper": "Fig. 14", "machine": machine(), "rows": rows});
-    write(&o.out, "postcard", &v, &[thr, eff])?;
+    write(&o.out, "postcard", &v)?;
     Ok(v)
 }
 
@@ -538,37 +416,8 @@ pub fn query(o: &FigOptions) -> Result<serde_json::Value, String> {
             pts.push(p);
         }
     }
-    let mut series = Vec::new();
-    for n in [1u8, 2, 4] {
-        series.push(Series {
-            label: format!("N={n} measured"),
-            points: pts
-                .iter()
-                .filter(|p| p.n == n)
-                .map(|p| (p.load, p.success))
-                .collect(),
-            dashed: false,
-        });
-        series.push(Series {
-            label: format!("N={n} formula"),
-            points: pts
-                .iter()
-                .filter(|p| p.n == n)
-                .map(|p| (p.load, p.formula_success))
-                .collect(),
-            dashed: true,
-        });
-    }
-    let chart = Chart {
-        title: "Key-Write query success vs load factor (Fig. 15), 32-bit checksums".into(),
-        x_label: "keys written / slots".into(),
-        y_label: "query success rate".into(),
-        log_x: false,
-        log_y: false,
-        series,
-    };
     let v = json!({"figure": "query", "paper": "Fig. 15", "machine": machine(), "slots": 1u64 << slots_log2, "points": pts});
-    write(&o.out, "query", &v, &[chart])?;
+    write(&o.out, "query", &v)?;
     Ok(v)
 }
 
@@ -652,31 +501,249 @@ pub fn baselines(o: &FigOptions, profile: ReportFormat) -> Result<BaselineCompar
             cmp.ratio_vs_cuckoo
         );
     }
-    let chart = Chart {
-        title: "Collector CPU per report, same Append stream (batch 16)".into(),
-        x_label: "1 = parse only, 2 = cuckoo, 3 = MultiLog, 4 = dta software RNIC".into(),
-        y_label: "CPU ns per report".into(),
-        log_x: false,
-        log_y: false,
-        series: vec![Series {
-            label: "collector thread CPU".into(),
-            points: vec![
-                (1.0, cmp.parse_only.cpu_ns_per_report),
-                (2.0, cmp.cuckoo.cpu_ns_per_report),
-                (3.0, cmp.multilog.cpu_ns_per_report),
-                (4.0, cmp.dta_rnic_ns_per_report),
-            ],
-            dashed: false,
-        }],
-    };
     let v = json!({"figure": "baselines", "machine": machine(), "reports": o.reports, "loops": o.loops, "result": cmp});
-    write(&o.out, "baselines", &v, &[chart])?;
+    write(&o.out, "baselines", &v)?;
     Ok(cmp)
+}
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn line(label: &str, points: Vec<(f64, f64)>, dashed: bool) -> Series {
+    Series {
+        label: label.into(),
+        points,
+        dashed,
+    }
+}
+
+fn empty_rows() -> &'static Vec<serde_json::Value> {
+    static EMPTY: Vec<serde_json::Value> = Vec::new();
+    &EMPTY
+}
+
+/// The charts of figure `name` drawn from its JSON results (so they can be redrawn later with
+/// `dta bench plot`).
+pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
+    let rows = v["rows"].as_array().unwrap_or(empty_rows());
+    let chart = |title: &str, x: &str, y: &str, log_x: bool, series: Vec<Series>| Chart {
+        title: title.into(),
+        x_label: x.into(),
+        y_label: y.into(),
+        log_x,
+        log_y: false,
+        series,
+    };
+    match name {
+        "micro" => {
+            let pts = |k: &str, key: &str| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, r)| (i as f64 + 1.0, f(&r[k][key]) / 1e6))
+                    .collect()
+            };
+            let target: Vec<(f64, f64)> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (i as f64 + 1.0, f(&r["target_reports_per_sec"]) / 1e6))
+                .collect();
+            vec![chart(
+                "One core, in memory: reports/s per primitive",
+                "1 = Append b16, 2 = Key-Write N2, 3 = Postcard, 4 = Key-Increment N2",
+                "million reports/s",
+                false,
+                vec![
+                    line(
+                        "pipeline, per wall s",
+                        pts("pipeline", "reports_per_sec"),
+                        false,
+                    ),
+                    line(
+                        "pipeline, per CPU s",
+                        pts("pipeline", "reports_per_cpu_sec"),
+                        false,
+                    ),
+                    line(
+                        "+ software RNIC, per CPU s",
+                        pts("with_rnic", "reports_per_cpu_sec"),
+                        false,
+                    ),
+                    line("issue-4 target", target, true),
+                ],
+            )]
+        }
+        "append" | "keywrite" => {
+            let x = if name == "append" { "batch" } else { "n" };
+            let pts = |k: &str, key: &str| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .map(|r| (f(&r[x]), f(&r[k][key]) / 1e6))
+                    .collect()
+            };
+            let mut series = vec![
+                line(
+                    "reports/s per CPU s, pipeline",
+                    pts("pipeline", "reports_per_cpu_sec"),
+                    false,
+                ),
+                line(
+                    "reports/s per CPU s, + RNIC",
+                    pts("with_rnic", "reports_per_cpu_sec"),
+                    false,
+                ),
+                line(
+                    "reports/s (wall), pipeline",
+                    pts("pipeline", "reports_per_sec"),
+                    true,
+                ),
+            ];
+            if name == "append" {
+                vec![chart(
+                    "Append throughput vs batch size (Fig. 10), one core",
+                    "entries per RDMA WRITE (batch)",
+                    "million reports/s",
+                    true,
+                    series,
+                )]
+            } else {
+                series.push(line(
+                    "RDMA frames/s (wall), pipeline",
+                    pts("pipeline", "frames_per_sec"),
+                    false,
+                ));
+                vec![chart(
+                    "Key-Write throughput vs redundancy N (Fig. 12), one core",
+                    "redundancy N",
+                    "million per second",
+                    false,
+                    series,
+                )]
+            }
+        }
+        "postcard" => {
+            let mut conc: Vec<u64> = rows
+                .iter()
+                .filter_map(|r| r["concurrent_flows"].as_u64())
+                .collect();
+            conc.sort_unstable();
+            conc.dedup();
+            let series = |g: &dyn Fn(&serde_json::Value) -> f64| -> Vec<Series> {
+                conc.iter()
+                    .map(|&c| {
+                        line(
+                            &format!("{c} concurrent flows"),
+                            rows.iter()
+                                .filter(|r| r["concurrent_flows"].as_u64() == Some(c))
+                                .map(|r| (f(&r["cache_slots"]), g(&r["result"])))
+                                .collect(),
+                            false,
+                        )
+                    })
+                    .collect()
+            };
+            vec![
+                chart(
+                    "Postcarding vs cache size (Fig. 14), one core + RNIC",
+                    "translator cache slots",
+                    "million postcards per CPU second",
+                    true,
+                    series(&|r| f(&r["reports_per_cpu_sec"]) / 1e6),
+                ),
+                chart(
+                    "RDMA frames per postcard (0.2 = one chunk per 5-hop path)",
+                    "translator cache slots",
+                    "frames per postcard",
+                    true,
+                    series(&|r| f(&r["frames_per_report"])),
+                ),
+            ]
+        }
+        "query" => {
+            let pts = v["points"].as_array().unwrap_or(empty_rows());
+            let mut ns: Vec<u64> = pts.iter().filter_map(|p| p["n"].as_u64()).collect();
+            ns.dedup();
+            let mut series = Vec::new();
+            for n in ns {
+                let of = |k: &str| -> Vec<(f64, f64)> {
+                    pts.iter()
+                        .filter(|p| p["n"].as_u64() == Some(n))
+                        .map(|p| (f(&p["load"]), f(&p[k])))
+                        .collect()
+                };
+                series.push(line(&format!("N={n} measured"), of("success"), false));
+                series.push(line(&format!("N={n} formula"), of("formula_success"), true));
+            }
+            vec![chart(
+                "Key-Write query success vs load factor (Fig. 15), 32-bit checksums",
+                "keys written / slots",
+                "query success rate",
+                false,
+                series,
+            )]
+        }
+        "baselines" => {
+            let r = &v["result"];
+            vec![chart(
+                "Collector CPU per report, same Append stream (dta: batch 16)",
+                "1 = parse only, 2 = cuckoo, 3 = MultiLog, 4 = dta software RNIC, 5 = real RNIC",
+                "collector CPU ns per report",
+                false,
+                vec![line(
+                    "collector thread CPU",
+                    vec![
+                        (1.0, f(&r["parse_only"]["cpu_ns_per_report"])),
+                        (2.0, f(&r["cuckoo"]["cpu_ns_per_report"])),
+                        (3.0, f(&r["multilog"]["cpu_ns_per_report"])),
+                        (4.0, f(&r["dta_rnic_ns_per_report"])),
+                        (5.0, f(&r["dta_real_rnic_ns_per_report"])),
+                    ],
+                    false,
+                )],
+            )]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Redraws the SVGs of every `NAME.json` in `dir`.
+pub fn plot(dir: &Path) -> Result<usize, String> {
+    let mut n = 0;
+    for name in [
+        "micro",
+        "append",
+        "keywrite",
+        "postcard",
+        "query",
+        "baselines",
+    ] {
+        let p = dir.join(format!("{name}.json"));
+        let Ok(s) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))?;
+        write(dir, name, &v)?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn charts_redraw_from_json() {
+        let v = json!({"rows": [
+            {"batch": 1, "pipeline": {"reports_per_sec": 1e6, "reports_per_cpu_sec": 2e6}, "with_rnic": {"reports_per_cpu_sec": 1e6}},
+            {"batch": 16, "pipeline": {"reports_per_sec": 4e6, "reports_per_cpu_sec": 9e6}, "with_rnic": {"reports_per_cpu_sec": 7e6}},
+        ]});
+        let c = charts("append", &v);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].series.len(), 3);
+        assert_eq!(c[0].series[0].points, vec![(1.0, 2.0), (16.0, 9.0)]);
+        assert!(charts("nothing", &v).is_empty());
+    }
 
     #[test]
     fn query_success_tracks_the_formula() {

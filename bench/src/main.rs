@@ -243,6 +243,8 @@ enum Figure {
     Baselines,
     /// Every figure above.
     All,
+    /// Redraw the SVGs from the JSON results in --out (no measurement).
+    Plot,
 }
 
 fn gen_cmd(
@@ -407,6 +409,11 @@ fn print_result(r: &dta_bench::replay::ReplayResult) {
 }
 
 fn bench_cmd(fig: Figure, o: &FigOptions, profile: ReportFormat) -> Result<(), String> {
+    if fig == Figure::Plot {
+        let n = figures::plot(&o.out)?;
+        eprintln!("redrew {n} figure(s) in {}", o.out.display());
+        return Ok(());
+    }
     let all = fig == Figure::All;
     if all || fig == Figure::Micro {
         eprintln!("== micro (one core, in memory)");

@@ -30,10 +30,11 @@ pub struct Chart {
     pub series: Vec<Series>,
 }
 
-const W: f64 = 640.0;
+const W: f64 = 860.0;
 const H: f64 = 420.0;
 const L: f64 = 80.0;
-const R: f64 = 20.0;
+/// The right margin holds the legend.
+const R: f64 = 230.0;
 const T: f64 = 40.0;
 const B: f64 = 60.0;
 const COLORS: [&str; 6] = [
@@ -49,18 +50,40 @@ fn esc(s: &str) -> String {
 /// A number in short engineering form (12.3M, 4.5k, 0.012).
 pub fn short(v: f64) -> String {
     let a = v.abs();
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
     if a >= 1e9 {
-        format!("{:.3}G", v / 1e9)
+        format!("{}G", trim(format!("{:.2}", v / 1e9)))
     } else if a >= 1e6 {
-        format!("{:.3}M", v / 1e6)
+        format!("{}M", trim(format!("{:.2}", v / 1e6)))
     } else if a >= 1e3 {
-        format!("{:.3}k", v / 1e3)
-    } else if a >= 1.0 || a == 0.0 {
-        format!("{v:.3}")
+        format!("{}k", trim(format!("{:.2}", v / 1e3)))
+    } else if a >= 1e-3 || a == 0.0 {
+        trim(format!("{v:.3}"))
     } else {
-        format!("{v:.2e}")
+        format!("{v:.1e}")
     }
-    .replace(".000", "")
+}
+
+/// A "nice" tick step (1, 2 or 5 times a power of ten) for about five ticks over `range`.
+fn nice_step(range: f64) -> f64 {
+    let raw = (range / 5.0).max(1e-12);
+    let p = 10f64.powf(raw.log10().floor());
+    let m = raw / p;
+    p * if m <= 1.0 {
+        1.0
+    } else if m <= 2.0 {
+        2.0
+    } else if m <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
 }
 
 impl Chart {
@@ -84,9 +107,14 @@ impl Chart {
         if pts.is_empty() {
             (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
         }
+        let mut y_step = 0.0;
         if !self.log_y {
             y0 = y0.min(0.0);
-            y1 *= 1.1;
+            y_step = nice_step(y1 - y0);
+            y1 = (y1 / y_step).ceil() * y_step;
+            if y1 <= y0 {
+                y1 = y0 + y_step;
+            }
         } else {
             y0 = y0.floor();
             y1 = y1.ceil();
@@ -148,7 +176,8 @@ impl Chart {
         let yt: Vec<f64> = if self.log_y {
             (y0 as i32..=y1 as i32).map(|e| 10f64.powi(e)).collect()
         } else {
-            (0..=5).map(|i| y0 + (y1 - y0) * i as f64 / 5.0).collect()
+            let n = ((y1 - y0) / y_step).round() as i32;
+            (0..=n).map(|i| y0 + y_step * i as f64).collect()
         };
         for v in yt {
             let y = py(v);
@@ -217,13 +246,14 @@ impl Chart {
                     );
                 }
             }
-            let ly = T + 8.0 + 16.0 * i as f64;
+            let ly = T + 8.0 + 18.0 * i as f64;
+            let lx = W - R + 14.0;
             let _ = writeln!(
                 s,
                 r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
-                L + 12.0,
-                L + 36.0,
-                L + 42.0,
+                lx,
+                lx + 24.0,
+                lx + 30.0,
                 ly + 4.0,
                 esc(&se.label)
             );
@@ -262,6 +292,9 @@ mod tests {
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
         assert!(s.contains("&lt;throughput&gt;"));
         assert_eq!(s.matches("<circle").count(), 3);
-        assert_eq!(short(12_300_000.0), "12.300M");
+        assert_eq!(short(12_300_000.0), "12.3M");
+        assert_eq!(short(0.05), "0.05");
+        assert_eq!(short(2.0), "2");
+        assert_eq!(nice_step(1.0), 0.2);
     }
 }
