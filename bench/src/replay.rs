@@ -706,6 +706,8 @@ pub fn replay_udp(
 /// A collector and a translator running on loopback for a scenario.
 pub struct UdpRig {
     dir: std::path::PathBuf,
+    rnic_tids: Vec<u64>,
+    worker_tids: Vec<u64>,
     /// The collector service.
     pub collector: Collector,
     /// The translator service.
@@ -722,6 +724,8 @@ impl UdpRig {
         ));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let meta_file = dir.join("collector.json");
+        let rnic_before = sys::threads_named_now("dta-rnic");
+        let worker_before = sys::threads_named_now("dta-worker-0");
         let collector_ip = Ipv4Addr::new(127, 0, 0, 1);
         let translator_ip = Ipv4Addr::new(127, 0, 0, 2);
         let roce_c = SocketAddrV4::new(collector_ip, free_udp_port(collector_ip)?);
@@ -754,6 +758,8 @@ impl UdpRig {
         let translator = Translator::start(tcfg)?;
         Ok(UdpRig {
             dir,
+            rnic_tids: sys::new_threads_named("dta-rnic", &rnic_before),
+            worker_tids: sys::new_threads_named("dta-worker-0", &worker_before),
             collector,
             translator,
         })
@@ -761,10 +767,9 @@ impl UdpRig {
 
     /// Sends the trace `o.loops` times and waits until the collector executed every frame.
     pub fn run(&self, trace: &Trace, o: &UdpReplayOptions) -> Result<ReplayResult, String> {
-        let worker_tid = sys::threads_named("dta-worker-0");
-        let rnic_tid = sys::threads_named("dta-rnic");
+        let (worker_tid, rnic_tid) = (&self.worker_tids, &self.rnic_tids);
         let tcpu = |t: &[u64]| t.iter().filter_map(|&x| sys::task_cpu_ns(x)).sum::<u64>();
-        let (w0, k0) = (tcpu(&worker_tid), tcpu(&rnic_tid));
+        let (w0, k0) = (tcpu(worker_tid), tcpu(rnic_tid));
         let c0 = self.translator.counters();
         let rn0 = self.collector.counters();
         let cpu0 = sys::process_cpu_secs();
@@ -815,8 +820,8 @@ impl UdpRig {
             socket_drops: snaps.iter().map(|s| s.socket_drops).sum(),
             secs,
             cpu_secs: sys::process_cpu_secs() - cpu0,
-            worker_cpu_secs: tcpu(&worker_tid).saturating_sub(w0) as f64 * 1e-9,
-            rnic_cpu_secs: Some(tcpu(&rnic_tid).saturating_sub(k0) as f64 * 1e-9),
+            worker_cpu_secs: tcpu(worker_tid).saturating_sub(w0) as f64 * 1e-9,
+            rnic_cpu_secs: Some(tcpu(rnic_tid).saturating_sub(k0) as f64 * 1e-9),
             ..ReplayResult::default()
         };
         add_reasons(&mut r.drop_reasons, &c, &c0, &k, &rn0);
@@ -911,8 +916,8 @@ mod udp_tests {
         };
         let t = Trace::generate(&mut Generator::new(&sc), 3000).unwrap();
         let rig = UdpRig::start(&sc).unwrap();
-        assert_eq!(sys::threads_named("dta-worker-0").len(), 1);
-        assert_eq!(sys::threads_named("dta-rnic").len(), 1);
+        assert_eq!(rig.worker_tids.len(), 1);
+        assert_eq!(rig.rnic_tids.len(), 1);
         let r = rig
             .run(
                 &t,
@@ -972,6 +977,7 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
     let roce_c = SocketAddrV4::new(Ipv4Addr::LOCALHOST, free_udp_port(Ipv4Addr::LOCALHOST)?);
     let t_ip = Ipv4Addr::new(127, 0, 0, 2);
     let roce_t = SocketAddrV4::new(t_ip, free_udp_port(t_ip)?);
+    let rnic_before = sys::threads_named_now("dta-rnic");
     let collector = Collector::start(CollectorConfig {
         collector: DeviceSection {
             roce: roce_c,
@@ -1031,7 +1037,7 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
         let reports = p.counters().translated;
         let sock = UdpSocket::bind(roce_t, &UdpOptions::default()).map_err(|e| e.to_string())?;
         let (_rx, mut utx) = sock.split();
-        let rnic = sys::threads_named("dta-rnic");
+        let rnic = sys::new_threads_named("dta-rnic", &rnic_before);
         let cpu = || {
             rnic.iter()
                 .filter_map(|&t| sys::task_cpu_ns(t))

@@ -56,7 +56,24 @@ pub fn threads_named(name: &str) -> Vec<u64> {
     }
 }
 
-fn threads_named_now(name: &str) -> Vec<u64> {
+/// The threads named `name` that are not in `before` (the ones a call just spawned), waiting up
+/// to a second for them to appear.
+pub fn new_threads_named(name: &str, before: &[u64]) -> Vec<u64> {
+    let t = std::time::Instant::now();
+    loop {
+        let v: Vec<u64> = threads_named_now(name)
+            .into_iter()
+            .filter(|t| !before.contains(t))
+            .collect();
+        if !v.is_empty() || t.elapsed() > std::time::Duration::from_secs(1) {
+            return v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The thread IDs named `name` right now.
+pub fn threads_named_now(name: &str) -> Vec<u64> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return Vec::new();
     };
