@@ -94,6 +94,9 @@ enum Cmd {
         /// Discard frames instead of executing them in the software RNIC (pipeline only).
         #[arg(long)]
         no_rnic: bool,
+        /// Keep only datagrams to this UDP port (0 = every UDP datagram of the capture).
+        #[arg(long, default_value_t = dta_proto::consts::DTA_PORT)]
+        port: u16,
         /// UDP path: reports per second (0 = as fast as the translator takes them).
         #[arg(long, default_value_t = 0)]
         rate: u64,
@@ -321,6 +324,7 @@ fn replay_cmd(
     workers: Vec<usize>,
     loops: u32,
     no_rnic: bool,
+    port: Option<u16>,
     rate: u64,
     out: Option<PathBuf>,
 ) -> Result<(), String> {
@@ -329,7 +333,7 @@ fn replay_cmd(
         Ok(s) => serde_json::from_str(&s).map_err(|e| format!("{}: {e}", side.display()))?,
         Err(_) => args.scenario()?,
     };
-    let t = Trace::read_pcap(pcap)?;
+    let t = Trace::read_pcap_to(pcap, port)?;
     eprintln!(
         "dta replay: {} reports from {} ({} frames skipped), profile {}",
         t.len(),
@@ -504,11 +508,14 @@ fn main() {
             workers,
             loops,
             no_rnic,
+            port,
             rate,
             json,
         } => {
-            if let Err(e) = replay_cmd(&scenario, &pcap, path, workers, loops, no_rnic, rate, json)
-            {
+            let port = (port != 0).then_some(port);
+            if let Err(e) = replay_cmd(
+                &scenario, &pcap, path, workers, loops, no_rnic, port, rate, json,
+            ) {
                 eprintln!("dta replay: {e}");
                 std::process::exit(1);
             }

@@ -130,6 +130,11 @@ impl Trace {
     /// Reads every Ethernet/IPv4/UDP frame of a pcap file (any destination port), skipping and
     /// counting the rest.
     pub fn read_pcap(path: &Path) -> Result<Trace, String> {
+        Self::read_pcap_to(path, None)
+    }
+
+    /// Like [`Trace::read_pcap`], keeping only datagrams to UDP port `port` when given.
+    pub fn read_pcap_to(path: &Path, port: Option<u16>) -> Result<Trace, String> {
         let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut r = PcapReader::new(BufReader::new(f)).map_err(|e| format!("pcap: {e}"))?;
         if r.header().datalink != DataLink::ETHERNET {
@@ -143,8 +148,10 @@ impl Trace {
         while let Some(p) = r.next_packet() {
             let p = p.map_err(|e| format!("pcap: {e}"))?;
             match parse_udp_frame(&p.data) {
-                Some((src, dst, payload)) => t.push(src, dst, payload),
-                None => t.skipped += 1,
+                Some((src, dst, payload)) if port.is_none_or(|q| q == dst.port()) => {
+                    t.push(src, dst, payload)
+                }
+                _ => t.skipped += 1,
             }
         }
         Ok(t)
@@ -241,7 +248,9 @@ mod tests {
         let path = std::env::temp_dir().join(format!("dta-trace-{}.pcap", std::process::id()));
         t.write_pcap(&path, Duration::from_micros(1)).unwrap();
         let back = Trace::read_pcap(&path).unwrap();
+        let none = Trace::read_pcap_to(&path, Some(9)).unwrap();
         let _ = std::fs::remove_file(&path);
+        assert_eq!((none.len(), none.skipped), (0, 2000));
         assert_eq!(back.len(), t.len());
         assert_eq!(back.skipped, 0);
         for i in 0..t.len() {
