@@ -1,8 +1,21 @@
-//! `dta-bench`: the report generator, the end-to-end demo, and (later) the replay harness and
-//! baselines.
+//! `dta-bench`: the report generator, the end-to-end demo, the pcap replay harness, the CPU
+//! collector baselines and the figures.
+//!
+//! Data flows `gen` → `trace` (in memory or a pcap file) → `replay` (the production translator
+//! pipeline and software RNIC, in memory on pinned workers or over kernel UDP sockets), and the
+//! same trace → `baseline` (CPU collectors on a UDP socket). `figures` runs the sweeps that
+//! mirror the papers' figures and writes JSON and SVG. Everything measured per packet runs on
+//! preallocated buffers; clocks are read per burst.
 
+pub mod baseline;
 pub mod corpus;
 pub mod demo;
+pub mod figures;
+pub mod gen;
 pub mod p4gen;
+pub mod replay;
 pub mod sender;
+pub mod svg;
+pub mod sys;
+pub mod trace;
 pub mod workload;

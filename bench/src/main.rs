@@ -1,8 +1,20 @@
-//! `dta`: the DTA workbench. `dta demo` runs the whole system on loopback.
+//! `dta`: the DTA workbench. `dta demo` runs the whole system on loopback; `dta gen` writes
+//! telemetry workloads to a UDP target or a pcap file; `dta replay` replays a pcap through the
+//! translator; `dta bench` runs the sweeps behind the figures in `bench/README.md`.
 
-use clap::{Parser, Subcommand};
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use dta_bench::demo::{self, DemoOptions};
+use dta_bench::figures::{self, FigOptions};
+use dta_bench::gen::{Generator, Mix, Scenario};
+use dta_bench::replay::{replay_memory, replay_udp, MemOptions, RnicMode, UdpReplayOptions};
+use dta_bench::sender::PacedSender;
+use dta_bench::trace::Trace;
+use dta_proto::wire::report::{ReportFormat, MAX_EMIT_LEN};
 
 /// DTA (Direct Telemetry Access) workbench: run the whole system end to end on loopback,
 /// generate telemetry workloads, and measure.
@@ -56,6 +68,393 @@ enum Cmd {
         #[arg(long, default_value = "tests/corpus")]
         out: std::path::PathBuf,
     },
+    /// Generate the papers' telemetry workloads: to a UDP target at a rate, or to a pcap file.
+    Gen {
+        #[command(flatten)]
+        scenario: ScenarioArgs,
+        /// Reports to generate.
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+        /// Write Ethernet/IPv4/UDP frames to this pcap file (plus FILE.json with the scenario).
+        #[arg(long)]
+        pcap: Option<PathBuf>,
+        /// Send to this UDP address (a translator's report port).
+        #[arg(long)]
+        target: Option<SocketAddrV4>,
+        /// Reports per second (0 = as fast as possible); for pcap, sets the capture timestamps.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+    },
+    /// Replay a pcap of reports through the translator (in memory on 1..k workers, and/or over
+    /// kernel UDP into a running translator and collector) and measure.
+    Replay {
+        /// The pcap file (a `FILE.json` scenario next to it is used when present).
+        pcap: PathBuf,
+        #[command(flatten)]
+        scenario: ScenarioArgs,
+        /// Which path.
+        #[arg(long, value_enum, default_value = "both")]
+        path: ReplayPath,
+        /// Worker counts for the in-memory path (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        workers: Vec<usize>,
+        /// Times the trace is replayed.
+        #[arg(long, default_value_t = 1)]
+        loops: u32,
+        /// Discard frames instead of executing them in the software RNIC (pipeline only).
+        #[arg(long)]
+        no_rnic: bool,
+        /// Keep only datagrams to this UDP port (0 = every UDP datagram of the capture).
+        #[arg(long, default_value_t = dta_proto::consts::DTA_PORT)]
+        port: u16,
+        /// UDP path: reports per second (0 = as fast as the translator takes them).
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Run a benchmark sweep and write FIGURE.json and FIGURE.svg.
+    Bench {
+        /// Which figure.
+        #[arg(value_enum)]
+        figure: Figure,
+        /// Reports per generated trace.
+        #[arg(long, default_value_t = 1_000_000)]
+        reports: usize,
+        /// Times each trace is replayed.
+        #[arg(long, default_value_t = 3)]
+        loops: u32,
+        /// Output directory.
+        #[arg(long, default_value = "bench/results")]
+        out: PathBuf,
+        /// Do not pin workers to cores.
+        #[arg(long)]
+        no_pin: bool,
+        /// Report profile for the baselines run.
+        #[arg(long, default_value = "extended")]
+        profile: ReportFormat,
+    },
+}
+
+/// Workload parameters shared by `gen` and `replay` (a pcap written by `gen` records them in
+/// `FILE.json` next to it, which `replay` reads back).
+#[derive(Args, Debug, Clone)]
+struct ScenarioArgs {
+    /// Report mix: weights such as `kw=4,pc=5,loss=2,cong=1,ctr=2`, or one of `keywrite`,
+    /// `postcard`, `loss`, `congestion`, `counter`, `all`.
+    #[arg(long, default_value = "kw=4,pc=5,loss=2,cong=1,ctr=2")]
+    mix: String,
+    /// Wire profile: `extended`, `reference-b` (3-byte header) or `reference-a` (2-byte).
+    #[arg(long, default_value = "extended")]
+    profile: ReportFormat,
+    /// Fat-tree arity k (even).
+    #[arg(long, default_value_t = 8)]
+    k: u32,
+    /// Switch IDs to use instead of `id-base + index`: comma-separated values and ranges
+    /// (`100-179,300`), assigned to ToRs and Aggs pod by pod, then cores.
+    #[arg(long)]
+    switch_ids: Option<String>,
+    /// First switch ID (when --switch-ids is not given).
+    #[arg(long, default_value_t = 1)]
+    id_base: u32,
+    /// Flows active at once.
+    #[arg(long, default_value_t = 1024)]
+    concurrent: u32,
+    /// Pareto shape of packets per flow (smaller = heavier tail).
+    #[arg(long, default_value_t = 1.3)]
+    shape: f64,
+    /// Key-Write / Key-Increment redundancy N.
+    #[arg(long, default_value_t = 2)]
+    redundancy: u8,
+    /// Append lists per event type.
+    #[arg(long, default_value_t = 8)]
+    lists: u32,
+    /// Append batch size (1..=16), for the collector stores of `replay`.
+    #[arg(long, default_value_t = 16)]
+    batch: u32,
+    /// Translator postcard cache slots.
+    #[arg(long, default_value_t = 4096)]
+    cache_slots: u32,
+    /// Key-Write and Key-Increment slots, log2.
+    #[arg(long, default_value_t = 20)]
+    slots_log2: u32,
+    /// Seed.
+    #[arg(long, default_value_t = 2023)]
+    seed: u64,
+}
+
+fn parse_ids(s: &str) -> Result<Vec<u32>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (
+                    a.parse().map_err(|e| format!("{part}: {e}"))?,
+                    b.parse().map_err(|e| format!("{part}: {e}"))?,
+                );
+                if b < a || b - a > 1 << 20 {
+                    return Err(format!("bad range {part}"));
+                }
+                v.extend(a..=b);
+            }
+            None => v.push(part.parse().map_err(|e| format!("{part}: {e}"))?),
+        }
+    }
+    Ok(v)
+}
+
+impl ScenarioArgs {
+    fn scenario(&self) -> Result<Scenario, String> {
+        let sc = Scenario {
+            profile: self.profile,
+            mix: Mix::parse(&self.mix)?,
+            k: self.k,
+            switch_ids: match &self.switch_ids {
+                Some(s) => parse_ids(s)?,
+                None => Vec::new(),
+            },
+            id_base: self.id_base,
+            concurrent: self.concurrent,
+            shape: self.shape,
+            redundancy: self.redundancy,
+            lists: self.lists,
+            batch: self.batch,
+            cache_slots: self.cache_slots,
+            slots_log2: self.slots_log2,
+            seed: self.seed,
+            ..Scenario::default()
+        };
+        sc.validate()?;
+        Ok(sc)
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplayPath {
+    /// In memory: pipeline + software RNIC per worker thread.
+    Memory,
+    /// Kernel UDP sockets on loopback into a running translator and collector.
+    Udp,
+    /// Both.
+    Both,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Figure {
+    /// One core, in memory: the issue-4 targets and the 2-worker ratio.
+    Micro,
+    /// Fig. 10: Append throughput vs batch size.
+    Append,
+    /// Fig. 12: Key-Write throughput vs N.
+    Keywrite,
+    /// Fig. 14: Postcarding vs cache size and concurrent flows.
+    Postcard,
+    /// Fig. 15: Key-Write query success vs load factor, with the formula.
+    Query,
+    /// Collector CPU per report: cuckoo, MultiLog, dta software RNIC.
+    Baselines,
+    /// Every figure above.
+    All,
+    /// Redraw the SVGs from the JSON results in --out (no measurement).
+    Plot,
+}
+
+fn gen_cmd(
+    sc: &Scenario,
+    count: u64,
+    pcap: Option<PathBuf>,
+    target: Option<SocketAddrV4>,
+    rate: u64,
+) -> Result<(), String> {
+    let mut g = Generator::new(sc);
+    if let Some(path) = pcap {
+        let t = Trace::generate(&mut g, count as usize)?;
+        let gap = if rate > 0 {
+            Duration::from_secs_f64(1.0 / rate as f64)
+        } else {
+            Duration::from_micros(1)
+        };
+        t.write_pcap(&path, gap)?;
+        let side = PathBuf::from(format!("{}.json", path.display()));
+        let js = serde_json::to_string_pretty(sc).map_err(|e| e.to_string())?;
+        std::fs::write(&side, js).map_err(|e| format!("{}: {e}", side.display()))?;
+        eprintln!(
+            "dta gen: wrote {} reports ({} payload bytes) to {} (scenario in {})",
+            t.len(),
+            t.payload_bytes(),
+            path.display(),
+            side.display()
+        );
+        eprintln!("  per kind [kw, pc, loss, cong, ctr]: {:?}", g.per_kind);
+        return Ok(());
+    }
+    let target = target.ok_or("give --pcap FILE or --target IP:PORT")?;
+    let mut s = PacedSender::new(target, rate)?;
+    // No receiver feedback towards a remote target: the window is unbounded.
+    s.set_window(u64::MAX / 2);
+    let profile = sc.wire_profile();
+    let mut buf = [0u8; MAX_EMIT_LEN];
+    let t0 = Instant::now();
+    let mut last = Instant::now();
+    let done = || 0u64;
+    for i in 0..count {
+        let r = g.next_report();
+        let n = r
+            .emit(profile, &mut buf)
+            .map_err(|e| format!("emit: {e}"))?;
+        s.push(&buf[..n], done)?;
+        if last.elapsed() >= Duration::from_millis(500) || i + 1 == count {
+            last = Instant::now();
+            let pct = 100.0 * (i + 1) as f64 / count.max(1) as f64;
+            let bar = "#".repeat((pct / 5.0) as usize);
+            eprint!(
+                "\r  [{bar:<20}] {pct:5.1}%  {:>10}/{count} reports  {:>9.0} reports/s",
+                i + 1,
+                (i + 1) as f64 / t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    s.flush(done)?;
+    eprintln!();
+    eprintln!(
+        "dta gen: sent {} reports to {target} in {:.2} s; per kind [kw, pc, loss, cong, ctr]: {:?}",
+        s.sent,
+        t0.elapsed().as_secs_f64(),
+        g.per_kind
+    );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replay_cmd(
+    args: &ScenarioArgs,
+    pcap: &PathBuf,
+    path: ReplayPath,
+    workers: Vec<usize>,
+    loops: u32,
+    no_rnic: bool,
+    port: Option<u16>,
+    rate: u64,
+    out: Option<PathBuf>,
+) -> Result<(), String> {
+    let side = PathBuf::from(format!("{}.json", pcap.display()));
+    let sc: Scenario = match std::fs::read_to_string(&side) {
+        Ok(s) => serde_json::from_str(&s).map_err(|e| format!("{}: {e}", side.display()))?,
+        Err(_) => args.scenario()?,
+    };
+    let t = Trace::read_pcap_to(pcap, port)?;
+    eprintln!(
+        "dta replay: {} reports from {} ({} frames skipped), profile {}",
+        t.len(),
+        pcap.display(),
+        t.skipped,
+        sc.profile
+    );
+    let mut results = Vec::new();
+    if path != ReplayPath::Udp {
+        for &w in &workers {
+            let r = replay_memory(
+                &sc,
+                &t,
+                &MemOptions {
+                    workers: w,
+                    loops,
+                    rnic: if no_rnic {
+                        RnicMode::Off
+                    } else {
+                        RnicMode::Inline
+                    },
+                    ..MemOptions::default()
+                },
+            )?;
+            print_result(&r);
+            results.push(r);
+        }
+    }
+    if path != ReplayPath::Memory {
+        let r = replay_udp(
+            &sc,
+            &t,
+            &UdpReplayOptions {
+                loops,
+                rate,
+                ..UdpReplayOptions::default()
+            },
+        )?;
+        print_result(&r);
+        results.push(r);
+    }
+    if let Some(o) = out {
+        let v = serde_json::json!({"pcap": pcap, "scenario": sc, "machine": figures::machine(), "results": results});
+        std::fs::write(
+            &o,
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("{}: {e}", o.display()))?;
+    }
+    Ok(())
+}
+
+fn print_result(r: &dta_bench::replay::ReplayResult) {
+    println!(
+        "{:>6} x{}: {:>10} reports in {:.3} s = {:>6.2} M reports/s, {:>6.2} M frames/s, {:.3} frames/report, {:.1} B/report, dropped {}, RNIC errors {}, socket drops {}",
+        r.path, r.workers, r.reports, r.secs, r.reports_per_sec / 1e6, r.frames_per_sec / 1e6,
+        r.frames_per_report, r.bytes_per_report, r.dropped, r.rnic_errors, r.socket_drops
+    );
+    if !r.drop_reasons.is_empty() {
+        println!("         drops: {:?}", r.drop_reasons);
+    }
+    if let Some(l) = r.latency {
+        println!(
+            "         latency ns: p50 {} p90 {} p99 {} p99.9 {} max {}",
+            l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.max_ns
+        );
+    }
+    println!(
+        "         CPU {:.3} s (workers {:.3} s{}), peak RSS {} KiB",
+        r.cpu_secs,
+        r.worker_cpu_secs,
+        r.rnic_cpu_secs
+            .map(|s| format!(", software RNIC {s:.3} s"))
+            .unwrap_or_default(),
+        r.peak_rss_kib
+    );
+}
+
+fn bench_cmd(fig: Figure, o: &FigOptions, profile: ReportFormat) -> Result<(), String> {
+    if fig == Figure::Plot {
+        let n = figures::plot(&o.out)?;
+        eprintln!("redrew {n} figure(s) in {}", o.out.display());
+        return Ok(());
+    }
+    let all = fig == Figure::All;
+    if all || fig == Figure::Micro {
+        eprintln!("== micro (one core, in memory)");
+        figures::micro(o)?;
+    }
+    if all || fig == Figure::Append {
+        eprintln!("== append (Fig. 10)");
+        figures::append(o)?;
+    }
+    if all || fig == Figure::Keywrite {
+        eprintln!("== keywrite (Fig. 12)");
+        figures::keywrite(o)?;
+    }
+    if all || fig == Figure::Postcard {
+        eprintln!("== postcard (Fig. 14)");
+        figures::postcard(o)?;
+    }
+    if all || fig == Figure::Query {
+        eprintln!("== query (Fig. 15)");
+        figures::query(o)?;
+    }
+    if all || fig == Figure::Baselines {
+        eprintln!("== baselines (collector CPU per report)");
+        figures::baselines(o, profile)?;
+    }
+    eprintln!("results in {}", o.out.display());
+    Ok(())
 }
 
 fn main() {
@@ -103,6 +502,60 @@ fn main() {
                     eprintln!("dta demo: {e}");
                     std::process::exit(1);
                 }
+            }
+        }
+        Cmd::Gen {
+            scenario,
+            count,
+            pcap,
+            target,
+            rate,
+        } => {
+            let r = scenario
+                .scenario()
+                .and_then(|sc| gen_cmd(&sc, count, pcap, target, rate));
+            if let Err(e) = r {
+                eprintln!("dta gen: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::Replay {
+            pcap,
+            scenario,
+            path,
+            workers,
+            loops,
+            no_rnic,
+            port,
+            rate,
+            json,
+        } => {
+            let port = (port != 0).then_some(port);
+            if let Err(e) = replay_cmd(
+                &scenario, &pcap, path, workers, loops, no_rnic, port, rate, json,
+            ) {
+                eprintln!("dta replay: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::Bench {
+            figure,
+            reports,
+            loops,
+            out,
+            no_pin,
+            profile,
+        } => {
+            let o = FigOptions {
+                reports,
+                loops,
+                out,
+                pin: !no_pin,
+                verbose: true,
+            };
+            if let Err(e) = bench_cmd(figure, &o, profile) {
+                eprintln!("dta bench: {e}");
+                std::process::exit(1);
             }
         }
     }

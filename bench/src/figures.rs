@@ -1,0 +1,780 @@
+//! The benchmark sweeps behind `dta bench ...`: each mirrors a figure of the papers, writes
+//! `<name>.json` with every measurement and `<name>.svg` with the chart.
+//!
+//! | Command | Papers' figure | What is swept |
+//! |---|---|---|
+//! | `micro` | issue-4 targets | one core: Append b=16, Key-Write N=2, Postcarding, Key-Increment N=2; 2 vs 1 worker |
+//! | `append` | Fig. 10 | Append reports/s against batch size |
+//! | `keywrite` | Fig. 12 | Key-Write reports/s against redundancy N |
+//! | `postcard` | Fig. 14 | Postcarding postcards/s and frames per postcard against cache size × concurrent flows |
+//! | `query` | Fig. 15 | Key-Write query success against load factor, with the formula |
+//! | `baselines` | Table/§7 | collector CPU ns per report: cuckoo hash, MultiLog, dta software RNIC |
+
+use std::path::{Path, PathBuf};
+
+use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
+use dta_proto::analysis::keywrite_p_empty;
+use dta_proto::batch::Datagram;
+use dta_proto::hash::KeyHasher;
+use dta_proto::layout::KeyWriteLayout;
+use dta_proto::meta::StoreKind;
+use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportFormat, ReportHeader};
+use dta_proto::{Key, Value};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::baseline::{run_baseline, BaselineKind, BaselineResult};
+use crate::gen::{Generator, Kind, Mix, Scenario, TRANSLATOR_REPORTS};
+use crate::replay::{
+    replay_memory, rnic_saturated, MemOptions, ReplayResult, Rig, RnicMode, RnicSaturated,
+    UdpReplayOptions, UdpRig,
+};
+use crate::svg::{Chart, Series};
+use crate::trace::Trace;
+use crate::workload::Flows;
+
+/// Sweep settings shared by every figure.
+#[derive(Debug, Clone)]
+pub struct FigOptions {
+    /// Reports per generated trace.
+    pub reports: usize,
+    /// Times each trace is replayed.
+    pub loops: u32,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Pin workers to cores.
+    pub pin: bool,
+    /// Print progress lines.
+    pub verbose: bool,
+}
+
+impl Default for FigOptions {
+    fn default() -> Self {
+        FigOptions {
+            reports: 1_000_000,
+            loops: 3,
+            out: PathBuf::from("bench/results"),
+            pin: true,
+            verbose: true,
+        }
+    }
+}
+
+/// The machine a result was measured on.
+pub fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_default();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    json!({
+        "cpu": cpu,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "unix_time": secs,
+    })
+}
+
+fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
+    let charts = charts(name, v);
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let p = out.join(format!("{name}.json"));
+    let s = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
+    std::fs::write(&p, s).map_err(|e| format!("{}: {e}", p.display()))?;
+    for (i, c) in charts.iter().enumerate() {
+        let n = if i == 0 {
+            format!("{name}.svg")
+        } else {
+            format!("{name}-{}.svg", i + 1)
+        };
+        let p = out.join(n);
+        std::fs::write(&p, c.render()).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn trace_for(sc: &Scenario, n: usize) -> Result<Trace, String> {
+    sc.validate()?;
+    Trace::generate(&mut Generator::new(sc), n)
+}
+
+fn mem(o: &FigOptions, workers: usize, rnic: RnicMode) -> MemOptions {
+    MemOptions {
+        workers,
+        loops: o.loops,
+        rnic,
+        pin: o.pin,
+        ..MemOptions::default()
+    }
+}
+
+fn log(o: &FigOptions, what: &str, r: &ReplayResult) {
+    if o.verbose {
+        eprintln!(
+            "  {what:<50} {:>6.2} M reports/s ({:>6.2} M per CPU-s)  {:>6.2} M frames/s  {:.3} frames/report  p50 {} ns",
+            r.reports_per_sec / 1e6,
+            r.reports_per_cpu_sec / 1e6,
+            r.frames_per_sec / 1e6,
+            r.frames_per_report,
+            r.latency.map_or(0, |l| l.p50_ns)
+        );
+    }
+}
+
+/// One primitive on one core, pipeline only and with the software RNIC inline.
+#[derive(Debug, Clone, Serialize)]
+pub struct MicroRow {
+    /// What was measured.
+    pub name: String,
+    /// The issue-4 target (reports/s, pipeline only).
+    pub target_reports_per_sec: f64,
+    /// Translator pipeline alone.
+    pub pipeline: ReplayResult,
+    /// Translator pipeline + software RNIC in the same thread.
+    pub with_rnic: ReplayResult,
+}
+
+/// `micro`: the issue-4 one-core targets and the 2-worker scaling ratio.
+pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
+    let cases: [(&str, Kind, f64); 4] = [
+        ("Append batch 16 (18-byte loss events)", Kind::Loss, 25e6),
+        (
+            "Key-Write N=2 (INT paths, 20-byte values)",
+            Kind::KeyWrite,
+            8e6,
+        ),
+        ("Postcarding (5-hop INT-XD postcards)", Kind::Postcard, 15e6),
+        (
+            "Key-Increment N=2 (Marple host counters)",
+            Kind::Counter,
+            8e6,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (name, kind, target) in cases {
+        let sc = Scenario {
+            mix: Mix::only(kind),
+            ..Scenario::default()
+        };
+        let t = trace_for(&sc, o.reports)?;
+        let pipeline = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
+        log(o, &format!("{name} [pipeline]"), &pipeline);
+        let with_rnic = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Inline))?;
+        log(o, &format!("{name} [+RNIC]"), &with_rnic);
+        rows.push(MicroRow {
+            name: name.into(),
+            target_reports_per_sec: target,
+            pipeline,
+            with_rnic,
+        });
+    }
+    // Scaling: the demo's mix (Key-Write N=2 paths and Append loss events) on 1 and 2 workers.
+    let sc = Scenario {
+        mix: Mix::parse("kw=1,loss=1").expect("valid mix"),
+        ..Scenario::default()
+    };
+    let t = trace_for(&sc, o.reports)?;
+    let one = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
+    log(o, "Key-Write+Append mix, 1 worker", &one);
+    let two = replay_memory(&sc, &t, &mem(o, 2, RnicMode::Off))?;
+    log(o, "Key-Write+Append mix, 2 workers", &two);
+    let ratio = two.reports_per_sec / one.reports_per_sec.max(1e-9);
+    if o.verbose {
+        eprintln!("  2 workers / 1 worker = {ratio:.2}");
+    }
+    let v = json!({
+        "figure": "micro",
+        "machine": machine(),
+        "reports_per_trace": o.reports,
+        "loops": o.loops,
+        "rows": rows,
+        "scaling": { "one_worker": one, "two_workers": two, "ratio": ratio, "target": 1.7 },
+    });
+    write(&o.out, "micro", &v)?;
+    Ok(v)
+}
+
+/// `append` (Fig. 10): Append reports/s against batch size.
+pub fn append(o: &FigOptions) -> Result<serde_json::Value, String> {
+    let mut rows = Vec::new();
+    for batch in [1u32, 2, 4, 8, 16] {
+        let sc = Scenario {
+            mix: Mix::only(Kind::Loss),
+            batch,
+            ..Scenario::default()
+        };
+        let t = trace_for(&sc, o.reports)?;
+        let p = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
+        log(o, &format!("Append batch {batch} [pipeline]"), &p);
+        let r = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Inline))?;
+        log(o, &format!("Append batch {batch} [+RNIC]"), &r);
+        rows.push(json!({"batch": batch, "pipeline": p, "with_rnic": r}));
+    }
+    let v = json!({"figure": "append", "paper": "Fig. 10", "machine": machine(), "rows": rows});
+    write(&o.out, "append", &v)?;
+    Ok(v)
+}
+
+/// `keywrite` (Fig. 12): Key-Write reports/s against N.
+pub fn keywrite(o: &FigOptions) -> Result<serde_json::Value, String> {
+    let mut rows = Vec::new();
+    for n in [1u8, 2, 3, 4] {
+        let sc = Scenario {
+            mix: Mix::only(Kind::KeyWrite),
+            redundancy: n,
+            ..Scenario::default()
+        };
+        let t = trace_for(&sc, o.reports)?;
+        let p = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
+        log(o, &format!("Key-Write N={n} [pipeline]"), &p);
+        let r = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Inline))?;
+        log(o, &format!("Key-Write N={n} [+RNIC]"), &r);
+        rows.push(json!({"n": n, "pipeline": p, "with_rnic": r}));
+    }
+    let v = json!({"figure": "keywrite", "paper": "Fig. 12", "machine": machine(), "rows": rows});
+    write(&o.out, "keywrite", &v)?;
+    Ok(v)
+}
+
+/// `postcard` (Fig. 14): Postcarding against cache size and concurrent flows.
+pub fn postcard(o: &FigOptions) -> Result<serde_json::Value, String> {
+    let caches = [256u32, 1024, 4096, 16384, 65536];
+    let concurrents = [256u32, 4096, 65536];
+    let mut rows = Vec::new();
+    for &conc in &concurrents {
+        for &cache in &caches {
+            let sc = Scenario {
+                mix: Mix::only(Kind::Postcard),
+                cache_slots: cache,
+                concurrent: conc,
+                ..Scenario::default()
+            };
+            let t = trace_for(&sc, o.reports)?;
+            // Entries leave the cache when their path completes or another flow needs the slot
+            // (as in the papers' cache), not because the generator spaced a path's postcards
+            // further apart than a flush delay.
+            let mo = MemOptions {
+                postcard_flush_ns: 1_000_000_000,
+                ..mem(o, 1, RnicMode::Inline)
+            };
+            let r = replay_memory(&sc, &t, &mo)?;
+            log(o, &format!("Postcards cache {cache} flows {conc}"), &r);
+            rows.push(json!({"cache_slots": cache, "concurrent_flows": conc, "result": r}));
+        }
+    }
+    let v = json!({"figure": "postcard", "paper": "Fig. 14", "machine": machine(), "rows": rows});
+    write(&o.out, "postcard", &v)?;
+    Ok(v)
+}
+
+/// Key-Write query outcome counts at one load.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QueryPoint {
+    /// Redundancy N.
+    pub n: u8,
+    /// Keys written / slots.
+    pub load: f64,
+    /// Keys written (and queried).
+    pub keys: u64,
+    /// Fraction answered with the value written.
+    pub success: f64,
+    /// Fraction answered empty.
+    pub empty: f64,
+    /// Fraction answered with a conflict.
+    pub conflict: f64,
+    /// Fraction answered with a wrong value (must be ~0).
+    pub wrong: f64,
+    /// The formula's success bound: 1 − mean over keys of p_empty(α_key, N, 32), where α_key is
+    /// the load written after the key.
+    pub formula_success: f64,
+}
+
+/// Writes `keys` distinct Key-Write reports through a rig into `2^slots_log2` slots with
+/// redundancy `n`, then queries every key.
+pub fn query_point(n: u8, slots_log2: u32, keys: u64, seed: u64) -> Result<QueryPoint, String> {
+    let sc = Scenario {
+        mix: Mix::only(Kind::KeyWrite),
+        redundancy: n,
+        slots_log2,
+        ..Scenario::default()
+    };
+    let mut rig = Rig::new(
+        &sc,
+        0,
+        1,
+        &MemOptions {
+            pin: false,
+            ..MemOptions::default()
+        },
+    )?;
+    let flows = Flows { seed, shape: 1.3 };
+    let value = |i: u64| {
+        let mut v = [0u8; 20];
+        v[..8].copy_from_slice(&i.to_be_bytes());
+        v[8..16].copy_from_slice(&crate::workload::mix(i ^ seed).to_be_bytes());
+        v
+    };
+    let profile = Profile::Extended;
+    let mut bufs = vec![[0u8; 64]; 64];
+    let mut lens = [0usize; 64];
+    let mut i = 0u64;
+    while i < keys {
+        let m = (keys - i).min(64) as usize;
+        for j in 0..m {
+            let r = Report {
+                header: ReportHeader {
+                    profile,
+                    immediate: false,
+                    retransmittable: false,
+                    seq: Some((i + j as u64) as u32),
+                    priority: Priority::Medium,
+                },
+                primitive: Primitive::KeyWrite {
+                    redundancy: n,
+                    key: Key::new(&flows.tuple(i + j as u64)).expect("13 bytes"),
+                    value: Value::new(&value(i + j as u64)).expect("20 bytes"),
+                },
+            };
+            lens[j] = r.emit(profile, &mut bufs[j]).map_err(|e| e.to_string())?;
+        }
+        let views: Vec<Datagram<'_>> = (0..m)
+            .map(|j| Datagram {
+                src: TRANSLATOR_REPORTS,
+                dst: TRANSLATOR_REPORTS,
+                ip: None,
+                payload: &bufs[j][..lens[j]],
+            })
+            .collect();
+        rig.feed(1_000_000 + i, &views);
+        i += m as u64;
+    }
+    rig.flush(1_000_000 + keys);
+    let st = rig.store("paths").ok_or("no paths store")?;
+    let StoreKind::KeyWrite {
+        slots,
+        slot_size,
+        hash,
+    } = st.meta.kind
+    else {
+        return Err("paths is not Key-Write".into());
+    };
+    let view = KeyWriteView {
+        region: &st.region,
+        layout: KeyWriteLayout::new(slots, slot_size).map_err(|e| e.to_string())?,
+        hasher: KeyHasher::new(hash, slots).ok_or("bad hasher")?,
+    };
+    let (mut ok, mut empty, mut conflict, mut wrong, mut predicted) = (0u64, 0u64, 0u64, 0u64, 0.0);
+    for i in 0..keys {
+        let key = Key::new(&flows.tuple(i)).expect("13 bytes");
+        match view.query(&key, n as usize, Vote::Plurality) {
+            KeyWriteAnswer::Value { value: v, .. } => {
+                if v.as_bytes()[..20] == value(i) {
+                    ok += 1;
+                } else {
+                    wrong += 1;
+                }
+            }
+            KeyWriteAnswer::Empty => empty += 1,
+            KeyWriteAnswer::Conflict { .. } => conflict += 1,
+        }
+        predicted += keywrite_p_empty((keys - 1 - i) as f64 / slots as f64, n as u32, 32);
+    }
+    let k = keys.max(1) as f64;
+    Ok(QueryPoint {
+        n,
+        load: keys as f64 / slots as f64,
+        keys,
+        success: ok as f64 / k,
+        empty: empty as f64 / k,
+        conflict: conflict as f64 / k,
+        wrong: wrong as f64 / k,
+        formula_success: 1.0 - predicted / k,
+    })
+}
+
+/// `query` (Fig. 15): Key-Write query success against load factor, measured and formula.
+pub fn query(o: &FigOptions) -> Result<serde_json::Value, String> {
+    let slots_log2 = 18;
+    let loads = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0];
+    let mut pts = Vec::new();
+    for n in [1u8, 2, 4] {
+        for &a in &loads {
+            let keys = (a * (1u64 << slots_log2) as f64) as u64;
+            let p = query_point(n, slots_log2, keys, 77)?;
+            if o.verbose {
+                eprintln!(
+                    "  Key-Write N={n} load {a:.2}: success {:.4} (formula {:.4}) empty {:.4} conflict {:.4} wrong {}",
+                    p.success, p.formula_success, p.empty, p.conflict, p.wrong
+                );
+            }
+            pts.push(p);
+        }
+    }
+    let v = json!({"figure": "query", "paper": "Fig. 15", "machine": machine(), "slots": 1u64 << slots_log2, "points": pts});
+    write(&o.out, "query", &v)?;
+    Ok(v)
+}
+
+/// The `baselines` comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineComparison {
+    /// Receive-and-parse only.
+    pub parse_only: BaselineResult,
+    /// Cuckoo hash table.
+    pub cuckoo: BaselineResult,
+    /// MultiLog-style log.
+    pub multilog: BaselineResult,
+    /// dta over kernel UDP into the software RNIC.
+    pub dta: ReplayResult,
+    /// Software RNIC thread CPU per translated report (ns).
+    pub dta_rnic_ns_per_report: f64,
+    /// Translator worker CPU per translated report (ns), for reference.
+    pub dta_translator_ns_per_report: f64,
+    /// A real RNIC executes RDMA WRITEs without the collector's CPU.
+    pub dta_real_rnic_ns_per_report: f64,
+    /// dta software RNIC ns/report ÷ cuckoo ns/report, end to end (target ≤ 0.1).
+    pub ratio_vs_cuckoo: f64,
+    /// The software RNIC fed the same reports' frames at saturation (full receive bursts, as
+    /// the baselines get).
+    pub dta_saturated: RnicSaturated,
+    /// Saturated software RNIC ns/report ÷ cuckoo ns/report.
+    pub saturated_ratio_vs_cuckoo: f64,
+    /// dta software RNIC ns/report ÷ MultiLog ns/report.
+    pub ratio_vs_multilog: f64,
+}
+
+/// `baselines`: collector CPU per report for the same Append stream (batch 16).
+pub fn baselines(o: &FigOptions, profile: ReportFormat) -> Result<BaselineComparison, String> {
+    let sc = Scenario {
+        mix: Mix::only(Kind::Loss),
+        batch: 16,
+        profile,
+        ..Scenario::default()
+    };
+    let t = trace_for(&sc, o.reports)?;
+    let window = 8192;
+    let run = |k| -> Result<BaselineResult, String> {
+        let r = run_baseline(k, sc.parse_config(), &t, o.loops, window)?;
+        if o.verbose {
+            eprintln!(
+                "  {k:?}: {} of {} reports, {:.1} ns CPU/report (drops {}, failures {})",
+                r.received, r.sent, r.cpu_ns_per_report, r.socket_drops, r.failures
+            );
+        }
+        Ok(r)
+    };
+    let parse_only = run(BaselineKind::Parse)?;
+    let cuckoo = run(BaselineKind::Cuckoo)?;
+    let multilog = run(BaselineKind::Multilog)?;
+    let rig = UdpRig::start(&sc)?;
+    let dta = rig.run(
+        &t,
+        &UdpReplayOptions {
+            loops: o.loops,
+            rate: 0,
+            window,
+        },
+    );
+    rig.stop();
+    let dta = dta?;
+    // Per report whose data the translator sent: reports it dropped never cost the RNIC.
+    let per = |s: f64| s * 1e9 / dta.translated.max(1) as f64;
+    let rnic_ns = per(dta.rnic_cpu_secs.unwrap_or(0.0));
+    let sat = rnic_saturated(&sc, &t, o.loops)?;
+    let cmp = BaselineComparison {
+        saturated_ratio_vs_cuckoo: sat.ns_per_report / cuckoo.cpu_ns_per_report.max(1e-9),
+        dta_saturated: sat,
+        dta_rnic_ns_per_report: rnic_ns,
+        dta_translator_ns_per_report: per(dta.worker_cpu_secs),
+        dta_real_rnic_ns_per_report: 0.0,
+        ratio_vs_cuckoo: rnic_ns / cuckoo.cpu_ns_per_report.max(1e-9),
+        ratio_vs_multilog: rnic_ns / multilog.cpu_ns_per_report.max(1e-9),
+        parse_only,
+        cuckoo,
+        multilog,
+        dta,
+    };
+    if o.verbose {
+        eprintln!(
+            "  dta software RNIC: {:.1} ns CPU/report ({} frames for {} reports), translator {:.1} ns/report; ratio vs cuckoo {:.3}",
+            cmp.dta_rnic_ns_per_report,
+            cmp.dta.frames,
+            cmp.dta.reports,
+            cmp.dta_translator_ns_per_report,
+            cmp.ratio_vs_cuckoo
+        );
+        eprintln!(
+            "  dta software RNIC at saturation: {:.1} ns CPU/report ({:.0} ns/frame, {} frames, errors {}); ratio vs cuckoo {:.3}",
+            cmp.dta_saturated.ns_per_report,
+            cmp.dta_saturated.ns_per_frame,
+            cmp.dta_saturated.frames,
+            cmp.dta_saturated.rnic_errors,
+            cmp.saturated_ratio_vs_cuckoo
+        );
+    }
+    let v = json!({"figure": "baselines", "machine": machine(), "reports": o.reports, "loops": o.loops, "result": cmp});
+    write(&o.out, "baselines", &v)?;
+    Ok(cmp)
+}
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn line(label: &str, points: Vec<(f64, f64)>, dashed: bool) -> Series {
+    Series {
+        label: label.into(),
+        points,
+        dashed,
+    }
+}
+
+fn empty_rows() -> &'static Vec<serde_json::Value> {
+    static EMPTY: Vec<serde_json::Value> = Vec::new();
+    &EMPTY
+}
+
+/// The charts of figure `name` drawn from its JSON results (so they can be redrawn later with
+/// `dta bench plot`).
+pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
+    let rows = v["rows"].as_array().unwrap_or(empty_rows());
+    let chart = |title: &str, x: &str, y: &str, log_x: bool, series: Vec<Series>| Chart {
+        title: title.into(),
+        x_label: x.into(),
+        y_label: y.into(),
+        log_x,
+        log_y: false,
+        series,
+    };
+    match name {
+        "micro" => {
+            let pts = |k: &str, key: &str| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, r)| (i as f64 + 1.0, f(&r[k][key]) / 1e6))
+                    .collect()
+            };
+            let target: Vec<(f64, f64)> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (i as f64 + 1.0, f(&r["target_reports_per_sec"]) / 1e6))
+                .collect();
+            vec![chart(
+                "One core, in memory: reports/s per primitive",
+                "1 = Append b16, 2 = Key-Write N2, 3 = Postcard, 4 = Key-Increment N2",
+                "million reports/s",
+                false,
+                vec![
+                    line(
+                        "pipeline, per wall s",
+                        pts("pipeline", "reports_per_sec"),
+                        false,
+                    ),
+                    line(
+                        "pipeline, per CPU s",
+                        pts("pipeline", "reports_per_cpu_sec"),
+                        false,
+                    ),
+                    line(
+                        "+ software RNIC, per CPU s",
+                        pts("with_rnic", "reports_per_cpu_sec"),
+                        false,
+                    ),
+                    line("issue-4 target", target, true),
+                ],
+            )]
+        }
+        "append" | "keywrite" => {
+            let x = if name == "append" { "batch" } else { "n" };
+            let pts = |k: &str, key: &str| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .map(|r| (f(&r[x]), f(&r[k][key]) / 1e6))
+                    .collect()
+            };
+            let mut series = vec![
+                line(
+                    "reports/s per CPU s, pipeline",
+                    pts("pipeline", "reports_per_cpu_sec"),
+                    false,
+                ),
+                line(
+                    "reports/s per CPU s, + RNIC",
+                    pts("with_rnic", "reports_per_cpu_sec"),
+                    false,
+                ),
+                line(
+                    "reports/s (wall), pipeline",
+                    pts("pipeline", "reports_per_sec"),
+                    true,
+                ),
+            ];
+            if name == "append" {
+                vec![chart(
+                    "Append throughput vs batch size (Fig. 10), one core",
+                    "entries per RDMA WRITE (batch)",
+                    "million reports/s",
+                    true,
+                    series,
+                )]
+            } else {
+                series.push(line(
+                    "RDMA frames/s (wall), pipeline",
+                    pts("pipeline", "frames_per_sec"),
+                    false,
+                ));
+                vec![chart(
+                    "Key-Write throughput vs redundancy N (Fig. 12), one core",
+                    "redundancy N",
+                    "million per second",
+                    false,
+                    series,
+                )]
+            }
+        }
+        "postcard" => {
+            let mut conc: Vec<u64> = rows
+                .iter()
+                .filter_map(|r| r["concurrent_flows"].as_u64())
+                .collect();
+            conc.sort_unstable();
+            conc.dedup();
+            let series = |g: &dyn Fn(&serde_json::Value) -> f64| -> Vec<Series> {
+                conc.iter()
+                    .map(|&c| {
+                        line(
+                            &format!("{c} concurrent flows"),
+                            rows.iter()
+                                .filter(|r| r["concurrent_flows"].as_u64() == Some(c))
+                                .map(|r| (f(&r["cache_slots"]), g(&r["result"])))
+                                .collect(),
+                            false,
+                        )
+                    })
+                    .collect()
+            };
+            vec![
+                chart(
+                    "Postcarding vs cache size (Fig. 14), one core + RNIC",
+                    "translator cache slots",
+                    "million postcards per CPU second",
+                    true,
+                    series(&|r| f(&r["reports_per_cpu_sec"]) / 1e6),
+                ),
+                chart(
+                    "RDMA frames per postcard (0.2 = one chunk per 5-hop path)",
+                    "translator cache slots",
+                    "frames per postcard",
+                    true,
+                    series(&|r| f(&r["frames_per_report"])),
+                ),
+            ]
+        }
+        "query" => {
+            let pts = v["points"].as_array().unwrap_or(empty_rows());
+            let mut ns: Vec<u64> = pts.iter().filter_map(|p| p["n"].as_u64()).collect();
+            ns.dedup();
+            let mut series = Vec::new();
+            for n in ns {
+                let of = |k: &str| -> Vec<(f64, f64)> {
+                    pts.iter()
+                        .filter(|p| p["n"].as_u64() == Some(n))
+                        .map(|p| (f(&p["load"]), f(&p[k])))
+                        .collect()
+                };
+                series.push(line(&format!("N={n} measured"), of("success"), false));
+                series.push(line(&format!("N={n} formula"), of("formula_success"), true));
+            }
+            vec![chart(
+                "Key-Write query success vs load factor (Fig. 15), 32-bit checksums",
+                "keys written / slots",
+                "query success rate",
+                false,
+                series,
+            )]
+        }
+        "baselines" => {
+            let r = &v["result"];
+            vec![chart(
+                "Collector CPU per report, same Append stream (dta: batch 16)",
+                "1 parse only, 2 cuckoo, 3 MultiLog, 4 dta sw RNIC, 5 same saturated, 6 real RNIC",
+                "collector CPU ns per report",
+                false,
+                vec![line(
+                    "collector thread CPU",
+                    vec![
+                        (1.0, f(&r["parse_only"]["cpu_ns_per_report"])),
+                        (2.0, f(&r["cuckoo"]["cpu_ns_per_report"])),
+                        (3.0, f(&r["multilog"]["cpu_ns_per_report"])),
+                        (4.0, f(&r["dta_rnic_ns_per_report"])),
+                        (5.0, f(&r["dta_saturated"]["ns_per_report"])),
+                        (6.0, f(&r["dta_real_rnic_ns_per_report"])),
+                    ],
+                    false,
+                )],
+            )]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Redraws the SVGs of every `NAME.json` in `dir`.
+pub fn plot(dir: &Path) -> Result<usize, String> {
+    let mut n = 0;
+    for name in [
+        "micro",
+        "append",
+        "keywrite",
+        "postcard",
+        "query",
+        "baselines",
+    ] {
+        let p = dir.join(format!("{name}.json"));
+        let Ok(s) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))?;
+        write(dir, name, &v)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_redraw_from_json() {
+        let v = json!({"rows": [
+            {"batch": 1, "pipeline": {"reports_per_sec": 1e6, "reports_per_cpu_sec": 2e6}, "with_rnic": {"reports_per_cpu_sec": 1e6}},
+            {"batch": 16, "pipeline": {"reports_per_sec": 4e6, "reports_per_cpu_sec": 9e6}, "with_rnic": {"reports_per_cpu_sec": 7e6}},
+        ]});
+        let c = charts("append", &v);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].series.len(), 3);
+        assert_eq!(c[0].series[0].points, vec![(1.0, 2.0), (16.0, 9.0)]);
+        assert!(charts("nothing", &v).is_empty());
+    }
+
+    #[test]
+    fn query_success_tracks_the_formula() {
+        let p = query_point(2, 12, 410, 5).unwrap();
+        assert_eq!(p.wrong, 0.0);
+        assert!(p.success > 0.9, "{p:?}");
+        assert!((p.success - p.formula_success).abs() < 0.05, "{p:?}");
+        let heavy = query_point(1, 10, 1024, 5).unwrap();
+        assert!(heavy.success < p.success);
+        assert!(
+            (heavy.success - heavy.formula_success).abs() < 0.06,
+            "{heavy:?}"
+        );
+    }
+}

@@ -1,0 +1,659 @@
+//! `dta gen`: the papers' report workloads as an endless, deterministic stream.
+//!
+//! A [`Scenario`] fixes the workload (report mix, fat tree, flow population, profile) *and* the
+//! collector stores that receive it, so the generator, the pcap files it writes and the replay
+//! harness that reads them agree on geometry. The stream:
+//!
+//! - keeps `concurrent` flows active; each has a Pareto-distributed packet count
+//!   ([`Flows::packets`]) and is replaced by the next flow of the population when it ends, so
+//!   a few elephants produce most reports and keys repeat the way real traffic does;
+//! - draws each report's kind by the mix weights and the flow it belongs to uniformly among the
+//!   active ones;
+//! - INT-MD path tracing: Key-Write keyed by the flow 5-tuple with the 20-byte 5-hop path;
+//! - INT-XD/MX postcards: each flow walks its 5 hops in order, one postcard per draw;
+//! - NetSeer loss events: 18-byte Append entries (5-tuple, drop reason, packet sequence);
+//! - INT congestion events: 8-byte Append entries (switch ID, queue depth) on their own lists;
+//! - Marple host counters: Key-Increment of the source host's byte count.
+//!
+//! The reference profile carries 4-byte keys and values only, so there the 5-tuple key is its
+//! 32-bit digest and each value its 32-bit summary (path digest, packet sequence, switch ID and
+//! depth packed); the extended profile carries the full keys and values.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use dta_collector::config::{StoreConfig, StoreKindConfig};
+use dta_proto::hash::HashProfile;
+use dta_proto::layout::AppendFormat;
+use dta_proto::wire::dta::BaseVariant;
+use dta_proto::wire::report::{
+    ParseConfig, Primitive, Priority, Profile, Report, ReportFormat, ReportHeader,
+};
+use dta_proto::{Key, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::workload::{mix, FatTree, Flows, SplitMix64};
+
+/// Relative weights of the report kinds in a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Mix {
+    /// INT-MD path tracing (Key-Write).
+    pub keywrite: u32,
+    /// INT-XD/MX postcards (Postcarding).
+    pub postcard: u32,
+    /// NetSeer loss events (Append).
+    pub loss: u32,
+    /// INT congestion events (Append).
+    pub congestion: u32,
+    /// Marple host counters (Key-Increment).
+    pub counter: u32,
+}
+
+impl Mix {
+    /// Only one kind.
+    pub fn only(kind: Kind) -> Mix {
+        let mut m = Mix {
+            keywrite: 0,
+            postcard: 0,
+            loss: 0,
+            congestion: 0,
+            counter: 0,
+        };
+        match kind {
+            Kind::KeyWrite => m.keywrite = 1,
+            Kind::Postcard => m.postcard = 1,
+            Kind::Loss => m.loss = 1,
+            Kind::Congestion => m.congestion = 1,
+            Kind::Counter => m.counter = 1,
+        }
+        m
+    }
+
+    /// Parses `kw=4,pc=2,loss=1,cong=1,ctr=1` (any subset; missing kinds weigh 0) or a single
+    /// kind name (`keywrite`, `postcard`, `loss`, `congestion`, `counter`, `all`).
+    pub fn parse(s: &str) -> Result<Mix, String> {
+        let mut m = Mix::only(Kind::KeyWrite);
+        m.keywrite = 0;
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, w) = match part.split_once('=') {
+                Some((n, w)) => (n, w.parse::<u32>().map_err(|e| format!("{part}: {e}"))?),
+                None => (part, 1),
+            };
+            match name {
+                "kw" | "keywrite" => m.keywrite = w,
+                "pc" | "postcard" => m.postcard = w,
+                "loss" => m.loss = w,
+                "cong" | "congestion" => m.congestion = w,
+                "ctr" | "counter" => m.counter = w,
+                "all" => {
+                    m = Mix {
+                        keywrite: w,
+                        postcard: w,
+                        loss: w,
+                        congestion: w,
+                        counter: w,
+                    }
+                }
+                _ => return Err(format!("unknown report kind {name:?}")),
+            }
+        }
+        if m.total() == 0 {
+            return Err("the mix has no report kind with a positive weight".into());
+        }
+        Ok(m)
+    }
+
+    fn total(&self) -> u64 {
+        [
+            self.keywrite,
+            self.postcard,
+            self.loss,
+            self.congestion,
+            self.counter,
+        ]
+        .iter()
+        .map(|&w| w as u64)
+        .sum()
+    }
+}
+
+/// A report kind of the mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// INT-MD path (Key-Write).
+    KeyWrite,
+    /// INT-XD/MX postcard.
+    Postcard,
+    /// NetSeer loss event (Append).
+    Loss,
+    /// INT congestion event (Append).
+    Congestion,
+    /// Marple host counter (Key-Increment).
+    Counter,
+}
+
+/// A workload and the collector geometry that receives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Scenario {
+    /// Wire profile of every report.
+    pub profile: ReportFormat,
+    /// Report mix.
+    pub mix: Mix,
+    /// Fat-tree arity k (even, 2..=64).
+    pub k: u32,
+    /// Switch IDs of the fat tree, in order ToRs and Aggs by pod, then cores; empty means
+    /// `id_base + index`.
+    pub switch_ids: Vec<u32>,
+    /// First switch ID when `switch_ids` is empty.
+    pub id_base: u32,
+    /// Flows active at once.
+    pub concurrent: u32,
+    /// Pareto shape of packets per flow.
+    pub shape: f64,
+    /// Largest packet count of one flow.
+    pub max_flow_packets: u64,
+    /// Key-Write and Key-Increment redundancy N.
+    pub redundancy: u8,
+    /// Append lists per event type (loss events use `0..lists`, congestion `lists..2*lists`).
+    pub lists: u32,
+    /// Append batch (entries per RDMA WRITE).
+    pub batch: u32,
+    /// Ring capacity per list (entries).
+    pub capacity: u32,
+    /// Key-Write and Key-Increment slots (log2).
+    pub slots_log2: u32,
+    /// Postcarding chunks (log2).
+    pub chunks_log2: u32,
+    /// Translator postcard cache slots.
+    pub cache_slots: u32,
+    /// Distinct hosts for Marple counters (0 = one per flow source).
+    pub hosts: u64,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            profile: ReportFormat::Extended,
+            mix: Mix {
+                keywrite: 4,
+                postcard: 5,
+                loss: 2,
+                congestion: 1,
+                counter: 2,
+            },
+            k: 8,
+            switch_ids: Vec::new(),
+            id_base: 1,
+            concurrent: 1024,
+            shape: 1.3,
+            max_flow_packets: 100_000,
+            redundancy: 2,
+            lists: 8,
+            batch: 16,
+            capacity: 65536,
+            slots_log2: 20,
+            chunks_log2: 16,
+            cache_slots: 4096,
+            hosts: 0,
+            seed: 2023,
+        }
+    }
+}
+
+/// Where generated reports come from and go to on the wire.
+pub const TRANSLATOR_REPORTS: SocketAddrV4 =
+    SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), dta_proto::consts::DTA_PORT);
+
+impl Scenario {
+    /// The wire profile.
+    pub fn wire_profile(&self) -> Profile {
+        self.profile.into()
+    }
+
+    /// How a translator must parse this scenario's reports.
+    pub fn parse_config(&self) -> ParseConfig {
+        ParseConfig {
+            reference_variant: match self.profile {
+                ReportFormat::Reference(v) => v,
+                ReportFormat::Extended => BaseVariant::B,
+            },
+            ..ParseConfig::default()
+        }
+    }
+
+    fn extended(&self) -> bool {
+        self.profile == ReportFormat::Extended
+    }
+
+    /// Switch ID of fat-tree switch index `i`.
+    pub fn switch_id(&self, i: u32) -> u32 {
+        if self.switch_ids.is_empty() {
+            self.id_base.wrapping_add(i)
+        } else {
+            self.switch_ids[i as usize % self.switch_ids.len()]
+        }
+    }
+
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.k < 2 || self.k > 64 || self.k % 2 != 0 {
+            return Err(format!("k must be even and 2..=64, not {}", self.k));
+        }
+        if self.mix.total() == 0 {
+            return Err("empty mix".into());
+        }
+        if self.concurrent == 0 || self.lists == 0 || !(1..=16).contains(&self.batch) {
+            return Err("concurrent and lists must be positive, batch 1..=16".into());
+        }
+        if self.capacity % self.batch != 0 {
+            return Err("capacity must be a multiple of batch".into());
+        }
+        if self.redundancy == 0 || self.redundancy > 8 {
+            return Err("redundancy must be 1..=8".into());
+        }
+        if !(4..=28).contains(&self.slots_log2) || !(4..=24).contains(&self.chunks_log2) {
+            return Err("slots_log2 must be 4..=28 and chunks_log2 4..=24".into());
+        }
+        if self.shape.is_nan() || self.shape <= 0.0 {
+            return Err("shape must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// Switch-ID ranges of the postcard value set V.
+    fn value_ranges(&self) -> Vec<[u32; 2]> {
+        let n = FatTree {
+            k: self.k,
+            id_base: 0,
+        }
+        .switches();
+        if self.switch_ids.is_empty() {
+            vec![[self.id_base, self.id_base + n - 1]]
+        } else {
+            self.switch_ids.iter().map(|&id| [id, id]).collect()
+        }
+    }
+
+    /// The collector stores this scenario writes into: `paths` (Key-Write), `counters`
+    /// (Key-Increment), `postcards` (Postcarding), `losses` and `congestion` (Append).
+    pub fn stores(&self) -> Vec<StoreConfig> {
+        let ext = self.extended();
+        vec![
+            StoreConfig {
+                name: "paths".into(),
+                port: None,
+                kind: StoreKindConfig::KeyWrite {
+                    slots: 1 << self.slots_log2,
+                    slot_size: if ext { 32 } else { 8 },
+                    hash: HashProfile::Independent,
+                },
+            },
+            StoreConfig {
+                name: "counters".into(),
+                port: None,
+                kind: StoreKindConfig::KeyIncrement {
+                    slots: 1 << self.slots_log2,
+                    hash: HashProfile::Independent,
+                    epoch_secs: 0,
+                },
+            },
+            StoreConfig {
+                name: "postcards".into(),
+                port: None,
+                kind: StoreKindConfig::Postcard {
+                    chunks: 1 << self.chunks_log2,
+                    hops: 5,
+                    hash: HashProfile::Independent,
+                    redundancy: 1,
+                    values: self.value_ranges(),
+                },
+            },
+            StoreConfig {
+                name: "losses".into(),
+                port: None,
+                kind: StoreKindConfig::Append {
+                    lists: self.lists,
+                    first_list: 0,
+                    capacity: self.capacity,
+                    entry_size: if ext { 20 } else { 4 },
+                    batch: self.batch,
+                    format: AppendFormat::Sequenced,
+                },
+            },
+            StoreConfig {
+                name: "congestion".into(),
+                port: None,
+                kind: StoreKindConfig::Append {
+                    lists: self.lists,
+                    first_list: self.lists,
+                    capacity: self.capacity,
+                    entry_size: if ext { 8 } else { 4 },
+                    batch: self.batch,
+                    format: AppendFormat::Sequenced,
+                },
+            },
+        ]
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ActiveFlow {
+    id: u64,
+    left: u64,
+    hop: u8,
+    sent: u32,
+}
+
+/// The report stream of a [`Scenario`].
+pub struct Generator {
+    sc: Scenario,
+    tree: FatTree,
+    flows: Flows,
+    rng: SplitMix64,
+    active: Vec<ActiveFlow>,
+    next_flow: u64,
+    cum: [u64; 5],
+    seq: u32,
+    /// Reports generated per kind: keywrite, postcard, loss, congestion, counter.
+    pub per_kind: [u64; 5],
+    /// Flows started so far.
+    pub flows_started: u64,
+}
+
+impl Generator {
+    /// A stream for `sc` (call [`Scenario::validate`] first).
+    pub fn new(sc: &Scenario) -> Generator {
+        let m = sc.mix;
+        let w = [m.keywrite, m.postcard, m.loss, m.congestion, m.counter];
+        let mut cum = [0u64; 5];
+        let mut acc = 0;
+        for (c, &x) in cum.iter_mut().zip(&w) {
+            acc += x as u64;
+            *c = acc;
+        }
+        let flows = Flows {
+            seed: sc.seed ^ 0xf10,
+            shape: sc.shape,
+        };
+        let mut g = Generator {
+            tree: FatTree {
+                k: sc.k,
+                id_base: 0,
+            },
+            flows,
+            rng: SplitMix64(sc.seed),
+            active: Vec::with_capacity(sc.concurrent as usize),
+            next_flow: 0,
+            cum,
+            seq: 0,
+            per_kind: [0; 5],
+            flows_started: 0,
+            sc: sc.clone(),
+        };
+        for _ in 0..sc.concurrent {
+            let f = g.start_flow();
+            g.active.push(f);
+        }
+        g
+    }
+
+    fn start_flow(&mut self) -> ActiveFlow {
+        let id = self.next_flow;
+        self.next_flow += 1;
+        self.flows_started += 1;
+        ActiveFlow {
+            id,
+            left: self
+                .flows
+                .packets(id)
+                .clamp(1, self.sc.max_flow_packets.max(1)),
+            hop: 0,
+            sent: 0,
+        }
+    }
+
+    /// The scenario.
+    pub fn scenario(&self) -> &Scenario {
+        &self.sc
+    }
+
+    /// Flow `id`'s 5-hop path as switch IDs.
+    pub fn path(&self, id: u64) -> [u32; 5] {
+        self.tree
+            .path(mix(self.sc.seed ^ 0x9a7 ^ id))
+            .map(|i| self.sc.switch_id(i))
+    }
+
+    fn header(&mut self) -> ReportHeader {
+        self.seq = self.seq.wrapping_add(1);
+        ReportHeader {
+            profile: self.sc.wire_profile(),
+            immediate: false,
+            retransmittable: false,
+            seq: if self.sc.profile == ReportFormat::Reference(BaseVariant::A) {
+                None
+            } else {
+                Some(self.seq)
+            },
+            priority: Priority::Medium,
+        }
+    }
+
+    fn flow_key(&self, id: u64) -> Key {
+        let t = self.flows.tuple(id);
+        if self.sc.extended() {
+            Key::new(&t).expect("13-byte key")
+        } else {
+            Key::new(&digest(&t).to_be_bytes()).expect("4-byte key")
+        }
+    }
+
+    /// The next report of the stream.
+    pub fn next_report(&mut self) -> Report {
+        let r = self.rng.below(*self.cum.last().expect("5 kinds"));
+        let kind = self.cum.iter().position(|&c| r < c).unwrap_or(0);
+        self.per_kind[kind] += 1;
+        let slot = self.rng.below(self.active.len() as u64) as usize;
+        let f = self.active[slot];
+        let header = self.header();
+        let ext = self.sc.extended();
+        let mut consumed = true;
+        let primitive = match kind {
+            0 => {
+                let p = self.path(f.id);
+                let mut v = [0u8; 20];
+                for (h, id) in p.iter().enumerate() {
+                    v[4 * h..4 * h + 4].copy_from_slice(&id.to_be_bytes());
+                }
+                let value = if ext {
+                    Value::new(&v)
+                } else {
+                    Value::new(&digest(&v).to_be_bytes())
+                }
+                .expect("value fits");
+                Primitive::KeyWrite {
+                    redundancy: self.sc.redundancy,
+                    key: self.flow_key(f.id),
+                    value,
+                }
+            }
+            1 => {
+                let p = self.path(f.id);
+                let hop = f.hop;
+                self.active[slot].hop = (hop + 1) % 5;
+                // A packet is done when its last hop has reported.
+                consumed = hop == 4;
+                Primitive::Postcard {
+                    flow: self.flow_key(f.id),
+                    hop,
+                    // The reference profile carries no path length.
+                    path_len: if ext { 5 } else { 0 },
+                    value: p[hop as usize],
+                }
+            }
+            2 => {
+                let t = self.flows.tuple(f.id);
+                let mut e = [0u8; 18];
+                e[..13].copy_from_slice(&t);
+                e[13] = 1 + (self.rng.next_u64() % 7) as u8;
+                e[14..18].copy_from_slice(&f.sent.to_be_bytes());
+                let value = if ext {
+                    Value::new(&e)
+                } else {
+                    Value::new(&(digest(&t) ^ f.sent).to_be_bytes())
+                }
+                .expect("value fits");
+                Primitive::Append {
+                    list: (mix(f.id) % self.sc.lists as u64) as u32,
+                    value,
+                }
+            }
+            3 => {
+                let p = self.path(f.id);
+                let sw = p[self.rng.below(5) as usize];
+                let depth = (self.rng.unit().powi(3) * 65535.0) as u32;
+                let mut e = [0u8; 8];
+                e[..4].copy_from_slice(&sw.to_be_bytes());
+                e[4..].copy_from_slice(&depth.to_be_bytes());
+                let value = if ext {
+                    Value::new(&e)
+                } else {
+                    Value::new(&((sw << 16) | (depth & 0xFFFF)).to_be_bytes())
+                }
+                .expect("value fits");
+                Primitive::Append {
+                    list: self.sc.lists + sw % self.sc.lists,
+                    value,
+                }
+            }
+            _ => {
+                let t = self.flows.tuple(f.id);
+                let host = if self.sc.hosts == 0 {
+                    u32::from_be_bytes([t[0], t[1], t[2], t[3]])
+                } else {
+                    0x0A00_0000 | (mix(f.id) % self.sc.hosts) as u32
+                };
+                Primitive::KeyIncrement {
+                    redundancy: self.sc.redundancy,
+                    key: Key::new(&host.to_be_bytes()).expect("4-byte key"),
+                    delta: 64 + self.rng.below(1437),
+                }
+            }
+        };
+        let a = &mut self.active[slot];
+        a.sent = a.sent.wrapping_add(1);
+        if consumed {
+            a.left -= 1;
+        }
+        if a.left == 0 {
+            self.active[slot] = self.start_flow();
+        }
+        Report { header, primitive }
+    }
+
+    /// The reporter (switch) address a report is sent from.
+    pub fn source_of(&self, r: &Report) -> SocketAddrV4 {
+        let id = match r.primitive {
+            Primitive::Postcard { value, .. } => value,
+            Primitive::KeyWrite { key, .. } | Primitive::KeyIncrement { key, .. } => {
+                digest(key.as_bytes())
+            }
+            Primitive::Append { list, .. } => list,
+        };
+        let n = self.tree.switches().max(1);
+        let i = id % n;
+        SocketAddrV4::new(Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8), 40041)
+    }
+}
+
+/// A 32-bit digest of bytes (the reference profile's stand-in for wide keys and values).
+pub fn digest(b: &[u8]) -> u32 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in b {
+        h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    let m = mix(h);
+    (m ^ (m >> 32)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dta_proto::wire::report::{parse_report, MAX_EMIT_LEN};
+
+    fn roundtrip(sc: &Scenario, n: usize) -> [u64; 5] {
+        sc.validate().unwrap();
+        let mut g = Generator::new(sc);
+        let cfg = sc.parse_config();
+        let mut buf = [0u8; MAX_EMIT_LEN];
+        for _ in 0..n {
+            let r = g.next_report();
+            let len = r.emit(sc.wire_profile(), &mut buf).expect("emits");
+            let back = parse_report(&buf[..len], &cfg).expect("parses");
+            assert_eq!(back.primitive, r.primitive);
+        }
+        g.per_kind
+    }
+
+    #[test]
+    fn every_profile_round_trips() {
+        for profile in [
+            ReportFormat::Extended,
+            ReportFormat::Reference(BaseVariant::A),
+            ReportFormat::Reference(BaseVariant::B),
+        ] {
+            let sc = Scenario {
+                profile,
+                mix: Mix::parse("all").unwrap(),
+                ..Scenario::default()
+            };
+            let k = roundtrip(&sc, 5000);
+            assert!(k.iter().all(|&c| c > 700), "{profile}: {k:?}");
+        }
+    }
+
+    #[test]
+    fn mix_parses_and_rejects() {
+        let m = Mix::parse("kw=3,pc=1").unwrap();
+        assert_eq!((m.keywrite, m.postcard, m.loss), (3, 1, 0));
+        assert!(Mix::parse("bogus").is_err());
+        assert!(Mix::parse("kw=0").is_err());
+    }
+
+    #[test]
+    fn postcards_walk_paths_and_ids_come_from_the_set() {
+        let sc = Scenario {
+            mix: Mix::only(Kind::Postcard),
+            switch_ids: vec![100, 200, 300],
+            concurrent: 1,
+            ..Scenario::default()
+        };
+        let mut g = Generator::new(&sc);
+        for h in 0..5u8 {
+            let r = g.next_report();
+            let Primitive::Postcard { hop, value, .. } = r.primitive else {
+                panic!("postcard expected");
+            };
+            assert_eq!(hop, h);
+            assert!([100, 200, 300].contains(&value));
+        }
+    }
+
+    #[test]
+    fn keys_repeat_heavy_tailed() {
+        let sc = Scenario {
+            mix: Mix::only(Kind::KeyWrite),
+            concurrent: 64,
+            ..Scenario::default()
+        };
+        let mut g = Generator::new(&sc);
+        for _ in 0..50_000 {
+            g.next_report();
+        }
+        // Far fewer flows than reports: elephants repeat their keys.
+        assert!(g.flows_started < 25_000, "{}", g.flows_started);
+        assert!(g.flows_started > 64);
+    }
+}

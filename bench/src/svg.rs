@@ -1,0 +1,300 @@
+//! Hand-written SVG line charts for the benchmark figures (no plotting dependency).
+
+use std::fmt::Write;
+
+/// One line of a chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend label.
+    pub label: String,
+    /// Points (x, y).
+    pub points: Vec<(f64, f64)>,
+    /// Draw dashed (e.g. a formula next to measurements).
+    pub dashed: bool,
+}
+
+/// A chart: axes, labels and series.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// Title.
+    pub title: String,
+    /// X-axis label.
+    pub x_label: String,
+    /// Y-axis label.
+    pub y_label: String,
+    /// Logarithmic x axis (base 2 ticks).
+    pub log_x: bool,
+    /// Logarithmic y axis (base 10 ticks).
+    pub log_y: bool,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+const W: f64 = 860.0;
+const H: f64 = 420.0;
+const L: f64 = 80.0;
+/// The right margin holds the legend.
+const R: f64 = 230.0;
+const T: f64 = 40.0;
+const B: f64 = 60.0;
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
+];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A number in short engineering form (12.3M, 4.5k, 0.012).
+pub fn short(v: f64) -> String {
+    let a = v.abs();
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    if a >= 1e9 {
+        format!("{}G", trim(format!("{:.2}", v / 1e9)))
+    } else if a >= 1e6 {
+        format!("{}M", trim(format!("{:.2}", v / 1e6)))
+    } else if a >= 1e3 {
+        format!("{}k", trim(format!("{:.2}", v / 1e3)))
+    } else if a >= 1e-3 || a == 0.0 {
+        trim(format!("{v:.3}"))
+    } else {
+        format!("{v:.1e}")
+    }
+}
+
+/// A "nice" tick step (1, 2 or 5 times a power of ten) for about five ticks over `range`.
+fn nice_step(range: f64) -> f64 {
+    let raw = (range / 5.0).max(1e-12);
+    let p = 10f64.powf(raw.log10().floor());
+    let m = raw / p;
+    p * if m <= 1.0 {
+        1.0
+    } else if m <= 2.0 {
+        2.0
+    } else if m <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
+}
+
+impl Chart {
+    /// Renders the chart as an SVG document.
+    pub fn render(&self) -> String {
+        let pts: Vec<(f64, f64)> = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().copied())
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .filter(|(x, y)| (!self.log_x || *x > 0.0) && (!self.log_y || *y > 0.0))
+            .collect();
+        let tx = |x: f64| if self.log_x { x.log2() } else { x };
+        let ty = |y: f64| if self.log_y { y.log10() } else { y };
+        let (mut x0, mut x1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+            (a.min(tx(p.0)), b.max(tx(p.0)))
+        });
+        let (mut y0, mut y1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+            (a.min(ty(p.1)), b.max(ty(p.1)))
+        });
+        if pts.is_empty() {
+            (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
+        }
+        let mut y_step = 0.0;
+        if !self.log_y {
+            y0 = y0.min(0.0);
+            y_step = nice_step(y1 - y0);
+            y1 = (y1 / y_step).ceil() * y_step;
+            if y1 <= y0 {
+                y1 = y0 + y_step;
+            }
+        } else {
+            y0 = y0.floor();
+            y1 = y1.ceil();
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        if y1 <= y0 {
+            y1 = y0 + 1.0;
+        }
+        let px = |x: f64| L + (tx(x) - x0) / (x1 - x0) * (W - L - R);
+        let py = |y: f64| H - B - (ty(y) - y0) / (y1 - y0) * (H - T - B);
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+            W / 2.0,
+            esc(&self.title)
+        );
+        // Axes.
+        let _ = writeln!(
+            s,
+            r#"<path d="M{L} {T} V{} H{}" stroke="black" fill="none"/>"#,
+            H - B,
+            W - R
+        );
+        // Ticks.
+        let xt: Vec<f64> = if self.log_x {
+            (x0.floor() as i32..=x1.ceil() as i32)
+                .map(|e| 2f64.powi(e))
+                .filter(|v| tx(*v) >= x0 - 1e-9 && tx(*v) <= x1 + 1e-9)
+                .collect()
+        } else {
+            let mut xs: Vec<f64> = pts.iter().map(|p| p.0).collect();
+            xs.sort_by(|a, b| a.total_cmp(b));
+            xs.dedup();
+            if xs.len() > 12 {
+                (0..=5).map(|i| x0 + (x1 - x0) * i as f64 / 5.0).collect()
+            } else {
+                xs
+            }
+        };
+        for v in xt {
+            let x = px(v);
+            let _ = writeln!(
+                s,
+                r#"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="black"/><text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                H - B,
+                H - B + 5.0,
+                H - B + 18.0,
+                short(v)
+            );
+        }
+        let yt: Vec<f64> = if self.log_y {
+            (y0 as i32..=y1 as i32).map(|e| 10f64.powi(e)).collect()
+        } else {
+            let n = ((y1 - y0) / y_step).round() as i32;
+            (0..=n).map(|i| y0 + y_step * i as f64).collect()
+        };
+        for v in yt {
+            let y = py(v);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+                L,
+                W - R,
+                L - 6.0,
+                y + 4.0,
+                short(v)
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            (L + W - R) / 2.0,
+            H - 18.0,
+            esc(&self.x_label)
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">{}</text>"#,
+            (T + H - B) / 2.0,
+            (T + H - B) / 2.0,
+            esc(&self.y_label)
+        );
+        for (i, se) in self.series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let ps: Vec<(f64, f64)> = se
+                .points
+                .iter()
+                .copied()
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .filter(|(x, y)| (!self.log_x || *x > 0.0) && (!self.log_y || *y > 0.0))
+                .collect();
+            let d: Vec<String> = ps
+                .iter()
+                .enumerate()
+                .map(|(j, (x, y))| {
+                    format!(
+                        "{}{:.1} {:.1}",
+                        if j == 0 { 'M' } else { 'L' },
+                        px(*x),
+                        py(*y)
+                    )
+                })
+                .collect();
+            let dash = if se.dashed {
+                r#" stroke-dasharray="6 4""#
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                s,
+                r#"<path d="{}" stroke="{c}" stroke-width="2" fill="none"{dash}/>"#,
+                d.join(" ")
+            );
+            if !se.dashed {
+                for (x, y) in &ps {
+                    let _ = writeln!(
+                        s,
+                        r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
+                        px(*x),
+                        py(*y)
+                    );
+                }
+            }
+            let ly = T + 8.0 + 18.0 * i as f64;
+            let lx = W - R + 14.0;
+            let _ = writeln!(
+                s,
+                r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
+                lx,
+                lx + 24.0,
+                lx + 30.0,
+                ly + 4.0,
+                esc(&se.label)
+            );
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_well_formed_svg() {
+        let c = Chart {
+            title: "Append <throughput>".into(),
+            x_label: "batch".into(),
+            y_label: "reports/s".into(),
+            log_x: true,
+            log_y: false,
+            series: vec![
+                Series {
+                    label: "dta".into(),
+                    points: vec![(1.0, 1e6), (2.0, 2e6), (16.0, 9e6)],
+                    dashed: false,
+                },
+                Series {
+                    label: "formula".into(),
+                    points: vec![(1.0, 0.5e6), (16.0, 1e7)],
+                    dashed: true,
+                },
+            ],
+        };
+        let s = c.render();
+        assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
+        assert!(s.contains("&lt;throughput&gt;"));
+        assert_eq!(s.matches("<circle").count(), 3);
+        assert_eq!(short(12_300_000.0), "12.3M");
+        assert_eq!(short(0.05), "0.05");
+        assert_eq!(short(2.0), "2");
+        assert_eq!(nice_step(1.0), 0.2);
+    }
+}

@@ -1,0 +1,138 @@
+//! Process and thread resource measurements for the benchmarks: thread CPU time, process CPU
+//! time, peak resident memory and another thread's on-CPU time.
+//!
+//! These are control-plane calls made at the start and end of a measurement, never per packet.
+
+/// CPU time (user + system) consumed by the calling thread so far, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time (user + system) consumed by the whole process so far, in seconds (`getrusage`).
+pub fn process_cpu_secs() -> f64 {
+    // SAFETY: rusage is a plain C struct; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into the valid, exclusively borrowed `ru`.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if r != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Peak resident set size of this process in KiB (`VmHWM` in `/proc/self/status`).
+pub fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The thread IDs of this process whose name (`comm`) is `name`, waiting up to a second for
+/// a just-spawned thread to name itself.
+pub fn threads_named(name: &str) -> Vec<u64> {
+    let t = std::time::Instant::now();
+    loop {
+        let v = threads_named_now(name);
+        if !v.is_empty() || t.elapsed() > std::time::Duration::from_secs(1) {
+            return v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The threads named `name` that are not in `before` (the ones a call just spawned), waiting up
+/// to a second for them to appear.
+pub fn new_threads_named(name: &str, before: &[u64]) -> Vec<u64> {
+    let t = std::time::Instant::now();
+    loop {
+        let v: Vec<u64> = threads_named_now(name)
+            .into_iter()
+            .filter(|t| !before.contains(t))
+            .collect();
+        if !v.is_empty() || t.elapsed() > std::time::Duration::from_secs(1) {
+            return v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The thread IDs named `name` right now.
+pub fn threads_named_now(name: &str) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let tid: u64 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            (comm.trim_end() == name).then_some(tid)
+        })
+        .collect()
+}
+
+/// On-CPU time of thread `tid` of this process in nanoseconds: `/proc/self/task/TID/schedstat`
+/// (nanosecond resolution), falling back to `utime + stime` from `stat` (clock ticks).
+pub fn task_cpu_ns(tid: u64) -> Option<u64> {
+    let base = format!("/proc/self/task/{tid}");
+    if let Ok(s) = std::fs::read_to_string(format!("{base}/schedstat")) {
+        if let Some(ns) = s.split_whitespace().next().and_then(|v| v.parse().ok()) {
+            return Some(ns);
+        }
+    }
+    let stat = std::fs::read_to_string(format!("{base}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1_000_000_000 / hz)
+}
+
+/// Pins the calling thread to core `i` (modulo the cores available); false if it could not.
+pub fn pin_to(i: usize) -> bool {
+    match core_affinity::get_core_ids() {
+        Some(ids) if !ids.is_empty() => core_affinity::set_for_current(ids[i % ids.len()]),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measurements_move() {
+        let t0 = thread_cpu_ns();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(thread_cpu_ns() > t0);
+        assert!(process_cpu_secs() > 0.0);
+        assert!(peak_rss_kib() > 0);
+        let me = std::thread::current().name().unwrap_or("").to_string();
+        let _ = me;
+        // This thread's own task is found under its kernel TID.
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u64;
+        assert!(task_cpu_ns(tid).is_some());
+    }
+}
