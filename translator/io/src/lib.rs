@@ -17,8 +17,11 @@
 //! only the UDP ports they serve with [`dta_proto::batch::IpMeta`] filled in, count everything
 //! else by reason, and transmit whole Ethernet frames.
 
+#[cfg(feature = "af_xdp")]
+pub mod af_xdp;
 pub mod backend;
 pub mod frame;
 pub mod pcap;
 pub mod signal;
 pub mod udp;
+pub mod xdp_prog;
