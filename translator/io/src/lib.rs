@@ -20,6 +20,8 @@
 #[cfg(feature = "af_xdp")]
 pub mod af_xdp;
 pub mod backend;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod frame;
 pub mod pcap;
 pub mod signal;

@@ -109,3 +109,11 @@ pub fn enter_netns(ns: &str) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Removes the runtime directory a DPDK process with `--file-prefix=prefix` leaves behind.
+pub fn remove_dpdk_runtime(prefix: &str) {
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    if let Ok(x) = std::env::var("XDG_RUNTIME_DIR") {
+        let _ = std::fs::remove_dir_all(format!("{x}/dpdk/{prefix}"));
+    }
+}
