@@ -174,10 +174,27 @@ impl AfXdpBackend {
         let index = ifindex(&cfg.ifname)?;
         // The program goes on first: binding in native mode needs the driver in XDP mode.
         let steering = XdpSteering::attach(index, &cfg.ports, cfg.mode, cfg.queue + 1)?;
-        // SAFETY: the UMEM is not shared with another socket, so the inhibit-flag condition
-        // of Socket::new does not arise; the UMEM outlives the queues (field order).
-        let (tx, rx, fq_cq) = unsafe { Socket::new(sock_cfg, &umem, &iface, cfg.queue) }
-            .map_err(|e| io::Error::other(format!("AF_XDP socket on {}: {e}", cfg.ifname)))?;
+        // A socket closed just before on the same queue is released by deferred kernel work,
+        // and binding fails (EBUSY) until then: retry for up to a second.
+        let mut attempt = 0;
+        let (tx, rx, fq_cq) = loop {
+            // SAFETY: the UMEM is not shared with another socket, so the inhibit-flag
+            // condition of Socket::new does not arise; the UMEM outlives the queues (field
+            // order).
+            match unsafe { Socket::new(sock_cfg, &umem, &iface, cfg.queue) } {
+                Ok(q) => break q,
+                Err(_) if attempt < 20 => {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => {
+                    return Err(io::Error::other(format!(
+                        "AF_XDP socket on {} queue {}: {e:?}",
+                        cfg.ifname, cfg.queue
+                    )))
+                }
+            }
+        };
         let (mut fq, cq) =
             fq_cq.ok_or_else(|| io::Error::other("UMEM fill/completion rings missing"))?;
         steering.register(cfg.queue, rx.fd().as_raw_fd())?;
