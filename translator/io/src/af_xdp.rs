@@ -183,15 +183,24 @@ impl AfXdpBackend {
             // order).
             match unsafe { Socket::new(sock_cfg, &umem, &iface, cfg.queue) } {
                 Ok(q) => break q,
-                Err(_) if attempt < 20 => {
-                    attempt += 1;
-                    std::thread::sleep(Duration::from_millis(50));
-                }
                 Err(e) => {
+                    let os = std::error::Error::source(&e)
+                        .and_then(|s| s.downcast_ref::<io::Error>())
+                        .and_then(io::Error::raw_os_error);
+                    if os == Some(libc::EBUSY) && attempt < 20 {
+                        attempt += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    let why = os
+                        .map(|c| io::Error::from_raw_os_error(c).to_string())
+                        .unwrap_or_default();
                     return Err(io::Error::other(format!(
-                        "AF_XDP socket on {} queue {}: {e:?}",
-                        cfg.ifname, cfg.queue
-                    )))
+                        "AF_XDP socket on {} queue {} ({}): {e}: {why}",
+                        cfg.ifname,
+                        cfg.queue,
+                        if cfg.zero_copy { "zero-copy" } else { "copy" }
+                    )));
                 }
             }
         };

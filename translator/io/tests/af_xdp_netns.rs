@@ -171,3 +171,39 @@ fn af_xdp_native_copy_mode_on_veth() {
 fn af_xdp_skb_mode_on_veth() {
     run(XdpMode::Skb, "xs");
 }
+
+/// Zero-copy is selectable; veth has no zero-copy support, so opening must fail cleanly (no
+/// panic) and leave nothing attached: a copy-mode socket opens on the same queue right after.
+#[test]
+fn zero_copy_refusal_leaves_the_interface_clean() {
+    let Some(topo) = Topology::up("xz", true) else {
+        return;
+    };
+    let ns_b = topo.get("NS_B").to_string();
+    let if_b = topo.get("IF_B").to_string();
+    let r = std::thread::spawn(move || -> Result<(bool, String), String> {
+        enter_netns(&ns_b).unwrap();
+        let mut cfg = AfXdpConfig::new(&if_b, &[REPORT_PORT]);
+        cfg.zero_copy = true;
+        cfg.frame_count = 1024;
+        cfg.ring_size = 512;
+        let zc = AfXdpBackend::open(cfg.clone());
+        let zc_ok = zc.is_ok();
+        let msg = zc.err().map(|e| e.to_string()).unwrap_or_default();
+        cfg.zero_copy = false;
+        AfXdpBackend::open(cfg).map_err(|e| e.to_string())?;
+        Ok((zc_ok, msg))
+    })
+    .join()
+    .unwrap();
+    match r {
+        Ok((zc_ok, msg)) => {
+            if !zc_ok {
+                assert!(msg.contains("zero-copy"), "{msg}");
+                eprintln!("zero-copy refused as expected on veth: {msg}");
+            }
+        }
+        Err(e) if e.contains("Operation not permitted") => skip(&format!("AF_XDP: {e}")),
+        Err(e) => panic!("copy mode after a zero-copy attempt: {e}"),
+    }
+}
