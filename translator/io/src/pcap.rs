@@ -22,7 +22,9 @@ use pcap_file::pcap::{PcapHeader, PcapReader};
 use pcap_file::DataLink;
 
 use crate::backend::{Backend, BackendStats};
-use crate::frame::{parse_udp_frame, FrameFilter, FrameStats};
+use crate::frame::{build_udp_frame, parse_udp_frame, FrameFilter, FrameStats};
+use dta_proto::wire::ethernet::MacAddr;
+use std::net::SocketAddrV4;
 
 /// Largest burst one `recv_with` call delivers.
 pub const MAX_BURST: usize = 64;
@@ -177,6 +179,8 @@ impl Default for ReplayConfig {
 pub struct PcapCapture<W: Write> {
     w: W,
     frames: u64,
+    wrap: Option<(MacAddr, SocketAddrV4)>,
+    scratch: Vec<u8>,
 }
 
 /// Snap length written in the header; longer frames are truncated in the file.
@@ -198,7 +202,23 @@ impl<W: Write> PcapCapture<W> {
             ..PcapHeader::default()
         };
         header.write_to(&mut w).map_err(pcap_err)?;
-        Ok(PcapCapture { w, frames: 0 })
+        Ok(PcapCapture {
+            w,
+            frames: 0,
+            wrap: None,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Also records bare UDP payloads: a batch frame whose socket part is the whole frame
+    /// (pushed with offset 0, as a producer for the kernel UDP backend writes NACKs) is
+    /// wrapped in Ethernet/IPv4/UDP headers from `src` (MAC and address) to the frame's
+    /// destination (MAC zero, IPv4 ident 0 and DF, as the kernel would send it, UDP checksum
+    /// 0). Without this, such frames are written as they are.
+    pub fn wrap_payloads_from(mut self, src_mac: MacAddr, src: SocketAddrV4) -> Self {
+        self.wrap = Some((src_mac, src));
+        self.scratch = vec![0; u16::MAX as usize + 64];
+        self
     }
 
     /// Writes one frame stamped `ts` (time since the Unix epoch).
@@ -223,7 +243,26 @@ impl<W: Write> PcapCapture<W> {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         for i in 0..batch.len() {
-            self.write_frame(ts, batch.frame(i))?;
+            let frame = batch.frame(i);
+            match self.wrap {
+                Some((mac, src)) if batch.payload(i).len() == frame.len() => {
+                    let mut scratch = std::mem::take(&mut self.scratch);
+                    let n = build_udp_frame(
+                        mac,
+                        MacAddr::ZERO,
+                        src,
+                        batch.dest(i),
+                        0,
+                        frame,
+                        false,
+                        &mut scratch,
+                    );
+                    let r = self.write_frame(ts, &scratch[..n]);
+                    self.scratch = scratch;
+                    r?;
+                }
+                _ => self.write_frame(ts, frame)?,
+            }
         }
         Ok(batch.len())
     }
@@ -425,9 +464,7 @@ impl Drop for PcapBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::build_udp_frame;
-    use dta_proto::wire::ethernet::MacAddr;
-    use std::net::{Ipv4Addr, SocketAddrV4};
+    use std::net::Ipv4Addr;
 
     fn udp(dport: u16, tag: u8, ident: u16) -> Vec<u8> {
         let mut out = vec![0; 256];
@@ -563,6 +600,38 @@ mod tests {
             assert_eq!(back.frame(i), trace.frame(i % 5));
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn capture_wraps_bare_payloads_when_asked() {
+        let src = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 4791);
+        let dest = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 40001);
+        let mut batch = TxBatch::new(4, 256);
+        // A bare payload (offset 0) and a whole frame (offset 42).
+        assert!(batch.push_with(dest, 0, |b| {
+            b[..4].copy_from_slice(b"nack");
+            4
+        }));
+        let whole = udp(4791, 3, 77);
+        assert!(batch.push_with(dest, 42, |b| {
+            b[..whole.len()].copy_from_slice(&whole);
+            whole.len()
+        }));
+        let mut cap = PcapCapture::new(Vec::new())
+            .unwrap()
+            .wrap_payloads_from(MacAddr([2, 0, 0, 0, 0, 9]), src);
+        assert_eq!(cap.write_batch(&batch).unwrap(), 2);
+        let t = PcapTrace::from_pcap_bytes(&cap.into_inner().unwrap()).unwrap();
+        assert_eq!(t.len(), 2);
+        let d = parse_udp_frame(t.frame(0), &FrameFilter::default()).unwrap();
+        assert_eq!((d.src, d.dst, d.payload), (src, dest, &b"nack"[..]));
+        assert!(d.ip.unwrap().dont_frag);
+        assert_eq!(t.frame(1), &whole[..]);
+        // Without wrapping the payload is written as it is.
+        let mut raw = PcapCapture::new(Vec::new()).unwrap();
+        raw.write_batch(&batch).unwrap();
+        let t = PcapTrace::from_pcap_bytes(&raw.into_inner().unwrap()).unwrap();
+        assert_eq!(t.frame(0), b"nack");
     }
 
     #[test]
