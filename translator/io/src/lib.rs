@@ -10,7 +10,8 @@
 //! - [`pcap`]: replay of a capture held in memory (looping, paced) and capture of transmitted
 //!   frames to a pcap file (no privileges).
 //! - `af_xdp` (feature `af_xdp`): an AF_XDP socket on one interface queue, with its own XDP
-//!   program that steers only the DTA report ports and RoCEv2 to the socket.
+//!   program ([`xdp_prog`], assembled at run time, loaded with `bpf(2)`) that steers only the
+//!   DTA report ports and RoCEv2 to the socket and passes ARP and everything else to the kernel.
 //! - `dpdk` (feature `dpdk`): a DPDK port (any PMD/vdev) through `dta-dpdk-sys`.
 //!
 //! Raw backends (pcap, AF_XDP, DPDK) share [`frame`]: they parse Ethernet/IPv4/UDP, deliver
