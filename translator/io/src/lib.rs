@@ -7,7 +7,24 @@
 //!
 //! Backends:
 //! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` (the default; no privileges).
+//! - [`pcap`]: replay of a capture held in memory (looping, paced) and capture of transmitted
+//!   frames to a pcap file (no privileges).
+//! - `af_xdp` (feature `af_xdp`): an AF_XDP socket on one interface queue, with its own XDP
+//!   program ([`xdp_prog`], assembled at run time, loaded with `bpf(2)`) that steers only the
+//!   DTA report ports and RoCEv2 to the socket and passes ARP and everything else to the kernel.
+//! - `dpdk` (feature `dpdk`): a DPDK port (any PMD/vdev) through `dta-dpdk-sys`.
+//!
+//! Raw backends (pcap, AF_XDP, DPDK) share [`frame`]: they parse Ethernet/IPv4/UDP, deliver
+//! only the UDP ports they serve with [`dta_proto::batch::IpMeta`] filled in, count everything
+//! else by reason, and transmit whole Ethernet frames.
 
+#[cfg(feature = "af_xdp")]
+pub mod af_xdp;
 pub mod backend;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+pub mod frame;
+pub mod pcap;
 pub mod signal;
 pub mod udp;
+pub mod xdp_prog;
