@@ -19,6 +19,7 @@
 //! No input from the network can panic the collector. Panics indicate a bug.
 
 pub mod config;
+pub mod http;
 pub mod memory;
 pub mod query;
 pub mod rnic;

@@ -61,6 +61,7 @@ pub struct Collector {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     config: CollectorConfig,
+    control: crate::http::ControlHandle,
 }
 
 fn random_u32() -> u32 {
@@ -141,6 +142,8 @@ impl Collector {
             log::info!("published store metadata to {}", path.display());
         }
         let published = Arc::new(Mutex::new(Published::default()));
+        // The operator interface (HTTP, epoch schedule) runs in its own threads.
+        let control = crate::http::spawn(&config, &stores, published.clone(), roce)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx_cmd, rx_cmd) = mpsc::channel();
         let (rx, mut txs) = sock.split();
@@ -219,6 +222,7 @@ impl Collector {
             stop,
             thread: Some(thread),
             config,
+            control,
         })
     }
 
@@ -264,7 +268,13 @@ impl Collector {
         self.stop_thread();
     }
 
+    /// The address the HTTP control API listens on, if `[collector] control` is set.
+    pub fn control_addr(&self) -> Option<SocketAddrV4> {
+        self.control.addr()
+    }
+
     fn stop_thread(&mut self) {
+        self.control.stop();
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

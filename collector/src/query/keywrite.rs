@@ -92,62 +92,75 @@ pub struct KeyWriteView<'a> {
 impl KeyWriteView<'_> {
     /// Looks `key` up in its first `n` replica slots (the collector's assumed maximum when
     /// the redundancy the reporter used is unknown).
+    ///
+    /// Slots are read as aligned 8-byte words straight from the region (no copy loop), and
+    /// values are compared as words: two matching slots hold the same checksum, so equal
+    /// words mean equal values. Nothing is allocated.
+    #[inline]
     pub fn query(&self, key: &Key, n: usize, vote: Vote) -> KeyWriteAnswer {
+        const W: usize = 8;
         let n = n.clamp(1, MAX_REDUNDANCY);
-        let checksum = self.hasher.checksum(key);
         let mut slots = [0u32; MAX_REDUNDANCY];
-        self.hasher.slots(key, n, &mut slots);
-        let ss = self.layout.slot_size() as usize;
-        let mut found: [(SlotValue, u8); MAX_REDUNDANCY] =
-            [(SlotValue::default(), 0); MAX_REDUNDANCY];
+        let checksum = self.hasher.checksum_and_slots(key, n, &mut slots);
+        let words = self.layout.slot_size() as usize / 8;
+        // Matching slots' words, and per distinct value its first row and its votes.
+        let mut rows = [[0u64; W]; MAX_REDUNDANCY];
+        let mut votes = [0u8; MAX_REDUNDANCY];
         let mut distinct = 0usize;
         let mut matches = 0u8;
-        let mut buf = [0u8; 64];
         let mut seen = [u32::MAX; MAX_REDUNDANCY];
-        for (i, &slot) in slots[..n].iter().enumerate() {
+        'replica: for i in 0..n {
+            let slot = slots[i];
             // Two replicas landing on the same slot must not vote twice.
             if seen[..i].contains(&slot) {
                 continue;
             }
             seen[i] = slot;
-            if self
-                .region
-                .read(self.layout.slot_offset(slot), &mut buf[..ss])
-                .is_err()
-            {
+            let off = self.layout.slot_offset(slot);
+            let Ok(w0) = self.region.load_u64(off) else {
                 continue;
-            }
-            let (cs, value) = self.layout.decode_slot(&buf[..ss]);
-            if cs != checksum {
+            };
+            if w0 as u32 != checksum {
                 continue;
             }
             matches += 1;
-            let v = SlotValue::new(value);
-            match found[..distinct].iter_mut().find(|(x, _)| *x == v) {
-                Some(e) => e.1 += 1,
-                None => {
-                    found[distinct] = (v, 1);
-                    distinct += 1;
+            let row = &mut rows[distinct];
+            row[0] = w0;
+            for (j, w) in row[1..words].iter_mut().enumerate() {
+                *w = self.region.load_u64(off + 8 * (j as u64 + 1)).unwrap_or(0);
+            }
+            for d in 0..distinct {
+                if rows[d][..words] == rows[distinct][..words] {
+                    votes[d] += 1;
+                    continue 'replica;
                 }
             }
+            votes[distinct] = 1;
+            distinct += 1;
         }
         if matches == 0 {
             return KeyWriteAnswer::Empty;
         }
-        let best = found[..distinct].iter().map(|(_, c)| *c).max().unwrap_or(0);
-        let winners = found[..distinct].iter().filter(|(_, c)| *c == best).count();
+        let (mut best, mut best_at, mut winners) = (0u8, 0usize, 0usize);
+        for (d, &v) in votes[..distinct].iter().enumerate() {
+            if v > best {
+                (best, best_at, winners) = (v, d, 1);
+            } else if v == best {
+                winners += 1;
+            }
+        }
         let need = match vote {
             Vote::Plurality => 1,
             Vote::Consensus(t) => t.max(1),
         };
         if winners == 1 && best >= need {
-            let (value, votes) = *found[..distinct]
-                .iter()
-                .find(|(_, c)| *c == best)
-                .expect("a winner exists");
+            let mut bytes = [0u8; 64];
+            for (b, w) in bytes.chunks_exact_mut(8).zip(&rows[best_at][..words]) {
+                b.copy_from_slice(&w.to_le_bytes());
+            }
             KeyWriteAnswer::Value {
-                value,
-                votes,
+                value: SlotValue::new(&bytes[KeyWriteLayout::CHECKSUM_LEN..8 * words]),
+                votes: best,
                 matches,
             }
         } else {
