@@ -580,6 +580,9 @@ impl Family<'_> {
     }
 }
 
+/// Picks one figure out of an estimate.
+type EstimateField = fn(&crate::query::estimate::Estimate) -> f64;
+
 /// The `/metrics` page (Prometheus text exposition format 0.0.4).
 pub fn metrics(state: &ControlState) -> String {
     let (counters, per_qp, imm) = {
@@ -638,7 +641,7 @@ pub fn metrics(state: &ControlState) -> String {
             s.memory_bytes() as f64,
         );
     }
-    let gauges: [(&str, &str, fn(&crate::query::estimate::Estimate) -> f64); 5] = [
+    let gauges: [(&str, &str, EstimateField); 5] = [
         (
             "store_occupancy_ratio",
             "Fraction of sampled slots holding data.",
@@ -725,7 +728,6 @@ pub fn metrics(state: &ControlState) -> String {
             2,
         ),
     ] {
-        let _ = kind;
         let mut f = family(&mut out, name, kind, text);
         for (st, l, c, lag, lost, del) in &consumers {
             let id = l.to_string();

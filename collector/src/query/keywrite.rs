@@ -108,24 +108,26 @@ impl KeyWriteView<'_> {
         let mut votes = [0u8; MAX_REDUNDANCY];
         let mut distinct = 0usize;
         let mut matches = 0u8;
-        let mut seen = [u32::MAX; MAX_REDUNDANCY];
+        // Issue every replica's first-word load before looking at any of them, so the
+        // (usually cache-missing) reads overlap instead of serialising behind branches.
+        let mut first = [0u64; MAX_REDUNDANCY];
+        for (w, &slot) in first[..n].iter_mut().zip(&slots[..n]) {
+            *w = self
+                .region
+                .load_u64(self.layout.slot_offset(slot))
+                .unwrap_or(0);
+        }
         'replica: for i in 0..n {
             let slot = slots[i];
-            // Two replicas landing on the same slot must not vote twice.
-            if seen[..i].contains(&slot) {
-                continue;
-            }
-            seen[i] = slot;
-            let off = self.layout.slot_offset(slot);
-            let Ok(w0) = self.region.load_u64(off) else {
-                continue;
-            };
-            if w0 as u32 != checksum {
+            if first[i] as u32 != checksum || slots[..i].contains(&slot) {
+                // Not ours, or a replica that landed on a slot already counted (it must not
+                // vote twice).
                 continue;
             }
             matches += 1;
+            let off = self.layout.slot_offset(slot);
             let row = &mut rows[distinct];
-            row[0] = w0;
+            row[0] = first[i];
             for (j, w) in row[1..words].iter_mut().enumerate() {
                 *w = self.region.load_u64(off + 8 * (j as u64 + 1)).unwrap_or(0);
             }
