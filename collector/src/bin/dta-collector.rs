@@ -181,7 +181,12 @@ fn check(config: &std::path::Path) -> Result<(), String> {
         "{:<16} {:<13} {:>14} {:>14}",
         "store", "kind", "region bytes", "memory bytes"
     );
-    let page = if cfg.collector.hugepages && cfg.collector.persist_dir.is_none() {
+    // Regions go on hugepages only when some are reserved; otherwise on 4 KiB pages.
+    let reserved = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let page = if cfg.collector.hugepages && cfg.collector.persist_dir.is_none() && reserved > 0 {
         dta_collector::memory::HUGE_PAGE as u64
     } else {
         4096
