@@ -786,6 +786,103 @@ pub fn metrics(state: &ControlState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn state() -> ControlState {
+        let config = CollectorConfig::from_toml(
+            r#"
+[collector]
+hugepages = false
+[[store]]
+name = "kw"
+kind = "keywrite"
+slots = 16
+[[store]]
+name = "ki"
+kind = "keyincrement"
+slots = 16
+[[store]]
+name = "ap"
+kind = "append"
+lists = 2
+capacity = 4
+batch = 2
+[[store]]
+name = "ap-ref"
+kind = "append"
+lists = 1
+first_list = 2
+capacity = 4
+batch = 2
+format = "reference"
+[[store]]
+name = "pc"
+kind = "postcard"
+chunks = 16
+values = [[1, 9]]
+"#,
+        )
+        .unwrap();
+        let mut rnic =
+            crate::rnic::responder::Responder::new(crate::rnic::responder::DeviceConfig::default());
+        let stores = crate::store::build_stores(&config, &mut rnic).unwrap();
+        ControlState {
+            stores,
+            published: Arc::new(Mutex::new(Published::default())),
+            config,
+            roce: "127.0.0.1:4791".parse().unwrap(),
+            started: Instant::now(),
+            requests: AtomicU64::new(0),
+            consumers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn routes_and_statuses() {
+        let st = state();
+        for (m, u, want) in [
+            ("GET", "/stores", 200),
+            ("GET", "/stats", 200),
+            ("GET", "/metrics", 200),
+            ("GET", "/query/keywrite/kw/00", 200),
+            ("GET", "/query/keywrite/kw/1.2.3.4:1-5.6.7.8:2/udp", 200),
+            (
+                "GET",
+                "/query/keywrite/kw/1.2.3.4:1-5.6.7.8:2%2Fudp?n=2&threshold=1",
+                200,
+            ),
+            ("GET", "/query/counter/ki/00?n=9", 200),
+            ("GET", "/query/path/pc/00", 200),
+            ("GET", "/tail/ap/1?from=newest", 200),
+            ("GET", "/tail/ap-ref/2", 200),
+            ("POST", "/epoch/ki", 200),
+            ("GET", "/query/keywrite/kw/00?n=300", 400),
+            ("GET", "/query/path/kw/00", 400),
+            ("GET", "/tail/ap/2", 404),
+            ("GET", "/tail/ap/x", 400),
+            ("GET", "/tail/ap/1?from=soon", 400),
+            ("POST", "/epoch/kw", 400),
+            ("GET", "/query/nope/kw/00", 404),
+            ("DELETE", "/stores", 405),
+            ("GET", "/", 404),
+        ] {
+            let r = handle(&st, m, u);
+            assert_eq!(r.status, want, "{m} {u}: {}", r.body);
+        }
+        assert!(handle(&st, "GET", "/metrics")
+            .body
+            .contains("# TYPE dta_collector_epoch gauge"));
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_gets_an_answer(method in "GET|POST|PUT|[A-Z]{0,8}",
+                                      url in "/[a-z/%0-9.:?=&-]{0,60}|\\PC{0,80}") {
+            let st = state();
+            let r = handle(&st, &method, &url);
+            prop_assert!([200, 400, 404, 405, 409].contains(&r.status), "{} {}", r.status, r.body);
+        }
+    }
 
     #[test]
     fn percent_decoding() {
