@@ -156,5 +156,51 @@ fn append(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, keywrite, counter, postcard, append);
+/// CPU time of the calling thread, in seconds: on a shared machine wall-clock figures include
+/// time the thread spent descheduled, so this report divides by the CPU time actually used.
+fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Key-Write queries per second of one core's CPU time (N = 1, 2, 4; 8- and 32-byte slots).
+fn keywrite_cpu_time(_: &mut Criterion) {
+    let keys: Vec<Key> = (0..WRITTEN).map(key).collect();
+    for slot_size in [8u32, 32] {
+        let (region, layout, hasher) = keywrite_store(slot_size);
+        let view = KeyWriteView {
+            region: &region,
+            layout,
+            hasher,
+        };
+        for n in [1usize, 2, 4] {
+            let rounds = 20;
+            let t0 = thread_cpu_secs();
+            for _ in 0..rounds {
+                for k in &keys {
+                    black_box(view.query(black_box(k), n, Vote::Plurality));
+                }
+            }
+            let secs = thread_cpu_secs() - t0;
+            println!(
+                "keywrite/cpu_time/query_n{n}_{slot_size}B: {:.2} M queries per CPU-second",
+                (rounds * keys.len()) as f64 / secs / 1e6
+            );
+        }
+    }
+}
+
+criterion_group!(
+    benches,
+    keywrite,
+    counter,
+    postcard,
+    append,
+    keywrite_cpu_time
+);
 criterion_main!(benches);
