@@ -524,6 +524,12 @@ fn stats_json(state: &ControlState) -> Value {
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
         "http_requests": state.requests.load(Ordering::Relaxed),
         "immediate_events": p.immediate_events,
+        "recent_immediate": p.recent_events.iter().rev().filter_map(|c| match c {
+            crate::rnic::responder::Completion::WriteWithImm { qpn, imm, len } => {
+                Some(json!({ "qpn": qpn.value(), "imm": imm, "len": len }))
+            }
+            _ => None,
+        }).take(16).collect::<Vec<_>>(),
         "rnic": counters_json(&p.counters),
         "qps": p.per_qp.iter().map(|(q, c)| json!({ "qpn": q, "counters": counters_json(c) })).collect::<Vec<_>>(),
         "stores": state.stores.iter().map(|s| json!({

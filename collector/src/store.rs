@@ -230,9 +230,14 @@ impl Store {
             );
         }
         let a = self.append().expect("every kind is handled");
-        let lists = a.lists.min(samples.max(1));
+        // Finding a list's head reads every trailer of its ring: sample lists evenly so at
+        // most `samples` trailers are read in all.
+        let lists = a
+            .lists
+            .min((samples / a.layout.batch_slots().max(1)).max(1));
+        let step = (a.lists / lists).max(1);
         let (mut fill, mut wrapped, mut used) = (0.0, 0u32, 0u32);
-        for l in 0..lists {
+        for l in (0..a.lists).step_by(step as usize).take(lists as usize) {
             let r = ListReader::new(&self.region, a.layout, a.list_base(l), Start::Seq(1));
             let head = r.newest_seq(&self.region);
             let slots = a.layout.batch_slots() as f64;
