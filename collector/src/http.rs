@@ -44,6 +44,10 @@ const HTTP_THREADS: usize = 2;
 const ESTIMATE_SAMPLES: u32 = 1 << 16;
 /// Most Append lists per store that get per-list head series in `/metrics`.
 const MAX_LIST_SERIES: u32 = 256;
+/// Request body bytes read (and discarded: no endpoint takes a body).
+const MAX_BODY: u64 = 64 << 10;
+/// Most named Append consumers the server keeps cursors for.
+const MAX_CONSUMERS: usize = 1024;
 /// Most batches one `/tail` request returns.
 const MAX_TAIL_BATCHES: usize = 4096;
 
@@ -199,7 +203,8 @@ fn serve(state: &ControlState, mut req: tiny_http::Request) {
     let method = req.method().as_str().to_string();
     let url = req.url().to_string();
     // Drain any body so keep-alive connections stay in sync.
-    let _ = std::io::copy(req.as_reader(), &mut std::io::sink());
+    use std::io::Read as _;
+    let _ = std::io::copy(&mut req.as_reader().take(MAX_BODY), &mut std::io::sink());
     let r = handle(state, &method, &url);
     let mut resp = tiny_http::Response::from_string(r.body).with_status_code(r.status);
     if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", r.content_type) {
@@ -442,8 +447,15 @@ fn tail(
     let (next, lost, head) = match consumer {
         Some(c) => {
             let mut m = state.consumers.lock().expect("consumers lock");
+            let k = (s.name().to_string(), id, c);
+            if m.len() >= MAX_CONSUMERS && !m.contains_key(&k) {
+                return Err(Reply::error(
+                    409,
+                    format!("too many named consumers (at most {MAX_CONSUMERS})"),
+                ));
+            }
             let r = m
-                .entry((s.name().to_string(), id, c))
+                .entry(k)
                 .or_insert_with(|| ListReader::new(&s.region, a.layout, base, start));
             let st = r.poll(&s.region, max, &mut emit);
             (r.next_seq(), st.lost_batches, r.newest_seq(&s.region))
