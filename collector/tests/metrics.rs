@@ -339,3 +339,46 @@ epoch_secs = 1
     assert_eq!(s.region.load_u64(8).unwrap(), 0);
     c.shutdown();
 }
+
+#[test]
+fn shutdown_leaves_no_files_except_persisted_regions() {
+    let dir = std::env::temp_dir().join(format!("dta-shutdown-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = |persist: bool| {
+        format!(
+            r#"
+[collector]
+roce = "127.0.0.1:0"
+control = "127.0.0.1:0"
+hugepages = true
+metadata_file = "{}/collector.json"
+{}
+[[store]]
+name = "paths"
+kind = "keywrite"
+slots = 1024
+"#,
+            dir.display(),
+            if persist {
+                format!("persist_dir = \"{}/regions\"", dir.display())
+            } else {
+                String::new()
+            }
+        )
+    };
+    let c = Collector::start(CollectorConfig::from_toml(&toml(false)).unwrap()).unwrap();
+    assert!(dir.join("collector.json").exists());
+    let addr = c.control_addr().unwrap().to_string();
+    let stores = json(&addr, "/stores");
+    assert!(stores[0]["memory_bytes"].as_u64().unwrap() >= 8192);
+    c.shutdown();
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+    // File-backed regions are kept by design: that is what persist_dir is for.
+    let c = Collector::start(CollectorConfig::from_toml(&toml(true)).unwrap()).unwrap();
+    c.shutdown();
+    assert!(dir.join("regions/dta-paths.region").exists());
+    assert!(!dir.join("collector.json").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
