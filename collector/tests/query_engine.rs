@@ -203,3 +203,28 @@ fn postcard_example_has_no_wrong_outputs() {
     assert_eq!(wrong, 0);
     assert!((none as f64 / queries as f64) <= bound + 0.005);
 }
+
+#[test]
+fn occupancy_sampling_recovers_the_load_factor() {
+    // alpha = 0.1 of 2^16 slots, N = 2: the estimate should find alpha and the formula.
+    let slots = 1u32 << 16;
+    let layout = KeyWriteLayout::new(slots, 8).unwrap();
+    let region = Region::anonymous(layout.region_len() as usize, false).unwrap();
+    let view = KeyWriteView {
+        region: &region,
+        layout,
+        hasher: KeyHasher::new(HashProfile::Independent, slots).unwrap(),
+    };
+    for j in 0..(slots as u64 / 10) {
+        translator_write(&view, &key(j), &[1, 2, 3, 4], 2);
+    }
+    let e = dta_collector::query::estimate::keywrite(view.occupancy(slots), 2, 32);
+    assert!((e.load_factor - 0.1).abs() < 0.005, "{e:?}");
+    assert!(
+        (e.p_empty_oldest - keywrite_p_empty(0.1, 2, 32)).abs() < 0.003,
+        "{e:?}"
+    );
+    // A sample of 4096 slots is close too.
+    let s = dta_collector::query::estimate::keywrite(view.occupancy(4096), 2, 32);
+    assert!((s.load_factor - 0.1).abs() < 0.02, "{s:?}");
+}
