@@ -122,6 +122,10 @@ impl Collector {
                 }
             }
         }
+        let published = Arc::new(Mutex::new(Published::default()));
+        // The operator interface (HTTP, epoch schedule) runs in its own threads; started
+        // before the metadata is published, so a busy control port leaves no file behind.
+        let control = crate::http::spawn(&config, &stores, published.clone(), roce)?;
         let meta = CollectorMeta {
             roce,
             mac: dev.mac.clone(),
@@ -141,9 +145,6 @@ impl Collector {
             .map_err(|e| format!("cannot write metadata {}: {e}", path.display()))?;
             log::info!("published store metadata to {}", path.display());
         }
-        let published = Arc::new(Mutex::new(Published::default()));
-        // The operator interface (HTTP, epoch schedule) runs in its own threads.
-        let control = crate::http::spawn(&config, &stores, published.clone(), roce)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx_cmd, rx_cmd) = mpsc::channel();
         let (rx, mut txs) = sock.split();
