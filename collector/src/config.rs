@@ -116,8 +116,10 @@ fn default_peer_mac() -> String {
 }
 
 /// `[[store]]`.
+///
+/// Unknown fields are rejected by [`StoreKindConfig`], which receives every field but `name`
+/// and `port` (serde cannot combine `deny_unknown_fields` with `flatten` on this struct).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// Unique store name (also the RDMA_CM service name).
     pub name: String,
@@ -242,5 +244,79 @@ impl CollectorConfig {
             return Err("pmtu must be 256, 512, 1024, 2048 or 4096".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: &str = r#"
+[collector]
+roce = "127.0.0.1:4791"
+control = "127.0.0.1:9100"
+
+[[store]]
+name = "paths"
+kind = "keywrite"
+slots = 1024
+slot_size = 32
+
+[[store]]
+name = "counts"
+kind = "keyincrement"
+slots = 1024
+epoch_secs = 60
+
+[[store]]
+name = "events"
+kind = "append"
+lists = 4
+capacity = 64
+
+[[store]]
+name = "postcards"
+kind = "postcard"
+chunks = 1024
+values = [[1, 100], [200, 300]]
+"#;
+
+    #[test]
+    fn parses_every_store_kind() {
+        let c = CollectorConfig::from_toml(ALL).unwrap();
+        assert_eq!(c.stores.len(), 4);
+        assert!(matches!(
+            c.stores[0].kind,
+            StoreKindConfig::KeyWrite { slot_size: 32, .. }
+        ));
+        assert!(matches!(
+            c.stores[1].kind,
+            StoreKindConfig::KeyIncrement { epoch_secs: 60, .. }
+        ));
+        match &c.stores[3].kind {
+            StoreKindConfig::Postcard { values, hops, .. } => {
+                assert_eq!((values.len(), *hops), (2, 5))
+            }
+            k => panic!("{k:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_fields_and_kinds() {
+        let typo = ALL.replace("slot_size = 32", "slot_sise = 32");
+        assert!(CollectorConfig::from_toml(&typo).is_err());
+        let kind = ALL.replace("\"keywrite\"", "\"keyread\"");
+        assert!(CollectorConfig::from_toml(&kind).is_err());
+        let dup = ALL.replace("\"counts\"", "\"paths\"");
+        assert!(CollectorConfig::from_toml(&dup).is_err());
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let s = include_str!("../collector.example.toml");
+        let c = CollectorConfig::from_toml(s).unwrap();
+        for st in &c.stores {
+            crate::store::layout_of(st).unwrap();
+        }
     }
 }

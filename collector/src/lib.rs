@@ -5,7 +5,10 @@
 //! Postcarding). Each store is one [`memory::Region`], registered with an RNIC: the embedded
 //! software RNIC ([`rnic`]) by default, which answers RoCEv2 on a UDP socket exactly like Linux
 //! Soft-RoCE would. Translators write into the regions with RDMA; the collector's CPU never
-//! touches a report. Operators query the regions in place through [`query`].
+//! touches a report. Operators query the regions in place through [`query`], from Rust or
+//! over the HTTP control API ([`http`], served in its own threads, never on the RNIC thread),
+//! which the `dta-collector` CLI reaches through [`client`]. `collector/README.md` is the
+//! operator guide.
 //!
 //! # Invariants
 //! - Nothing remote can write outside a registered region: every RDMA access is checked
@@ -18,7 +21,9 @@
 //! # Panic contract
 //! No input from the network can panic the collector. Panics indicate a bug.
 
+pub mod client;
 pub mod config;
+pub mod http;
 pub mod memory;
 pub mod query;
 pub mod rnic;

@@ -99,13 +99,14 @@ impl Region {
             );
         }
         let map_len = round_up(len, page_size());
-        // SAFETY: as above, without MAP_HUGETLB.
+        // SAFETY: as above, without MAP_HUGETLB. Not populated yet: the hugepage advice must
+        // come before the first touch for the kernel to back the range with huge pages.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -116,6 +117,15 @@ impl Region {
         // SAFETY: advice on our own fresh mapping; failure is harmless and ignored.
         unsafe {
             libc::madvise(p, map_len, libc::MADV_HUGEPAGE);
+        }
+        // Populate now (as MAP_POPULATE would) so no RDMA write or query takes a page fault:
+        // one zero store per page allocates it, as a (transparent) huge page where possible.
+        let page = page_size();
+        for off in (0..map_len).step_by(page) {
+            // SAFETY: off < map_len, page aligned, inside the fresh mapping nobody else sees
+            // yet; the store is atomic like every other access to region memory.
+            unsafe { AtomicU64::from_ptr((p as *mut u8).add(off) as *mut u64) }
+                .store(0, Ordering::Relaxed);
         }
         Ok(Region {
             ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),

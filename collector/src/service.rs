@@ -68,6 +68,7 @@ pub struct Collector {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     config: CollectorConfig,
+    control: crate::http::ControlHandle,
 }
 
 fn random_u32() -> u32 {
@@ -129,6 +130,10 @@ impl Collector {
                 }
             }
         }
+        let published = Arc::new(Mutex::new(Published::default()));
+        // The operator interface (HTTP, epoch schedule) runs in its own threads; started
+        // before the metadata is published, so a busy control port leaves no file behind.
+        let control = crate::http::spawn(&config, &stores, published.clone(), roce)?;
         let meta = CollectorMeta {
             roce,
             mac: dev.mac.clone(),
@@ -148,7 +153,6 @@ impl Collector {
             .map_err(|e| format!("cannot write metadata {}: {e}", path.display()))?;
             log::info!("published store metadata to {}", path.display());
         }
-        let published = Arc::new(Mutex::new(Published::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (tx_cmd, rx_cmd) = mpsc::channel();
         let (rx, mut txs) = sock.split();
@@ -257,6 +261,7 @@ impl Collector {
             stop,
             thread: Some(thread),
             config,
+            control,
         })
     }
 
@@ -302,7 +307,13 @@ impl Collector {
         self.stop_thread();
     }
 
+    /// The address the HTTP control API listens on, if `[collector] control` is set.
+    pub fn control_addr(&self) -> Option<SocketAddrV4> {
+        self.control.addr()
+    }
+
     fn stop_thread(&mut self) {
+        self.control.stop();
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

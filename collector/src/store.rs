@@ -8,12 +8,18 @@ use dta_proto::meta::{StoreKind, StoreMeta};
 
 use crate::config::{CollectorConfig, StoreConfig, StoreKindConfig};
 use crate::memory::Region;
+use crate::query::append::{ListReader, Start};
+use crate::query::counter::{CounterView, Epochs};
+use crate::query::estimate::{self, Estimate};
+use crate::query::keywrite::KeyWriteView;
+use crate::query::postcard::{PostcardView, ValueSet};
 use crate::rnic::responder::{Access, Responder};
 
 /// Append lists start on this boundary so every ring is cache-line aligned.
 pub const LIST_ALIGN: u64 = 64;
 
 /// A store as the collector hosts it.
+#[derive(Clone)]
 pub struct Store {
     /// Its configuration.
     pub config: StoreConfig,
@@ -23,6 +29,10 @@ pub struct Store {
     pub region: Arc<Region>,
     /// RDMA_CM port (service ID).
     pub port: u16,
+    /// Epochs of a Key-Increment store (unused by the other kinds).
+    pub epochs: Arc<Epochs>,
+    /// The value set V of a Postcarding store (empty for the other kinds).
+    pub values: Arc<ValueSet>,
 }
 
 /// The layout a store's configuration implies, and its region length.
@@ -92,8 +102,13 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
             )
         }
         StoreKindConfig::Postcard {
-            chunks, hops, hash, ..
+            chunks,
+            hops,
+            hash,
+            values,
+            ..
         } => {
+            ValueSet::new(values, *hash).map_err(|e| bad(&e))?;
             let l = PostcardLayout::new(*chunks, *hops).map_err(|e| {
                 bad(&format!(
                     "chunks must be a power of two and hops 1..=16: {e}"
@@ -117,6 +132,146 @@ impl Store {
     /// Bytes of memory the store uses (mapped).
     pub fn memory_bytes(&self) -> usize {
         self.region.mapped_len()
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    /// A Key-Write query view, if this is a Key-Write store.
+    pub fn keywrite(&self) -> Option<KeyWriteView<'_>> {
+        match self.meta.kind {
+            StoreKind::KeyWrite {
+                slots,
+                slot_size,
+                hash,
+            } => Some(KeyWriteView {
+                region: &self.region,
+                layout: KeyWriteLayout::new(slots, slot_size).ok()?,
+                hasher: KeyHasher::new(hash, slots)?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A Key-Increment query view, if this is a Key-Increment store.
+    pub fn counter(&self) -> Option<CounterView<'_>> {
+        match self.meta.kind {
+            StoreKind::KeyIncrement { slots, hash } => Some(CounterView {
+                region: &self.region,
+                layout: CounterLayout::new(slots).ok()?,
+                hasher: KeyHasher::new(hash, slots)?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A Postcarding query view, if this is a Postcarding store.
+    pub fn postcard(&self) -> Option<PostcardView<'_>> {
+        match self.meta.kind {
+            StoreKind::Postcard { chunks, hops, hash } => Some(PostcardView {
+                region: &self.region,
+                layout: PostcardLayout::new(chunks, hops).ok()?,
+                hasher: PostcardHasher::new(hash, chunks, 1, hops)?,
+                values: &self.values,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The copies per chunk a Postcarding store's translator writes (1 otherwise).
+    pub fn postcard_redundancy(&self) -> u8 {
+        match self.config.kind {
+            StoreKindConfig::Postcard { redundancy, .. } => redundancy.max(1),
+            _ => 1,
+        }
+    }
+
+    /// The Append layout and list stride, if this is an Append store.
+    pub fn append(&self) -> Option<AppendStore> {
+        match self.meta.kind {
+            StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                list_stride,
+            } => Some(AppendStore {
+                layout: AppendLayout::new(format, capacity, entry_size, batch).ok()?,
+                lists,
+                first_list,
+                list_stride,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Load factor and expected success, by sampling up to `samples` slots; `n` is the
+    /// redundancy assumed for Key-Write and Key-Increment.
+    pub fn estimate(&self, samples: u32, n: u8) -> Estimate {
+        let n = n.max(1) as u32;
+        if let Some(v) = self.keywrite() {
+            return estimate::keywrite(v.occupancy(samples), n, 32);
+        }
+        if let Some(v) = self.counter() {
+            let (o, mass) = v.occupancy(samples);
+            return estimate::counter(o, mass, v.layout.slots() as u64, n);
+        }
+        if let Some(v) = self.postcard() {
+            let copies = self.postcard_redundancy() as u32;
+            return estimate::postcard(
+                v.occupancy(samples),
+                copies,
+                v.layout.hops() as u32,
+                self.values.len(),
+            );
+        }
+        let a = self.append().expect("every kind is handled");
+        // Finding a list's head reads every trailer of its ring: sample lists evenly so at
+        // most `samples` trailers are read in all.
+        let lists = a
+            .lists
+            .min((samples / a.layout.batch_slots().max(1)).max(1));
+        let step = (a.lists / lists).max(1);
+        let (mut fill, mut wrapped, mut used) = (0.0, 0u32, 0u32);
+        for l in (0..a.lists).step_by(step as usize).take(lists as usize) {
+            let r = ListReader::new(&self.region, a.layout, a.list_base(l), Start::Seq(1));
+            let head = r.newest_seq(&self.region);
+            let slots = a.layout.batch_slots() as f64;
+            fill += head as f64 / slots;
+            wrapped += (head as f64 > slots) as u32;
+            used += (head > 0) as u32;
+        }
+        let l = lists.max(1) as f64;
+        estimate::append(used as f64 / l, fill / l, wrapped as f64 / l)
+    }
+}
+
+/// An Append store's geometry.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendStore {
+    /// Layout of every list.
+    pub layout: AppendLayout,
+    /// Number of lists.
+    pub lists: u32,
+    /// Global ID of the first list.
+    pub first_list: u32,
+    /// Bytes between list starts.
+    pub list_stride: u64,
+}
+
+impl AppendStore {
+    /// Byte offset of local list `l` (0-based within the store).
+    pub fn list_base(&self, l: u32) -> u64 {
+        l as u64 * self.list_stride
+    }
+
+    /// The local index of global list ID `id`, if this store holds it.
+    pub fn local(&self, id: u32) -> Option<u32> {
+        id.checked_sub(self.first_list).filter(|&l| l < self.lists)
     }
 }
 
@@ -158,11 +313,18 @@ pub fn build_stores(
             qps: Vec::new(),
             kind,
         };
+        let (epoch_secs, values) = match &sc.kind {
+            StoreKindConfig::KeyIncrement { epoch_secs, .. } => (*epoch_secs, ValueSet::default()),
+            StoreKindConfig::Postcard { values, hash, .. } => (0, ValueSet::new(values, *hash)?),
+            _ => (0, ValueSet::default()),
+        };
         stores.push(Store {
             port: sc.port.unwrap_or(1337 + i as u16),
             config: sc.clone(),
             meta,
             region,
+            epochs: Arc::new(Epochs::new(epoch_secs)),
+            values: Arc::new(values),
         });
     }
     Ok(stores)

@@ -175,7 +175,7 @@ impl ListReader {
         let es = self.layout.entry_size() as usize;
         let cap = self.layout.capacity() as u64;
         let mut e = [0u8; 64];
-        let limit = max_batches as u64 * self.layout.batch() as u64;
+        let limit = (max_batches as u64).saturating_mul(self.layout.batch() as u64);
         while st.entries < limit {
             let off = self.base + (self.ref_tail % cap) * es as u64;
             if region.read(off, &mut e[..es]).is_err() || e[..es].iter().all(|&b| b == 0) {
@@ -194,5 +194,171 @@ impl ListReader {
     pub fn lag(&self, region: &Region) -> u64 {
         self.newest_seq(region)
             .saturating_sub(self.next_seq.saturating_sub(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Capacity 8 entries of 4 bytes, batch 2: four 16-byte batch slots (8 B entries, 8 B
+    /// trailer), 64 bytes in all.
+    fn layout() -> AppendLayout {
+        AppendLayout::new(AppendFormat::Sequenced, 8, 4, 2).unwrap()
+    }
+
+    /// The bytes a translator writes for batch `seq` with entries `e`, computed by hand:
+    /// entries back to back, zero-padded to the batch, then seq (48 bits LE) and count (16).
+    fn batch_image(seq: u8, e: &[[u8; 4]]) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        for (i, x) in e.iter().enumerate() {
+            b[4 * i..4 * i + 4].copy_from_slice(x);
+        }
+        b[8] = seq;
+        b[14] = e.len() as u8;
+        b
+    }
+
+    fn put(r: &Region, base: u64, seq: u8, e: &[[u8; 4]]) {
+        // Batch s lives in slot (s − 1) mod 4, at 16 bytes per slot.
+        r.write(base + ((seq as u64 - 1) % 4) * 16, &batch_image(seq, e))
+            .unwrap();
+    }
+
+    fn drain(reader: &mut ListReader, r: &Region) -> (Vec<(u64, [u8; 4])>, PollStats) {
+        let mut got = Vec::new();
+        let st = reader.poll(r, usize::MAX, |s, e| got.push((s, e.try_into().unwrap())));
+        (got, st)
+    }
+
+    #[test]
+    fn hand_written_ring_in_order_with_partial_batches_and_wrap() {
+        let r = Region::anonymous(128, false).unwrap();
+        let base = 64; // second list of a two-list store
+        let mut rd = ListReader::new(&r, layout(), base, Start::Oldest);
+        assert_eq!(drain(&mut rd, &r).0, vec![]);
+        put(&r, base, 1, &[*b"aaaa", *b"bbbb"]);
+        put(&r, base, 2, &[*b"cccc"]); // flushed early: one entry
+        let (got, st) = drain(&mut rd, &r);
+        assert_eq!(got, vec![(1, *b"aaaa"), (1, *b"bbbb"), (2, *b"cccc")]);
+        assert_eq!((st.batches, st.entries, st.lost_batches), (2, 3, 0));
+        // 3, 4 and 5; 5 wraps into slot 0 over batch 1.
+        for s in 3..=5 {
+            put(&r, base, s, &[[s; 4], [s + 100; 4]]);
+        }
+        assert_eq!(rd.lag(&r), 3);
+        let (got, st) = drain(&mut rd, &r);
+        assert_eq!(got.len(), 6);
+        assert_eq!(got[4], (5, [5; 4]));
+        assert_eq!((st.lost_batches, rd.next_seq(), rd.lag(&r)), (0, 6, 0));
+        // The first list's memory was never touched.
+        let mut first = [0u8; 64];
+        r.read(0, &mut first).unwrap();
+        assert!(first.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn overrun_is_counted_and_the_reader_resynchronises() {
+        let r = Region::anonymous(64, false).unwrap();
+        let mut slow = ListReader::new(&r, layout(), 0, Start::Seq(1));
+        for s in 1..=9 {
+            put(&r, 0, s, &[[s; 4], [s; 4]]);
+        }
+        // Slots now hold 9, 6, 7, 8: batches 1..=5 are gone.
+        let (got, st) = drain(&mut slow, &r);
+        assert_eq!(st.lost_batches, 5);
+        assert_eq!(
+            got.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            vec![6, 6, 7, 7, 8, 8, 9, 9]
+        );
+        assert_eq!((slow.lost_batches, slow.delivered), (5, 8));
+        // A reader starting at the oldest batch still present loses nothing.
+        let mut late = ListReader::new(&r, layout(), 0, Start::Oldest);
+        assert_eq!(late.next_seq(), 6);
+        assert_eq!(drain(&mut late, &r).1.lost_batches, 0);
+        // And one starting at the newest sees only what comes next.
+        let mut new = ListReader::new(&r, layout(), 0, Start::Newest);
+        assert_eq!(drain(&mut new, &r).0, vec![]);
+        put(&r, 0, 10, &[*b"xxxx"]);
+        assert_eq!(drain(&mut new, &r).0, vec![(10, *b"xxxx")]);
+    }
+
+    #[test]
+    fn concurrent_readers_each_see_everything() {
+        let r = std::sync::Arc::new(Region::anonymous(64, false).unwrap());
+        let writer = {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                for s in 1..=200u32 {
+                    let mut b = [0u8; 16];
+                    b[..4].copy_from_slice(&s.to_le_bytes());
+                    b[4..8].copy_from_slice(&(s * 2).to_le_bytes());
+                    // Entries first, then the trailer with release ordering, like an RNIC
+                    // writing in address order.
+                    let off = ((s as u64 - 1) % 4) * 16;
+                    r.write(off, &b[..8]).unwrap();
+                    r.store_u64_release(off + 8, s as u64 | 2 << 48).unwrap();
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+            })
+        };
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    let mut rd = ListReader::new(&r, layout(), 0, Start::Seq(1));
+                    let mut last = 0u64;
+                    while rd.next_seq() <= 200 {
+                        rd.poll(&r, usize::MAX, |s, e| {
+                            let v = u32::from_le_bytes(e.try_into().unwrap());
+                            assert!(v == s as u32 || v == 2 * s as u32, "torn entry");
+                            assert!(s >= last);
+                            last = s;
+                        });
+                    }
+                    (rd.delivered, rd.lost_batches)
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for h in readers {
+            let (delivered, lost) = h.join().unwrap();
+            assert_eq!(
+                delivered + 2 * lost,
+                400,
+                "every batch delivered or counted lost"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_trailers_deliver_nothing() {
+        let r = Region::anonymous(64, false).unwrap();
+        let mut rd = ListReader::new(&r, layout(), 0, Start::Seq(1));
+        let mut b = batch_image(1, &[*b"aaaa", *b"bbbb"]);
+        b[14] = 3; // count above the batch size
+        r.write(0, &b).unwrap();
+        assert_eq!(drain(&mut rd, &r).1, PollStats::default());
+        b[14] = 0; // count zero
+        r.write(0, &b).unwrap();
+        assert_eq!(drain(&mut rd, &r).1, PollStats::default());
+    }
+
+    #[test]
+    fn reference_ring_consumes_and_wraps() {
+        let l = AppendLayout::new(AppendFormat::Reference, 4, 4, 2).unwrap();
+        let r = Region::anonymous(16, false).unwrap();
+        let mut rd = ListReader::new(&r, l, 0, Start::Oldest);
+        r.write(0, b"aaaabbbb").unwrap();
+        let (got, _) = drain(&mut rd, &r);
+        assert_eq!(got, vec![(0, *b"aaaa"), (0, *b"bbbb")]);
+        // Consumed entries are cleared, so the next lap is visible as new data.
+        let mut img = [0u8; 16];
+        r.read(0, &mut img).unwrap();
+        assert_eq!(&img[..8], &[0; 8]);
+        r.write(8, b"ccccdddd").unwrap();
+        r.write(0, b"eeee").unwrap();
+        let (got, _) = drain(&mut rd, &r);
+        assert_eq!(got, vec![(0, *b"cccc"), (0, *b"dddd"), (0, *b"eeee")]);
     }
 }
