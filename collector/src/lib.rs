@@ -21,6 +21,7 @@
 pub mod config;
 pub mod memory;
 pub mod query;
+pub mod rdma;
 pub mod rnic;
 pub mod service;
 pub mod store;

@@ -125,6 +125,17 @@ pub fn build_stores(
     config: &CollectorConfig,
     responder: &mut Responder,
 ) -> Result<Vec<Store>, String> {
+    build_stores_with(config, |region| {
+        responder.register(region.clone(), Access::ALL).0
+    })
+}
+
+/// Allocates every configured store's region; `register` registers it with an RNIC and
+/// returns its R_Key (the real-RNIC backend registers later, per device, and passes 0).
+pub fn build_stores_with(
+    config: &CollectorConfig,
+    mut register: impl FnMut(&Arc<Region>) -> u32,
+) -> Result<Vec<Store>, String> {
     let dev = &config.collector;
     let mut stores = Vec::new();
     for (i, sc) in config.stores.iter().enumerate() {
@@ -140,7 +151,7 @@ pub fn build_stores(
         }
         .map_err(|e| format!("store {:?}: cannot allocate {len} bytes: {e}", sc.name))?;
         let region = Arc::new(region);
-        let rkey = responder.register(region.clone(), Access::ALL);
+        let rkey = register(&region);
         log::info!(
             "store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}",
             sc.name,
@@ -148,13 +159,13 @@ pub fn build_stores(
             len,
             region.addr(),
             region.backing(),
-            rkey.0
+            rkey
         );
         let meta = StoreMeta {
             name: sc.name.clone(),
             addr: region.addr(),
             len,
-            rkey: rkey.0,
+            rkey,
             qps: Vec::new(),
             kind,
         };
