@@ -43,6 +43,7 @@ struct StoreSpec {
     name: String,
     port: u16,
     region: Arc<Region>,
+    /// The record to SEND, without the R_Key (which is per device).
     record: MetaRecord,
 }
 
@@ -650,7 +651,13 @@ impl Backend {
         let Some(c) = self.conns.get_mut(&key) else {
             return;
         };
-        let rec = self.stores[c.store].record.to_bytes();
+        // The R_Key of the store's MR on this connection's device (never the lkey).
+        let rkey = self.devices[c.device].mrs[c.store].rkey();
+        let rec = MetaRecord {
+            rkey,
+            ..self.stores[c.store].record.clone()
+        }
+        .to_bytes();
         let lkey = c.buf_mr.lkey();
         for (i, b) in rec.iter().enumerate() {
             c.buf[i] = *b;
@@ -671,10 +678,9 @@ impl Backend {
             Ok(()) => {
                 c.state = ConnState::MetaPosted;
                 log::info!(
-                    "rdma: store {:?}: established with {}; metadata SEND posted (rkey {:#x})",
+                    "rdma: store {:?}: established with {}; metadata SEND posted (rkey {rkey:#x})",
                     self.stores[c.store].name,
                     fmt_peer(c.peer),
-                    self.stores[c.store].record.rkey
                 );
             }
             Err(e) => {

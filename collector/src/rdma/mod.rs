@@ -117,7 +117,10 @@ mod tests {
         let e = CollectorConfig::from_toml("[collector]\nbackend = \"dpdk\"\n").unwrap_err();
         assert!(e.contains("backend") || e.contains("variant"), "{e}");
         let typo = CONFIG.replace("slots = 1024", "slots = 1024\nslot_sise = 8");
-        assert!(CollectorConfig::from_toml(&typo).is_err(), "unknown store keys are rejected");
+        assert!(
+            CollectorConfig::from_toml(&typo).is_err(),
+            "unknown store keys are rejected"
+        );
     }
 
     /// Without the feature, asking for the real RNIC says how to get it and how not to need it.
