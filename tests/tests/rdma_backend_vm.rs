@@ -158,11 +158,11 @@ fn cpio(files: &[(&str, Vec<u8>, u32)]) -> Vec<u8> {
         out.extend_from_slice(hdr.as_bytes());
         out.extend_from_slice(name.as_bytes());
         out.push(0);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
         out.extend_from_slice(data);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
     }
