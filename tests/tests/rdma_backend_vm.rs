@@ -271,6 +271,7 @@ fn backend_serves_rdma_cm_in_rxe_vm() {
         "counter query (min of 2) = 10",
         "immediate events seen by the collector: 1",
         "reconnect gets the same record",
+        "the collector's event carries imm 0xd7a00001",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }

@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_collector::rdma::client::Connection;
+use dta_collector::rnic::responder::Completion;
 use dta_collector::{Collector, CollectorConfig};
 use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
 use dta_proto::layout::{CounterLayout, KeyWriteLayout};
@@ -30,6 +31,8 @@ use dta_proto::Key;
 /// Replicas written per key.
 const N: usize = 2;
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// Immediate data of the WRITE with Immediate.
+const IMM: u32 = 0xD7A0_0001;
 
 #[derive(Parser)]
 #[command(about = "End-to-end check of the collector's real-RNIC backend")]
@@ -145,7 +148,7 @@ fn exercise(c: &mut Connection, key: &Key, r: &mut Report) -> Result<(), String>
     match m.kind {
         StoreKind::KeyWrite { .. } => {
             let (offs, slot) = keywrite_slots(&m, key, &[0xC0, 0xFF, 0xEE, 0x42])?;
-            c.write_imm(offs[0], &slot, 0xD7A0_0001)?;
+            c.write_imm(offs[0], &slot, IMM)?;
             for &o in &offs[1..] {
                 c.write(o, &slot)?;
             }
@@ -274,6 +277,15 @@ fn loopback(
     r.check(
         imm == writes,
         &format!("immediate events seen by the collector: {imm} (expected {writes})"),
+    );
+    let imm_seen = collector.with_published(|p| {
+        p.recent_events
+            .iter()
+            .any(|c| matches!(c, Completion::WriteWithImm { imm: IMM, len, .. } if *len == 8))
+    });
+    r.check(
+        imm_seen,
+        &format!("the collector's event carries imm {IMM:#x} and the 8-byte length"),
     );
     let k = collector.counters();
     println!(

@@ -52,6 +52,11 @@ pub(super) fn start(
     published: Arc<Mutex<Published>>,
     stop: Arc<AtomicBool>,
 ) -> Result<Started, String> {
+    if !config.static_peers.is_empty() {
+        log::warn!(
+            "rdma: [[static_peer]] entries are ignored: a real RNIC's QPs are set up with RDMA_CM"
+        );
+    }
     let mut stores = crate::store::build_stores_with(config, |_| 0)?;
     let ip = *config.collector.roce.ip();
     let specs: Vec<StoreSpec> = stores
