@@ -126,15 +126,16 @@ pub fn build_stores(
     responder: &mut Responder,
 ) -> Result<Vec<Store>, String> {
     build_stores_with(config, |region| {
-        responder.register(region.clone(), Access::ALL).0
+        Some(responder.register(region.clone(), Access::ALL).0)
     })
 }
 
 /// Allocates every configured store's region; `register` registers it with an RNIC and
-/// returns its R_Key (the real-RNIC backend registers later, per device, and passes 0).
+/// returns its R_Key, or `None` when registration happens later (the real-RNIC backend
+/// registers per device; the store's `meta.rkey` is then 0 until it does).
 pub fn build_stores_with(
     config: &CollectorConfig,
-    mut register: impl FnMut(&Arc<Region>) -> u32,
+    mut register: impl FnMut(&Arc<Region>) -> Option<u32>,
 ) -> Result<Vec<Store>, String> {
     let dev = &config.collector;
     let mut stores = Vec::new();
@@ -153,19 +154,22 @@ pub fn build_stores_with(
         let region = Arc::new(region);
         let rkey = register(&region);
         log::info!(
-            "store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}",
+            "store {:?}: {} {} bytes at {:#x} ({}), {}",
             sc.name,
             kind.name(),
             len,
             region.addr(),
             region.backing(),
-            rkey
+            match rkey {
+                Some(k) => format!("rkey {k:#x}"),
+                None => "registered per RDMA device".to_string(),
+            }
         );
         let meta = StoreMeta {
             name: sc.name.clone(),
             addr: region.addr(),
             len,
-            rkey,
+            rkey: rkey.unwrap_or(0),
             qps: Vec::new(),
             kind,
         };

@@ -246,6 +246,13 @@ fn backend_serves_rdma_cm_in_rxe_vm() {
     let (v, status) = vm.ctl_status("dta-collector --version 2>&1").unwrap();
     assert_eq!(status, 0, "the collector does not run in the guest: {v}");
 
+    // Reserve hugepages so the regions (and so the MRs) are hugepage-backed, as in production.
+    let huge = vm
+        .ctl("echo 16 > /proc/sys/vm/nr_hugepages; grep HugePages_Total /proc/meminfo")
+        .unwrap();
+    let hugepages = huge.contains("HugePages_Total") && !huge.contains("HugePages_Total:       0");
+    eprintln!("guest hugepages: {}", huge.trim());
+
     // 1. In-process collector + initiator over rxe loopback, checked with the query engine.
     let t0 = Instant::now();
     let out = run_until(
@@ -263,6 +270,12 @@ fn backend_serves_rdma_cm_in_rxe_vm() {
         out.contains("SELFTEST OK"),
         "loopback selftest failed:\n{out}"
     );
+    if hugepages {
+        assert!(
+            out.contains("keywrite 8192 bytes") && out.contains("(hugepages)"),
+            "the regions should be on hugepages:\n{out}"
+        );
+    }
     assert!(!out.contains("SELFTEST FAIL"), "{out}");
     for want in [
         "metadata record matches the store",

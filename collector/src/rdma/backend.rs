@@ -57,7 +57,7 @@ pub(super) fn start(
             "rdma: [[static_peer]] entries are ignored: a real RNIC's QPs are set up with RDMA_CM"
         );
     }
-    let mut stores = crate::store::build_stores_with(config, |_| 0)?;
+    let mut stores = crate::store::build_stores_with(config, |_| None)?;
     let ip = *config.collector.roce.ip();
     let specs: Vec<StoreSpec> = stores
         .iter()
