@@ -333,16 +333,27 @@ impl Vm {
     ///
     /// Takes about 5–10 s under TCG. Blocks while another [`Vm`] of this process is alive.
     pub fn boot(image: &VmImage) -> io::Result<Vm> {
+        Self::boot_inner(image, None)
+    }
+
+    /// Like [`Vm::boot`], with `extra_cpio` (a newc cpio archive, plain or gzip'd) unpacked
+    /// over the image's initramfs: the way to put extra programs into the guest.
+    pub fn boot_with_initrd(image: &VmImage, extra_cpio: &Path) -> io::Result<Vm> {
+        Self::boot_inner(image, Some(extra_cpio))
+    }
+
+    fn boot_inner(image: &VmImage, extra_cpio: Option<&Path>) -> io::Result<Vm> {
         let guard = VM_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
         let run = run_dir()?;
         // Armed before QEMU exists, so there is no moment in which our death would orphan it.
         let watchdog = Watchdog::spawn(&run);
         let t0 = Instant::now();
-        let booted = Self::start_qemu(image, &run).and_then(|(qemu_pid, link, guest_addr)| {
-            let boot_time = t0.elapsed();
-            let ctl = Ctl::connect(&run.join("ctl.sock"))?;
-            Ok((qemu_pid, link, guest_addr, boot_time, ctl))
-        });
+        let booted =
+            Self::start_qemu(image, &run, extra_cpio).and_then(|(qemu_pid, link, guest_addr)| {
+                let boot_time = t0.elapsed();
+                let ctl = Ctl::connect(&run.join("ctl.sock"))?;
+                Ok((qemu_pid, link, guest_addr, boot_time, ctl))
+            });
         match booted {
             Ok((qemu_pid, link, guest_addr, boot_time, ctl)) => Ok(Vm {
                 run,
@@ -367,7 +378,11 @@ impl Vm {
 
     /// Runs `boot.sh` until QEMU is up; returns its pid, the bound frame socket and the guest
     /// side's address.
-    fn start_qemu(image: &VmImage, run: &Path) -> io::Result<(u32, UdpSocket, SocketAddr)> {
+    fn start_qemu(
+        image: &VmImage,
+        run: &Path,
+        extra_cpio: Option<&Path>,
+    ) -> io::Result<(u32, UdpSocket, SocketAddr)> {
         // The frame socket is bound for the VM's whole life, so its port can't be taken. QEMU
         // binds the guest-side port itself; if another process grabbed it in between, QEMU
         // fails to start and we try another.
@@ -375,8 +390,12 @@ impl Vm {
         let host_port = link.local_addr()?.port();
         for attempt in 1.. {
             let guest_port = UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port();
-            let status = Command::new("bash")
-                .arg(scripts_dir().join("boot.sh"))
+            let mut boot = Command::new("bash");
+            boot.arg(scripts_dir().join("boot.sh"));
+            if let Some(cpio) = extra_cpio {
+                boot.arg("-i").arg(cpio);
+            }
+            let status = boot
                 .args(["-d", "-n", "udp", "-o"])
                 .arg(&image.dir)
                 .arg("-r")

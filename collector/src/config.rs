@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! [collector]
+//! backend = "software"           # or "rdma": a real RNIC (build with --features rdma)
 //! roce = "127.0.0.1:4791"        # software RNIC address (ip:port); real RNICs use port 4791
 //! control = "127.0.0.1:9100"     # HTTP API and /metrics
 //! metadata_file = "/tmp/dta/collector.json"
@@ -44,7 +45,12 @@ pub struct CollectorConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeviceSection {
-    /// Software RNIC address (IP and UDP port).
+    /// Which RNIC serves the stores: the embedded software RNIC (default) or a real RDMA NIC
+    /// through libibverbs/librdmacm (needs a build with the `rdma` feature).
+    pub backend: Backend,
+    /// Software RNIC address (IP and UDP port). With `backend = "rdma"`, its IP is the address
+    /// the per-store RDMA_CM listeners bind to (`0.0.0.0`: every RDMA device) and the port is
+    /// unused (real RNICs answer on 4791).
     pub roce: SocketAddrV4,
     /// MAC of the software RNIC (used in frames for raw backends).
     pub mac: String,
@@ -71,6 +77,7 @@ pub struct DeviceSection {
 impl Default for DeviceSection {
     fn default() -> Self {
         DeviceSection {
+            backend: Backend::Software,
             roce: SocketAddrV4::new(
                 std::net::Ipv4Addr::LOCALHOST,
                 dta_proto::consts::ROCEV2_PORT,
@@ -86,6 +93,17 @@ impl Default for DeviceSection {
             recv_credits: 4096,
         }
     }
+}
+
+/// `[collector] backend`: which RNIC serves the stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The embedded software RNIC on a UDP socket (`roce`).
+    #[default]
+    Software,
+    /// A real RDMA NIC (or Linux Soft-RoCE) through rdma_cm and verbs; see `crate::rdma`.
+    Rdma,
 }
 
 /// `[[static_peer]]`: a translator whose QPs are created at start-up.

@@ -26,6 +26,7 @@ pub mod config;
 pub mod http;
 pub mod memory;
 pub mod query;
+pub mod rdma;
 pub mod rnic;
 pub mod service;
 pub mod store;

@@ -87,6 +87,24 @@ impl Collector {
     /// metadata and starts the RNIC thread.
     pub fn start(config: CollectorConfig) -> Result<Collector, String> {
         config.validate()?;
+        if config.collector.backend == crate::config::Backend::Rdma {
+            // A real RNIC: rdma_cm listeners and verbs on their own thread (crate::rdma).
+            let published = Arc::new(Mutex::new(Published::default()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let r = crate::rdma::start(&config, published.clone(), stop.clone())?;
+            let control = crate::http::spawn(&config, &r.stores, published.clone(), r.roce)?;
+            return Ok(Collector {
+                control,
+                stores: r.stores,
+                meta: r.meta,
+                roce: r.roce,
+                published,
+                commands: mpsc::channel().0,
+                stop,
+                thread: Some(r.thread),
+                config,
+            });
+        }
         let dev = &config.collector;
         let mac: MacAddr = dev
             .mac

@@ -280,6 +280,18 @@ pub fn build_stores(
     config: &CollectorConfig,
     responder: &mut Responder,
 ) -> Result<Vec<Store>, String> {
+    build_stores_with(config, |region| {
+        Some(responder.register(region.clone(), Access::ALL).0)
+    })
+}
+
+/// Allocates every configured store's region; `register` registers it with an RNIC and
+/// returns its R_Key, or `None` when registration happens later (the real-RNIC backend
+/// registers per device; the store's `meta.rkey` is then 0 until it does).
+pub fn build_stores_with(
+    config: &CollectorConfig,
+    mut register: impl FnMut(&Arc<Region>) -> Option<u32>,
+) -> Result<Vec<Store>, String> {
     let dev = &config.collector;
     let mut stores = Vec::new();
     for (i, sc) in config.stores.iter().enumerate() {
@@ -295,21 +307,24 @@ pub fn build_stores(
         }
         .map_err(|e| format!("store {:?}: cannot allocate {len} bytes: {e}", sc.name))?;
         let region = Arc::new(region);
-        let rkey = responder.register(region.clone(), Access::ALL);
+        let rkey = register(&region);
         log::info!(
-            "store {:?}: {} {} bytes at {:#x} ({}), rkey {:#x}",
+            "store {:?}: {} {} bytes at {:#x} ({}), {}",
             sc.name,
             kind.name(),
             len,
             region.addr(),
             region.backing(),
-            rkey.0
+            match rkey {
+                Some(k) => format!("rkey {k:#x}"),
+                None => "registered per RDMA device".to_string(),
+            }
         );
         let meta = StoreMeta {
             name: sc.name.clone(),
             addr: region.addr(),
             len,
-            rkey: rkey.0,
+            rkey: rkey.unwrap_or(0),
             qps: Vec::new(),
             kind,
         };

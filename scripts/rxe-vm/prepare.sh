@@ -24,6 +24,10 @@ elapsed() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N)-$T0}"; }
 [ "${DTA_SKIP_RXE_VM:-0}" = 1 ] && skip "DTA_SKIP_RXE_VM=1"
 [ "$(uname -s)/$(uname -m)" = Linux/x86_64 ] || skip "needs Linux on x86_64, this is $(uname -sm)"
 
+# The collector's `rdma` feature (tests/tests/rdma_backend_vm.rs runs its binaries in the VM)
+# builds against libibverbs-dev and librdmacm-dev; best effort, never changes this script's verdict.
+[ $INSTALL = 1 ] && { bash "$HERE/../rdma-deps.sh" | sed 's/^/  /' >&2 || true; }
+
 # Fast path: nothing to install, nothing to build.
 if command -v qemu-system-x86_64 >/dev/null && "$HERE/build-image.sh" --check "$OUT" 2>/dev/null; then
   echo "rxe-vm: READY $OUT (up to date, $(elapsed)s)"
