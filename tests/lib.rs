@@ -3,4 +3,5 @@
 //! - [`rxe_vm`]: a real RoCEv2 responder (Linux Soft-RoCE in a QEMU VM) for conformance tests.
 
 pub mod harness;
+pub mod rdma_feature;
 pub mod rxe_vm;
