@@ -141,3 +141,21 @@ pub fn run_until(vm: &Vm, cmd: &str, log: &str, done: &str, timeout: Duration) -
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// Host libraries the feature binaries need that the VM image does not ship (glibc's libm,
+/// pulled in by floating-point math in the estimates), as cpio entries. Host and guest are
+/// both Debian 12, so the host's copy matches the guest's glibc.
+pub fn extra_guest_libs() -> Vec<(&'static str, Vec<u8>, u32)> {
+    let mut out = Vec::new();
+    for (guest, host) in [(
+        "lib/x86_64-linux-gnu/libm.so.6",
+        "/lib/x86_64-linux-gnu/libm.so.6",
+    )] {
+        if let Ok(bytes) =
+            std::fs::read(std::fs::canonicalize(host).unwrap_or_else(|_| host.into()))
+        {
+            out.push((guest, bytes, 0o644));
+        }
+    }
+    out
+}

@@ -166,7 +166,7 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
     let k = col.counters();
     assert_eq!(
         k.out_of_seq_request, 0,
-        "the first write carried the REQ's starting PSN: {k:?}"
+        "the first write carried the PSN the responder expects: {k:?}"
     );
     assert_eq!(
         k.duplicate_request + k.bad_icrc + k.rkey_violation,

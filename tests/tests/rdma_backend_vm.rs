@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 
 use std::time::{Duration, Instant};
 
-use dta_tests::rdma_feature::{cpio, feature_binaries, run_until};
+use dta_tests::rdma_feature::{cpio, extra_guest_libs, feature_binaries, run_until};
 use dta_tests::rxe_vm::{vm_available, Vm, GUEST_IP};
 
 fn skip(why: &str) {
@@ -85,7 +85,7 @@ fn backend_serves_rdma_cm_in_rxe_vm() {
         Ok(b) => b,
         Err(why) => return skip(&why),
     };
-    let archive = cpio(&[
+    let mut files = vec![
         (
             "usr/local/bin/dta-collector",
             std::fs::read(&collector).unwrap(),
@@ -101,7 +101,9 @@ fn backend_serves_rdma_cm_in_rxe_vm() {
             config(&GUEST_IP.to_string()).into_bytes(),
             0o644,
         ),
-    ]);
+    ];
+    files.extend(extra_guest_libs());
+    let archive = cpio(&files);
     let cpio_path = std::env::temp_dir().join(format!("dta-rdma-{}.cpio", std::process::id()));
     std::fs::write(&cpio_path, &archive).unwrap();
     let vm = Vm::boot_with_initrd(&image, &cpio_path).expect("boot the rxe VM");

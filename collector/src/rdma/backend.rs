@@ -636,7 +636,15 @@ impl Backend {
         param.initiator_depth = depth;
         param.retry_count = 7;
         param.rnr_retry_count = 7;
-        // SAFETY: a live id with a QP.
+        // The store's name travels in the REP's private data, as the software RNIC sends it,
+        // so a translator learns which store a port serves without extra configuration.
+        let mut name = [0u8; 64];
+        let nb = self.stores[store].name.as_bytes();
+        let n = nb.len().min(63);
+        name[..n].copy_from_slice(&nb[..n]);
+        param.private_data = name.as_ptr() as *const std::ffi::c_void;
+        param.private_data_len = 64;
+        // SAFETY: a live id with a QP; `name` outlives the call.
         if unsafe { rdma_accept(conn.id.0, &mut param) } != 0 {
             let e = verbs::errno();
             reject(&conn.id);

@@ -14,11 +14,13 @@
 //!                                   ◀─ DREP
 //! ```
 //!
-//! Fixes of the reference: the record carries the region's R_Key (not the lkey), the accept
-//! offers responder resources ≥ 1 so atomics work, and the translator's first write must carry
-//! the REQ's starting PSN (the responder expects exactly that). A new REQ from the same peer
-//! address for the same service replaces (and destroys) the old QP, which is what a restarted
-//! translator does.
+//! Fixes of the reference: the record carries the region's R_Key (not the lkey), and the accept
+//! offers responder resources ≥ 1 so atomics work. PSNs follow Linux's passive rdma_cm as
+//! measured against rxe (`tests/tests/translator_rxe_cm.rs`): the initiator's writes are
+//! expected at the REP's starting PSN, and the responder's own SENDs start at the REQ's. (IB CM
+//! reads the other way round; the translator's initiator probes which PSN a responder expects,
+//! so it works with either.) A new REQ from the same peer address for the same service
+//! replaces (and destroys) the old QP, which is what a restarted translator does.
 
 use std::net::SocketAddrV4;
 
@@ -256,13 +258,16 @@ impl CmResponder {
                         k += 1;
                     }
                 }
-                let sq_psn = self.next_psn();
+                // PSNs as Linux's passive rdma_cm sets them (measured against rxe): the
+                // initiator's writes are expected at the PSN the REP announces, and our own
+                // SENDs (the metadata record) start at the REQ's PSN.
+                let rq_psn = self.next_psn();
                 let qpn = rnic.create_qp(QpConfig {
                     peer,
                     peer_mac: MacAddr::BROADCAST,
                     peer_qpn: Qpn::new(req.local_qpn),
-                    rq_psn: Psn::new(req.starting_psn),
-                    sq_psn,
+                    rq_psn,
+                    sq_psn: Psn::new(req.starting_psn),
                     verify_icrc: self.verify_icrc,
                     recv_credits: self.recv_credits,
                 });
@@ -276,7 +281,7 @@ impl CmResponder {
                     local_comm_id,
                     remote_comm_id: req.local_comm_id,
                     local_qpn: qpn.value(),
-                    starting_psn: sq_psn.value(),
+                    starting_psn: rq_psn.value(),
                     // At least one outstanding atomic/read, so Key-Increment's FETCH_ADDs work
                     // (the reference accepted with 0).
                     responder_resources: req.initiator_depth.clamp(1, 16),
@@ -298,7 +303,7 @@ impl CmResponder {
                     "RDMA_CM: REQ from {peer} for store {:?}: QP {:#x} expects PSN {:#x}",
                     self.services[si].name,
                     qpn.value(),
-                    req.starting_psn
+                    rq_psn.value()
                 );
                 self.conns.push(Conn {
                     local_comm_id,

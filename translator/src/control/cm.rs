@@ -68,6 +68,17 @@ enum State {
         send_psn: Psn,
         name: String,
     },
+    /// Metadata received; a zero-length WRITE probe at our starting PSN asks the responder
+    /// which PSN it expects (stacks disagree on whose CM PSN that is).
+    Syncing {
+        remote_qpn: Qpn,
+        meta_psn: Psn,
+        /// The PSN the probe carries: the REP's starting PSN.
+        probe_psn: Psn,
+        meta: Box<StoreMeta>,
+        sent_at: u64,
+        tries: u32,
+    },
     Ready {
         remote_qpn: Qpn,
         meta_psn: Psn,
@@ -266,13 +277,23 @@ impl CmInitiator {
             return true;
         }
         let p = d.payload;
-        p.len() >= 12
-            && p[0] == op::RC_SEND_ONLY
-            && self.owns_qp(Qpn::new(u32::from_be_bytes([0, p[5], p[6], p[7]])))
+        if p.len() < 12 {
+            return false;
+        }
+        let qpn = Qpn::new(u32::from_be_bytes([0, p[5], p[6], p[7]]));
+        match p[0] {
+            op::RC_SEND_ONLY => self.owns_qp(qpn),
+            // Answers to the PSN-synchronisation probe.
+            op::RC_ACKNOWLEDGE => self
+                .conns
+                .iter()
+                .any(|c| c.local_qpn == qpn && matches!(c.state, State::Syncing { .. })),
+            _ => false,
+        }
     }
 
     /// Handles a CM MAD or a metadata SEND.
-    pub fn handle(&mut self, _now: u64, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<CmEvent> {
+    pub fn handle(&mut self, now: u64, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<CmEvent> {
         if is_gsi(d.payload) {
             return self.handle_mad(d, tx);
         }
@@ -298,28 +319,82 @@ impl CmInitiator {
                 remote_qpn,
                 send_psn,
                 name,
-            } if pkt.bth.psn == send_psn => {
+            } if pkt.bth.psn == send_psn || pkt.bth.psn == start_psn => {
+                let rep_psn = send_psn;
+                // The record is self-validating (magic, version, CRC). Linux's passive rdma_cm
+                // side sends it at the PSN of *our* REQ rather than at the REP's starting PSN
+                // (seen with rxe), so it is accepted at either and ACKed with the PSN it carried.
+                let send_psn = pkt.bth.psn;
                 let Ok(rec) = MetaRecord::parse(pkt.payload) else {
                     self.counters.cm_invalid += 1;
                     return None;
                 };
                 self.ack(remote_qpn, send_psn, tx);
                 let meta = rec.to_store_meta(name);
+                // Probe at the REP's starting PSN: Linux's passive rdma_cm (rxe) expects the
+                // initiator there (not at the REQ's PSN, as IB CM reads); a responder that
+                // expects the REQ's PSN instead answers with a NAK or a duplicate ACK naming it.
+                let probe_psn = rep_psn;
+                self.send_sync_probe(remote_qpn, probe_psn, &meta, tx);
+                self.conns[i].state = State::Syncing {
+                    remote_qpn,
+                    meta_psn: send_psn,
+                    probe_psn,
+                    meta: Box::new(meta),
+                    sent_at: now,
+                    tries: 1,
+                };
+                None
+            }
+            State::Syncing {
+                remote_qpn,
+                meta_psn,
+                meta,
+                ..
+            } if pkt.bth.opcode == op::RC_ACKNOWLEDGE => {
+                // ACK X: the responder executed (or, for a duplicate, had executed) up to X and
+                // expects X + 1. NAK "PSN sequence error" E: it expects E.
+                let Some(aeth) = pkt.aeth else {
+                    self.counters.cm_invalid += 1;
+                    return None;
+                };
+                let expected = match aeth.syndrome {
+                    dta_proto::wire::ib::Syndrome::Ack { .. } => pkt.bth.psn.next(),
+                    dta_proto::wire::ib::Syndrome::Nak(
+                        dta_proto::wire::ib::NakCode::PsnSequenceError,
+                    ) => pkt.bth.psn,
+                    _ => {
+                        self.counters.cm_invalid += 1;
+                        return None;
+                    }
+                };
+                if expected != start_psn {
+                    log::info!("RDMA_CM port {port}: responder expects PSN {:#x}, not the REQ's {:#x}; following it", expected.value(), start_psn.value());
+                }
                 let binding = QpBinding {
                     local_qpn,
                     remote_qpn,
-                    start_psn,
+                    start_psn: expected,
                 };
                 self.conns[i].state = State::Ready {
                     remote_qpn,
-                    meta_psn: send_psn,
+                    meta_psn,
                 };
                 self.counters.cm_ready += 1;
                 Some(CmEvent::Ready {
                     port,
-                    meta,
+                    meta: *meta,
                     binding,
                 })
+            }
+            State::Syncing {
+                remote_qpn,
+                meta_psn,
+                ..
+            } if pkt.bth.psn == meta_psn && pkt.bth.opcode == op::RC_SEND_ONLY => {
+                self.counters.cm_meta_duplicates += 1;
+                self.ack(remote_qpn, meta_psn, tx);
+                None
             }
             State::Ready {
                 remote_qpn,
@@ -334,6 +409,30 @@ impl CmInitiator {
                 None
             }
         }
+    }
+
+    /// A zero-length RDMA WRITE with AckReq at `psn` (no memory is touched).
+    fn send_sync_probe(&self, remote_qpn: Qpn, psn: Psn, meta: &StoreMeta, tx: &mut TxBatch) {
+        let ep = self.ep();
+        let bth = BthRepr {
+            opcode: op::RC_RDMA_WRITE_ONLY,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            tver: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: remote_qpn,
+            ack_req: true,
+            psn,
+        };
+        let mut reth = [0u8; 16];
+        reth[0..8].copy_from_slice(&meta.addr.to_be_bytes());
+        reth[8..12].copy_from_slice(&meta.rkey.to_be_bytes());
+        tx.push_with(self.collector, self.off(), |b| {
+            build_frame(&ep, &bth, &reth, &[], b)
+        });
     }
 
     fn ack(&self, remote_qpn: Qpn, psn: Psn, tx: &mut TxBatch) {
@@ -433,6 +532,36 @@ impl CmInitiator {
     /// Retransmits overdue REQs; reports attempts that ran out of tries.
     pub fn poll(&mut self, now: u64, tx: &mut TxBatch) -> Option<CmEvent> {
         for i in 0..self.conns.len() {
+            if let State::Syncing {
+                remote_qpn,
+                sent_at,
+                tries,
+                ..
+            } = &self.conns[i].state
+            {
+                if now.saturating_sub(*sent_at) >= REQ_TIMEOUT_NS {
+                    let (remote_qpn, tries) = (*remote_qpn, *tries);
+                    if tries >= REQ_TRIES {
+                        let c = self.conns.remove(i);
+                        self.counters.cm_timeouts += 1;
+                        return Some(CmEvent::Failed {
+                            port: c.port,
+                            reason: None,
+                        });
+                    }
+                    if let State::Syncing {
+                        meta, probe_psn, ..
+                    } = &self.conns[i].state
+                    {
+                        let (m, p) = ((**meta).clone(), *probe_psn);
+                        self.send_sync_probe(remote_qpn, p, &m, tx);
+                    }
+                    if let State::Syncing { sent_at, tries, .. } = &mut self.conns[i].state {
+                        *sent_at = now;
+                        *tries += 1;
+                    }
+                }
+            }
             if let State::ReqSent { sent_at, tries } = self.conns[i].state {
                 if now.saturating_sub(sent_at) >= REQ_TIMEOUT_NS {
                     if tries >= REQ_TRIES {
@@ -460,7 +589,9 @@ impl CmInitiator {
         self.conns
             .iter()
             .filter_map(|c| match c.state {
-                State::ReqSent { sent_at, .. } => Some(sent_at + REQ_TIMEOUT_NS),
+                State::ReqSent { sent_at, .. } | State::Syncing { sent_at, .. } => {
+                    Some(sent_at + REQ_TIMEOUT_NS)
+                }
                 _ => None,
             })
             .min()
