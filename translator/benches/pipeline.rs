@@ -7,70 +7,13 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
-use dta_proto::meta::{QpMeta, StoreKind, StoreMeta};
-use dta_proto::wire::ethernet::MacAddr;
-use dta_proto::wire::ib::{Psn, Qpn};
-use dta_proto::wire::report::{ParseConfig, Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::meta::StoreKind;
+use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::{Key, Value};
-use dta_translator::datapath::pipeline::{
-    CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
-};
-use dta_translator::datapath::qp::QpTuning;
+use dta_translator::datapath::pipeline::Pipeline;
 
 fn pipeline(kind: StoreKind) -> Pipeline {
-    let meta = StoreMeta {
-        name: "s".into(),
-        addr: 0x7f00_0000_0000,
-        len: 1 << 30,
-        rkey: 0x1234,
-        qps: vec![QpMeta {
-            qpn: 0x11,
-            psn: 0,
-            peer_qpn: 0x100,
-        }],
-        kind,
-    };
-    let route = |k: &str| {
-        if meta.kind.name() == k {
-            Route::Single(0)
-        } else {
-            Route::None
-        }
-    };
-    let cfg = PipelineConfig {
-        worker: 0,
-        workers: 1,
-        parse: ParseConfig::default(),
-        max_redundancy: 4,
-        l2_frames: true,
-        local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 4791),
-        local_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-        nack_port: 40044,
-        append_flush_ns: 1_000_000,
-        postcard_flush_ns: 0,
-        postcard_cache_slots: 32768,
-        postcard_redundancy: 1,
-        qp: QpTuning::default(),
-        rate: RateLimit::default(),
-        backlog: 16,
-        max_reporters: 16,
-        route_keywrite: route("keywrite"),
-        route_keyincrement: route("keyincrement"),
-        route_postcard: route("postcard"),
-    };
-    let target = CollectorTarget {
-        roce: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 51), 4791),
-        mac: MacAddr([2, 0, 0, 0, 0, 0x51]),
-        stores: vec![(
-            meta,
-            QpBinding {
-                local_qpn: Qpn::new(0x100),
-                remote_qpn: Qpn::new(0x11),
-                start_psn: Psn::new(0),
-            },
-        )],
-    };
-    Pipeline::new(cfg, &[target]).unwrap()
+    dta_translator::datapath::pipeline::single_store_pipeline(kind)
 }
 
 fn hdr() -> ReportHeader {

@@ -1434,3 +1434,80 @@ fn emit_chunk(
     }
     c.translated += e.mask.count_ones() as u64;
 }
+
+impl PipelineConfig {
+    /// A one-worker configuration with every tunable at its default and no routes; callers set
+    /// what they need (tests, benchmarks, the replay harness).
+    pub fn defaults(
+        local: SocketAddrV4,
+        local_mac: dta_proto::wire::ethernet::MacAddr,
+    ) -> PipelineConfig {
+        PipelineConfig {
+            worker: 0,
+            workers: 1,
+            parse: ParseConfig::default(),
+            max_redundancy: 4,
+            l2_frames: true,
+            local,
+            local_mac,
+            nack_port: dta_proto::consts::DTA_NACK_PORT,
+            append_flush_ns: 1_000_000,
+            postcard_flush_ns: 0,
+            postcard_cache_slots: 32768,
+            postcard_redundancy: 1,
+            qp: QpTuning::default(),
+            rate: RateLimit::default(),
+            backlog: 1024,
+            max_reporters: 64,
+            route_keywrite: Route::None,
+            route_keyincrement: Route::None,
+            route_postcard: Route::None,
+        }
+    }
+
+    /// Routes every primitive the single store `kind` serves to store 0.
+    pub fn route_all_to_first(mut self, kind: &StoreKind) -> PipelineConfig {
+        match kind {
+            StoreKind::KeyWrite { .. } => self.route_keywrite = Route::Single(0),
+            StoreKind::KeyIncrement { .. } => self.route_keyincrement = Route::Single(0),
+            StoreKind::Postcard { .. } => self.route_postcard = Route::Single(0),
+            StoreKind::Append { .. } => {}
+        }
+        self
+    }
+}
+
+/// A one-store pipeline writing to a synthetic collector (benchmarks and profiling).
+pub fn single_store_pipeline(kind: StoreKind) -> Pipeline {
+    let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 4791);
+    let cfg = PipelineConfig::defaults(
+        local,
+        dta_proto::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 1]),
+    )
+    .route_all_to_first(&kind);
+    let meta = StoreMeta {
+        name: "s".into(),
+        addr: 0x7f00_0000_0000,
+        len: 1 << 30,
+        rkey: 0x1234,
+        qps: vec![dta_proto::meta::QpMeta {
+            qpn: 0x11,
+            psn: 0,
+            peer_qpn: 0x100,
+        }],
+        kind,
+    };
+    let target = CollectorTarget {
+        roce: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 51), 4791),
+        mac: dta_proto::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 0x51]),
+        stores: vec![(
+            meta,
+            QpBinding {
+                local_qpn: Qpn::new(0x100),
+                remote_qpn: Qpn::new(0x11),
+                start_psn: Psn::new(0),
+            },
+        )],
+    };
+    Pipeline::new(cfg, &[target]).expect("a valid single-store pipeline")
+}
