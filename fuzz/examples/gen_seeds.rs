@@ -1,6 +1,6 @@
 //! Writes seed corpora for every fuzz target into `fuzz/seeds/<target>/` (or the directory
 //! given as the first argument): valid messages of each format, and short operation sequences
-//! for the stateful targets. Run: `cargo run --manifest-path fuzz/Cargo.toml --bin gen_seeds`.
+//! for the stateful targets. Run: `cargo run --manifest-path fuzz/Cargo.toml --example gen_seeds`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -131,7 +131,7 @@ fn main() {
         &dir,
         "config",
         "translator",
-        include_bytes!("../../../translator/translator.example.toml"),
+        include_bytes!("../../translator/translator.example.toml"),
     );
     put(
         &dir,
