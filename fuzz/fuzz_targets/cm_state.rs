@@ -308,7 +308,8 @@ fuzz_target!(|data: &[u8]| {
     let mut r = Reader::new(data);
     let mut w = World::new(r.u8());
     // Always start one connection so the fuzzer sees the handshake from the first byte on.
-    w.init.connect(PORTS[0], Qpn::new(0x100), Psn::new(0x42), w.now, &mut w.tx);
+    w.init
+        .connect(PORTS[0], Qpn::new(0x100), Psn::new(0x42), w.now, &mut w.tx);
     drain(&mut w.tx, &mut w.to_collector, TRANSLATOR);
     let mut steps = 0;
     while !r.is_empty() && steps < 200 {

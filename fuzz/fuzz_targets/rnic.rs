@@ -20,9 +20,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, OnceLock};
 
 use dta_collector::memory::Region;
-use dta_collector::rnic::responder::{
-    Access, DeviceConfig, QpConfig, QpState, Responder,
-};
+use dta_collector::rnic::responder::{Access, DeviceConfig, QpConfig, QpState, Responder};
 use dta_fuzz::{build, FrameSpec, Reader, OPCODES};
 use dta_proto::batch::{Datagram, IpMeta, TxBatch};
 use dta_proto::wire::ethernet::MacAddr;
@@ -177,7 +175,9 @@ impl World {
             _ => self.a.addr(),
         };
         let va = match r.u8() % 4 {
-            0..=2 => base.wrapping_add(r.u16() as u64 % (A_LEN as u64 + 64)).wrapping_sub(32),
+            0..=2 => base
+                .wrapping_add(r.u16() as u64 % (A_LEN as u64 + 64))
+                .wrapping_sub(32),
             _ => r.u64(),
         };
         let dma_len = match r.u8() % 4 {
@@ -270,7 +270,11 @@ impl World {
         std::mem::swap(&mut self.snap, &mut self.after);
         if let Some(q) = spoofed_qp {
             let now = self.rnic.qp_counters(q).expect("qp").addr_mismatch;
-            assert_eq!(Some(now), before_mismatch.map(|c| c + 1), "addr_mismatch counts");
+            assert_eq!(
+                Some(now),
+                before_mismatch.map(|c| c + 1),
+                "addr_mismatch counts"
+            );
         }
         assert!(is_zero(&self.b), "read-only region written");
         assert!(is_zero(&self.c), "deregistered region written");
