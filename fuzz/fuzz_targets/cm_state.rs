@@ -145,7 +145,7 @@ impl World {
         }
     }
 
-    fn to_collector(&mut self, src: SocketAddrV4, payload: &[u8]) {
+    fn deliver_collector(&mut self, src: SocketAddrV4, payload: &[u8]) {
         self.remember(payload);
         let d = Datagram {
             src,
@@ -163,7 +163,7 @@ impl World {
         drain(&mut self.tx, &mut self.to_translator, COLLECTOR);
     }
 
-    fn to_translator(&mut self, src: SocketAddrV4, payload: &[u8]) {
+    fn deliver_translator(&mut self, src: SocketAddrV4, payload: &[u8]) {
         self.remember(payload);
         let d = Datagram {
             src,
@@ -207,9 +207,9 @@ impl World {
                 }
                 let payload = f.get(L2L4_LEN..).unwrap_or(&[]).to_vec();
                 if k == 1 {
-                    self.to_collector(src, &payload);
+                    self.deliver_collector(src, &payload);
                 } else {
-                    self.to_translator(src, &payload);
+                    self.deliver_translator(src, &payload);
                 }
             }
             3 => {
@@ -238,11 +238,11 @@ impl World {
                     SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, r.u8()), r.u16())
                 };
                 let raw = r.chunk().to_vec();
-                self.to_collector(src, &raw);
+                self.deliver_collector(src, &raw);
             }
             6 => {
                 let raw = r.chunk().to_vec();
-                self.to_translator(COLLECTOR, &raw);
+                self.deliver_translator(COLLECTOR, &raw);
             }
             7 | 8 => {
                 // A seen CM message with one 32-bit word of its MAD changed, re-sealed with a
@@ -283,9 +283,9 @@ impl World {
                 }
                 let payload = f[L2L4_LEN..].to_vec();
                 if to_collector {
-                    self.to_collector(from, &payload);
+                    self.deliver_collector(from, &payload);
                 } else {
-                    self.to_translator(from, &payload);
+                    self.deliver_translator(from, &payload);
                 }
             }
             _ => {

@@ -278,7 +278,7 @@ impl World {
                     continue;
                 }
                 self.wire_count += 1;
-                if self.loss_every != 0 && self.wire_count % self.loss_every == 0 {
+                if self.loss_every != 0 && self.wire_count.is_multiple_of(self.loss_every) {
                     continue;
                 }
                 let d = Datagram {
