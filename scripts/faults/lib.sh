@@ -25,6 +25,16 @@ check() { # check NAME CONDITION-EXIT-CODE DETAIL
     if [ "$2" = 0 ]; then echo "PASS: $1 ($3)"; else echo "FAIL: $1 ($3)"; FAILS=$((FAILS + 1)); fi
 }
 
+# known_fail NAME DETAIL: a check that fails because of a reported translator/collector bug.
+# Printed as KNOWN-FAIL; fails the script only with STRICT=1.
+KNOWN=0
+known_fail() {
+    echo "KNOWN-FAIL: $1 ($2)"
+    KNOWN=$((KNOWN + 1))
+    [ -n "${STRICT:-}" ] && FAILS=$((FAILS + 1))
+    return 0
+}
+
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -230,7 +240,7 @@ proxy_stop() { kill "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; uns
 gen() { ip netns exec "$NS_R" "$BIN/dta" gen --target "$IP_TR:40040" "$@"; }
 
 finish() {
-    if [ "$FAILS" = 0 ]; then echo "RESULT: PASS"; exit 0; fi
+    if [ "$FAILS" = 0 ]; then echo "RESULT: PASS ($KNOWN known failures)"; exit 0; fi
     echo "RESULT: FAIL ($FAILS checks)"
     echo "--- translator log (tail)"; tail -15 "$WORK/translator.log"
     echo "--- collector log (tail)"; tail -15 "$WORK/collector.log"

