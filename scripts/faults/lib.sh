@@ -124,7 +124,7 @@ ack_timeout_us = ${ACK_TIMEOUT_US:-20000}
 max_probes = ${MAX_PROBES:-8}
 
 [overload]
-messages_per_sec = ${1:+${2:-0}}
+messages_per_sec = ${2:-0}
 burst = ${BURST:-4096}
 
 [[collector]]

@@ -50,9 +50,13 @@ def kind_of(args, seq):
     return args.kind
 
 
+def is_high(seq, share):
+    return (seq * 2654435761) % 1000 < share * 1000
+
+
 def prio_of(args, seq):
     if args.prio == "split":
-        return ("low", "high")[seq % 2]
+        return "high" if is_high(seq, args.high_share) else "low"
     return args.prio
 
 
@@ -175,7 +179,8 @@ def tail_all(base, lst, stats):
 
 def verify(args):
     base = f"http://{args.control}"
-    want = range(args.first, args.first + args.count)
+    want = [s for s in range(args.first, args.first + args.count)
+            if args.only_high is None or is_high(s, args.only_high)]
     seen, malformed, foreign, order_breaks, entries = set(), 0, 0, 0, 0
     tstats = {"lost_batches": 0, "holes": 0}
     if args.kind in ("ap", "mix"):
@@ -234,6 +239,7 @@ def main():
     s.add_argument("--nack-bind")
     s.add_argument("--nack-log")
     s.add_argument("--retransmit")
+    s.add_argument("--high-share", type=float, default=0.5, help="with --prio split")
     s.add_argument("--sport", type=int, default=0)
     s.add_argument("--linger", type=float, default=0.5)
     s.add_argument("--id", type=int, default=7)
@@ -245,6 +251,8 @@ def main():
     v.add_argument("--kind", default="ap", choices=["ap", "kw", "mix"])
     v.add_argument("--id", type=int, default=7)
     v.add_argument("--lists", type=int, default=LISTS)
+    v.add_argument("--only-high", type=float, default=None,
+                   help="check only the reports --prio split --high-share F made high")
     v.add_argument("--kw-sample", type=int, default=2000)
     a = p.parse_args()
     send(a) if a.cmd == "send" else verify(a)
