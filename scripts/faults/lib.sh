@@ -237,7 +237,9 @@ proxy_start() {
 }
 proxy_heal() { kill -USR1 "$PROXY_PID"; sleep 0.2; }
 proxy_stop() { kill "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; unset REPORT_TARGET; tail -1 "$WORK/proxy.out"; }
-gen() { ip netns exec "$NS_R" "$BIN/dta" gen --target "$IP_TR:40040" "$@"; }
+# `dta gen --target` binds its socket to 127.0.0.1, so it cannot leave its namespace: it runs
+# in the translator's namespace and reaches the report port over lo.
+gen() { ip netns exec "$NS_T" "$BIN/dta" gen --target "$IP_TR:40040" "$@"; }
 
 finish() {
     if [ "$FAILS" = 0 ]; then echo "RESULT: PASS ($KNOWN known failures)"; exit 0; fi
