@@ -2,8 +2,8 @@
 """A UDP fault injector on the reporter side: reports sent to --listen are forwarded to
 --target from a socket bound to --source (the reporter's address, so the translator's NACKs
 still reach the reporter), with random loss, duplication, reordering and delay. Every dropped
-report's extended-profile seq is written to --dropped-log (each held-back one to
---reordered-log) on SIGTERM/SIGINT, with a JSON
+report's extended-profile seq is written to --dropped-log (each report that left after a
+higher seq, by reordering or delay jitter, to --reordered-log) on SIGTERM/SIGINT, with a JSON
 summary on stdout. SIGUSR1 removes every fault (forwarding goes on).
 
   faultproxy.py --listen IP:PORT --target IP:PORT --source IP [--loss P] [--dup P]
@@ -74,13 +74,26 @@ def main():
 
     signal.signal(signal.SIGUSR1, heal)
 
+    maxsent = [None]
+    seen = set()
+
+    def transmit(d):
+        # A report that leaves after a higher seq is one the translator sees as a gap first.
+        if len(d) >= 8:
+            q = struct.unpack(">I", d[4:8])[0]
+            if maxsent[0] is not None and q < maxsent[0] and q not in seen:
+                reordered.append(q)
+            seen.add(q)
+            maxsent[0] = q if maxsent[0] is None else max(maxsent[0], q)
+        tx.sendto(d, dst)
+
     def out(d):
         nonlocal n
         if a.delay_ms > 0:
             n += 1
             heapq.heappush(timers, (time.monotonic() + a.delay_ms / 1000 * (0.5 + rng.random()), n, d))
         else:
-            tx.sendto(d, dst)
+            transmit(d)
         stats["forwarded"] += 1
 
     while not stop:
@@ -93,7 +106,7 @@ def main():
             continue
         now = time.monotonic()
         while timers and timers[0][0] <= now:
-            tx.sendto(heapq.heappop(timers)[2], dst)
+            transmit(heapq.heappop(timers)[2])
         if not r:
             if held is not None:  # nothing followed: release it
                 out(held)
@@ -109,8 +122,7 @@ def main():
         if held is None and rng.random() < a.reorder:
             held = d
             stats["reordered"] += 1
-            if len(d) >= 8:
-                reordered.append(struct.unpack(">I", d[4:8])[0])
+
             continue
         out(d)
         if rng.random() < a.dup:
@@ -122,7 +134,7 @@ def main():
     if held is not None:
         out(held)
     for _, _, d in sorted(timers):
-        tx.sendto(d, dst)
+        transmit(d)
     write_logs()
     print(json.dumps(stats), flush=True)
 
