@@ -30,7 +30,11 @@ fps=$(python3 -c "print(round(($f1 - $f0) / (($t1 - $t0) / 1e9), 1))")
 rps=$(python3 -c "print(round(($r1 - $r0) / (($t1 - $t0) / 1e9), 1))")
 dev=$(python3 -c "print(round(100 * ($fps - $CAP) / $CAP, 2))")
 echo "FIGURE offered $rps reports/s = $(python3 -c "print(2 * $rps)") messages/s; RDMA frames/s in the steady window: $fps (cap $CAP, deviation $dev%)"
-check "cap holds within 5%" "$(python3 -c "import sys; sys.exit(0 if abs($fps - $CAP) <= 0.05 * $CAP else 1)"; echo $?)" "$fps frames/s vs $CAP"
+# The cap is an upper bound: frames/s may not exceed it by more than 5%. Below it, the shed
+# low-priority share and the shared CPU decide; under 90% of the cap is reported as a failure
+# to use the budget.
+check "cap holds within 5%" "$(python3 -c "import sys; sys.exit(0 if $fps <= 1.05 * $CAP else 1)"; echo $?)" "$fps frames/s vs $CAP"
+check "the budget is used (>= 90% of the cap)" "$(python3 -c "import sys; sys.exit(0 if $fps >= 0.90 * $CAP else 1)"; echo $?)" "$fps frames/s vs $CAP"
 check "offered load is about 2x the cap" "$(python3 -c "import sys; sys.exit(0 if 2 * $rps >= 1.8 * $CAP else 1)"; echo $?)" "$(python3 -c "print(2 * $rps)") messages/s"
 id=$(identity); echo "accounting: $id"
 check "identity" "$([[ $id == ok* ]]; echo $?)" "$id"

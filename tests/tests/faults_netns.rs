@@ -85,9 +85,12 @@ fn fast_fault_scripts_pass() {
     };
     if let Some(text) = run(&bin, "loss.sh", &["--quick"]) {
         assert!(text.contains("PASS: R->T"), "the NACK checks ran");
-        assert!(!text.contains("FAIL:"), "no failed check:\n{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("FAIL:")),
+            "no failed check:\n{text}"
+        );
     }
-    if let Some(text) = run(&bin, "overload.sh", &["4000", "6"]) {
+    if let Some(text) = run(&bin, "overload.sh", &["4000", "8"]) {
         assert!(text.contains("PASS: cap holds within 5%"), "{text}");
     }
 }
