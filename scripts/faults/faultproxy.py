@@ -75,13 +75,17 @@ def main():
     signal.signal(signal.SIGUSR1, heal)
 
     maxsent = [None]
+    firstsent = [None]
     seen = set()
 
     def transmit(d):
-        # A report that leaves after a higher seq is one the translator sees as a gap first.
+        # A report that leaves after a higher seq is one the translator sees as a gap first,
+        # unless it is below the first seq this (new) reporter ever sent: no gap exists there.
         if len(d) >= 8:
             q = struct.unpack(">I", d[4:8])[0]
-            if maxsent[0] is not None and q < maxsent[0] and q not in seen:
+            if firstsent[0] is None:
+                firstsent[0] = q
+            if maxsent[0] is not None and firstsent[0] < q < maxsent[0] and q not in seen:
                 reordered.append(q)
             seen.add(q)
             maxsent[0] = q if maxsent[0] is None else max(maxsent[0], q)
