@@ -15,7 +15,7 @@ NS_R=dfr$ID NS_T=dft$ID NS_C=dfc$ID
 IF_RT=dfrt$ID IF_TR=dftr$ID IF_TC=dftc$ID IF_CT=dfct$ID
 SUB=$((ID % 200 + 20))
 IP_R=10.$SUB.1.1 IP_TR=10.$SUB.1.2 IP_TC=10.$SUB.2.1 IP_C=10.$SUB.2.2
-WORK=$(mktemp -d /tmp/dta-faults.XXXXXX)
+WORK=
 PIDS=()
 FAILS=0
 
@@ -44,6 +44,7 @@ cleanup() {
     ip netns del "$NS_R" 2>/dev/null || true
     ip netns del "$NS_T" 2>/dev/null || true
     ip netns del "$NS_C" 2>/dev/null || true
+    [ -n "$WORK" ] || return 0
     if [ -n "${KEEP_LOGS:-}" ]; then echo "logs kept in $WORK"; else rm -rf "$WORK"; fi
 }
 
@@ -59,6 +60,7 @@ preflight() {
     done
     trap cleanup EXIT
     trap 'exit 130' INT TERM
+    WORK=$(mktemp -d /tmp/dta-faults.XXXXXX)
 }
 
 topology() {
