@@ -543,6 +543,8 @@ fn stats_json(state: &ControlState) -> Value {
             _ => None,
         }).take(16).collect::<Vec<_>>(),
         "rnic": counters_json(&p.counters),
+        "cm": p.cm.iter().map(|(i, v)| (i.name.to_string(), Value::from(v))).collect::<serde_json::Map<String, Value>>(),
+        "connections": p.connections.iter().map(|(port, peer, qpn, up)| json!({ "port": port, "peer": peer.to_string(), "qpn": qpn, "established": up })).collect::<Vec<_>>(),
         "qps": p.per_qp.iter().map(|(q, c)| json!({ "qpn": q, "counters": counters_json(c) })).collect::<Vec<_>>(),
         "stores": state.stores.iter().map(|s| json!({
             "name": s.name(), "kind": s.meta.kind.name(), "memory_bytes": s.memory_bytes(),
@@ -603,9 +605,15 @@ type EstimateField = fn(&crate::query::estimate::Estimate) -> f64;
 
 /// The `/metrics` page (Prometheus text exposition format 0.0.4).
 pub fn metrics(state: &ControlState) -> String {
-    let (counters, per_qp, imm) = {
+    let (counters, per_qp, imm, cm, conns) = {
         let p = state.published.lock().expect("publisher lock");
-        (p.counters, p.per_qp.clone(), p.immediate_events)
+        (
+            p.counters,
+            p.per_qp.clone(),
+            p.immediate_events,
+            p.cm,
+            p.connections.len(),
+        )
     };
     let mut out = String::with_capacity(16 << 10);
     for (i, info) in RnicCounters::INFO.iter().enumerate() {
@@ -636,6 +644,22 @@ pub fn metrics(state: &ControlState) -> String {
         "WRITE with Immediate completions turned into events (the papers' push notifications).",
     )
     .sample(&[], imm as f64);
+    for (i, info) in crate::rnic::cm::CmCounters::INFO.iter().enumerate() {
+        let mut f = family(
+            &mut out,
+            &format!("{}_total", info.name),
+            "counter",
+            info.help,
+        );
+        f.sample(&[], cm.values()[i] as f64);
+    }
+    family(
+        &mut out,
+        "cm_connections",
+        "gauge",
+        "RDMA_CM connections (half-open and established).",
+    )
+    .sample(&[], conns as f64);
     let n = state.config.collector.max_redundancy;
     let est: Vec<_> = state
         .stores

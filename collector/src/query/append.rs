@@ -88,6 +88,16 @@ impl ListReader {
         self.layout.decode_trailer(v.to_le_bytes())
     }
 
+    /// True if one of the next few batches after `next_seq` is already in the ring.
+    fn later_batch_landed(&self, region: &Region) -> bool {
+        let slots = self.layout.batch_slots() as u64;
+        (1..=slots.min(4)).any(|k| {
+            let s = self.next_seq + k;
+            self.trailer(region, self.layout.slot_for_seq(s))
+                .is_some_and(|(seq, _)| seq >= s)
+        })
+    }
+
     /// The newest batch sequence number in the ring (0 if none), by scanning every trailer.
     pub fn newest_seq(&self, region: &Region) -> u64 {
         if self.layout.format() != AppendFormat::Sequenced {
@@ -131,12 +141,20 @@ impl ListReader {
         let mut buf = [0u8; 16 * 64];
         while (st.batches as usize) < max_batches {
             let slot = self.layout.slot_for_seq(self.next_seq);
-            let Some((seq, count)) = self.trailer(region, slot) else {
-                return;
-            };
-            if seq < self.next_seq {
+            let here = self.trailer(region, slot);
+            if here.is_none_or(|(seq, _)| seq < self.next_seq) {
+                // Nothing at the expected batch. One list's batches all travel over one RC QP,
+                // which executes them in order: if a later batch has landed, this one never
+                // will (its WRITE was lost, or skipped by a PSN resync). Skip it and count it,
+                // instead of waiting for the writer to lap the ring.
+                if self.later_batch_landed(region) {
+                    st.lost_batches += 1;
+                    self.next_seq += 1;
+                    continue;
+                }
                 return;
             }
+            let (seq, count) = here.expect("checked above");
             if seq > self.next_seq {
                 let oldest = seq + 1 - slots;
                 let lost = oldest.saturating_sub(self.next_seq).max(1);
@@ -229,6 +247,27 @@ mod tests {
         let mut got = Vec::new();
         let st = reader.poll(r, usize::MAX, |s, e| got.push((s, e.try_into().unwrap())));
         (got, st)
+    }
+
+    #[test]
+    fn a_batch_lost_in_transit_is_skipped_once_a_later_one_lands() {
+        // Regression (faults soak): a lost WRITE left a hole; the reader waited forever.
+        let r = Region::anonymous(64, false).unwrap();
+        let mut rd = ListReader::new(&r, layout(), 0, Start::Seq(1));
+        put(&r, 0, 1, &[*b"aaaa", *b"bbbb"]);
+        // Batch 2 never arrives; batch 3 does.
+        put(&r, 0, 3, &[*b"eeee", *b"ffff"]);
+        let (got, st) = drain(&mut rd, &r);
+        assert_eq!(
+            got,
+            vec![(1, *b"aaaa"), (1, *b"bbbb"), (3, *b"eeee"), (3, *b"ffff")]
+        );
+        assert_eq!(st.lost_batches, 1);
+        assert_eq!(rd.next_seq(), 4);
+        // Nothing newer: the reader waits at 4 without skipping.
+        let (got, st) = drain(&mut rd, &r);
+        assert!(got.is_empty());
+        assert_eq!(st.lost_batches, 0);
     }
 
     #[test]
