@@ -71,17 +71,6 @@ pub struct Collector {
     control: crate::http::ControlHandle,
 }
 
-fn random_u32() -> u32 {
-    let mut b = [0u8; 4];
-    // SAFETY: getrandom writes at most b.len() bytes into b.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, b.len(), 0) };
-    if n == 4 {
-        u32::from_ne_bytes(b)
-    } else {
-        (Instant::now().elapsed().as_nanos() as u32) ^ std::process::id().rotate_left(16)
-    }
-}
-
 impl Collector {
     /// Allocates the stores, binds the software RNIC, creates the static QPs, publishes the
     /// metadata and starts the RNIC thread.
@@ -129,14 +118,14 @@ impl Collector {
             for (si, st) in stores.iter_mut().enumerate() {
                 for w in 0..peer.workers {
                     let peer_qpn = peer.qpn_base + si as u32 * peer.workers + w;
-                    let psn = Psn::new(random_u32());
+                    let psn = Psn::new(dta_io::random::random_u32());
                     let qpn = responder.create_qp(QpConfig {
                         // Worker w of a static translator uses RoCEv2 port roce.port + w.
                         peer: SocketAddrV4::new(*peer.roce.ip(), peer.roce.port() + w as u16),
                         peer_mac,
                         peer_qpn: Qpn::new(peer_qpn),
                         rq_psn: psn,
-                        sq_psn: Psn::new(random_u32()),
+                        sq_psn: Psn::new(dta_io::random::random_u32()),
                         verify_icrc: dev.verify_icrc,
                         recv_credits: dev.recv_credits,
                     });
@@ -182,7 +171,13 @@ impl Collector {
                 record: MetaRecord::from_store_meta(&s.meta, dev.verify_icrc).to_bytes(),
             })
             .collect();
-        let mut cm = CmResponder::new(roce, mac, services, dev.verify_icrc, random_u32());
+        let mut cm = CmResponder::new(
+            roce,
+            mac,
+            services,
+            dev.verify_icrc,
+            dta_io::random::random_u32(),
+        );
         let thread = {
             let published = published.clone();
             let stop = stop.clone();

@@ -182,25 +182,6 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
     let epoch = Instant::now();
     let ok = exchange(&vm, &mut tx, Duration::from_secs(30), |d, tx| {
         if cm.wants(d) {
-            if std::env::var("DTA_DEBUG_CM").is_ok() {
-                if let Ok(pk) = dta_proto::wire::roce::RocePacket::parse(d.payload) {
-                    let msg = dta_proto::wire::cm::parse_cm(d.payload).map(|c| match c.msg {
-                        dta_proto::wire::mad::CmMessage::Rep(r) => format!(
-                            "REP qpn={:#x} starting_psn={:#x} rr={} id={}",
-                            r.local_qpn, r.starting_psn, r.responder_resources, r.initiator_depth
-                        ),
-                        m => format!("{:?}", m).chars().take(80).collect::<String>(),
-                    });
-                    eprintln!(
-                        "CM RX op={:#x} dqp={:#x} psn={:#x} len={} {:?}",
-                        pk.bth.opcode,
-                        pk.bth.dest_qp.value(),
-                        pk.bth.psn.value(),
-                        pk.payload.len(),
-                        msg
-                    );
-                }
-            }
             if let Some(e) = cm.handle(epoch.elapsed().as_nanos() as u64, d, tx) {
                 match e {
                     CmEvent::Ready {

@@ -47,15 +47,6 @@ pub struct WorkerSnapshot {
     pub cm: crate::control::cm::CmClientCounters,
 }
 
-fn random_u32() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
-    let x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
-    (x ^ (x >> 29)) as u32
-}
-
 /// Connects `ports` through `cm` over `backend`, blocking until all are ready or `timeout`.
 /// Our QPN for port i is `qpn_base + i`; starting PSNs are random.
 pub fn connect_blocking(
@@ -72,7 +63,7 @@ pub fn connect_blocking(
         cm.connect(
             port,
             Qpn::new(qpn_base + i as u32),
-            Psn::new(random_u32()),
+            Psn::new(dta_io::random::random_u32()),
             now(),
             &mut tx,
         );
@@ -136,7 +127,7 @@ pub fn connect_blocking(
                     cm.connect(
                         port,
                         Qpn::new(qpn_base + i as u32),
-                        Psn::new(random_u32()),
+                        Psn::new(dta_io::random::random_u32()),
                         now(),
                         &mut tx,
                     );
@@ -376,7 +367,7 @@ impl Worker {
             self.qpn_next = 0x100 + (self.qpn_next + 1 - 0x100) % 0xFF_FF00;
             log::warn!("store {name}: QP broken, reconnecting over RDMA_CM (port {port})");
             self.reconnects += 1;
-            cm.connect(port, qpn, Psn::new(random_u32()), now, tx);
+            cm.connect(port, qpn, Psn::new(dta_io::random::random_u32()), now, tx);
         }
         state.retain(|(n, _, _)| self.pipeline.broken_stores().any(|b| b == n));
     }
@@ -702,7 +693,7 @@ impl Translator {
             };
             let mut metas: Vec<StoreMeta> = Vec::new();
             for (w, backend) in backends.iter_mut().enumerate() {
-                let seed = random_u32() ^ (w as u32) << 24;
+                let seed = dta_io::random::random_u32() ^ (w as u32) << 24;
                 let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, false, seed);
                 let qpn_base = 0x100 + (w as u32) * 0x400 + (ci as u32) * 0x40;
                 let got = connect_blocking(
@@ -906,7 +897,14 @@ pub fn control_only(cfg: &TranslatorConfig) -> Result<serde_json::Value, String>
                 .map_err(|_| format!("collector {:?}: bad MAC {m:?}", c.name))?,
             None => MacAddr::BROADCAST,
         };
-        let mut cm = CmInitiator::new(local, local_mac, addr, mac, false, random_u32());
+        let mut cm = CmInitiator::new(
+            local,
+            local_mac,
+            addr,
+            mac,
+            false,
+            dta_io::random::random_u32(),
+        );
         let got = connect_blocking(
             &mut backend,
             &mut cm,

@@ -25,6 +25,7 @@ pub mod backend;
 pub mod dpdk;
 pub mod frame;
 pub mod pcap;
+pub mod random;
 pub mod signal;
 pub mod udp;
 pub mod xdp_prog;

@@ -1041,7 +1041,6 @@ impl Pipeline {
     /// backlog draining.
     pub fn poll(&mut self, now: u64, tx: &mut TxBatch) {
         let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };
-        let workers = self.cfg.workers;
         for si in 0..self.stores.len() {
             let s = &mut self.stores[si];
             let c = &mut self.counters;
@@ -1059,7 +1058,7 @@ impl Pipeline {
             }
             match &s.state {
                 StoreState::Append(_) => append_timeouts(s, now, off, tx, c),
-                StoreState::Postcard(_) => postcard_timeouts(s, workers, now, off, tx, c),
+                StoreState::Postcard(_) => postcard_timeouts(s, now, off, tx, c),
                 _ => {}
             }
         }
@@ -1133,7 +1132,6 @@ impl Pipeline {
     /// Writes every partial Append batch and postcard entry now (clean shutdown).
     pub fn flush_all(&mut self, now: u64, tx: &mut TxBatch) -> bool {
         let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };
-        let workers = self.cfg.workers;
         for s in &mut self.stores {
             let c = &mut self.counters;
             match &mut s.state {
@@ -1161,7 +1159,7 @@ impl Pipeline {
                         if tx.remaining() < p.redundancy as usize + 1 {
                             return false;
                         }
-                        emit_chunk(s, workers, i, now, off, tx, c);
+                        emit_chunk(s, i, now, off, tx, c);
                         c.postcard_timeouts += 1;
                     }
                 }
@@ -1290,7 +1288,7 @@ fn postcard(
     if p.cache[idx].occupied && p.cache[idx].flow != flow {
         // Another flow holds the slot: write the *old* flow's postcards to the *old* flow's
         // chunk before reusing the slot (the reference wrote them to the new flow's chunk).
-        emit_chunk(s, workers, idx, now, off, tx, c);
+        emit_chunk(s, idx, now, off, tx, c);
         c.postcard_evictions += 1;
     }
     let StoreState::Postcard(p) = &mut s.state else {
@@ -1320,7 +1318,7 @@ fn postcard(
     }
     let want = if e.path_len != 0 { e.path_len } else { p.hops };
     if e.mask.count_ones() as u8 >= want {
-        emit_chunk(s, workers, idx, now, off, tx, c);
+        emit_chunk(s, idx, now, off, tx, c);
         c.postcard_emits += 1;
     }
 }
@@ -1353,7 +1351,6 @@ fn append_timeouts(
 
 fn postcard_timeouts(
     s: &mut Store,
-    workers: usize,
     now: u64,
     off: usize,
     tx: &mut TxBatch,
@@ -1372,7 +1369,7 @@ fn postcard_timeouts(
         p.deadlines.pop_front();
         let e = &p.cache[idx as usize];
         if e.occupied && e.gen == gen {
-            emit_chunk(s, workers, idx as usize, now, off, tx, c);
+            emit_chunk(s, idx as usize, now, off, tx, c);
             c.postcard_timeouts += 1;
         }
     }
@@ -1381,7 +1378,6 @@ fn postcard_timeouts(
 /// Writes cache entry `idx` to its flow's chunk(s) and frees the entry.
 fn emit_chunk(
     s: &mut Store,
-    _workers: usize,
     idx: usize,
     now: u64,
     off: usize,
