@@ -185,7 +185,27 @@ impl KeyHasher {
     /// If `n > MAX_REDUNDANCY`.
     #[inline]
     pub fn slots(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) {
-        self.checksum_and_slots(key, n, out);
+        assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
+        let bytes = key.as_bytes();
+        match self.profile {
+            HashProfile::Reference => {
+                self.reference_slots(IEEE.update(CRC_INIT, bytes), n, out);
+            }
+            HashProfile::Independent => {
+                let engines = &ENGINES[REPLICA_POLY_BASE..REPLICA_POLY_BASE + n];
+                for (o, e) in out[..n].iter_mut().zip(engines) {
+                    *o = e.checksum(bytes) & self.mask;
+                }
+            }
+        }
+    }
+
+    /// The reference profile's replica slots from the CRC register over the key.
+    #[inline]
+    fn reference_slots(&self, reg: u32, n: usize, out: &mut [u32; MAX_REDUNDANCY]) {
+        for (r, o) in out[..n].iter_mut().enumerate() {
+            *o = Crc32::finish(IEEE.update_byte(reg, r as u8)) & self.mask;
+        }
     }
 
     /// [`KeyHasher::slots`] and also returns [`KeyHasher::checksum`]; the reference profile
@@ -195,22 +215,16 @@ impl KeyHasher {
     /// If `n > MAX_REDUNDANCY`.
     #[inline]
     pub fn checksum_and_slots(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
-        assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
-        let bytes = key.as_bytes();
         match self.profile {
             HashProfile::Reference => {
-                let reg = IEEE.update(CRC_INIT, bytes);
-                for (r, o) in out[..n].iter_mut().enumerate() {
-                    *o = Crc32::finish(IEEE.update_byte(reg, r as u8)) & self.mask;
-                }
+                assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
+                let reg = IEEE.update(CRC_INIT, key.as_bytes());
+                self.reference_slots(reg, n, out);
                 Crc32::finish(reg)
             }
             HashProfile::Independent => {
-                let engines = &ENGINES[REPLICA_POLY_BASE..REPLICA_POLY_BASE + n];
-                for (o, e) in out[..n].iter_mut().zip(engines) {
-                    *o = e.checksum(bytes) & self.mask;
-                }
-                ENGINES[CHECKSUM_POLY_INDEX].checksum(bytes)
+                self.slots(key, n, out);
+                ENGINES[CHECKSUM_POLY_INDEX].checksum(key.as_bytes())
             }
         }
     }

@@ -43,6 +43,17 @@ impl Key {
         key
     }
 
+    /// A 4-byte key (hot path: no length checks, no `Option`).
+    #[inline]
+    pub fn from_array4(b: [u8; 4]) -> Key {
+        let mut key = Key {
+            len: 4,
+            bytes: [0; MAX_KEY_LEN],
+        };
+        key.bytes[..4].copy_from_slice(&b);
+        key
+    }
+
     /// The key bytes.
     #[inline]
     pub fn as_bytes(&self) -> &[u8] {
@@ -90,6 +101,17 @@ impl Value {
         Some(v)
     }
 
+    /// A 4-byte value (hot path: no length checks, no `Option`).
+    #[inline]
+    pub fn from_array4(b: [u8; 4]) -> Value {
+        let mut v = Value {
+            len: 4,
+            bytes: [0; MAX_VALUE_LEN],
+        };
+        v.bytes[..4].copy_from_slice(&b);
+        v
+    }
+
     /// The value bytes.
     #[inline]
     pub fn as_bytes(&self) -> &[u8] {
@@ -100,6 +122,13 @@ impl Value {
     #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
+    }
+
+    /// All 32 bytes: the value, then zeros. Lets hot paths store a value with one fixed-size
+    /// copy instead of a variable-length one.
+    #[inline]
+    pub fn padded(&self) -> &[u8; MAX_VALUE_LEN] {
+        &self.bytes
     }
 
     /// True for a zero-length value.
@@ -133,6 +162,17 @@ mod tests {
             &[1, 0, 0, 0x0A]
         );
         assert!(Value::new(&[0; 33]).is_none());
+        assert_eq!(
+            Key::from_array4([1, 2, 3, 4]),
+            Key::new(&[1, 2, 3, 4]).unwrap()
+        );
+        assert_eq!(
+            Value::from_array4([1, 2, 3, 4]),
+            Value::new(&[1, 2, 3, 4]).unwrap()
+        );
         assert_eq!(Value::new(&[9; 20]).unwrap().len(), 20);
+        let v = Value::new(&[9; 20]).unwrap();
+        assert_eq!(&v.padded()[..20], &[9; 20]);
+        assert!(v.padded()[20..].iter().all(|&b| b == 0));
     }
 }

@@ -515,3 +515,52 @@ fn one_percent_loss_never_stalls_a_qp() {
         q.psn_resyncs
     );
 }
+
+/// A partial batch that follows full ones carries zeros after its last entry (not the entries
+/// the previous batch left in the translator's buffer), and values shorter than the entry are
+/// zero-padded.
+#[test]
+fn partial_append_batches_are_zero_padded() {
+    use dta_proto::layout::AppendLayout;
+    let (batch, entry) = (16u32, 8u32);
+    let mut h = Harness::new(
+        vec![append_store(1, 64, batch, entry)],
+        HarnessOptions::default(),
+    );
+    let append = |v: &[u8]| Report {
+        header: hdr(),
+        primitive: Primitive::Append {
+            list: 0,
+            value: Value::new(v).unwrap(),
+        },
+    };
+    // Batch 1: sixteen full-width entries. Batch 2: two short entries, flushed by the timer.
+    let full: Vec<Report> = (1..=16u8).map(|i| append(&[i; 8])).collect();
+    h.send(&full, Profile::Extended);
+    h.send(
+        &[append(&[0xA1, 0xA2, 0xA3]), append(&[0xB1])],
+        Profile::Extended,
+    );
+    h.advance(10_000_000);
+    h.flush();
+    let c = h.pipeline.counters();
+    assert_eq!(c.translated, 18, "{c:?}");
+    assert_eq!(c.append_partial_flushes, 1, "{c:?}");
+    let layout = AppendLayout::new(AppendFormat::Sequenced, 64, entry, batch).unwrap();
+    let region = h.region("ap");
+    let mut slot = vec![0u8; layout.stride() as usize];
+    region.read(layout.batch_offset(1), &mut slot).unwrap();
+    let e = entry as usize;
+    assert_eq!(&slot[..e], &[0xA1, 0xA2, 0xA3, 0, 0, 0, 0, 0]);
+    assert_eq!(&slot[e..2 * e], &[0xB1, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(
+        slot[2 * e..16 * e].iter().all(|&b| b == 0),
+        "stale entries of batch 1 leaked into batch 2: {slot:?}"
+    );
+    let trailer: [u8; 8] = slot[16 * e..].try_into().unwrap();
+    assert_eq!(layout.decode_trailer(trailer), Some((2, 2)));
+    region.read(layout.batch_offset(0), &mut slot).unwrap();
+    for i in 0..16 {
+        assert_eq!(&slot[i * e..(i + 1) * e], &[i as u8 + 1; 8]);
+    }
+}

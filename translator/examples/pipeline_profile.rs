@@ -47,6 +47,27 @@ fn main() {
                 })
                 .collect(),
         ),
+        "keyincrement" => (
+            StoreKind::KeyIncrement {
+                slots: 1 << 20,
+                hash: HashProfile::Independent,
+            },
+            Profile::Extended,
+            (0..4096u32)
+                .map(|i| {
+                    let mut k = [7u8; 13];
+                    k[..4].copy_from_slice(&i.to_be_bytes());
+                    Report {
+                        header: hdr,
+                        primitive: Primitive::KeyIncrement {
+                            redundancy: 2,
+                            key: Key::new(&k).unwrap(),
+                            delta: 1 + i as u64,
+                        },
+                    }
+                })
+                .collect(),
+        ),
         "postcard" => (
             StoreKind::Postcard {
                 chunks: 1 << 20,

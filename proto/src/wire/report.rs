@@ -318,11 +318,9 @@ pub struct Report {
 /// if `cfg.accept_extended` is false); anything else is read as the reference profile with
 /// `cfg.reference_variant` (or [`Error::UnsupportedVersion`] if `cfg.accept_reference` is
 /// false). An empty payload is [`Error::Truncated`].
+#[inline]
 pub fn parse_report(udp_payload: &[u8], cfg: &ParseConfig) -> Result<Report> {
-    if let Some(r) = parse_fast(udp_payload, cfg) {
-        return Ok(r);
-    }
-    parse_checked(udp_payload, cfg)
+    parse_fast(udp_payload, cfg, parse_checked)
 }
 
 #[inline(always)]
@@ -331,29 +329,47 @@ fn be32(b: &[u8]) -> u32 {
 }
 
 /// The common case in a few dozen instructions: a well-formed report of an accepted profile,
-/// read straight into a [`Report`]. Returns `None` for anything unusual (errors included), which
-/// [`parse_checked`] then handles with the full view/Repr machinery; the two agree on every
-/// input they both accept (property-tested).
+/// read straight into a [`Report`]. Anything unusual (errors included) is handed to `slow`
+/// ([`parse_checked`], the full view/Repr machinery); the two agree on every input the fast
+/// path accepts (property-tested). Returning `Result` directly, rather than an `Option` the
+/// caller converts, keeps the report from being moved between enum layouts.
 #[inline]
-fn parse_fast(b: &[u8], cfg: &ParseConfig) -> Option<Report> {
-    let first = *b.first()?;
+fn parse_fast(
+    b: &[u8],
+    cfg: &ParseConfig,
+    slow: impl FnOnce(&[u8], &ParseConfig) -> Result<Report>,
+) -> Result<Report> {
+    macro_rules! slow {
+        () => {
+            return slow(b, cfg)
+        };
+    }
+    macro_rules! some {
+        ($e:expr) => {
+            match $e {
+                Some(v) => v,
+                None => slow!(),
+            }
+        };
+    }
+    let first = *some!(b.first());
     if is_extended(first) {
         if !cfg.accept_extended
             || first != crate::wire::dta_ext::MAGIC_VERSION
             || b.len() < 12
             || b[3] != 0
         {
-            return None;
+            slow!();
         }
         let flags = b[2];
         if flags & 0x0f != 0 {
-            return None;
+            slow!();
         }
         let priority = match (flags >> 4) & 3 {
             0 => Priority::Low,
             1 => Priority::Medium,
             2 => Priority::High,
-            _ => return None,
+            _ => slow!(),
         };
         let header = ReportHeader {
             profile: Profile::Extended,
@@ -373,38 +389,38 @@ fn parse_fast(b: &[u8], cfg: &ParseConfig) -> Option<Report> {
                     || vl > 32
                     || body.len() != 4 + kl + vl
                 {
-                    return None;
+                    slow!();
                 }
                 Primitive::KeyWrite {
                     redundancy: n,
-                    key: Key::new(&body[4..4 + kl])?,
-                    value: Value::new(&body[4 + kl..])?,
+                    key: some!(Key::new(&body[4..4 + kl])),
+                    value: some!(Value::new(&body[4 + kl..])),
                 }
             }
             2 => {
-                let vl = *body.get(4)? as usize;
+                let vl = *some!(body.get(4)) as usize;
                 if body.len() != 8 + vl || vl == 0 || vl > 32 || body[5..8] != [0, 0, 0] {
-                    return None;
+                    slow!();
                 }
                 Primitive::Append {
                     list: be32(body),
-                    value: Value::new(&body[8..])?,
+                    value: some!(Value::new(&body[8..])),
                 }
             }
             3 => {
-                let kl = *body.get(1)? as usize;
+                let kl = *some!(body.get(1)) as usize;
                 if body.len() != 12 + kl || kl == 0 || kl > 16 || body[2..4] != [0, 0] {
-                    return None;
+                    slow!();
                 }
-                let delta = u64::from_be_bytes(body[4..12].try_into().ok()?);
+                let delta = u64::from_be_bytes(some!(body[4..12].try_into().ok()));
                 Primitive::KeyIncrement {
                     redundancy: body[0],
-                    key: Key::new(&body[12..])?,
+                    key: some!(Key::new(&body[12..])),
                     delta,
                 }
             }
             4 => {
-                let (hop, path_len, kl) = (body[0], body[1], *body.get(2)? as usize);
+                let (hop, path_len, kl) = (body[0], body[1], *some!(body.get(2)) as usize);
                 if body.len() != 8 + kl
                     || kl == 0
                     || kl > 16
@@ -412,25 +428,25 @@ fn parse_fast(b: &[u8], cfg: &ParseConfig) -> Option<Report> {
                     || path_len > 16
                     || (path_len != 0 && hop >= path_len)
                 {
-                    return None;
+                    slow!();
                 }
                 Primitive::Postcard {
-                    flow: Key::new(&body[8..])?,
+                    flow: some!(Key::new(&body[8..])),
                     hop,
                     path_len,
                     value: be32(&body[4..8]),
                 }
             }
-            _ => return None,
+            _ => slow!(),
         };
-        return Some(Report { header, primitive });
+        return Ok(Report { header, primitive });
     }
     if !cfg.accept_reference {
-        return None;
+        slow!();
     }
     let (hl, seq, flags) = match cfg.reference_variant {
-        BaseVariant::A => (2, None, *b.get(1)?),
-        BaseVariant::B => (3, Some(u32::from(*b.get(1)?)), *b.get(2)?),
+        BaseVariant::A => (2, None, *some!(b.get(1))),
+        BaseVariant::B => (3, Some(u32::from(*some!(b.get(1)))), *some!(b.get(2))),
     };
     let header = ReportHeader {
         profile: Profile::reference(cfg.reference_variant),
@@ -453,7 +469,7 @@ fn parse_fast(b: &[u8], cfg: &ParseConfig) -> Option<Report> {
         (3, 13) => Primitive::KeyIncrement {
             redundancy: body[0],
             key: Key::from_u32_reference(be32(&body[1..5])),
-            delta: u64::from_be_bytes(body[5..13].try_into().ok()?),
+            delta: u64::from_be_bytes(some!(body[5..13].try_into().ok())),
         },
         (4, 9) if body[4] != 0 => Primitive::Postcard {
             flow: key4([body[0], body[1], body[2], body[3]]),
@@ -461,12 +477,14 @@ fn parse_fast(b: &[u8], cfg: &ParseConfig) -> Option<Report> {
             path_len: 0,
             value: be32(&body[5..9]),
         },
-        _ => return None,
+        _ => slow!(),
     };
-    Some(Report { header, primitive })
+    Ok(Report { header, primitive })
 }
 
 /// The full parser: every check, every error.
+#[cold]
+#[inline(never)]
 fn parse_checked(udp_payload: &[u8], cfg: &ParseConfig) -> Result<Report> {
     let first = *udp_payload.first().ok_or(Error::Truncated)?;
     if is_extended(first) {
@@ -580,12 +598,12 @@ fn from_extended(r: &ExtReportRepr) -> Report {
 
 #[inline]
 fn key4(b: [u8; 4]) -> Key {
-    Key::new(&b).unwrap_or_default()
+    Key::from_array4(b)
 }
 
 #[inline]
 fn value4(b: [u8; 4]) -> Value {
-    Value::new(&b).unwrap_or_default()
+    Value::from_array4(b)
 }
 
 #[inline]
@@ -1176,13 +1194,27 @@ mod tests {
         })
     }
 
+    /// The fast path's own answer, `None` where it defers to the full parser.
+    fn fast_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
+        let mut deferred = false;
+        let r = parse_fast(b, c, |_, _| {
+            deferred = true;
+            Err(Error::Malformed)
+        });
+        if deferred {
+            None
+        } else {
+            Some(r.expect("the fast path only returns reports"))
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4096))]
 
         /// The fast path never disagrees with the full parser.
         #[test]
         fn fast_path_agrees_with_full_parser(bytes in proptest::collection::vec(any::<u8>(), 0..64), c in arb_config()) {
-            if let Some(r) = parse_fast(&bytes, &c) {
+            if let Some(r) = fast_only(&bytes, &c) {
                 prop_assert_eq!(parse_checked(&bytes, &c), Ok(r));
             }
         }
@@ -1192,13 +1224,13 @@ mod tests {
         fn valid_reports_take_the_fast_path((r, c) in arb_valid_report()) {
             let mut out = [0u8; MAX_EMIT_LEN];
             let n = r.emit(r.header.profile, &mut out).unwrap();
-            prop_assert_eq!(parse_fast(&out[..n], &c), Some(r));
+            prop_assert_eq!(fast_only(&out[..n], &c), Some(r));
             // Mutations of valid reports: still agree wherever the fast path answers.
             for i in 0..n {
                 for flip in [0x01u8, 0x40, 0x80] {
                     let mut m = out;
                     m[i] ^= flip;
-                    if let Some(x) = parse_fast(&m[..n], &c) {
+                    if let Some(x) = fast_only(&m[..n], &c) {
                         prop_assert_eq!(parse_checked(&m[..n], &c), Ok(x));
                     }
                 }

@@ -193,6 +193,18 @@ struct Store {
     state: StoreState,
 }
 
+#[derive(Clone, Copy, Default)]
+struct ListState {
+    /// Batches written so far (the next batch's sequence number minus one).
+    written: u64,
+    /// Generation of the pending batch (to invalidate flush deadlines).
+    gen: u32,
+    /// Entries pending in the current batch.
+    pending: u8,
+    /// Whether the pending batch contains an immediate report.
+    imm: bool,
+}
+
 struct AppendState {
     layout: AppendLayout,
     first_list: u32,
@@ -200,15 +212,13 @@ struct AppendState {
     list_stride: u64,
     entry: usize,
     batch: usize,
-    /// Per list: batches written so far (the next batch's sequence number minus one).
-    written: Vec<u64>,
-    /// Per list: entries pending in the current batch.
-    pending: Vec<u8>,
-    /// Per list: whether the pending batch contains an immediate report.
-    imm: Vec<bool>,
-    /// Per list: generation of the pending batch (to invalidate flush deadlines).
-    gen: Vec<u32>,
-    /// Pending entries, `batch * entry` bytes per list.
+    /// Per list state.
+    list: Vec<ListState>,
+    /// Bytes per list in `buf`: one batch of entries, then [`MAX_VALUE_LEN`] bytes of slack so
+    /// an entry is stored with one fixed-size copy of its zero-padded value, and the sequenced
+    /// trailer is built in place behind the entries (the batch goes out as one slice).
+    buf_stride: usize,
+    /// Pending entries of every list, `buf_stride` bytes per list.
     buf: Vec<u8>,
     /// (deadline, list, generation) of batches waiting for their flush delay, in order.
     deadlines: VecDeque<(u64, u32, u32)>,
@@ -483,11 +493,9 @@ impl Pipeline {
                     list_stride: *list_stride,
                     entry: *entry_size as usize,
                     batch: *batch as usize,
-                    written: vec![0; n],
-                    pending: vec![0; n],
-                    imm: vec![false; n],
-                    gen: vec![0; n],
-                    buf: vec![0; n * (*batch * *entry_size) as usize],
+                    list: vec![ListState::default(); n],
+                    buf_stride: (*batch * *entry_size) as usize + MAX_VALUE_LEN,
+                    buf: vec![0; n * ((*batch * *entry_size) as usize + MAX_VALUE_LEN)],
                     deadlines: VecDeque::with_capacity(n.min(1 << 16) + 1024),
                 };
                 (StoreState::Append(st), payload)
@@ -588,7 +596,7 @@ impl Pipeline {
         let mut n = self.backlog.len() as u64;
         for s in &self.stores {
             match &s.state {
-                StoreState::Append(a) => n += a.pending.iter().map(|&p| p as u64).sum::<u64>(),
+                StoreState::Append(a) => n += a.list.iter().map(|l| l.pending as u64).sum::<u64>(),
                 StoreState::Postcard(p) => {
                     n += p
                         .cache
@@ -654,7 +662,7 @@ impl Pipeline {
         true
     }
 
-    #[inline]
+    #[inline(always)]
     fn owner_of(&self, store: usize, r: &Report) -> usize {
         if self.cfg.workers == 1 {
             return 0;
@@ -670,7 +678,7 @@ impl Pipeline {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn route(&self, r: &Report, dst: Ipv4Addr) -> Option<usize> {
         let (route, key) = match &r.primitive {
             Primitive::KeyWrite { key, .. } => (&self.cfg.route_keywrite, key),
@@ -691,7 +699,7 @@ impl Pipeline {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn dispatch(&mut self, now: u64, r: &Report, dst: Ipv4Addr, tx: &mut TxBatch) {
         let Some(si) = self.route(r, dst) else {
             match r.primitive {
@@ -775,7 +783,7 @@ impl Pipeline {
                 let Primitive::Append { list, .. } = r.primitive else {
                     unreachable!()
                 };
-                a.pending[(list - a.first_list) as usize] == 0
+                a.list[(list - a.first_list) as usize].pending == 0
             }
             StoreState::Postcard(_) => false,
             _ => true,
@@ -803,13 +811,13 @@ impl Pipeline {
         self.translate(now, si, r, tx);
     }
 
-    #[inline]
+    #[inline(always)]
     fn translate(&mut self, now: u64, si: usize, r: &Report, tx: &mut TxBatch) {
         let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };
         let imm_flag = r.header.immediate;
         let s = &mut self.stores[si];
         let c = &mut self.counters;
-        match (&mut s.state, r.primitive) {
+        match (&mut s.state, &r.primitive) {
             (
                 StoreState::KeyWrite { hasher, layout },
                 Primitive::KeyWrite {
@@ -818,10 +826,9 @@ impl Pipeline {
                     value,
                 },
             ) => {
-                let n = redundancy as usize;
-                let checksum = hasher.checksum(&key);
+                let n = *redundancy as usize;
                 let mut slots = [0u32; MAX_REDUNDANCY];
-                hasher.slots(&key, n, &mut slots);
+                let checksum = hasher.checksum_and_slots(&key, n, &mut slots);
                 let ss = layout.slot_size() as usize;
                 let mut payload = [0u8; 64];
                 layout.encode_slot(checksum, value.as_bytes(), &mut payload[..ss]);
@@ -856,7 +863,7 @@ impl Pipeline {
                     delta,
                 },
             ) => {
-                let n = redundancy as usize;
+                let n = *redundancy as usize;
                 let mut slots = [0u32; MAX_REDUNDANCY];
                 hasher.slots(&key, n, &mut slots);
                 for &slot in &slots[..n] {
@@ -896,16 +903,18 @@ impl Pipeline {
             }
             (StoreState::Append(a), Primitive::Append { list, value }) => {
                 let li = (list - a.first_list) as usize;
-                let bsz = a.batch * a.entry;
-                let p = a.pending[li] as usize;
-                let at = li * bsz + p * a.entry;
-                a.buf[at..at + a.entry].fill(0);
-                a.buf[at..at + value.len()].copy_from_slice(value.as_bytes());
-                a.pending[li] += 1;
-                a.imm[li] |= imm_flag;
+                let st = &mut a.list[li];
+                let p = st.pending as usize;
+                let at = li * a.buf_stride + p * a.entry;
+                // The padded value fills the entry (value, then zeros) and spills zeros into
+                // entries not yet written or the slack; `flush_list` zeroes what a partial
+                // batch leaves behind.
+                a.buf[at..at + MAX_VALUE_LEN].copy_from_slice(value.padded());
+                st.pending += 1;
+                st.imm |= imm_flag;
                 if p == 0 && self.cfg.append_flush_ns > 0 {
                     a.deadlines
-                        .push_back((now + self.cfg.append_flush_ns, li as u32, a.gen[li]));
+                        .push_back((now + self.cfg.append_flush_ns, li as u32, st.gen));
                 }
                 if p + 1 == a.batch {
                     flush_list(s, li, now, off, tx, c);
@@ -926,10 +935,10 @@ impl Pipeline {
                     self.cfg.workers,
                     now,
                     self.cfg.postcard_flush_ns,
-                    flow,
-                    hop,
-                    path_len,
-                    value,
+                    *flow,
+                    *hop,
+                    *path_len,
+                    *value,
                     imm_flag,
                     off,
                     tx,
@@ -1137,7 +1146,7 @@ impl Pipeline {
             match &mut s.state {
                 StoreState::Append(a) => {
                     let lists: Vec<usize> = (0..a.lists as usize)
-                        .filter(|&li| a.pending[li] > 0)
+                        .filter(|&li| a.list[li].pending > 0)
                         .collect();
                     for li in lists {
                         if tx.remaining() < 2 {
@@ -1229,26 +1238,30 @@ fn flush_list(
     let StoreState::Append(a) = &mut s.state else {
         unreachable!()
     };
-    let count = a.pending[li] as usize;
+    let st = &mut a.list[li];
+    let count = st.pending as usize;
     let bsz = a.batch * a.entry;
-    let seq = a.written[li] + 1;
+    let seq = st.written + 1;
+    let imm = st.imm.then_some(a.first_list + li as u32);
+    st.written = seq;
+    st.pending = 0;
+    st.imm = false;
+    st.gen = st.gen.wrapping_add(1);
     let slot = a.layout.slot_for_seq(seq);
-    let list_base = s.base + li as u64 * a.list_stride;
-    let mut payload = [0u8; MAX_PAYLOAD];
-    payload[..bsz].copy_from_slice(&a.buf[li * bsz..(li + 1) * bsz]);
-    let (va, len) = match a.layout.format() {
+    let va = s.base + li as u64 * a.list_stride + a.layout.batch_offset(slot);
+    let start = li * a.buf_stride;
+    if count < a.batch {
+        // Entries a previous batch left behind.
+        a.buf[start + count * a.entry..start + bsz].fill(0);
+    }
+    let len = match a.layout.format() {
         AppendFormat::Sequenced => {
-            payload[bsz..bsz + 8].copy_from_slice(&a.layout.encode_trailer(seq, count as u16));
-            (list_base + a.layout.batch_offset(slot), bsz + 8)
+            a.buf[start + bsz..start + bsz + 8]
+                .copy_from_slice(&a.layout.encode_trailer(seq, count as u16));
+            bsz + 8
         }
-        AppendFormat::Reference => (list_base + a.layout.batch_offset(slot), bsz),
+        AppendFormat::Reference => bsz,
     };
-    let imm = a.imm[li].then_some(a.first_list + li as u32);
-    a.written[li] = seq;
-    a.pending[li] = 0;
-    a.imm[li] = false;
-    a.gen[li] = a.gen[li].wrapping_add(1);
-    a.buf[li * bsz..(li + 1) * bsz].fill(0);
     emit_write(
         &mut s.qp,
         &s.tmpl,
@@ -1256,7 +1269,7 @@ fn flush_list(
         s.rkey,
         now,
         va,
-        &payload[..len],
+        &a.buf[start..start + len],
         imm,
         off,
         tx,
@@ -1342,7 +1355,7 @@ fn append_timeouts(
         }
         a.deadlines.pop_front();
         let li = li as usize;
-        if a.gen[li] == gen && a.pending[li] > 0 {
+        if a.list[li].gen == gen && a.list[li].pending > 0 {
             flush_list(s, li, now, off, tx, c);
             c.append_partial_flushes += 1;
         }
