@@ -828,7 +828,7 @@ impl Pipeline {
             ) => {
                 let n = *redundancy as usize;
                 let mut slots = [0u32; MAX_REDUNDANCY];
-                let checksum = hasher.checksum_and_slots(&key, n, &mut slots);
+                let checksum = hasher.checksum_and_slots(key, n, &mut slots);
                 let ss = layout.slot_size() as usize;
                 let mut payload = [0u8; 64];
                 layout.encode_slot(checksum, value.as_bytes(), &mut payload[..ss]);
@@ -865,7 +865,7 @@ impl Pipeline {
             ) => {
                 let n = *redundancy as usize;
                 let mut slots = [0u32; MAX_REDUNDANCY];
-                hasher.slots(&key, n, &mut slots);
+                hasher.slots(key, n, &mut slots);
                 for &slot in &slots[..n] {
                     let va = s.base + layout.slot_offset(slot);
                     let (psn, ack_req) = s.qp.take(now);
@@ -884,7 +884,7 @@ impl Pipeline {
                     c.frames_atomic += 1;
                 }
                 if imm_flag {
-                    let checksum = hasher.checksum(&key);
+                    let checksum = hasher.checksum(key);
                     emit_write(
                         &mut s.qp,
                         &s.tmpl,
