@@ -43,9 +43,15 @@ pub struct Datagram<'a> {
 pub struct TxBatch {
     buf: Vec<u8>,
     slot: usize,
-    lens: Vec<u16>,
-    dests: Vec<SocketAddrV4>,
-    offsets: Vec<u16>,
+    frames: Vec<FrameMeta>,
+}
+
+/// Per-frame bookkeeping, one push per frame.
+#[derive(Debug, Clone, Copy)]
+struct FrameMeta {
+    len: u16,
+    offset: u16,
+    dest: SocketAddrV4,
 }
 
 impl TxBatch {
@@ -55,34 +61,32 @@ impl TxBatch {
         TxBatch {
             buf: vec![0; capacity * slot],
             slot,
-            lens: Vec::with_capacity(capacity),
-            dests: Vec::with_capacity(capacity),
-            offsets: Vec::with_capacity(capacity),
+            frames: Vec::with_capacity(capacity),
         }
     }
 
     /// Number of frames queued.
     #[inline]
     pub fn len(&self) -> usize {
-        self.lens.len()
+        self.frames.len()
     }
 
     /// True if no frame is queued.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.lens.is_empty()
+        self.frames.is_empty()
     }
 
     /// Frames that still fit.
     #[inline]
     pub fn remaining(&self) -> usize {
-        self.lens.capacity() - self.lens.len()
+        self.frames.capacity() - self.frames.len()
     }
 
     /// True if no further frame fits.
     #[inline]
     pub fn is_full(&self) -> bool {
-        self.lens.len() == self.lens.capacity()
+        self.frames.len() == self.frames.capacity()
     }
 
     /// Maximum bytes per frame.
@@ -106,34 +110,57 @@ impl TxBatch {
         if self.is_full() {
             return false;
         }
-        let i = self.lens.len();
+        let i = self.frames.len();
         let slot = &mut self.buf[i * self.slot..(i + 1) * self.slot];
         let n = write(slot);
         if n == 0 || n > self.slot || offset > n {
             return false;
         }
-        self.lens.push(n as u16);
-        self.dests.push(dest);
-        self.offsets.push(offset as u16);
+        self.frames.push(FrameMeta {
+            len: n as u16,
+            offset: offset as u16,
+            dest,
+        });
+        true
+    }
+
+    /// Appends a copy of the last frame (same destination and offset) that `patch` then edits
+    /// in place; the frame keeps its length. Returns `false` (and queues nothing) when the batch
+    /// is empty or full. Replicas that differ from their predecessor in a few bytes cost a copy.
+    #[inline]
+    pub fn push_copy_of_last<F: FnOnce(&mut [u8])>(&mut self, patch: F) -> bool {
+        let Some(&last) = self.frames.last() else {
+            return false;
+        };
+        if self.is_full() {
+            return false;
+        }
+        let i = self.frames.len();
+        let len = last.len as usize;
+        let (prev, next) = self.buf.split_at_mut(i * self.slot);
+        let frame = &mut next[..len];
+        frame.copy_from_slice(&prev[(i - 1) * self.slot..(i - 1) * self.slot + len]);
+        patch(frame);
+        self.frames.push(last);
         true
     }
 
     /// The `i`-th frame in full (e.g. an Ethernet frame).
     #[inline]
     pub fn frame(&self, i: usize) -> &[u8] {
-        &self.buf[i * self.slot..i * self.slot + self.lens[i] as usize]
+        &self.buf[i * self.slot..i * self.slot + self.frames[i].len as usize]
     }
 
     /// The part of the `i`-th frame a kernel UDP socket sends (from its offset on).
     #[inline]
     pub fn payload(&self, i: usize) -> &[u8] {
-        &self.frame(i)[self.offsets[i] as usize..]
+        &self.frame(i)[self.frames[i].offset as usize..]
     }
 
     /// Destination of the `i`-th frame.
     #[inline]
     pub fn dest(&self, i: usize) -> SocketAddrV4 {
-        self.dests[i]
+        self.frames[i].dest
     }
 
     /// Iterates over `(dest, payload)` pairs.
@@ -144,9 +171,7 @@ impl TxBatch {
     /// Forgets all frames, keeping the memory.
     #[inline]
     pub fn clear(&mut self) {
-        self.lens.clear();
-        self.dests.clear();
-        self.offsets.clear();
+        self.frames.clear();
     }
 }
 
@@ -170,10 +195,20 @@ mod tests {
         }));
         assert!(b.is_full());
         assert!(!b.push_with(d, 0, |_| 1));
+        assert!(!b.push_copy_of_last(|_| ()), "no room");
         assert_eq!(b.frame(0), b"abc");
         assert_eq!(b.payload(0), b"bc");
         assert_eq!(b.payload(1), &[7]);
         b.clear();
         assert!(b.is_empty());
+        assert!(!b.push_copy_of_last(|_| ()), "nothing to copy");
+        let e = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
+        assert!(b.push_with(e, 1, |buf| {
+            buf[..3].copy_from_slice(b"xyz");
+            3
+        }));
+        assert!(b.push_copy_of_last(|f| f[2] = b'Z'));
+        assert_eq!((b.frame(0), b.frame(1)), (&b"xyz"[..], &b"xyZ"[..]));
+        assert_eq!((b.dest(1), b.payload(1)), (e, &b"yZ"[..]));
     }
 }

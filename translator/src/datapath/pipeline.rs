@@ -23,7 +23,7 @@ use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ib::{opcode as op, Psn, Qpn, Rkey, ATOMIC_ETH_LEN, RETH_LEN};
 use dta_proto::wire::nack::NackRepr;
 use dta_proto::wire::report::{parse_report, ParseConfig, Primitive, Priority, Profile, Report};
-use dta_proto::wire::roce::{FrameTemplate, RoceEndpoint, RocePacket, L2L4_LEN};
+use dta_proto::wire::roce::{FrameTemplate, RethReplica, RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
 use dta_proto::{Key, MAX_VALUE_LEN};
 
@@ -148,6 +148,8 @@ impl std::error::Error for ConfigError {}
 
 struct Templates {
     write: FrameTemplate,
+    /// Turns a `write` frame into the next replica's (Key-Write and Postcarding redundancy).
+    replica: RethReplica,
     write_imm: FrameTemplate,
     /// Zero-length WRITE (probes).
     probe: FrameTemplate,
@@ -157,8 +159,10 @@ struct Templates {
 
 impl Templates {
     fn new(ep: &RoceEndpoint, remote: Qpn, payload_len: usize) -> Templates {
+        let write = FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len);
         Templates {
-            write: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len),
+            replica: RethReplica::new(&write).expect("WRITE Only starts with a RETH"),
+            write,
             write_imm: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, payload_len),
             probe: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, 0),
             imm0: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, 0),
@@ -834,6 +838,11 @@ impl Pipeline {
                 layout.encode_slot(checksum, value.as_bytes(), &mut payload[..ss]);
                 for (i, &slot) in slots[..n].iter().enumerate() {
                     let va = s.base + layout.slot_offset(slot);
+                    if i > imm_flag as usize {
+                        // The previous frame is a plain WRITE of the same payload.
+                        emit_replica(&mut s.qp, &s.tmpl, now, va, tx, c);
+                        continue;
+                    }
                     let imm = imm_flag && i == 0;
                     emit_write(
                         &mut s.qp,
@@ -1227,6 +1236,23 @@ fn emit_write(
     }
 }
 
+/// Emits the next replica of the plain WRITE just pushed to `tx`: same payload, new PSN and
+/// address (see [`RethReplica`]).
+#[inline]
+fn emit_replica(
+    qp: &mut QpTx,
+    t: &Templates,
+    now: u64,
+    va: u64,
+    tx: &mut TxBatch,
+    c: &mut TranslatorCounters,
+) {
+    let (psn, ack_req) = qp.take(now);
+    let ok = tx.push_copy_of_last(|f| t.replica.patch(f, psn, ack_req, va));
+    debug_assert!(ok, "tx room is checked per report");
+    c.frames += 1;
+}
+
 fn flush_list(
     s: &mut Store,
     li: usize,
@@ -1427,6 +1453,10 @@ fn emit_chunk(
         *a = s.base + p.layout.chunk_offset(p.hasher.chunk(&e.flow, j as u8));
     }
     for (j, &va) in addrs[..n as usize].iter().enumerate() {
+        if j > imm.is_some() as usize {
+            emit_replica(&mut s.qp, &s.tmpl, now, va, tx, c);
+            continue;
+        }
         emit_write(
             &mut s.qp,
             &s.tmpl,
