@@ -17,7 +17,9 @@
 //! Every CRC here is reflected with init and final XOR `0xFFFF_FFFF` ([`crate::crc`]).
 //! The engines are `static`, built at compile time; hashing allocates nothing.
 
-use crate::crc::{Crc32, CRC_INIT, IEEE};
+use std::sync::LazyLock;
+
+use crate::crc::{Crc32, MultiCrc, CRC_INIT, IEEE, LANES};
 use crate::types::Key;
 
 /// Which family of hash functions a store uses.
@@ -117,6 +119,47 @@ const fn engines<const N: usize>(polys: &[u32]) -> [Crc32; N] {
 static ENGINES: [Crc32; HOP_POLY_BASE + MAX_HOPS] = engines(&POLYNOMIALS);
 static REFERENCE_HOP_ENGINES: [Crc32; 5] = engines(&REFERENCE_HOP_POLYNOMIALS);
 
+/// Key-Write / Key-Increment (independent profile), one pass: lane 0 the checksum, lane 1 + r
+/// replica r's slot function (r < 3; further replicas use their own engines). Four lanes keep
+/// a table row at 16 bytes, one vector XOR per key byte.
+static KEY_LANES: LazyLock<MultiCrc<KEY_LANE_COUNT>> = LazyLock::new(|| {
+    MultiCrc::new(&POLYNOMIALS[CHECKSUM_POLY_INDEX..CHECKSUM_POLY_INDEX + KEY_LANE_COUNT])
+});
+const KEY_LANE_COUNT: usize = 4;
+/// Replicas [`KEY_LANES`] covers.
+const KEY_LANE_REPLICAS: usize = KEY_LANE_COUNT - 1;
+const _: () = assert!(CHECKSUM_POLY_INDEX + 1 == REPLICA_POLY_BASE);
+
+/// Postcarding (independent profile), one pass: lanes 0..2 chunk replicas 0 and 1, lanes
+/// 2.. hops 0..6.
+static POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
+    let mut p = vec![
+        POLYNOMIALS[REPLICA_POLY_BASE],
+        POLYNOMIALS[REPLICA_POLY_BASE + 1],
+    ];
+    p.extend_from_slice(&POLYNOMIALS[HOP_POLY_BASE..HOP_POLY_BASE + POSTCARD_LANE_HOPS]);
+    MultiCrc::new(&p)
+});
+const POSTCARD_LANE_REPLICAS: usize = 2;
+const POSTCARD_LANE_HOPS: usize = LANES - POSTCARD_LANE_REPLICAS;
+
+/// Postcarding (reference profile), one pass: lane 0 the IEEE CRC (cache and chunks), lanes
+/// 1..6 the five hop polynomials.
+static REFERENCE_POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
+    let mut p = vec![IEEE.poly()];
+    p.extend_from_slice(&REFERENCE_HOP_POLYNOMIALS);
+    MultiCrc::new(&p)
+});
+
+/// What emitting a flow's chunk needs: its hop hashes and chunk indices, computed together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowDigest {
+    /// [`PostcardHasher::hop_hash`] of hops `0..hops`.
+    pub hop: [u32; MAX_HOPS],
+    /// [`PostcardHasher::chunk`] of the requested replicas.
+    pub chunk: [u32; MAX_REDUNDANCY],
+}
+
 /// Validates a power-of-two table size in `min..=2^31` and returns its mask.
 #[inline]
 fn pow2_mask(n: u32, min: u32) -> Option<u32> {
@@ -192,12 +235,23 @@ impl KeyHasher {
                 self.reference_slots(IEEE.update(CRC_INIT, bytes), n, out);
             }
             HashProfile::Independent => {
-                let engines = &ENGINES[REPLICA_POLY_BASE..REPLICA_POLY_BASE + n];
-                for (o, e) in out[..n].iter_mut().zip(engines) {
-                    *o = e.checksum(bytes) & self.mask;
-                }
+                self.independent(bytes, n, out);
             }
         }
+    }
+
+    /// Independent profile: the replicas' slots, and the checksum (lane 0 of the one pass).
+    #[inline]
+    fn independent(&self, bytes: &[u8], n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
+        let lanes = KEY_LANES.checksums(bytes);
+        for (r, o) in out[..n].iter_mut().enumerate() {
+            *o = if r < KEY_LANE_REPLICAS {
+                lanes[1 + r]
+            } else {
+                ENGINES[REPLICA_POLY_BASE + r].checksum(bytes)
+            } & self.mask;
+        }
+        lanes[0]
     }
 
     /// The reference profile's replica slots from the CRC register over the key.
@@ -223,8 +277,8 @@ impl KeyHasher {
                 Crc32::finish(reg)
             }
             HashProfile::Independent => {
-                self.slots(key, n, out);
-                ENGINES[CHECKSUM_POLY_INDEX].checksum(key.as_bytes())
+                assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
+                self.independent(key.as_bytes(), n, out)
             }
         }
     }
@@ -343,6 +397,74 @@ impl PostcardHasher {
         engine.checksum(key.as_bytes())
     }
 
+    /// The hop hashes of every hop and the chunks of replicas `0..replicas`, in one pass over
+    /// the key where the profile allows (see [`FlowDigest`]).
+    ///
+    /// # Panics
+    /// If `replicas > MAX_REDUNDANCY`.
+    #[inline]
+    pub fn digest(&self, key: &Key, replicas: usize) -> FlowDigest {
+        assert!(replicas <= MAX_REDUNDANCY, "replica out of range");
+        let hops = self.hops as usize;
+        let bytes = key.as_bytes();
+        let mut d = FlowDigest {
+            hop: [0; MAX_HOPS],
+            chunk: [0; MAX_REDUNDANCY],
+        };
+        match self.profile {
+            HashProfile::Reference => {
+                let lanes = REFERENCE_POSTCARD_LANES.checksums(bytes);
+                d.hop[..hops].copy_from_slice(&lanes[1..1 + hops]);
+                let reg = !lanes[0];
+                for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
+                    *c = if r == 0 {
+                        lanes[0]
+                    } else {
+                        Crc32::finish(IEEE.update_byte(reg, r as u8))
+                    } & self.chunk_mask;
+                }
+            }
+            HashProfile::Independent
+                if hops <= POSTCARD_LANE_HOPS && replicas <= POSTCARD_LANE_REPLICAS =>
+            {
+                let lanes = POSTCARD_LANES.checksums(bytes);
+                for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
+                    *c = lanes[r] & self.chunk_mask;
+                }
+                d.hop[..hops].copy_from_slice(&lanes[POSTCARD_LANE_REPLICAS..][..hops]);
+            }
+            HashProfile::Independent => {
+                for (h, x) in d.hop[..hops].iter_mut().enumerate() {
+                    *x = self.hop_hash(key, h);
+                }
+                for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
+                    *c = self.chunk(key, r as u8);
+                }
+            }
+        }
+        d
+    }
+
+    /// [`encode`](Self::encode) from the hop's hash (e.g. a [`FlowDigest`] entry).
+    #[inline]
+    pub fn encode_word(&self, hop_hash: u32, value: u32) -> Option<[u8; 4]> {
+        let word = hop_hash ^ value;
+        let representable = match self.profile {
+            HashProfile::Reference => word != 0,
+            HashProfile::Independent => value != BLANK,
+        };
+        representable.then(|| word.to_be_bytes())
+    }
+
+    /// [`encode_blank`](Self::encode_blank) from the hop's hash.
+    #[inline]
+    pub fn blank_word(&self, hop_hash: u32) -> [u8; 4] {
+        match self.profile {
+            HashProfile::Reference => [0; 4],
+            HashProfile::Independent => (hop_hash ^ BLANK).to_be_bytes(),
+        }
+    }
+
     /// Memory bytes of hop `hop` carrying `value`, or `None` if `value` would read back as
     /// [`HopWord::Blank`]: in the independent profile that is `value == BLANK`; in the
     /// reference profile it is `value == hop_hash(key, hop)` (which encodes to the raw zero a
@@ -356,12 +478,7 @@ impl PostcardHasher {
     /// If `hop >= self.hops()`.
     #[inline]
     pub fn encode(&self, key: &Key, hop: usize, value: u32) -> Option<[u8; 4]> {
-        let word = self.hop_hash(key, hop) ^ value;
-        let representable = match self.profile {
-            HashProfile::Reference => word != 0,
-            HashProfile::Independent => value != BLANK,
-        };
-        representable.then(|| word.to_be_bytes())
+        self.encode_word(self.hop_hash(key, hop), value)
     }
 
     /// Memory bytes of a blank hop ⊔: raw zero in the reference profile, `h_hop(flow) XOR
@@ -724,6 +841,47 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn digest_agrees_with_hop_hash_and_chunk(
+            bytes in proptest::collection::vec(any::<u8>(), 1..=16),
+            hops in 1u8..=16,
+            replicas in 0usize..=MAX_REDUNDANCY,
+            reference in any::<bool>(),
+        ) {
+            let key = Key::new(&bytes).unwrap();
+            let (profile, hops) = if reference {
+                (HashProfile::Reference, 5)
+            } else {
+                (HashProfile::Independent, hops)
+            };
+            let h = PostcardHasher::new(profile, 1 << 16, 1 << 10, hops).unwrap();
+            let d = h.digest(&key, replicas);
+            for hop in 0..hops as usize {
+                prop_assert_eq!(d.hop[hop], h.hop_hash(&key, hop));
+                prop_assert_eq!(h.blank_word(d.hop[hop]), h.encode_blank(&key, hop));
+                for v in [0u32, 7, BLANK, d.hop[hop]] {
+                    prop_assert_eq!(h.encode_word(d.hop[hop], v), h.encode(&key, hop, v));
+                }
+            }
+            for r in 0..replicas {
+                prop_assert_eq!(d.chunk[r], h.chunk(&key, r as u8));
+            }
+        }
+
+        #[test]
+        fn checksum_and_slots_agree(bytes in proptest::collection::vec(any::<u8>(), 1..=16),
+                                    n in 0usize..=MAX_REDUNDANCY) {
+            let key = Key::new(&bytes).unwrap();
+            for p in [HashProfile::Reference, HashProfile::Independent] {
+                let h = KeyHasher::new(p, 1 << 20).unwrap();
+                let mut out = [0; MAX_REDUNDANCY];
+                prop_assert_eq!(h.checksum_and_slots(&key, n, &mut out), h.checksum(&key));
+                for (r, &s) in out[..n].iter().enumerate() {
+                    prop_assert_eq!(s, h.slot(&key, r as u8));
+                }
+            }
+        }
+
         #[test]
         fn slots_agree_with_slot(bytes in proptest::collection::vec(any::<u8>(), 1..=16),
                                  log in 1u32..=31, n in 0usize..=MAX_REDUNDANCY) {

@@ -1322,8 +1322,10 @@ fn postcard(
     let StoreState::Postcard(p) = &mut s.state else {
         unreachable!()
     };
-    let idx = p.hasher.cache_index(&flow) as usize / workers;
-    let idx = idx % p.cache.len();
+    // Worker w owns the cache indices h with h % workers == w, stored at h / workers, which
+    // is below ceil(cache_slots / workers) = cache.len(). No division with one worker.
+    let h = p.hasher.cache_index(&flow) as usize;
+    let idx = if workers == 1 { h } else { h / workers };
     if p.cache[idx].occupied && p.cache[idx].flow != flow {
         // Another flow holds the slot: write the *old* flow's postcards to the *old* flow's
         // chunk before reusing the slot (the reference wrote them to the new flow's chunk).
@@ -1434,23 +1436,24 @@ fn emit_chunk(
     } else {
         hops
     };
+    let n = p.redundancy;
+    let d = p.hasher.digest(&e.flow, (n as usize).max(1));
     let mut chunk = [0u8; 64];
     for h in 0..hops {
         let word = if h < len_hops && e.mask & (1 << h) != 0 {
             p.hasher
-                .encode(&e.flow, h, e.values[h])
-                .unwrap_or_else(|| p.hasher.encode_blank(&e.flow, h))
+                .encode_word(d.hop[h], e.values[h])
+                .unwrap_or_else(|| p.hasher.blank_word(d.hop[h]))
         } else {
-            p.hasher.encode_blank(&e.flow, h)
+            p.hasher.blank_word(d.hop[h])
         };
         chunk[4 * h..4 * h + 4].copy_from_slice(&word);
     }
     let cs = p.layout.chunk_size() as usize;
-    let n = p.redundancy;
-    let imm = e.immediate.then_some(p.hasher.chunk(&e.flow, 0));
+    let imm = e.immediate.then_some(d.chunk[0]);
     let mut addrs = [0u64; MAX_REDUNDANCY];
-    for (j, a) in addrs.iter_mut().enumerate().take(n as usize) {
-        *a = s.base + p.layout.chunk_offset(p.hasher.chunk(&e.flow, j as u8));
+    for (a, &c) in addrs.iter_mut().zip(&d.chunk).take(n as usize) {
+        *a = s.base + p.layout.chunk_offset(c);
     }
     for (j, &va) in addrs[..n as usize].iter().enumerate() {
         if j > imm.is_some() as usize {
