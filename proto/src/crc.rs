@@ -62,6 +62,13 @@ impl Crc32 {
     /// Start from [`CRC_INIT`]; the final CRC is `!state` (see [`Crc32::finish`]).
     #[inline]
     pub fn update(&self, mut state: u32, data: &[u8]) -> u32 {
+        if data.len() >= PCLMUL_MIN_LEN && self.poly == IEEE_POLY {
+            // crc32fast folds with carry-less multiplication where the CPU has it; it keeps
+            // the finalised value, i.e. the inverted register.
+            let mut h = crc32fast::Hasher::new_with_initial(!state);
+            h.update(data);
+            return !h.finalize();
+        }
         let t = &self.table;
         let mut chunks = data.chunks_exact(16);
         for c in &mut chunks {
@@ -204,7 +211,14 @@ impl<const L: usize> core::fmt::Debug for MultiCrc<L> {
 }
 
 /// IEEE 802.3 CRC-32 (zlib's `crc32`): the ICRC, and the reference profile's hashes.
-pub static IEEE: Crc32 = Crc32::new(0x04C1_1DB7);
+pub static IEEE: Crc32 = Crc32::new(IEEE_POLY);
+
+/// The IEEE 802.3 polynomial (Ethernet, the RoCEv2 ICRC).
+const IEEE_POLY: u32 = 0x04C1_1DB7;
+
+/// From this length on, IEEE CRCs go to `crc32fast`, whose carry-less-multiply folding starts
+/// paying off there (`../shared/reference/deps.md`: it falls back to tables below 128 bytes).
+const PCLMUL_MIN_LEN: usize = 128;
 
 #[cfg(test)]
 mod tests {
@@ -230,7 +244,7 @@ mod tests {
 
     #[test]
     fn slicing_matches_bitwise_for_every_length() {
-        let data: Vec<u8> = (0..100u32).map(|i| (i * 37 + 11) as u8).collect();
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8).collect();
         let other = Crc32::new(0x5D9E_2BB1);
         for len in 0..data.len() {
             assert_eq!(
@@ -241,6 +255,10 @@ mod tests {
                 other.checksum(&data[..len]),
                 bitwise(0x5D9E_2BB1, &data[..len])
             );
+            // Resuming from a register (long tails take the carry-less-multiply path).
+            let k = len / 3;
+            let reg = IEEE.update(IEEE.update(CRC_INIT, &data[..k]), &data[k..len]);
+            assert_eq!(Crc32::finish(reg), bitwise(0x04C1_1DB7, &data[..len]));
         }
     }
 

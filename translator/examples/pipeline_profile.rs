@@ -87,6 +87,27 @@ fn main() {
                 })
                 .collect(),
         ),
+        "loss" => (
+            StoreKind::Append {
+                lists: 8,
+                first_list: 0,
+                capacity: 1 << 16,
+                entry_size: 18,
+                batch: 16,
+                format: AppendFormat::Sequenced,
+                list_stride: 1 << 22,
+            },
+            Profile::Extended,
+            (0..4096u32)
+                .map(|i| Report {
+                    header: hdr,
+                    primitive: Primitive::Append {
+                        list: i % 8,
+                        value: Value::new(&[i as u8; 18]).unwrap(),
+                    },
+                })
+                .collect(),
+        ),
         _ => (
             StoreKind::Append {
                 lists: 64,
