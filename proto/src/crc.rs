@@ -171,7 +171,9 @@ impl<const L: usize> MultiCrc<L> {
             let c = Crc32::new(poly);
             for b in 0..256 {
                 let mut reg = c.table[0][b];
-                for row in r.iter_mut() {
+                // Row k serves a byte at distance MULTI_MAX_LEN - 1 - k from the end, so a
+                // `len`-byte input uses rows `MULTI_MAX_LEN - len..` in input order.
+                for row in r.iter_mut().rev() {
                     row[b][lane] = reg;
                     reg = c.update_byte(reg, 0);
                 }
@@ -193,11 +195,11 @@ impl<const L: usize> MultiCrc<L> {
     pub fn checksums(&self, data: &[u8]) -> [u32; L] {
         let len = data.len();
         let mut acc = self.base[len];
-        let rows = &self.rows[..len];
-        for (&b, row) in data.iter().zip(rows.iter().rev()) {
+        let rows = &self.rows[MULTI_MAX_LEN - len..];
+        for (&b, row) in data.iter().zip(rows) {
             let t = &row[b as usize];
-            for (a, &x) in acc.iter_mut().zip(t) {
-                *a ^= x;
+            for l in 0..L {
+                acc[l] ^= t[l];
             }
         }
         acc
