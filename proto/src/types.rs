@@ -87,6 +87,12 @@ pub struct Value {
 }
 
 impl Value {
+    /// The empty value.
+    pub const EMPTY: Value = Value {
+        len: 0,
+        bytes: [0; MAX_VALUE_LEN],
+    };
+
     /// A value from at most 32 bytes; `None` if too long.
     #[inline]
     pub fn new(bytes: &[u8]) -> Option<Value> {

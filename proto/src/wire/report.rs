@@ -320,7 +320,37 @@ pub struct Report {
 /// false). An empty payload is [`Error::Truncated`].
 #[inline]
 pub fn parse_report(udp_payload: &[u8], cfg: &ParseConfig) -> Result<Report> {
-    parse_fast(udp_payload, cfg, parse_checked)
+    let mut r = Report::PLACEHOLDER;
+    parse_report_into(udp_payload, cfg, &mut r)?;
+    Ok(r)
+}
+
+/// [`parse_report`] into a caller-owned report (a burst loop reuses one), so the hot path
+/// writes the fields in place instead of moving a returned report. On error `out` holds
+/// unspecified (but valid) contents.
+#[inline]
+pub fn parse_report_into(udp_payload: &[u8], cfg: &ParseConfig, out: &mut Report) -> Result<()> {
+    parse_fast(udp_payload, cfg, out, |b, c, out| {
+        *out = parse_checked(b, c)?;
+        Ok(())
+    })
+}
+
+impl Report {
+    /// A report to overwrite (see [`parse_report_into`]).
+    pub const PLACEHOLDER: Report = Report {
+        header: ReportHeader {
+            profile: Profile::Extended,
+            immediate: false,
+            retransmittable: false,
+            seq: None,
+            priority: Priority::Medium,
+        },
+        primitive: Primitive::Append {
+            list: 0,
+            value: Value::EMPTY,
+        },
+    };
 }
 
 #[inline(always)]
@@ -337,11 +367,12 @@ fn be32(b: &[u8]) -> u32 {
 fn parse_fast(
     b: &[u8],
     cfg: &ParseConfig,
-    slow: impl FnOnce(&[u8], &ParseConfig) -> Result<Report>,
-) -> Result<Report> {
+    out: &mut Report,
+    slow: impl FnOnce(&[u8], &ParseConfig, &mut Report) -> Result<()>,
+) -> Result<()> {
     macro_rules! slow {
         () => {
-            return slow(b, cfg)
+            return slow(b, cfg, out)
         };
     }
     macro_rules! some {
@@ -439,7 +470,9 @@ fn parse_fast(
             }
             _ => slow!(),
         };
-        return Ok(Report { header, primitive });
+        out.header = header;
+        out.primitive = primitive;
+        return Ok(());
     }
     if !cfg.accept_reference {
         slow!();
@@ -479,7 +512,9 @@ fn parse_fast(
         },
         _ => slow!(),
     };
-    Ok(Report { header, primitive })
+    out.header = header;
+    out.primitive = primitive;
+    Ok(())
 }
 
 /// The full parser: every check, every error.
@@ -1197,14 +1232,16 @@ mod tests {
     /// The fast path's own answer, `None` where it defers to the full parser.
     fn fast_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
         let mut deferred = false;
-        let r = parse_fast(b, c, |_, _| {
+        let mut out = Report::PLACEHOLDER;
+        let r = parse_fast(b, c, &mut out, |_, _, _| {
             deferred = true;
             Err(Error::Malformed)
         });
         if deferred {
             None
         } else {
-            Some(r.expect("the fast path only returns reports"))
+            r.expect("the fast path only returns reports");
+            Some(out)
         }
     }
 

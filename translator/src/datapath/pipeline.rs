@@ -22,7 +22,9 @@ use dta_proto::layout::{
 use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ib::{opcode as op, Psn, Qpn, Rkey, ATOMIC_ETH_LEN, RETH_LEN};
 use dta_proto::wire::nack::NackRepr;
-use dta_proto::wire::report::{parse_report, ParseConfig, Primitive, Priority, Profile, Report};
+use dta_proto::wire::report::{
+    parse_report_into, ParseConfig, Primitive, Priority, Profile, Report,
+};
 use dta_proto::wire::roce::{FrameTemplate, RethReplica, RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
 use dta_proto::{Key, MAX_VALUE_LEN};
@@ -618,13 +620,14 @@ impl Pipeline {
     /// Processes a burst of report datagrams. Returns how many were consumed: fewer than
     /// `burst.len()` only when `tx` ran out of room (send it and call again with the rest).
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) -> usize {
+        let mut report = Report::PLACEHOLDER;
         for (i, d) in burst.iter().enumerate() {
             if tx.remaining() < self.max_frames_per_report + 1 {
                 return i;
             }
             self.counters.rx_datagrams += 1;
-            let report = match parse_report(d.payload, &self.cfg.parse) {
-                Ok(r) => r,
+            match parse_report_into(d.payload, &self.cfg.parse, &mut report) {
+                Ok(()) => {}
                 Err(e) => {
                     match e {
                         WireError::Truncated => self.counters.drop_truncated += 1,
