@@ -5,6 +5,30 @@ pub const MAX_KEY_LEN: usize = 16;
 /// Longest Key-Write / Append value: a 5-hop INT path (20 B) or a NetSeer loss event (18 B) fit.
 pub const MAX_VALUE_LEN: usize = 32;
 
+/// Copies `src` (at most `N` bytes) to the front of `dst` with fixed-size moves: two
+/// overlapping copies of the largest power of two that fits, rather than a variable-length
+/// `memcpy` call (keys and values are 1..=32 bytes and copied for every report).
+#[inline(always)]
+fn copy_short<const N: usize>(dst: &mut [u8; N], src: &[u8]) {
+    let n = src.len();
+    debug_assert!(n <= N);
+    macro_rules! two {
+        ($w:literal) => {{
+            dst[..$w].copy_from_slice(&src[..$w]);
+            dst[n - $w..n].copy_from_slice(&src[n - $w..]);
+        }};
+    }
+    if n >= 16 && N >= 16 {
+        two!(16)
+    } else if n >= 8 {
+        two!(8)
+    } else if n >= 4 {
+        two!(4)
+    } else {
+        dst[..n].copy_from_slice(src);
+    }
+}
+
 /// A hash key, stored inline: the exact bytes every hash function of the key's store consumes.
 ///
 /// For reference-profile Key-Write and Key-Increment reports these are the little-endian bytes
@@ -28,7 +52,7 @@ impl Key {
             len: bytes.len() as u8,
             bytes: [0; MAX_KEY_LEN],
         };
-        k.bytes[..bytes.len()].copy_from_slice(bytes);
+        copy_short(&mut k.bytes, bytes);
         Some(k)
     }
 
@@ -103,7 +127,7 @@ impl Value {
             len: bytes.len() as u8,
             bytes: [0; MAX_VALUE_LEN],
         };
-        v.bytes[..bytes.len()].copy_from_slice(bytes);
+        copy_short(&mut v.bytes, bytes);
         Some(v)
     }
 
@@ -157,6 +181,20 @@ impl core::fmt::Debug for Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_copies_of_every_length() {
+        let src: Vec<u8> = (1..=32u8).collect();
+        for n in 0..=32 {
+            let v = Value::new(&src[..n]).unwrap();
+            assert_eq!(v.as_bytes(), &src[..n]);
+            assert!(v.padded()[n..].iter().all(|&b| b == 0), "{n}");
+            if (1..=16).contains(&n) {
+                let k = Key::new(&src[..n]).unwrap();
+                assert_eq!(k.as_bytes(), &src[..n]);
+            }
+        }
+    }
 
     #[test]
     fn key_bounds() {
