@@ -114,6 +114,12 @@ impl UdpSocket {
     }
 }
 
+impl AsRawFd for UdpSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// Receive-side statistics.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RxStats {
