@@ -77,6 +77,61 @@ pub struct Section {
     pub max_reporters: usize,
     /// Kernel socket buffer size (bytes) for the report and RoCEv2 sockets.
     pub socket_buffer: usize,
+    /// How reports reach the workers over kernel UDP (see [`ReportSteering`]).
+    pub report_steering: ReportSteering,
+    /// How RoCEv2 answers reach the worker owning their QP (see [`RoceSteering`]).
+    pub roce_steering: RoceSteering,
+}
+
+/// How reports on the report port reach several workers (kernel UDP backend).
+///
+/// Measured on this machine (translator/README.md): `reuseport` spends no CPU outside the
+/// workers and copies nothing, so it is the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReportSteering {
+    /// One `SO_REUSEPORT` socket per worker: the kernel hashes each datagram's 4-tuple, so one
+    /// reporter (source address and port) always lands on the same worker and its reports stay
+    /// in order. Lists and flows owned by another worker are handed over by the workers.
+    #[default]
+    Reuseport,
+    /// One report socket read by a dispatcher thread, which copies each datagram to the worker
+    /// chosen by a hash of its source address (per-reporter order kept) through a bounded
+    /// queue; when a queue is full the dispatcher waits and the kernel buffer absorbs (and
+    /// counts) the overflow. Costs an extra thread and a copy per report; useful when reporters
+    /// are too few for the kernel's hash to spread them (e.g. one switch).
+    Dispatcher,
+}
+
+/// How RoCEv2 answers (ACK/NAK, CM replies, SENDs) reach the worker that owns their QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoceSteering {
+    /// `qpn` when `roce` uses the RoCEv2 port 4791 and there are several workers (what a real
+    /// RNIC answers to), `port-per-worker` otherwise.
+    #[default]
+    Auto,
+    /// Every worker binds `roce` itself (`SO_REUSEPORT`) and a classic BPF program attached
+    /// to the group delivers each datagram to worker `dest_qp % workers` (CM replies by the
+    /// worker index in the top byte of our communication ID). Our QPNs are allocated with
+    /// `qpn % workers == worker`. Needed with real RNICs, which answer to port 4791 whatever
+    /// port we sent from.
+    Qpn,
+    /// Worker w binds port `roce.port + w` (ephemeral ports when `roce.port` is 0), and
+    /// collectors answer each worker on its own port: the software RNIC's static peers expect
+    /// this.
+    PortPerWorker,
+}
+
+impl RoceSteering {
+    /// Whether the workers share one RoCEv2 port (BPF steering) for this configuration.
+    pub fn shared_port(self, roce: SocketAddrV4, workers: usize) -> bool {
+        match self {
+            RoceSteering::Qpn => workers > 1,
+            RoceSteering::PortPerWorker => false,
+            RoceSteering::Auto => workers > 1 && roce.port() == dta_proto::consts::ROCEV2_PORT,
+        }
+    }
 }
 
 impl Default for Section {
@@ -95,6 +150,8 @@ impl Default for Section {
             metrics: None,
             max_reporters: 4096,
             socket_buffer: 16 << 20,
+            report_steering: ReportSteering::default(),
+            roce_steering: RoceSteering::default(),
         }
     }
 }
