@@ -98,8 +98,9 @@ pub enum ReportSteering {
     /// One report socket read by a dispatcher thread, which copies each datagram to the worker
     /// chosen by a hash of its source address (per-reporter order kept) through a bounded
     /// queue; when a queue is full the dispatcher waits and the kernel buffer absorbs (and
-    /// counts) the overflow. Costs an extra thread and a copy per report; useful when reporters
-    /// are too few for the kernel's hash to spread them (e.g. one switch).
+    /// counts) the overflow. Costs an extra thread and a copy per report, and receives on one
+    /// thread only; its hash differs from the kernel's, which can help when a handful of
+    /// reporters land badly under the kernel's 4-tuple hash.
     Dispatcher,
 }
 

@@ -25,8 +25,9 @@ struct Cli {
     /// Override `translator.report_steering`: how reports reach several workers over kernel
     /// UDP. "reuseport" (default): one SO_REUSEPORT socket per worker, the kernel hashes each
     /// reporter's 4-tuple to one worker. "dispatcher": one socket read by a dispatcher thread
-    /// that copies each report to a worker chosen by its source address (extra thread and copy;
-    /// spreads few reporters). Measurements: translator/README.md.
+    /// that copies each report to a worker chosen by a hash of its source address (an extra
+    /// thread and a copy per report, one serial receive path). Measurements:
+    /// translator/README.md.
     #[arg(long, value_name = "reuseport|dispatcher")]
     report_steering: Option<String>,
     /// Override `translator.roce_steering`: how RoCEv2 answers reach the worker owning their
