@@ -469,17 +469,31 @@ impl UdpTx {
     }
 }
 
+/// Most sockets [`wait_readable`] and [`UdpBackend`] poll together.
+pub const MAX_POLLED: usize = 8;
+
 /// Waits until any of `rxs` has data or `timeout` passes. Returns which ones are readable.
 pub fn wait_readable(rxs: &[&UdpRx], timeout: Duration) -> io::Result<Vec<bool>> {
-    let mut pfds: [libc::pollfd; 8] = [libc::pollfd {
+    let mut fds = [-1; MAX_POLLED];
+    for (f, r) in fds.iter_mut().zip(rxs) {
+        *f = r.fd.as_raw_fd();
+    }
+    let n = rxs.len().min(MAX_POLLED);
+    let ready = poll_readable(&fds[..n], timeout)?;
+    Ok(ready[..n].to_vec())
+}
+
+/// Polls `fds` (at most [`MAX_POLLED`]) for input; no allocation.
+fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<[bool; MAX_POLLED]> {
+    let mut pfds = [libc::pollfd {
         fd: -1,
         events: 0,
         revents: 0,
-    }; 8];
-    let n = rxs.len().min(8);
-    for (p, r) in pfds.iter_mut().zip(rxs) {
+    }; MAX_POLLED];
+    let n = fds.len().min(MAX_POLLED);
+    for (p, &fd) in pfds.iter_mut().zip(fds) {
         *p = libc::pollfd {
-            fd: r.fd.as_raw_fd(),
+            fd,
             events: libc::POLLIN,
             revents: 0,
         };
@@ -493,10 +507,11 @@ pub fn wait_readable(rxs: &[&UdpRx], timeout: Duration) -> io::Result<Vec<bool>>
             return Err(e);
         }
     }
-    Ok(pfds[..n]
-        .iter()
-        .map(|p| p.revents & libc::POLLIN != 0)
-        .collect())
+    let mut ready = [false; MAX_POLLED];
+    for (x, p) in ready.iter_mut().zip(&pfds[..n]) {
+        *x = p.revents & libc::POLLIN != 0;
+    }
+    Ok(ready)
 }
 
 fn wait_writable(fd: RawFd) {
@@ -594,8 +609,12 @@ pub struct UdpBackend {
 }
 
 impl UdpBackend {
-    /// Receives from every socket in `rxs`, sends through `tx`.
+    /// Receives from every socket in `rxs` (at most [`MAX_POLLED`]), sends through `tx`.
     pub fn new(rxs: Vec<UdpRx>, tx: UdpTx) -> UdpBackend {
+        assert!(
+            rxs.len() <= MAX_POLLED,
+            "at most {MAX_POLLED} receive sockets"
+        );
         UdpBackend { rxs, tx, first: 0 }
     }
 
@@ -619,8 +638,11 @@ impl crate::backend::Backend for UdpBackend {
         timeout: Duration,
         f: &mut dyn FnMut(&[Datagram<'_>]),
     ) -> io::Result<usize> {
-        let refs: Vec<&UdpRx> = self.rxs.iter().collect();
-        let ready = wait_readable(&refs, timeout)?;
+        let mut fds = [-1; MAX_POLLED];
+        for (f, r) in fds.iter_mut().zip(&self.rxs) {
+            *f = r.fd.as_raw_fd();
+        }
+        let ready = poll_readable(&fds[..self.rxs.len().min(MAX_POLLED)], timeout)?;
         let mut n = 0;
         // Rotate the starting socket so one busy socket cannot starve the other.
         let k = self.rxs.len();
