@@ -1,6 +1,7 @@
 //! Report steering over kernel UDP: `SO_REUSEPORT` per worker vs a dispatcher thread, measured.
 //!
-//! A collector (software RNIC, static peers) and a translator with 1..k workers run on loopback;
+//! A collector (software RNIC: static peers, or RDMA_CM for the shared-port QPN steering case)
+//! and a translator with 1 or 2 workers run on loopback;
 //! `R` reporter sockets (distinct source ports) send the default report mix with `sendmmsg`,
 //! flow-controlled against what the translator has taken. Printed per configuration: reports/s
 //! (wall), CPU seconds of each worker, of the dispatcher and of the software RNIC (from
@@ -37,6 +38,8 @@ struct Outcome {
     dropped: u64,
     handoffs: u64,
     late: u64,
+    roce_invalid: u64,
+    probes: u64,
     per_worker_rx: Vec<u64>,
     reasons: String,
     sender_cpu: f64,
@@ -55,6 +58,7 @@ fn run(
     trace: &Trace,
     workers: usize,
     steering: ReportSteering,
+    roce: RoceSteering,
     reporters: usize,
 ) -> Result<Outcome, String> {
     let dir = std::env::temp_dir().join(format!("dta-steering-{}", std::process::id()));
@@ -66,32 +70,50 @@ fn run(
     // Worker w answers on port + w: leave room above a free port.
     let roce_t = SocketAddrV4::new(tip, free_udp_port(tip)?.min(60000));
     let rnic_before = sys::threads_named_now("dta-rnic");
+    // QPN steering: the workers share one RoCEv2 port and connect over RDMA_CM (the software
+    // RNIC answers the REQ's address); otherwise static peers answer worker w on port + w.
+    let cm = roce == RoceSteering::Qpn;
+    let mut stores = sc.stores();
+    let ports: Vec<u16> = (0..stores.len() as u16).map(|i| 1500 + i).collect();
+    if cm {
+        for (s, &p) in stores.iter_mut().zip(&ports) {
+            s.port = Some(p);
+        }
+    }
     let collector = Collector::start(CollectorConfig {
         collector: DeviceSection {
             roce: roce_c,
             metadata_file: Some(meta_file.clone()),
             ..DeviceSection::default()
         },
-        static_peers: vec![StaticPeer {
-            roce: roce_t,
-            workers: workers as u32,
-            qpn_base: 0x100,
-            mac: "02:00:00:00:00:01".into(),
-        }],
-        stores: sc.stores(),
+        static_peers: if cm {
+            Vec::new()
+        } else {
+            vec![StaticPeer {
+                roce: roce_t,
+                workers: workers as u32,
+                qpn_base: 0x100,
+                mac: "02:00:00:00:00:01".into(),
+            }]
+        },
+        stores,
     })?;
     let rnic = sys::new_threads_named("dta-rnic", &rnic_before);
     let mut cfg = TranslatorConfig::default();
     cfg.translator.workers = workers;
     cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
     cfg.translator.roce = roce_t;
-    cfg.translator.roce_steering = RoceSteering::PortPerWorker;
+    cfg.translator.roce_steering = roce;
     cfg.translator.report_steering = steering;
     cfg.translator.max_redundancy = 8;
     cfg.translator.socket_buffer = 64 << 20;
     cfg.reports.reference_variant = sc.parse_config().reference_variant;
     cfg.postcard.cache_slots = sc.cache_slots;
-    cfg.collectors = vec![CollectorSection::with_metadata("local", meta_file)];
+    cfg.collectors = vec![if cm {
+        CollectorSection::with_cm("local", roce_c, ports)
+    } else {
+        CollectorSection::with_metadata("local", meta_file)
+    }];
     let before: Vec<Vec<u64>> = (0..workers)
         .map(|w| sys::threads_named_now(&format!("dta-worker-{w}")))
         .collect();
@@ -165,6 +187,11 @@ fn run(
         dropped: c.dropped() - c0.dropped(),
         handoffs: c.handoffs_out - c0.handoffs_out,
         late: c.reporter_late - c0.reporter_late,
+        roce_invalid: c.roce_rx_invalid - c0.roce_rx_invalid,
+        probes: snaps
+            .iter()
+            .flat_map(|s| s.qps.iter().map(|q| q.2.probes))
+            .sum(),
         per_worker_rx: snaps.iter().map(|s| s.counters.rx_datagrams).collect(),
         sender_cpu,
         process_cpu,
@@ -195,19 +222,20 @@ fn main() {
             .unwrap_or_default()
             .trim()
     );
-    println!("config                 | M rep/s wall | worker CPU s          | dispatch s | rnic s | sender s | process s | translator ns/rep | sock drops | dropped | handoffs | late | rx per worker");
+    println!("config                       | M rep/s wall | worker CPU s          | dispatch s | rnic s | sender s | process s | translator ns/rep | sock drops | dropped | handoffs | late | roce invalid | probes | rx per worker");
     for round in 0..rounds {
-        for (workers, steering) in [
-            (1, ReportSteering::Reuseport),
-            (2, ReportSteering::Reuseport),
-            (2, ReportSteering::Dispatcher),
+        for (workers, steering, roce) in [
+            (1, ReportSteering::Reuseport, RoceSteering::PortPerWorker),
+            (2, ReportSteering::Reuseport, RoceSteering::PortPerWorker),
+            (2, ReportSteering::Dispatcher, RoceSteering::PortPerWorker),
+            (2, ReportSteering::Reuseport, RoceSteering::Qpn),
         ] {
-            match run(&sc, &trace, workers, steering, reporters) {
+            match run(&sc, &trace, workers, steering, roce, reporters) {
                 Ok(o) => {
                     let tcpu: f64 = o.worker_cpu.iter().sum::<f64>() + o.dispatch_cpu;
                     println!(
-                        "r{round} {workers}w {:<17} | {:>12.3} | {:<21} | {:>10.3} | {:>6.3} | {:>8.3} | {:>9.3} | {:>17.0} | {:>10} | {:>7} | {:>8} | {:>4} | {:?} {}",
-                        format!("{steering:?}"),
+                        "r{round} {workers}w {:<23} | {:>12.3} | {:<21} | {:>10.3} | {:>6.3} | {:>8.3} | {:>9.3} | {:>17.0} | {:>10} | {:>7} | {:>8} | {:>4} | {:>12} | {:>6} | {:?} {}",
+                        format!("{steering:?}/{roce:?}"),
                         o.reports as f64 / o.secs / 1e6,
                         o.worker_cpu
                             .iter()
@@ -223,11 +251,13 @@ fn main() {
                         o.dropped,
                         o.handoffs,
                         o.late,
+                        o.roce_invalid,
+                        o.probes,
                         o.per_worker_rx,
                         o.reasons,
                     );
                 }
-                Err(e) => println!("r{round} {workers}w {steering:?}: {e}"),
+                Err(e) => println!("r{round} {workers}w {steering:?}/{roce:?}: {e}"),
             }
         }
     }
