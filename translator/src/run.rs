@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dta_io::backend::Backend;
-use dta_io::udp::{UdpBackend, UdpOptions, UdpRx, UdpSocket, MAX_BURST};
+use dta_io::udp::{UdpBackend, UdpOptions, UdpRx, UdpSocket, Waker, MAX_BURST};
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::meta::{CollectorMeta, QpMeta, StoreKind, StoreMeta};
 use dta_proto::wire::ethernet::MacAddr;
@@ -225,6 +225,8 @@ pub struct DispatchStats {
 pub struct DispatchRx {
     rx: Receiver<DispatchBurst>,
     back: SyncSender<DispatchBurst>,
+    /// Signalled after each burst queued for this worker (its backend polls it).
+    waker: Arc<Waker>,
     /// The dispatcher's counters (worker 0 publishes them).
     stats: Option<Arc<DispatchStats>>,
 }
@@ -244,6 +246,7 @@ pub fn dispatch_worker(src: SocketAddrV4, workers: usize) -> usize {
 struct Dispatcher {
     rx: UdpRx,
     to: Vec<SyncSender<DispatchBurst>>,
+    wakers: Vec<Arc<Waker>>,
     returned: Receiver<DispatchBurst>,
     spare: Vec<DispatchBurst>,
     filling: Vec<DispatchBurst>,
@@ -253,30 +256,39 @@ struct Dispatcher {
 
 impl Dispatcher {
     /// The dispatcher and one [`DispatchRx`] per worker.
-    fn new(rx: UdpRx, workers: usize, stop: Arc<AtomicBool>) -> (Dispatcher, Vec<DispatchRx>) {
+    fn new(
+        rx: UdpRx,
+        workers: usize,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<(Dispatcher, Vec<DispatchRx>)> {
         let stats = Arc::new(DispatchStats::default());
         let (back, returned) = sync_channel(DISPATCH_QUEUE * workers + workers);
         let mut to = Vec::new();
+        let mut wakers = Vec::new();
         let mut ends = Vec::new();
         for w in 0..workers {
             let (s, r) = sync_channel(DISPATCH_QUEUE);
             to.push(s);
+            let waker = Arc::new(Waker::new()?);
+            wakers.push(waker.clone());
             ends.push(DispatchRx {
                 rx: r,
                 back: back.clone(),
+                waker,
                 stats: (w == 0).then(|| stats.clone()),
             });
         }
         let d = Dispatcher {
             rx,
             to,
+            wakers,
             returned,
             spare: Vec::new(),
             filling: (0..workers).map(|_| DispatchBurst::new()).collect(),
             stats,
             stop,
         };
-        (d, ends)
+        Ok((d, ends))
     }
 
     fn run(mut self) {
@@ -315,6 +327,7 @@ impl Dispatcher {
                 if self.to[w].send(full).is_err() {
                     return;
                 }
+                self.wakers[w].wake();
             }
         }
     }
@@ -393,12 +406,6 @@ impl Worker {
                 Some(d) if d <= n => Duration::ZERO,
                 Some(d) => Duration::from_nanos(d - n).min(Duration::from_millis(10)),
                 None => Duration::from_millis(10),
-            };
-            // The dispatcher cannot wake a worker blocked in poll(2): bound the wait.
-            let wait = if self.dispatched.is_some() {
-                wait.min(Duration::from_millis(1))
-            } else {
-                wait
             };
             let pipeline = &mut self.pipeline;
             let initiators = &mut self.initiators;
@@ -841,7 +848,8 @@ fn bind_report_sockets(
     }
     if dispatch {
         let rx = rxs.pop().expect("one socket");
-        let (d, ends) = Dispatcher::new(rx, t.workers, stop);
+        let (d, ends) = Dispatcher::new(rx, t.workers, stop)
+            .map_err(|e| format!("cannot create the dispatcher's wakers: {e}"))?;
         return Ok((Vec::new(), addr, Some((d, ends))));
     }
     Ok((rxs.into_iter().map(Some).collect(), addr, None))
@@ -942,7 +950,11 @@ impl Translator {
                 rxs.push(r);
             }
             rxs.push(qrx);
-            backends.push(UdpBackend::new(rxs, qtx));
+            let mut b = UdpBackend::new(rxs, qtx);
+            if let Some((_, ends)) = &dispatcher {
+                b = b.with_waker(ends[w].waker.clone());
+            }
+            backends.push(b);
         }
         // RDMA_CM collectors: connect every worker's QPs now.
         let mut initiators: Vec<Vec<StoreInitiator>> = (0..t.workers).map(|_| Vec::new()).collect();

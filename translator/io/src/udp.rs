@@ -606,6 +606,56 @@ pub struct UdpBackend {
     rxs: Vec<UdpRx>,
     tx: UdpTx,
     first: usize,
+    waker: Option<Arc<Waker>>,
+}
+
+/// Wakes a thread blocked in [`UdpBackend`]'s receive wait from another thread (an `eventfd`):
+/// e.g. a dispatcher that has just queued work for a worker. Waking costs one `write(2)`; a
+/// wake-up that finds the thread busy is absorbed by its next wait.
+pub struct Waker {
+    fd: OwnedFd,
+}
+
+impl Waker {
+    /// A new, unsignalled waker.
+    pub fn new() -> io::Result<Waker> {
+        // SAFETY: plain eventfd(2) call; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh, valid descriptor we own.
+        Ok(Waker {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Signals the waker (the waiting thread's poll returns).
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd; a full counter (EAGAIN)
+        // means it is already signalled, which is all we want.
+        unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                size_of::<u64>(),
+            )
+        };
+    }
+
+    /// Resets the signal.
+    fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+        unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                &mut v as *mut u64 as *mut libc::c_void,
+                size_of::<u64>(),
+            )
+        };
+    }
 }
 
 impl UdpBackend {
@@ -615,7 +665,24 @@ impl UdpBackend {
             rxs.len() <= MAX_POLLED,
             "at most {MAX_POLLED} receive sockets"
         );
-        UdpBackend { rxs, tx, first: 0 }
+        UdpBackend {
+            rxs,
+            tx,
+            first: 0,
+            waker: None,
+        }
+    }
+
+    /// Also returns from the receive wait when `waker` is signalled (at most
+    /// [`MAX_POLLED`] - 1 sockets then).
+    pub fn with_waker(mut self, waker: Arc<Waker>) -> UdpBackend {
+        assert!(
+            self.rxs.len() < MAX_POLLED,
+            "at most {} receive sockets with a waker",
+            MAX_POLLED - 1
+        );
+        self.waker = Some(waker);
+        self
     }
 
     /// Local addresses of the receiving sockets.
@@ -642,7 +709,17 @@ impl crate::backend::Backend for UdpBackend {
         for (f, r) in fds.iter_mut().zip(&self.rxs) {
             *f = r.fd.as_raw_fd();
         }
-        let ready = poll_readable(&fds[..self.rxs.len().min(MAX_POLLED)], timeout)?;
+        let mut nfds = self.rxs.len().min(MAX_POLLED);
+        if let Some(w) = &self.waker {
+            fds[nfds] = w.fd.as_raw_fd();
+            nfds += 1;
+        }
+        let ready = poll_readable(&fds[..nfds], timeout)?;
+        if let Some(w) = &self.waker {
+            if ready[nfds - 1] {
+                w.clear();
+            }
+        }
         let mut n = 0;
         // Rotate the starting socket so one busy socket cannot starve the other.
         let k = self.rxs.len();
@@ -722,5 +799,38 @@ mod tests {
         let s = brx.stats();
         assert_eq!(s.datagrams, 100);
         assert!(s.ios < 100, "bursts batch datagrams: {s:?}");
+    }
+
+    #[test]
+    fn a_waker_ends_the_receive_wait() {
+        use crate::backend::Backend;
+        let a = UdpSocket::bind(
+            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+            &UdpOptions::default(),
+        )
+        .unwrap();
+        let (rx, tx) = a.split();
+        let waker = Arc::new(Waker::new().unwrap());
+        let mut b = UdpBackend::new(vec![rx], tx).with_waker(waker.clone());
+        // Unsignalled: the wait runs out.
+        let t = std::time::Instant::now();
+        assert_eq!(
+            b.recv_with(Duration::from_millis(50), &mut |_| {}).unwrap(),
+            0
+        );
+        assert!(t.elapsed() >= Duration::from_millis(40));
+        // Signalled from another thread: the wait ends early, and the signal is consumed.
+        let w = waker.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            w.wake();
+        });
+        let t = std::time::Instant::now();
+        b.recv_with(Duration::from_secs(10), &mut |_| {}).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        h.join().unwrap();
+        let t = std::time::Instant::now();
+        b.recv_with(Duration::from_millis(50), &mut |_| {}).unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(40), "signal consumed");
     }
 }
