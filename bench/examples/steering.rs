@@ -10,7 +10,7 @@
 //! behind their reporter's sequence: 0 means per-reporter order was kept).
 //!
 //! ```sh
-//! cargo run -p dta-bench --example steering -- 400000 32 3
+//! cargo run -p dta-bench --example steering -- 400000 32 3 [ab]
 //! #                                           reports reporters rounds
 //! ```
 
@@ -214,6 +214,8 @@ fn main() {
     let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(400_000);
     let reporters: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(32);
     let rounds: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(3);
+    // `ab`: only the two 2-worker report steerings, alternating which goes first.
+    let ab = args.get(4).is_some_and(|a| a == "ab");
     let sc = Scenario::default();
     let trace = Trace::generate(&mut Generator::new(&sc), n).expect("trace");
     println!(
@@ -224,12 +226,18 @@ fn main() {
     );
     println!("config                       | M rep/s wall | worker CPU s          | dispatch s | rnic s | sender s | process s | translator ns/rep | sock drops | dropped | handoffs | late | roce invalid | probes | rx per worker");
     for round in 0..rounds {
-        for (workers, steering, roce) in [
+        let all = [
             (1, ReportSteering::Reuseport, RoceSteering::PortPerWorker),
             (2, ReportSteering::Reuseport, RoceSteering::PortPerWorker),
             (2, ReportSteering::Dispatcher, RoceSteering::PortPerWorker),
             (2, ReportSteering::Reuseport, RoceSteering::Qpn),
-        ] {
+        ];
+        let configs: Vec<_> = match (ab, round % 2) {
+            (false, _) => all.to_vec(),
+            (true, 0) => vec![all[1], all[2]],
+            (true, _) => vec![all[2], all[1]],
+        };
+        for (workers, steering, roce) in configs {
             match run(&sc, &trace, workers, steering, roce, reporters) {
                 Ok(o) => {
                     let tcpu: f64 = o.worker_cpu.iter().sum::<f64>() + o.dispatch_cpu;

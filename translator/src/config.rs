@@ -85,23 +85,42 @@ pub struct Section {
 
 /// How reports on the report port reach several workers (kernel UDP backend).
 ///
-/// Measured on this machine (translator/README.md): `reuseport` spends no CPU outside the
-/// workers and copies nothing, so it is the default.
+/// Measured on this machine (translator/README.md): with 2 workers the dispatcher used less
+/// translator CPU per report and reached a higher rate, but its one thread spends 600–700 ns
+/// per report, so it can feed only about three workers; `auto` picks it up to
+/// [`AUTO_DISPATCH_MAX_WORKERS`] workers and `reuseport` beyond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReportSteering {
+    /// `dispatcher` for 2..=[`AUTO_DISPATCH_MAX_WORKERS`] workers, `reuseport` for more (one
+    /// worker reads the report socket itself either way).
+    #[default]
+    Auto,
     /// One `SO_REUSEPORT` socket per worker: the kernel hashes each datagram's 4-tuple, so one
     /// reporter (source address and port) always lands on the same worker and its reports stay
     /// in order. Lists and flows owned by another worker are handed over by the workers.
-    #[default]
     Reuseport,
     /// One report socket read by a dispatcher thread, which copies each datagram to the worker
     /// chosen by a hash of its source address (per-reporter order kept) through a bounded
-    /// queue; when a queue is full the dispatcher waits and the kernel buffer absorbs (and
-    /// counts) the overflow. Costs an extra thread and a copy per report, and receives on one
-    /// thread only; its hash differs from the kernel's, which can help when a handful of
-    /// reporters land badly under the kernel's 4-tuple hash.
+    /// queue and wakes the worker (`eventfd`); when a queue is full the dispatcher waits and
+    /// the kernel buffer absorbs (and counts) the overflow. An extra thread and a copy per
+    /// report, and all receiving on one thread.
     Dispatcher,
+}
+
+/// Most workers `report_steering = "auto"` feeds through the dispatcher: its thread spends
+/// 600–700 ns per report here, a worker about 2 µs, so one dispatcher keeps about three busy.
+pub const AUTO_DISPATCH_MAX_WORKERS: usize = 3;
+
+impl ReportSteering {
+    /// Whether a dispatcher thread feeds `workers` workers.
+    pub fn dispatches(self, workers: usize) -> bool {
+        match self {
+            ReportSteering::Dispatcher => workers > 1,
+            ReportSteering::Reuseport => false,
+            ReportSteering::Auto => (2..=AUTO_DISPATCH_MAX_WORKERS).contains(&workers),
+        }
+    }
 }
 
 /// How RoCEv2 answers (ACK/NAK, CM replies, SENDs) reach the worker that owns their QP.
@@ -447,6 +466,30 @@ mod tests {
         assert_eq!(c.reliability.ack_timeout_us, d.reliability.ack_timeout_us);
         assert_eq!(c.postcard.cache_slots, d.postcard.cache_slots);
         assert_eq!(c.collectors[0].ports, vec![1337, 1338]);
+        assert_eq!(c.translator.report_steering, d.translator.report_steering);
+        assert_eq!(c.translator.roce_steering, d.translator.roce_steering);
+    }
+
+    #[test]
+    fn steering_choices() {
+        let c = TranslatorConfig::from_toml(
+            "[translator]\nreport_steering = \"dispatcher\"\nroce_steering = \"port-per-worker\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.translator.report_steering, ReportSteering::Dispatcher);
+        assert_eq!(c.translator.roce_steering, RoceSteering::PortPerWorker);
+        assert!(TranslatorConfig::from_toml("[translator]\nreport_steering = \"x\"\n").is_err());
+        let auto = ReportSteering::Auto;
+        assert!(!auto.dispatches(1) && auto.dispatches(2) && auto.dispatches(3));
+        assert!(!auto.dispatches(4));
+        assert!(!ReportSteering::Dispatcher.dispatches(1));
+        assert!(!ReportSteering::Reuseport.dispatches(2));
+        let roce = |port| SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+        assert!(RoceSteering::Auto.shared_port(roce(4791), 2));
+        assert!(!RoceSteering::Auto.shared_port(roce(4791), 1));
+        assert!(!RoceSteering::Auto.shared_port(roce(5000), 2));
+        assert!(RoceSteering::Qpn.shared_port(roce(0), 2));
+        assert!(!RoceSteering::PortPerWorker.shared_port(roce(4791), 4));
     }
 
     #[test]

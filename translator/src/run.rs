@@ -16,7 +16,7 @@ use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::report::ParseConfig;
 
-use crate::config::{ReportSteering, TranslatorConfig};
+use crate::config::TranslatorConfig;
 use crate::control::cm::{CmEvent, CmInitiator};
 use crate::datapath::pipeline::{
     CollectorTarget, Handoff, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
@@ -832,7 +832,7 @@ fn bind_report_sockets(
     stop: Arc<AtomicBool>,
 ) -> Result<ReportSockets, String> {
     let t = &cfg.translator;
-    let dispatch = t.report_steering == ReportSteering::Dispatcher && t.workers > 1;
+    let dispatch = t.report_steering.dispatches(t.workers);
     let opts = UdpOptions {
         rcvbuf: t.socket_buffer,
         sndbuf: t.socket_buffer,
@@ -1073,8 +1073,12 @@ impl Translator {
         }
         let roce_addr = roce_addrs[0];
         log::info!(
-            "translator: reports on {report_addr} ({:?}), RoCEv2 from {roce_addr} ({}), {} worker(s)",
-            t.report_steering,
+            "translator: reports on {report_addr} ({}), RoCEv2 from {roce_addr} ({}), {} worker(s)",
+            if t.report_steering.dispatches(t.workers) {
+                "a dispatcher thread"
+            } else {
+                "a socket per worker"
+            },
             if shared_roce {
                 "one port, BPF steering by QPN"
             } else {

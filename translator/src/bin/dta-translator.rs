@@ -23,12 +23,13 @@ struct Cli {
     #[arg(long)]
     workers: Option<usize>,
     /// Override `translator.report_steering`: how reports reach several workers over kernel
-    /// UDP. "reuseport" (default): one SO_REUSEPORT socket per worker, the kernel hashes each
-    /// reporter's 4-tuple to one worker. "dispatcher": one socket read by a dispatcher thread
-    /// that copies each report to a worker chosen by a hash of its source address (an extra
-    /// thread and a copy per report, one serial receive path). Measurements:
-    /// translator/README.md.
-    #[arg(long, value_name = "reuseport|dispatcher")]
+    /// UDP. "reuseport": one SO_REUSEPORT socket per worker, the kernel hashes each reporter's
+    /// 4-tuple to one worker. "dispatcher": one socket read by a dispatcher thread that copies
+    /// each report to a worker chosen by a hash of its source address (an extra thread and a
+    /// copy per report; all receiving on one thread). "auto" (default): dispatcher for 2 or 3
+    /// workers (cheaper per report here), reuseport for more (one dispatcher thread feeds about
+    /// three workers). Measurements: translator/README.md.
+    #[arg(long, value_name = "auto|reuseport|dispatcher")]
     report_steering: Option<String>,
     /// Override `translator.roce_steering`: how RoCEv2 answers reach the worker owning their
     /// QP. "qpn": all workers share `roce` (SO_REUSEPORT) and a classic BPF program picks the
@@ -71,7 +72,9 @@ fn main() {
         match serde_json::from_value(serde_json::Value::String(v.clone())) {
             Ok(x) => cfg.translator.report_steering = x,
             Err(_) => {
-                eprintln!("dta-translator: --report-steering must be reuseport or dispatcher");
+                eprintln!(
+                    "dta-translator: --report-steering must be auto, reuseport or dispatcher"
+                );
                 std::process::exit(2);
             }
         }
