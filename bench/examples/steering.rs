@@ -10,7 +10,7 @@
 //! behind their reporter's sequence: 0 means per-reporter order was kept).
 //!
 //! ```sh
-//! cargo run -p dta-bench --example steering -- 400000 32 3 [ab]
+//! cargo run -p dta-bench --example steering -- 400000 32 3 [ab | only:I]
 //! #                                           reports reporters rounds
 //! ```
 
@@ -232,7 +232,13 @@ fn main() {
             (2, ReportSteering::Dispatcher, RoceSteering::PortPerWorker),
             (2, ReportSteering::Reuseport, RoceSteering::Qpn),
         ];
+        // `only:I`: configuration I of the four alone (e.g. for profiling).
+        let only: Option<usize> = args
+            .get(4)
+            .and_then(|a| a.strip_prefix("only:"))
+            .and_then(|i| i.parse().ok());
         let configs: Vec<_> = match (ab, round % 2) {
+            _ if only.is_some() => vec![all[only.unwrap_or(0).min(3)]],
             (false, _) => all.to_vec(),
             (true, 0) => vec![all[1], all[2]],
             (true, _) => vec![all[2], all[1]],

@@ -396,7 +396,7 @@ impl Worker {
         let now = || epoch.elapsed().as_nanos() as u64;
         let per_report = self.pipeline.frames_per_report_max();
         let mut tx = TxBatch::new(256 * per_report + 256, 2048);
-        let mut last_pub = Instant::now();
+        let mut last_pub = 0u64;
         let mut stopping: Option<Instant> = None;
         let mut reconnect_at: Vec<(String, u64, u64)> = Vec::new();
         let report_port = self.report_port;
@@ -458,10 +458,13 @@ impl Worker {
                 log::error!("worker {}: receive failed: {e}", self.index);
                 std::thread::sleep(Duration::from_millis(10));
             }
-            self.take_dispatched(now(), &mut tx);
-            self.pipeline.poll(now(), &mut tx);
-            self.reconnect(now(), &mut tx, &mut reconnect_at);
-            self.exchange_handoffs(now(), &mut tx);
+            // One clock read for the rest of the iteration (reads showed up at ~5% of a
+            // worker's time when each step took its own).
+            let t = now();
+            self.take_dispatched(t, &mut tx);
+            self.pipeline.poll(t, &mut tx);
+            self.reconnect(t, &mut tx, &mut reconnect_at);
+            self.exchange_handoffs(t, &mut tx);
             if !tx.is_empty() {
                 let _ = self.backend.send_batch(&tx);
                 tx.clear();
@@ -482,8 +485,8 @@ impl Worker {
                 let _ = self.backend.send_batch(&tx);
                 tx.clear();
             }
-            if want_stop || last_pub.elapsed() >= Duration::from_millis(20) {
-                last_pub = Instant::now();
+            if want_stop || t.saturating_sub(last_pub) >= 20_000_000 {
+                last_pub = t;
                 self.publish();
             }
             if stopping.is_some_and(|t| t.elapsed() > Duration::from_millis(100)) {
