@@ -65,7 +65,8 @@ pub struct Section {
     pub mac: String,
     /// Worker threads (each with its own QPs and sockets).
     pub workers: usize,
-    /// Pin worker i to core i.
+    /// Pin worker i to core i (and a report dispatcher, if any, to core `workers` when the
+    /// machine has one more).
     pub pin_cores: bool,
     /// Highest Key-Write / Key-Increment redundancy accepted (1..=8).
     pub max_redundancy: u8,

@@ -1041,9 +1041,16 @@ impl Translator {
         let mut dispatch_ends: Vec<Option<DispatchRx>> = Vec::new();
         if let Some((d, ends)) = dispatcher {
             dispatch_ends = ends.into_iter().map(Some).collect();
+            // With pinning, the dispatcher takes the first core after the workers' (if any).
+            let core = cores.get(t.workers).copied();
             let th = std::thread::Builder::new()
                 .name("dta-dispatch".into())
-                .spawn(move || d.run())
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(c);
+                    }
+                    d.run()
+                })
                 .map_err(|e| e.to_string())?;
             threads.push(th);
         }
