@@ -1030,6 +1030,16 @@ impl Translator {
             .into_iter()
             .map(Some)
             .collect();
+        if shared_roce && cfg.collectors.iter().any(|c| c.cm.is_none()) {
+            log::warn!(
+                "translator: the {} workers share RoCEv2 address {} (roce_steering); a collector \
+                 set up from static metadata must answer every worker there (a real RNIC does; \
+                 the software RNIC's static peers answer worker w on port + w: use \
+                 roce_steering = \"port-per-worker\" with them)",
+                t.workers,
+                roce_addrs[0]
+            );
+        }
         let mut pipelines = Vec::new();
         for (w, &roce) in roce_addrs.iter().enumerate() {
             let (pc, targets) = pipeline_for(&cfg, w, roce, &collectors)?;
