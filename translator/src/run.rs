@@ -557,8 +557,16 @@ impl Worker {
                         payload: &b.data[at as usize..(at + len) as usize],
                     };
                 }
-                let done = self.pipeline.handle_reports(now, &burst[..chunk.len()], tx);
-                debug_assert_eq!(done, chunk.len(), "the transmit batch holds a burst");
+                let mut done = 0;
+                while done < chunk.len() {
+                    done += self
+                        .pipeline
+                        .handle_reports(now, &burst[done..chunk.len()], tx);
+                    if done < chunk.len() {
+                        let _ = self.backend.send_batch(tx);
+                        tx.clear();
+                    }
+                }
             }
             let _ = d.back.try_send(b);
         }
