@@ -293,6 +293,7 @@ impl Dispatcher {
 
     fn run(mut self) {
         let workers = self.to.len();
+        let mut published = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             let filling = &mut self.filling;
             let r = self.rx.recv_with(Duration::from_millis(10), |burst| {
@@ -307,11 +308,16 @@ impl Dispatcher {
                 log::error!("dispatcher: receive failed: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let st = self.rx.stats();
-            self.stats
-                .socket_drops
-                .store(st.kernel_drops + st.truncated, Ordering::Relaxed);
-            self.stats.rx_ios.store(st.ios, Ordering::Relaxed);
+            // The kernel's drop count costs a getsockopt: publish it as often as workers
+            // publish their snapshots.
+            if published.elapsed() >= Duration::from_millis(20) {
+                published = Instant::now();
+                let st = self.rx.stats();
+                self.stats
+                    .socket_drops
+                    .store(st.kernel_drops + st.truncated, Ordering::Relaxed);
+                self.stats.rx_ios.store(st.ios, Ordering::Relaxed);
+            }
             while let Ok(mut b) = self.returned.try_recv() {
                 b.clear();
                 self.spare.push(b);
