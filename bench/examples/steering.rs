@@ -109,6 +109,10 @@ fn run(
     cfg.translator.socket_buffer = 64 << 20;
     cfg.reports.reference_variant = sc.parse_config().reference_variant;
     cfg.postcard.cache_slots = sc.cache_slots;
+    // On a loaded shared machine the RNIC thread can miss the default 20 ms ACK timeout for
+    // long enough that QPs are declared broken (drop_qp_broken); this measures steering, not
+    // that, so give ACKs 200 ms.
+    cfg.reliability.ack_timeout_us = 200_000;
     cfg.collectors = vec![if cm {
         CollectorSection::with_cm("local", roce_c, ports)
     } else {
