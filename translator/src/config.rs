@@ -65,7 +65,8 @@ pub struct Section {
     pub mac: String,
     /// Worker threads (each with its own QPs and sockets).
     pub workers: usize,
-    /// Pin worker i to core i.
+    /// Pin worker i to core i (and a report dispatcher, if any, to core `workers` when the
+    /// machine has one more).
     pub pin_cores: bool,
     /// Highest Key-Write / Key-Increment redundancy accepted (1..=8).
     pub max_redundancy: u8,
@@ -77,6 +78,81 @@ pub struct Section {
     pub max_reporters: usize,
     /// Kernel socket buffer size (bytes) for the report and RoCEv2 sockets.
     pub socket_buffer: usize,
+    /// How reports reach the workers over kernel UDP (see [`ReportSteering`]).
+    pub report_steering: ReportSteering,
+    /// How RoCEv2 answers reach the worker owning their QP (see [`RoceSteering`]).
+    pub roce_steering: RoceSteering,
+}
+
+/// How reports on the report port reach several workers (kernel UDP backend).
+///
+/// Measured on this machine (translator/README.md): with 2 workers the dispatcher used less
+/// translator CPU per report and reached a higher rate, but its one thread spends 600–700 ns
+/// per report, so it can feed only about three workers; `auto` picks it up to
+/// [`AUTO_DISPATCH_MAX_WORKERS`] workers and `reuseport` beyond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReportSteering {
+    /// `dispatcher` for 2..=[`AUTO_DISPATCH_MAX_WORKERS`] workers, `reuseport` for more (one
+    /// worker reads the report socket itself either way).
+    #[default]
+    Auto,
+    /// One `SO_REUSEPORT` socket per worker: the kernel hashes each datagram's 4-tuple, so one
+    /// reporter (source address and port) always lands on the same worker and its reports stay
+    /// in order. Lists and flows owned by another worker are handed over by the workers.
+    Reuseport,
+    /// One report socket read by a dispatcher thread, which copies each datagram to the worker
+    /// chosen by a hash of its source address (per-reporter order kept) through a bounded
+    /// queue and wakes the worker (`eventfd`); when a queue is full the dispatcher waits and
+    /// the kernel buffer absorbs (and counts) the overflow. An extra thread and a copy per
+    /// report, and all receiving on one thread.
+    Dispatcher,
+}
+
+/// Most workers `report_steering = "auto"` feeds through the dispatcher: its thread spends
+/// 600–700 ns per report here, a worker about 2 µs, so one dispatcher keeps about three busy.
+pub const AUTO_DISPATCH_MAX_WORKERS: usize = 3;
+
+impl ReportSteering {
+    /// Whether a dispatcher thread feeds `workers` workers.
+    pub fn dispatches(self, workers: usize) -> bool {
+        match self {
+            ReportSteering::Dispatcher => workers > 1,
+            ReportSteering::Reuseport => false,
+            ReportSteering::Auto => (2..=AUTO_DISPATCH_MAX_WORKERS).contains(&workers),
+        }
+    }
+}
+
+/// How RoCEv2 answers (ACK/NAK, CM replies, SENDs) reach the worker that owns their QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoceSteering {
+    /// `qpn` when `roce` uses the RoCEv2 port 4791 and there are several workers (what a real
+    /// RNIC answers to), `port-per-worker` otherwise.
+    #[default]
+    Auto,
+    /// Every worker binds `roce` itself (`SO_REUSEPORT`) and a classic BPF program attached
+    /// to the group delivers each datagram to worker `dest_qp % workers` (CM replies by the
+    /// worker index in the top byte of our communication ID). Our QPNs are allocated with
+    /// `qpn % workers == worker`. Needed with real RNICs, which answer to port 4791 whatever
+    /// port we sent from.
+    Qpn,
+    /// Worker w binds port `roce.port + w` (ephemeral ports when `roce.port` is 0), and
+    /// collectors answer each worker on its own port: the software RNIC's static peers expect
+    /// this.
+    PortPerWorker,
+}
+
+impl RoceSteering {
+    /// Whether the workers share one RoCEv2 port (BPF steering) for this configuration.
+    pub fn shared_port(self, roce: SocketAddrV4, workers: usize) -> bool {
+        match self {
+            RoceSteering::Qpn => workers > 1,
+            RoceSteering::PortPerWorker => false,
+            RoceSteering::Auto => workers > 1 && roce.port() == dta_proto::consts::ROCEV2_PORT,
+        }
+    }
 }
 
 impl Default for Section {
@@ -95,6 +171,8 @@ impl Default for Section {
             metrics: None,
             max_reporters: 4096,
             socket_buffer: 16 << 20,
+            report_steering: ReportSteering::default(),
+            roce_steering: RoceSteering::default(),
         }
     }
 }
@@ -389,6 +467,30 @@ mod tests {
         assert_eq!(c.reliability.ack_timeout_us, d.reliability.ack_timeout_us);
         assert_eq!(c.postcard.cache_slots, d.postcard.cache_slots);
         assert_eq!(c.collectors[0].ports, vec![1337, 1338]);
+        assert_eq!(c.translator.report_steering, d.translator.report_steering);
+        assert_eq!(c.translator.roce_steering, d.translator.roce_steering);
+    }
+
+    #[test]
+    fn steering_choices() {
+        let c = TranslatorConfig::from_toml(
+            "[translator]\nreport_steering = \"dispatcher\"\nroce_steering = \"port-per-worker\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.translator.report_steering, ReportSteering::Dispatcher);
+        assert_eq!(c.translator.roce_steering, RoceSteering::PortPerWorker);
+        assert!(TranslatorConfig::from_toml("[translator]\nreport_steering = \"x\"\n").is_err());
+        let auto = ReportSteering::Auto;
+        assert!(!auto.dispatches(1) && auto.dispatches(2) && auto.dispatches(3));
+        assert!(!auto.dispatches(4));
+        assert!(!ReportSteering::Dispatcher.dispatches(1));
+        assert!(!ReportSteering::Reuseport.dispatches(2));
+        let roce = |port| SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+        assert!(RoceSteering::Auto.shared_port(roce(4791), 2));
+        assert!(!RoceSteering::Auto.shared_port(roce(4791), 1));
+        assert!(!RoceSteering::Auto.shared_port(roce(5000), 2));
+        assert!(RoceSteering::Qpn.shared_port(roce(0), 2));
+        assert!(!RoceSteering::PortPerWorker.shared_port(roce(4791), 4));
     }
 
     #[test]

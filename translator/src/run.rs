@@ -2,15 +2,15 @@
 //! sans-I/O [`Pipeline`].
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dta_io::backend::Backend;
-use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
-use dta_proto::batch::TxBatch;
+use dta_io::udp::{UdpBackend, UdpOptions, UdpRx, UdpSocket, Waker, MAX_BURST};
+use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::meta::{CollectorMeta, QpMeta, StoreKind, StoreMeta};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
@@ -47,13 +47,22 @@ pub struct WorkerSnapshot {
     pub cm: crate::control::cm::CmClientCounters,
 }
 
+/// Our QPN number `slot` on worker `worker` of `workers`: `(0x100 + slot) * workers + worker`,
+/// so `qpn % workers == worker` (the rule `roce_steering = "qpn"` steers answers by; see
+/// `dta_io::reuseport`). QPNs 0..0x100 are never used (QP 1 is the GSI).
+pub fn worker_qpn(slot: u32, worker: usize, workers: usize) -> u32 {
+    let n = workers.max(1) as u32;
+    let slots = 0xFF_FFFF / n - 0x100;
+    (0x100 + slot % slots) * n + worker as u32
+}
+
 /// Connects `ports` through `cm` over `backend`, blocking until all are ready or `timeout`.
-/// Our QPN for port i is `qpn_base + i`; starting PSNs are random.
+/// Our QPN for port i is `qpn_base + i * qpn_stride`; starting PSNs are random.
 pub fn connect_blocking(
     backend: &mut dyn Backend,
     cm: &mut CmInitiator,
     ports: &[u16],
-    qpn_base: u32,
+    (qpn_base, qpn_stride): (u32, u32),
     timeout: Duration,
 ) -> Result<Vec<(u16, StoreMeta, QpBinding)>, String> {
     let epoch = Instant::now();
@@ -62,7 +71,7 @@ pub fn connect_blocking(
     for (i, &port) in ports.iter().enumerate() {
         cm.connect(
             port,
-            Qpn::new(qpn_base + i as u32),
+            Qpn::new(qpn_base + i as u32 * qpn_stride),
             Psn::new(dta_io::random::random_u32()),
             now(),
             &mut tx,
@@ -126,7 +135,7 @@ pub fn connect_blocking(
                     let i = ports.iter().position(|&p| p == port).unwrap_or(0);
                     cm.connect(
                         port,
-                        Qpn::new(qpn_base + i as u32),
+                        Qpn::new(qpn_base + i as u32 * qpn_stride),
                         Psn::new(dta_io::random::random_u32()),
                         now(),
                         &mut tx,
@@ -167,12 +176,167 @@ pub struct Worker {
     pub snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
     /// RDMA_CM initiators (one per CM collector) with the (port, store name) they serve.
     pub initiators: Vec<StoreInitiator>,
-    /// Next QPN to use for a reconnection.
-    pub qpn_next: u32,
+    /// Workers in the translator (QPN allocation: see [`worker_qpn`]).
+    pub workers: usize,
+    /// Next QPN slot to use for a reconnection (see [`worker_qpn`]).
+    pub qpn_slot: u32,
+    /// Reports copied to us by the dispatcher (`report_steering = "dispatcher"`).
+    pub dispatched: Option<DispatchRx>,
     /// Hand-off links to the other workers.
     pub links: HandoffLinks,
     /// Reconnections started.
     pub reconnects: u64,
+}
+
+/// First QPN slot used for reconnections (initial connections use `collector * 0x40 + port`).
+const RECONNECT_SLOTS: u32 = 0x200;
+
+/// Reports the dispatcher copied for one worker: payloads back to back, with their addresses.
+pub struct DispatchBurst {
+    data: Vec<u8>,
+    /// (source, destination, offset in `data`, length).
+    items: Vec<(SocketAddrV4, SocketAddrV4, u32, u32)>,
+}
+
+impl DispatchBurst {
+    fn new() -> DispatchBurst {
+        DispatchBurst {
+            data: Vec::with_capacity(MAX_BURST * 256),
+            items: Vec::with_capacity(MAX_BURST),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.data.clear();
+        self.items.clear();
+    }
+}
+
+/// Counters of the dispatcher thread, published once per burst.
+#[derive(Debug, Default)]
+pub struct DispatchStats {
+    /// Datagrams the kernel dropped on the report socket (receive buffer full).
+    pub socket_drops: AtomicU64,
+    /// `recvmmsg` calls.
+    pub rx_ios: AtomicU64,
+}
+
+/// A worker's end of the dispatcher: bursts in, emptied bursts back.
+pub struct DispatchRx {
+    rx: Receiver<DispatchBurst>,
+    back: SyncSender<DispatchBurst>,
+    /// Signalled after each burst queued for this worker (its backend polls it).
+    waker: Arc<Waker>,
+    /// The dispatcher's counters (worker 0 publishes them).
+    stats: Option<Arc<DispatchStats>>,
+}
+
+/// Bursts in flight per worker between the dispatcher and the worker.
+const DISPATCH_QUEUE: usize = 64;
+
+/// The worker that gets a reporter's datagrams under `report_steering = "dispatcher"`: a hash
+/// of the source address, so one reporter's reports stay on one worker, in order.
+pub fn dispatch_worker(src: SocketAddrV4, workers: usize) -> usize {
+    let x = (u32::from(*src.ip()) as u64) << 16 | src.port() as u64;
+    let h = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 32) as usize * workers) >> 32
+}
+
+/// The dispatcher thread: reads the one report socket and copies each datagram to its worker.
+struct Dispatcher {
+    rx: UdpRx,
+    to: Vec<SyncSender<DispatchBurst>>,
+    wakers: Vec<Arc<Waker>>,
+    returned: Receiver<DispatchBurst>,
+    spare: Vec<DispatchBurst>,
+    filling: Vec<DispatchBurst>,
+    stats: Arc<DispatchStats>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Dispatcher {
+    /// The dispatcher and one [`DispatchRx`] per worker.
+    fn new(
+        rx: UdpRx,
+        workers: usize,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<(Dispatcher, Vec<DispatchRx>)> {
+        let stats = Arc::new(DispatchStats::default());
+        let (back, returned) = sync_channel(DISPATCH_QUEUE * workers + workers);
+        let mut to = Vec::new();
+        let mut wakers = Vec::new();
+        let mut ends = Vec::new();
+        for w in 0..workers {
+            let (s, r) = sync_channel(DISPATCH_QUEUE);
+            to.push(s);
+            let waker = Arc::new(Waker::new()?);
+            wakers.push(waker.clone());
+            ends.push(DispatchRx {
+                rx: r,
+                back: back.clone(),
+                waker,
+                stats: (w == 0).then(|| stats.clone()),
+            });
+        }
+        let d = Dispatcher {
+            rx,
+            to,
+            wakers,
+            returned,
+            spare: Vec::new(),
+            filling: (0..workers).map(|_| DispatchBurst::new()).collect(),
+            stats,
+            stop,
+        };
+        Ok((d, ends))
+    }
+
+    fn run(mut self) {
+        let workers = self.to.len();
+        let mut published = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            let filling = &mut self.filling;
+            let r = self.rx.recv_with(Duration::from_millis(10), |burst| {
+                for d in burst {
+                    let b = &mut filling[dispatch_worker(d.src, workers)];
+                    b.items
+                        .push((d.src, d.dst, b.data.len() as u32, d.payload.len() as u32));
+                    b.data.extend_from_slice(d.payload);
+                }
+            });
+            if let Err(e) = r {
+                log::error!("dispatcher: receive failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // The kernel's drop count costs a getsockopt: publish it as often as workers
+            // publish their snapshots.
+            if published.elapsed() >= Duration::from_millis(20) {
+                published = Instant::now();
+                let st = self.rx.stats();
+                self.stats
+                    .socket_drops
+                    .store(st.kernel_drops + st.truncated, Ordering::Relaxed);
+                self.stats.rx_ios.store(st.ios, Ordering::Relaxed);
+            }
+            while let Ok(mut b) = self.returned.try_recv() {
+                b.clear();
+                self.spare.push(b);
+            }
+            for w in 0..workers {
+                if self.filling[w].items.is_empty() {
+                    continue;
+                }
+                let next = self.spare.pop().unwrap_or_else(DispatchBurst::new);
+                let full = std::mem::replace(&mut self.filling[w], next);
+                // Blocks while the worker is behind: the kernel buffer then absorbs (and
+                // counts) the overflow, as with one socket per worker.
+                if self.to[w].send(full).is_err() {
+                    return;
+                }
+                self.wakers[w].wake();
+            }
+        }
+    }
 }
 
 /// A burst of hand-offs: (sending worker, reports).
@@ -238,7 +402,7 @@ impl Worker {
         let now = || epoch.elapsed().as_nanos() as u64;
         let per_report = self.pipeline.frames_per_report_max();
         let mut tx = TxBatch::new(256 * per_report + 256, 2048);
-        let mut last_pub = Instant::now();
+        let mut last_pub = 0u64;
         let mut stopping: Option<Instant> = None;
         let mut reconnect_at: Vec<(String, u64, u64)> = Vec::new();
         let report_port = self.report_port;
@@ -300,9 +464,13 @@ impl Worker {
                 log::error!("worker {}: receive failed: {e}", self.index);
                 std::thread::sleep(Duration::from_millis(10));
             }
-            self.pipeline.poll(now(), &mut tx);
-            self.reconnect(now(), &mut tx, &mut reconnect_at);
-            self.exchange_handoffs(now(), &mut tx);
+            // One clock read for the rest of the iteration (reads showed up at ~5% of a
+            // worker's time when each step took its own).
+            let t = now();
+            self.take_dispatched(t, &mut tx);
+            self.pipeline.poll(t, &mut tx);
+            self.reconnect(t, &mut tx, &mut reconnect_at);
+            self.exchange_handoffs(t, &mut tx);
             if !tx.is_empty() {
                 let _ = self.backend.send_batch(&tx);
                 tx.clear();
@@ -323,8 +491,8 @@ impl Worker {
                 let _ = self.backend.send_batch(&tx);
                 tx.clear();
             }
-            if want_stop || last_pub.elapsed() >= Duration::from_millis(20) {
-                last_pub = Instant::now();
+            if want_stop || t.saturating_sub(last_pub) >= 20_000_000 {
+                last_pub = t;
                 self.publish();
             }
             if stopping.is_some_and(|t| t.elapsed() > Duration::from_millis(100)) {
@@ -363,13 +531,51 @@ impl Worker {
             }
             e.1 = now + e.2;
             e.2 = (e.2 * 2).min(5_000_000_000);
-            let qpn = Qpn::new(self.qpn_next);
-            self.qpn_next = 0x100 + (self.qpn_next + 1 - 0x100) % 0xFF_FF00;
+            let qpn = Qpn::new(worker_qpn(self.qpn_slot, self.index, self.workers));
+            self.qpn_slot = self.qpn_slot.wrapping_add(1).max(RECONNECT_SLOTS);
             log::warn!("store {name}: QP broken, reconnecting over RDMA_CM (port {port})");
             self.reconnects += 1;
             cm.connect(port, qpn, Psn::new(dta_io::random::random_u32()), now, tx);
         }
         state.retain(|(n, _, _)| self.pipeline.broken_stores().any(|b| b == n));
+    }
+
+    /// Translates the bursts the dispatcher copied to us and gives the buffers back.
+    fn take_dispatched(&mut self, now: u64, tx: &mut TxBatch) {
+        let Some(d) = &self.dispatched else { return };
+        while let Ok(b) = d.rx.try_recv() {
+            if !tx.is_empty() {
+                let _ = self.backend.send_batch(tx);
+                tx.clear();
+            }
+            let mut burst = [Datagram {
+                src: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+                dst: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+                ip: None,
+                payload: &[],
+            }; MAX_BURST];
+            for chunk in b.items.chunks(MAX_BURST) {
+                for (slot, &(src, dst, at, len)) in burst.iter_mut().zip(chunk) {
+                    *slot = Datagram {
+                        src,
+                        dst,
+                        ip: None,
+                        payload: &b.data[at as usize..(at + len) as usize],
+                    };
+                }
+                let mut done = 0;
+                while done < chunk.len() {
+                    done += self
+                        .pipeline
+                        .handle_reports(now, &burst[done..chunk.len()], tx);
+                    if done < chunk.len() {
+                        let _ = self.backend.send_batch(tx);
+                        tx.clear();
+                    }
+                }
+            }
+            let _ = d.back.try_send(b);
+        }
     }
 
     /// Sends reports this worker does not own to their owners and processes what others sent.
@@ -434,6 +640,10 @@ impl Worker {
         let b = self.backend.stats();
         s.socket_drops = b.rx_dropped;
         s.rx_ios = b.rx_ios;
+        if let Some(st) = self.dispatched.as_ref().and_then(|d| d.stats.as_ref()) {
+            s.socket_drops += st.socket_drops.load(Ordering::Relaxed);
+            s.rx_ios += st.rx_ios.load(Ordering::Relaxed);
+        }
         s.tx_ios = b.tx_ios;
         s.tx_errors = b.tx_errors;
         s.reconnects = self.reconnects;
@@ -625,12 +835,105 @@ pub fn pipeline_for(
     Ok((pc, targets))
 }
 
+/// What [`bind_report_sockets`] returns: one report socket per worker (reuseport) or none, the
+/// report address, and the dispatcher with its worker ends (dispatcher).
+type ReportSockets = (
+    Vec<Option<UdpRx>>,
+    SocketAddrV4,
+    Option<(Dispatcher, Vec<DispatchRx>)>,
+);
+
+/// Binds the report socket(s) as `translator.report_steering` says.
+fn bind_report_sockets(
+    cfg: &TranslatorConfig,
+    stop: Arc<AtomicBool>,
+) -> Result<ReportSockets, String> {
+    let t = &cfg.translator;
+    let dispatch = t.report_steering.dispatches(t.workers);
+    let opts = UdpOptions {
+        rcvbuf: t.socket_buffer,
+        sndbuf: t.socket_buffer,
+        reuse_port: t.workers > 1 && !dispatch,
+    };
+    let mut addr = t.listen;
+    let mut rxs = Vec::new();
+    for _ in 0..if dispatch { 1 } else { t.workers } {
+        let rs = UdpSocket::bind(addr, &opts)
+            .map_err(|e| format!("cannot bind the report socket {addr}: {e}"))?;
+        addr = rs.local_addr();
+        rxs.push(rs.split().0);
+    }
+    if dispatch {
+        let rx = rxs.pop().expect("one socket");
+        let (d, ends) = Dispatcher::new(rx, t.workers, stop)
+            .map_err(|e| format!("cannot create the dispatcher's wakers: {e}"))?;
+        return Ok((Vec::new(), addr, Some((d, ends))));
+    }
+    Ok((rxs.into_iter().map(Some).collect(), addr, None))
+}
+
+/// Binds one RoCEv2 socket per worker as `translator.roce_steering` says; returns them and
+/// whether they share one port (BPF steering by QPN attached).
+fn bind_roce_sockets(cfg: &TranslatorConfig) -> Result<(Vec<UdpSocket>, bool), String> {
+    let t = &cfg.translator;
+    let shared = t.roce_steering.shared_port(t.roce, t.workers);
+    let opts = UdpOptions {
+        rcvbuf: t.socket_buffer,
+        sndbuf: t.socket_buffer,
+        reuse_port: shared,
+    };
+    let mut socks: Vec<UdpSocket> = Vec::new();
+    for w in 0..t.workers {
+        let want = match (shared, socks.first()) {
+            // Every member binds the first one's address (its port, if 0 was asked for), in
+            // worker order: the group's socket index is the worker index.
+            (true, Some(first)) => first.local_addr(),
+            (true, None) => t.roce,
+            (false, _) if t.roce.port() == 0 => t.roce,
+            (false, _) => SocketAddrV4::new(*t.roce.ip(), t.roce.port() + w as u16),
+        };
+        let s = UdpSocket::bind(want, &opts)
+            .map_err(|e| format!("cannot bind the RoCEv2 socket {want}: {e}"))?;
+        socks.push(s);
+    }
+    if shared {
+        dta_io::reuseport::attach_qpn_steering(&socks[0], t.workers).map_err(|e| {
+            format!(
+                "cannot attach the QPN-steering BPF program to the RoCEv2 port {}: {e} \
+                 (set translator.roce_steering = \"port-per-worker\")",
+                socks[0].local_addr()
+            )
+        })?;
+    }
+    Ok((socks, shared))
+}
+
+/// Under QPN steering every QP of worker `w` must satisfy `qpn % workers == w`.
+fn check_qpn_steering(targets: &[CollectorTarget], w: usize, workers: usize) -> Result<(), String> {
+    for t in targets {
+        for (s, b) in &t.stores {
+            let q = b.local_qpn.value();
+            if dta_io::reuseport::worker_of_qpn(q, workers) != w {
+                return Err(format!(
+                    "store {:?}: worker {w} was given QPN {q:#x}, but roce_steering = \"qpn\" \
+                     steers it to worker {}: give the collector's static peer a qpn_base that \
+                     is a multiple of {workers}, or use roce_steering = \"port-per-worker\"",
+                    s.name,
+                    dta_io::reuseport::worker_of_qpn(q, workers)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Translator {
     /// Binds the sockets, connects to every collector (RDMA_CM, or the static metadata), builds
     /// one pipeline per worker and starts the workers.
     ///
-    /// Worker `w` uses RoCEv2 UDP port `translator.roce` port + `w` (or its own ephemeral port
-    /// when the configured port is 0), so each worker's QPs have their own peer address.
+    /// Reports reach the workers as `translator.report_steering` says; RoCEv2 answers reach
+    /// the worker owning their QP as `translator.roce_steering` says (one shared port with BPF
+    /// steering, or port `roce.port + w` for worker `w`).
     pub fn start(cfg: TranslatorConfig) -> Result<Translator, String> {
         cfg.validate()?;
         let mut collectors = load_collectors(&cfg)?;
@@ -641,45 +944,34 @@ impl Translator {
                 .map(|_| Mutex::new(WorkerSnapshot::default()))
                 .collect(),
         );
-        let mut report_addr = t.listen;
-        let mut roce_addrs = Vec::new();
-        let mut backends = Vec::new();
         let local_mac: MacAddr = t
             .mac
             .parse()
             .map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?;
-        for w in 0..t.workers {
-            let ropts = UdpOptions {
-                rcvbuf: t.socket_buffer,
-                sndbuf: t.socket_buffer,
-                reuse_port: t.workers > 1,
-            };
-            let rs = UdpSocket::bind(report_addr, &ropts)
-                .map_err(|e| format!("cannot bind the report socket {report_addr}: {e}"))?;
-            report_addr = rs.local_addr();
-            let port = if t.roce.port() == 0 {
-                0
-            } else {
-                t.roce.port() + w as u16
-            };
-            let want = SocketAddrV4::new(*t.roce.ip(), port);
-            let qopts = UdpOptions {
-                rcvbuf: t.socket_buffer,
-                sndbuf: t.socket_buffer,
-                reuse_port: false,
-            };
-            let qs = UdpSocket::bind(want, &qopts)
-                .map_err(|e| format!("cannot bind the RoCEv2 socket {want}: {e}"))?;
-            let roce_addr = qs.local_addr();
-            if report_addr.port() == roce_addr.port() && report_addr.ip() == roce_addr.ip() {
-                return Err(
-                    "translator.listen and translator.roce must not be the same address".into(),
-                );
-            }
-            roce_addrs.push(roce_addr);
-            let (rrx, _rtx) = rs.split();
+        let (mut report_rxs, report_addr, dispatcher) = bind_report_sockets(&cfg, stop.clone())?;
+        let (roce_socks, shared_roce) = bind_roce_sockets(&cfg)?;
+        let roce_addrs: Vec<SocketAddrV4> = roce_socks.iter().map(|s| s.local_addr()).collect();
+        if roce_addrs
+            .iter()
+            .any(|a| a.port() == report_addr.port() && a.ip() == report_addr.ip())
+        {
+            return Err(
+                "translator.listen and translator.roce must not be the same address".into(),
+            );
+        }
+        let mut backends = Vec::new();
+        for (w, qs) in roce_socks.into_iter().enumerate() {
             let (qrx, qtx) = qs.split();
-            backends.push(UdpBackend::new(vec![rrx, qrx], qtx));
+            let mut rxs = Vec::new();
+            if let Some(r) = report_rxs.get_mut(w).and_then(Option::take) {
+                rxs.push(r);
+            }
+            rxs.push(qrx);
+            let mut b = UdpBackend::new(rxs, qtx);
+            if let Some((_, ends)) = &dispatcher {
+                b = b.with_waker(ends[w].waker.clone());
+            }
+            backends.push(b);
         }
         // RDMA_CM collectors: connect every worker's QPs now.
         let mut initiators: Vec<Vec<StoreInitiator>> = (0..t.workers).map(|_| Vec::new()).collect();
@@ -693,14 +985,16 @@ impl Translator {
             };
             let mut metas: Vec<StoreMeta> = Vec::new();
             for (w, backend) in backends.iter_mut().enumerate() {
-                let seed = dta_io::random::random_u32() ^ (w as u32) << 24;
+                // The worker index in the top byte of our communication IDs lets the BPF
+                // program steer CM replies (see dta_io::reuseport); 2^22 connections fit below.
+                let seed = (dta_io::random::random_u32() & 0x003F_FFFF) | (w as u32) << 24;
                 let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, false, seed);
-                let qpn_base = 0x100 + (w as u32) * 0x400 + (ci as u32) * 0x40;
+                let n = t.workers as u32;
                 let got = connect_blocking(
                     backend,
                     &mut cm,
                     &c.ports,
-                    qpn_base,
+                    (worker_qpn(ci as u32 * 0x40, w, t.workers), n),
                     Duration::from_secs(c.connect_timeout_secs),
                 )
                 .map_err(|e| format!("collector {:?} ({addr}), worker {w}: {e}", c.name))?;
@@ -750,9 +1044,41 @@ impl Translator {
             .into_iter()
             .map(Some)
             .collect();
-        for (w, backend) in backends.into_iter().enumerate() {
-            let (pc, targets) = pipeline_for(&cfg, w, roce_addrs[w], &collectors)?;
-            let pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
+        if shared_roce && cfg.collectors.iter().any(|c| c.cm.is_none()) {
+            log::warn!(
+                "translator: the {} workers share RoCEv2 address {} (roce_steering); a collector \
+                 set up from static metadata must answer every worker there (a real RNIC does; \
+                 the software RNIC's static peers answer worker w on port + w: use \
+                 roce_steering = \"port-per-worker\" with them)",
+                t.workers,
+                roce_addrs[0]
+            );
+        }
+        let mut pipelines = Vec::new();
+        for (w, &roce) in roce_addrs.iter().enumerate() {
+            let (pc, targets) = pipeline_for(&cfg, w, roce, &collectors)?;
+            if shared_roce {
+                check_qpn_steering(&targets, w, t.workers)?;
+            }
+            pipelines.push(Pipeline::new(pc, &targets).map_err(|e| e.to_string())?);
+        }
+        let mut dispatch_ends: Vec<Option<DispatchRx>> = Vec::new();
+        if let Some((d, ends)) = dispatcher {
+            dispatch_ends = ends.into_iter().map(Some).collect();
+            // With pinning, the dispatcher takes the first core after the workers' (if any).
+            let core = cores.get(t.workers).copied();
+            let th = std::thread::Builder::new()
+                .name("dta-dispatch".into())
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(c);
+                    }
+                    d.run()
+                })
+                .map_err(|e| e.to_string())?;
+            threads.push(th);
+        }
+        for (w, (backend, pipeline)) in backends.into_iter().zip(pipelines).enumerate() {
             let worker = Worker {
                 index: w,
                 pipeline,
@@ -761,7 +1087,9 @@ impl Translator {
                 stop: stop.clone(),
                 snapshots: snapshots.clone(),
                 initiators: std::mem::take(&mut initiators[w]),
-                qpn_next: 0x100 + (w as u32) * 0x400 + 0x200,
+                workers: t.workers,
+                qpn_slot: RECONNECT_SLOTS,
+                dispatched: dispatch_ends.get_mut(w).and_then(Option::take),
                 links: links[w].take().expect("one link set per worker"),
                 reconnects: 0,
             };
@@ -779,7 +1107,17 @@ impl Translator {
         }
         let roce_addr = roce_addrs[0];
         log::info!(
-            "translator: reports on {report_addr}, RoCEv2 from {roce_addr}, {} worker(s)",
+            "translator: reports on {report_addr} ({}), RoCEv2 from {roce_addr} ({}), {} worker(s)",
+            if t.report_steering.dispatches(t.workers) {
+                "a dispatcher thread"
+            } else {
+                "a socket per worker"
+            },
+            if shared_roce {
+                "one port, BPF steering by QPN"
+            } else {
+                "a port per worker"
+            },
             t.workers
         );
         let metrics = match t.metrics {
@@ -909,7 +1247,7 @@ pub fn control_only(cfg: &TranslatorConfig) -> Result<serde_json::Value, String>
             &mut backend,
             &mut cm,
             &c.ports,
-            0x100 + ci as u32 * 0x40,
+            (0x100 + ci as u32 * 0x40, 1),
             Duration::from_secs(c.connect_timeout_secs),
         )
         .map_err(|e| format!("collector {:?} ({addr}): {e}", c.name))?;
@@ -927,4 +1265,36 @@ pub fn control_only(cfg: &TranslatorConfig) -> Result<serde_json::Value, String>
         }
     }
     Ok(serde_json::Value::Array(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qpns_encode_their_worker_and_stay_in_range() {
+        for workers in 1..=64 {
+            for w in 0..workers {
+                for slot in [0, 1, 0x40, RECONNECT_SLOTS, 0xFFFF, u32::MAX] {
+                    let q = worker_qpn(slot, w, workers);
+                    assert_eq!(dta_io::reuseport::worker_of_qpn(q, workers), w);
+                    assert!((0x100..=0xFF_FFFF).contains(&q), "{q:#x}");
+                }
+            }
+        }
+        // One worker keeps the QPNs it always had.
+        assert_eq!(worker_qpn(0x41, 0, 1), 0x141);
+    }
+
+    #[test]
+    fn dispatch_keeps_a_reporter_on_one_worker_and_spreads_reporters() {
+        let mut per = [0usize; 4];
+        for port in 0..4000u16 {
+            let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, (port >> 8) as u8, 1), port);
+            let w = dispatch_worker(src, 4);
+            assert_eq!(w, dispatch_worker(src, 4));
+            per[w] += 1;
+        }
+        assert!(per.iter().all(|&n| n > 800), "{per:?}");
+    }
 }

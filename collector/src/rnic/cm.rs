@@ -19,8 +19,12 @@
 //! measured against rxe (`tests/tests/translator_rxe_cm.rs`): the initiator's writes are
 //! expected at the REP's starting PSN, and the responder's own SENDs start at the REQ's. (IB CM
 //! reads the other way round; the translator's initiator probes which PSN a responder expects,
-//! so it works with either.) A new REQ from the same peer address for the same service
-//! replaces (and destroys) the old QP, which is what a restarted translator does.
+//! so it works with either.) A new REQ from the same peer address, for the same service and
+//! from the same peer QPN, replaces (and destroys) the old QP, which is what a restarted
+//! translator does. Other QPNs from the same address are kept: the workers of one translator
+//! may share its RoCEv2 port (answers steered to them by QPN). QPs a reconnecting peer
+//! abandoned are bounded: at most [`MAX_CONNS_PER_PEER`] per peer address and service, the
+//! oldest destroyed first.
 
 use std::net::SocketAddrV4;
 
@@ -88,8 +92,12 @@ enum State {
     Established,
 }
 
+/// Live connections kept per (peer address, service); see the module documentation.
+pub const MAX_CONNS_PER_PEER: usize = 64;
+
 #[derive(Debug, Clone)]
 struct Conn {
+    peer_qpn: u32,
     local_comm_id: u32,
     remote_comm_id: u32,
     peer: SocketAddrV4,
@@ -247,15 +255,22 @@ impl CmResponder {
                     }
                     return;
                 }
-                // A restarted translator reconnects from the same address: drop its old QP.
-                let mut k = 0;
-                while k < self.conns.len() {
-                    if self.conns[k].peer == peer && self.conns[k].service == si {
-                        let old = self.conns.remove(k);
+                // A restarted translator reconnects from the same address with the same QPN:
+                // drop its old QP (and the oldest beyond the per-peer bound).
+                let same_peer = |c: &Conn| c.peer == peer && c.service == si;
+                let mut kept = 0;
+                for i in (0..self.conns.len()).rev() {
+                    let c = &self.conns[i];
+                    if !same_peer(c) {
+                        continue;
+                    }
+                    // Newest first: beyond the bound, the older ones go.
+                    if c.peer_qpn == req.local_qpn || kept + 1 >= MAX_CONNS_PER_PEER {
+                        let old = self.conns.remove(i);
                         rnic.destroy_qp(old.qpn);
                         self.counters.cm_replaced += 1;
                     } else {
-                        k += 1;
+                        kept += 1;
                     }
                 }
                 // PSNs as Linux's passive rdma_cm sets them (measured against rxe): the
@@ -306,6 +321,7 @@ impl CmResponder {
                     rq_psn.value()
                 );
                 self.conns.push(Conn {
+                    peer_qpn: req.local_qpn,
                     local_comm_id,
                     remote_comm_id: req.local_comm_id,
                     peer,

@@ -7,6 +7,8 @@
 //!
 //! Backends:
 //! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` (the default; no privileges).
+//! - [`reuseport`]: one UDP port shared by the workers, RoCEv2 answers steered to the worker
+//!   owning their QP by a classic BPF program.
 //! - [`pcap`]: replay of a capture held in memory (looping, paced) and capture of transmitted
 //!   frames to a pcap file (no privileges).
 //! - `af_xdp` (feature `af_xdp`): an AF_XDP socket on one interface queue, with its own XDP
@@ -26,6 +28,7 @@ pub mod dpdk;
 pub mod frame;
 pub mod pcap;
 pub mod random;
+pub mod reuseport;
 pub mod signal;
 pub mod udp;
 pub mod xdp_prog;

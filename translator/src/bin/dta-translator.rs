@@ -22,6 +22,23 @@ struct Cli {
     /// Override `translator.workers`.
     #[arg(long)]
     workers: Option<usize>,
+    /// Override `translator.report_steering`: how reports reach several workers over kernel
+    /// UDP. "reuseport": one SO_REUSEPORT socket per worker, the kernel hashes each reporter's
+    /// 4-tuple to one worker. "dispatcher": one socket read by a dispatcher thread that copies
+    /// each report to a worker chosen by a hash of its source address (an extra thread and a
+    /// copy per report; all receiving on one thread). "auto" (default): dispatcher for 2 or 3
+    /// workers (cheaper per report here), reuseport for more (one dispatcher thread feeds about
+    /// three workers). Measurements: translator/README.md.
+    #[arg(long, value_name = "auto|reuseport|dispatcher")]
+    report_steering: Option<String>,
+    /// Override `translator.roce_steering`: how RoCEv2 answers reach the worker owning their
+    /// QP. "qpn": all workers share `roce` (SO_REUSEPORT) and a classic BPF program picks the
+    /// worker from the BTH destination QP (QPNs are allocated with qpn % workers == worker);
+    /// needed with real RNICs, which answer to UDP 4791. "port-per-worker": worker w uses
+    /// port roce.port + w (software-RNIC static peers). "auto" (default): "qpn" when roce
+    /// uses port 4791 and workers > 1.
+    #[arg(long, value_name = "auto|qpn|port-per-worker")]
+    roce_steering: Option<String>,
     /// Print the effective configuration and exit.
     #[arg(long)]
     print_config: bool,
@@ -50,6 +67,26 @@ fn main() {
     };
     if let Some(w) = cli.workers {
         cfg.translator.workers = w;
+    }
+    if let Some(v) = &cli.report_steering {
+        match serde_json::from_value(serde_json::Value::String(v.clone())) {
+            Ok(x) => cfg.translator.report_steering = x,
+            Err(_) => {
+                eprintln!(
+                    "dta-translator: --report-steering must be auto, reuseport or dispatcher"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    if let Some(v) = &cli.roce_steering {
+        match serde_json::from_value(serde_json::Value::String(v.clone())) {
+            Ok(x) => cfg.translator.roce_steering = x,
+            Err(_) => {
+                eprintln!("dta-translator: --roce-steering must be auto, qpn or port-per-worker");
+                std::process::exit(2);
+            }
+        }
     }
     if cli.print_config {
         println!(

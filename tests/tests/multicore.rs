@@ -1,0 +1,203 @@
+//! Two workers over kernel UDP on loopback, for each way of sharing sockets between them:
+//! reports by `SO_REUSEPORT` or by the dispatcher; RoCEv2 answers on a port per worker or on one
+//! shared port steered by QPN with the BPF program. In every combination the workers connect
+//! over RDMA_CM, every report is translated exactly once, Append lists (handed between workers)
+//! land in order per reporter, and every ACK reaches the worker that owns its QP.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKindConfig};
+use dta_collector::query::append::{ListReader, Start};
+use dta_collector::Collector;
+use dta_proto::layout::{AppendFormat, AppendLayout};
+use dta_proto::meta::StoreKind;
+use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::Value;
+use dta_translator::config::{CollectorSection, ReportSteering, RoceSteering, TranslatorConfig};
+use dta_translator::datapath::stats::TranslatorCounters;
+use dta_translator::Translator;
+
+fn free_port(ip: Ipv4Addr) -> u16 {
+    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn hdr() -> ReportHeader {
+    ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(0),
+        priority: Priority::Medium,
+    }
+}
+
+fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Addr) {
+    let lo = Ipv4Addr::LOCALHOST;
+    let c_addr = SocketAddrV4::new(lo, free_port(lo));
+    let col = Collector::start(CollectorConfig {
+        collector: DeviceSection {
+            roce: c_addr,
+            hugepages: false,
+            ..DeviceSection::default()
+        },
+        static_peers: vec![],
+        stores: vec![StoreConfig {
+            name: "ap".into(),
+            port: Some(1400),
+            kind: StoreKindConfig::Append {
+                lists: 4,
+                first_list: 0,
+                capacity: 4096,
+                entry_size: 8,
+                batch: 4,
+                format: AppendFormat::Sequenced,
+            },
+        }],
+    })
+    .unwrap();
+    let mut cfg = TranslatorConfig::default();
+    cfg.translator.workers = 2;
+    cfg.translator.listen = SocketAddrV4::new(lo, 0);
+    // Port 0: with QPN steering both workers share the first one's ephemeral port.
+    cfg.translator.roce = SocketAddrV4::new(translator_ip, 0);
+    cfg.translator.report_steering = report;
+    cfg.translator.roce_steering = roce;
+    cfg.append.flush_delay_us = 2000;
+    // An ACK for every 4th frame: many answers, each of which must reach its QP's owner.
+    cfg.reliability.ack_every = 4;
+    cfg.collectors = vec![CollectorSection::with_cm("c", c_addr, vec![1400])];
+    let t = Translator::start(cfg).expect("two workers connect over RDMA_CM");
+    let reporters: Vec<std::net::UdpSocket> = (0..8)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let per = 200u64;
+    let mut buf = [0u8; 64];
+    for k in 0..per {
+        for (r, s) in reporters.iter().enumerate() {
+            for list in 0..4u32 {
+                let v = ((r as u64) << 32) | k;
+                let rep = Report {
+                    header: hdr(),
+                    primitive: Primitive::Append {
+                        list,
+                        value: Value::new(&v.to_le_bytes()).unwrap(),
+                    },
+                };
+                let n = rep.emit(Profile::Extended, &mut buf).unwrap();
+                s.send_to(&buf[..n], t.report_addr).unwrap();
+            }
+        }
+        if k % 20 == 19 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // On the shared port: frames too short for a BTH go to worker 0, and a BTH-sized frame to
+    // an odd (worker 1) QPN nobody owns goes to worker 1; each counts it as invalid and drops it.
+    let shared = roce == RoceSteering::Qpn;
+    if shared {
+        let junk = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for len in 1..12 {
+            junk.send_to(&[0xAAu8; 11][..len], t.roce_addr).unwrap();
+        }
+        let mut bth = [0u8; 12];
+        bth[0] = 0x11;
+        bth[5..8].copy_from_slice(&[0, 0x03, 0xFF]);
+        junk.send_to(&bth, t.roce_addr).unwrap();
+    }
+    let total = per * 8 * 4;
+    assert!(
+        t.wait_for(Duration::from_secs(10), |c| c.rx_datagrams >= total),
+        "{:?}",
+        t.counters()
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let snaps = t.shutdown();
+    let mut c = TranslatorCounters::default();
+    for s in &snaps {
+        c.merge(&s.counters);
+    }
+    let what = format!("{report:?}/{roce:?}");
+    assert_eq!(c.rx_datagrams, total, "{what}");
+    assert_eq!(c.translated + c.dropped(), total, "{what}: {c:?}");
+    assert_eq!(c.dropped(), 0, "{what}: {c:?}");
+    assert!(
+        snaps.iter().all(|s| s.counters.rx_datagrams > 0),
+        "{what}: both workers received reports"
+    );
+    assert!(
+        c.handoffs_out > 0,
+        "{what}: lists owned by the other worker"
+    );
+    // Every answer reached the worker owning its QP: none was unknown to the receiver, and
+    // every worker's QP saw ACKs and never had to probe.
+    let invalid: Vec<u64> = snaps.iter().map(|s| s.counters.roce_rx_invalid).collect();
+    let expect = if shared { vec![11, 1] } else { vec![0, 0] };
+    assert_eq!(invalid, expect, "{what}: {c:?}");
+    for (w, s) in snaps.iter().enumerate() {
+        assert!(!s.qps.is_empty());
+        for (name, qpn, st) in &s.qps {
+            assert!(st.acks > 0, "{what}: worker {w} store {name}: {st:?}");
+            assert_eq!(st.probes, 0, "{what}: worker {w} store {name}: {st:?}");
+            assert_eq!(
+                *qpn as usize % 2,
+                w,
+                "{what}: QPN {qpn:#x} encodes worker {w}"
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let s = col.store("ap").unwrap();
+    let StoreKind::Append { list_stride, .. } = s.meta.kind else {
+        panic!()
+    };
+    let layout = AppendLayout::new(AppendFormat::Sequenced, 4096, 8, 4).unwrap();
+    for list in 0..4u64 {
+        let mut r = ListReader::new(&s.region, layout, list * list_stride, Start::Seq(1));
+        let mut next = [0u64; 8];
+        r.poll(&s.region, usize::MAX, |_, e| {
+            let v = u64::from_le_bytes(e.try_into().unwrap());
+            let (rep, k) = ((v >> 32) as usize, v & 0xffff_ffff);
+            assert_eq!(
+                k, next[rep],
+                "{what}: list {list}, reporter {rep}: in order"
+            );
+            next[rep] += 1;
+        });
+        assert!(
+            next.iter().all(|&n| n == per),
+            "{what}: list {list}: {next:?}"
+        );
+    }
+}
+
+#[test]
+fn reuseport_reports_and_qpn_steered_answers_on_one_port() {
+    two_workers(
+        ReportSteering::Reuseport,
+        RoceSteering::Qpn,
+        Ipv4Addr::new(127, 0, 0, 6),
+    );
+}
+
+#[test]
+fn dispatcher_reports_and_qpn_steered_answers_on_one_port() {
+    two_workers(
+        ReportSteering::Dispatcher,
+        RoceSteering::Qpn,
+        Ipv4Addr::new(127, 0, 0, 7),
+    );
+}
+
+#[test]
+fn dispatcher_reports_and_a_roce_port_per_worker() {
+    two_workers(
+        ReportSteering::Dispatcher,
+        RoceSteering::PortPerWorker,
+        Ipv4Addr::new(127, 0, 0, 8),
+    );
+}
