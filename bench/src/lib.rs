@@ -13,6 +13,7 @@ pub mod demo;
 pub mod figures;
 pub mod gen;
 pub mod p4gen;
+pub mod pcapcheck;
 pub mod replay;
 pub mod sender;
 pub mod svg;

@@ -58,6 +58,20 @@ enum Cmd {
         #[arg(long, default_value_t = 2023)]
         seed: u64,
     },
+    /// Check a capture (e.g. `translator.capture`): parse every RoCEv2 frame (UDP 4791) with
+    /// the project's parser and verify its ICRC. Prints the counts (ok / bad ICRC / malformed
+    /// / not RoCE); exits 1 if any RoCEv2 frame is bad, 2 if the file cannot be read.
+    PcapCheck {
+        /// The pcap file (Ethernet link type).
+        file: PathBuf,
+        /// UDP destination ports carrying RoCEv2 (repeat or comma-separate; a software RNIC
+        /// may listen on another port than 4791).
+        #[arg(long, value_delimiter = ',', default_value = "4791")]
+        roce_port: Vec<u16>,
+        /// Print the counts as JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the P4 include file of constants generated from `dta_proto`
     /// (`p4/include/dta_constants.p4`).
     P4Constants,
@@ -461,6 +475,29 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match Cli::parse().cmd {
         Cmd::P4Constants => print!("{}", dta_bench::p4gen::render()),
+        Cmd::PcapCheck {
+            file,
+            roce_port,
+            json,
+        } => match dta_bench::pcapcheck::check_file(&file, &roce_port) {
+            Ok(c) => {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&c).expect("JSON serialises")
+                    );
+                } else {
+                    print!("{}: {}", file.display(), c.summary());
+                }
+                if !c.passed() {
+                    std::process::exit(1);
+                }
+            }
+            Err(e) => {
+                eprintln!("dta pcap-check: {e}");
+                std::process::exit(2);
+            }
+        },
         Cmd::Corpus { out } => match dta_bench::corpus::write_corpus(&out) {
             Ok(n) => println!("wrote {n} cases to {}", out.display()),
             Err(e) => {

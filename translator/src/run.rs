@@ -643,12 +643,22 @@ impl Translator {
         );
         let mut report_addr = t.listen;
         let mut roce_addrs = Vec::new();
-        let mut backends = Vec::new();
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
         let local_mac: MacAddr = t
             .mac
             .parse()
             .map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?;
+        let raw = match t.backend {
+            crate::config::BackendKind::Udp => None,
+            _ => Some(crate::backends::RawBackends::prepare(&cfg)?),
+        };
         for w in 0..t.workers {
+            if let Some(raw) = &raw {
+                let (b, roce_addr) = raw.open(&cfg, w)?;
+                roce_addrs.push(roce_addr);
+                backends.push(b);
+                continue;
+            }
             let ropts = UdpOptions {
                 rcvbuf: t.socket_buffer,
                 sndbuf: t.socket_buffer,
@@ -679,8 +689,19 @@ impl Translator {
             roce_addrs.push(roce_addr);
             let (rrx, _rtx) = rs.split();
             let (qrx, qtx) = qs.split();
-            backends.push(UdpBackend::new(vec![rrx, qrx], qtx));
+            backends.push(Box::new(UdpBackend::new(vec![rrx, qrx], qtx)));
         }
+        if let Some(base) = &t.capture {
+            backends = backends
+                .into_iter()
+                .enumerate()
+                .map(|(w, b)| {
+                    let path = crate::backends::capture_path(base, w, t.workers);
+                    crate::backends::with_capture(b, &path, local_mac, roce_addrs[w])
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        let l2_frames = backends.first().is_some_and(|b| b.l2_frames());
         // RDMA_CM collectors: connect every worker's QPs now.
         let mut initiators: Vec<Vec<StoreInitiator>> = (0..t.workers).map(|_| Vec::new()).collect();
         for (ci, c) in cfg.collectors.iter().enumerate() {
@@ -694,10 +715,10 @@ impl Translator {
             let mut metas: Vec<StoreMeta> = Vec::new();
             for (w, backend) in backends.iter_mut().enumerate() {
                 let seed = dta_io::random::random_u32() ^ (w as u32) << 24;
-                let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, false, seed);
+                let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, l2_frames, seed);
                 let qpn_base = 0x100 + (w as u32) * 0x400 + (ci as u32) * 0x40;
                 let got = connect_blocking(
-                    backend,
+                    backend.as_mut(),
                     &mut cm,
                     &c.ports,
                     qpn_base,
@@ -751,12 +772,13 @@ impl Translator {
             .map(Some)
             .collect();
         for (w, backend) in backends.into_iter().enumerate() {
-            let (pc, targets) = pipeline_for(&cfg, w, roce_addrs[w], &collectors)?;
+            let (mut pc, targets) = pipeline_for(&cfg, w, roce_addrs[w], &collectors)?;
+            pc.l2_frames = l2_frames;
             let pipeline = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
             let worker = Worker {
                 index: w,
                 pipeline,
-                backend: Box::new(backend),
+                backend,
                 report_port: report_addr.port(),
                 stop: stop.clone(),
                 snapshots: snapshots.clone(),
