@@ -7,6 +7,7 @@
 //! mirror the papers' figures and writes JSON and SVG. Everything measured per packet runs on
 //! preallocated buffers; clocks are read per burst.
 
+pub mod backend_replay;
 pub mod baseline;
 pub mod corpus;
 pub mod demo;
