@@ -435,6 +435,9 @@ impl Netns {
         if let Some(l) = text.lines().find(|l| l.starts_with("SKIP")) {
             return Err(l.to_string());
         }
+        // A freshly created veth pair takes a moment to carry traffic; a DPDK af_packet port
+        // opened at once sometimes received nothing.
+        std::thread::sleep(Duration::from_secs(1));
         Ok(Netns {
             env,
             ns_a,
@@ -482,9 +485,20 @@ pub fn compare_netns<B: Backend + 'static>(
     open_bare: impl FnOnce() -> Result<B, String> + Send + 'static,
     configure: impl FnOnce(&mut TranslatorConfig),
 ) -> Result<Comparison, String> {
-    let port = dta_proto::consts::DTA_PORT;
-    let target = SocketAddrV4::new(ADDR_B, port);
-    // Bare loop.
+    let bare = bare_netns(name, net, trace, o, open_bare)?;
+    translator_netns(name, net, sc, trace, o, configure, bare)
+}
+
+/// The bare loop of [`compare_netns`]: `open_bare`'s backend in namespace B, counting what
+/// a flow-controlled sender in namespace A sends.
+pub fn bare_netns<B: Backend + 'static>(
+    name: &str,
+    net: &Netns,
+    trace: &Trace,
+    o: &CompareOptions,
+    open_bare: impl FnOnce() -> Result<B, String> + Send + 'static,
+) -> Result<Side, String> {
+    let target = SocketAddrV4::new(ADDR_B, dta_proto::consts::DTA_PORT);
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let (rtx, rrx) = std::sync::mpsc::channel();
@@ -506,8 +520,29 @@ pub fn compare_netns<B: Backend + 'static>(
         s.set_window(window);
         send_trace(&mut s, &t, loops, &move || c.load(Ordering::Relaxed))
     })?;
-    let bare = finish_bare(&format!("{name} rx"), t0, sent, &count, &stop, th);
+    Ok(finish_bare(
+        &format!("{name} rx"),
+        t0,
+        sent,
+        &count,
+        &stop,
+        th,
+    ))
+}
 
+/// The translator half of [`compare_netns`], compared with `bare`.
+pub fn translator_netns(
+    name: &str,
+    net: &Netns,
+    sc: &Scenario,
+    trace: &Trace,
+    o: &CompareOptions,
+    configure: impl FnOnce(&mut TranslatorConfig),
+    bare: Side,
+) -> Result<Comparison, String> {
+    let port = dta_proto::consts::DTA_PORT;
+    let target = SocketAddrV4::new(ADDR_B, port);
+    let (loops, rate, window) = (o.loops, o.rate, o.window);
     // Translator on B, collector (software RNIC) on A.
     let dir = scratch_dir(name)?;
     let meta = dir.join("collector.json");
@@ -623,11 +658,11 @@ pub fn compare_af_xdp(
     )
 }
 
-/// The EAL arguments for DPDK on veth B: two net_af_packet ports on the same interface, one
-/// for the bare loop and one for the translator (a closed DPDK port cannot be reopened, and
-/// the EAL starts once per process).
+/// The EAL arguments for DPDK on veth B: one net_af_packet port. (Two af_packet ports on one
+/// interface in one process join the same PACKET_FANOUT group in DPDK 22.11 and split the
+/// traffic between them, so the bare loop runs in a child process with its own EAL.)
 #[cfg(feature = "dpdk")]
-pub fn dpdk_eal_args(if_b: &str) -> Vec<String> {
+pub fn dpdk_eal_args(if_b: &str, prefix: &str) -> Vec<String> {
     [
         "-l",
         "0",
@@ -640,47 +675,124 @@ pub fn dpdk_eal_args(if_b: &str) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .chain([
-        format!("--file-prefix=dta-replay-{}", std::process::id()),
+        format!("--file-prefix={prefix}"),
         format!("--vdev=net_af_packet0,iface={if_b},framecnt=16384"),
-        format!("--vdev=net_af_packet1,iface={if_b},framecnt=16384"),
     ])
     .collect()
 }
 
-/// DPDK (net_af_packet) on the veth pair. Needs the `dpdk` feature and root.
+/// The child-process side of the bare DPDK loop (`dta bare-rx-dpdk`): enters namespace `ns`,
+/// opens net_af_packet0 on `iface`, prints `READY`, counts packets until none arrived for
+/// `idle` after the first (or for 30 s), and prints `{"packets", "secs", "cpu_secs"}` as JSON.
+#[cfg(feature = "dpdk")]
+pub fn bare_rx_dpdk_child(ns: &str, iface: &str, idle: Duration) -> Result<String, String> {
+    use dta_io::dpdk::{DpdkBackend, DpdkConfig};
+    use std::io::Write;
+    sys::enter_netns(ns)?;
+    let prefix = format!("dta-bare-{}", std::process::id());
+    let args = dpdk_eal_args(iface, &prefix);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut c = DpdkConfig::new(&a, Some("net_af_packet0"));
+    c.filter = dta_io::frame::FrameFilter::ports(&[
+        dta_proto::consts::DTA_PORT,
+        dta_proto::consts::ROCEV2_PORT,
+    ])
+    .expect("two ports");
+    let mut b = DpdkBackend::open(c).map_err(|e| format!("DPDK: {e}"))?;
+    println!("READY");
+    let _ = std::io::stdout().flush();
+    let start = Instant::now();
+    let mut first: Option<(Instant, u64)> = None;
+    let mut last = Instant::now();
+    let mut n = 0u64;
+    let mut last_cpu = 0u64;
+    loop {
+        let got = b
+            .recv_with(Duration::from_millis(5), &mut |burst| {
+                n += burst.len() as u64
+            })
+            .map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        if got > 0 {
+            // One clock read per burst: the CPU clock stops at the last packet, not after
+            // the idle wait that ends the run.
+            last = now;
+            last_cpu = sys::thread_cpu_ns();
+            if first.is_none() {
+                first = Some((now, last_cpu));
+            }
+        }
+        match first {
+            Some(_) if now - last > idle => break,
+            None if now - start > Duration::from_secs(30) => break,
+            _ => {}
+        }
+    }
+    let (t0, c0) = first.unwrap_or((last, last_cpu));
+    let secs = (last - t0).as_secs_f64();
+    let cpu = last_cpu.saturating_sub(c0) as f64 * 1e-9;
+    drop(b);
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    Ok(serde_json::json!({"packets": n, "secs": secs, "cpu_secs": cpu}).to_string())
+}
+
+/// DPDK (net_af_packet) on the veth pair. Needs the `dpdk` feature and root. `exe` is a `dta`
+/// binary built with the feature (normally `std::env::current_exe()`): the bare loop runs as
+/// `exe bare-rx-dpdk` in a child process. The sender is not flow-controlled for the bare loop
+/// (the child cannot report progress); it sends at `o.rate` (0: as fast as it can), and the
+/// bare side is judged by what it took.
 #[cfg(feature = "dpdk")]
 pub fn compare_dpdk(
+    exe: &Path,
     net: &Netns,
     sc: &Scenario,
     trace: &Trace,
     o: &CompareOptions,
 ) -> Result<Comparison, String> {
-    use dta_io::dpdk::{DpdkBackend, DpdkConfig};
-    let args = dpdk_eal_args(&net.if_b);
-    let a2 = args.clone();
-    let r = compare_netns(
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(exe)
+        .args(["bare-rx-dpdk", "--ns", &net.ns_b, "--iface", &net.if_b])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "READY" {
+        let _ = child.wait();
+        return Err(format!("bare DPDK loop did not start: {line:?}"));
+    }
+    let (t, loops, rate) = (trace.clone(), o.loops, o.rate);
+    let target = SocketAddrV4::new(ADDR_B, dta_proto::consts::DTA_PORT);
+    in_netns(&net.ns_a, move || {
+        let mut s = PacedSender::new_from(ADDR_A, target, rate)?;
+        s.set_window(u64::MAX / 4);
+        send_trace(&mut s, &t, loops, &|| 0)
+    })?;
+    line.clear();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    let _ = child.wait();
+    let v: serde_json::Value =
+        serde_json::from_str(line.trim()).map_err(|e| format!("bare DPDK loop: {e}: {line:?}"))?;
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    let bare = Side::new("dpdk rx", f("packets") as u64, f("secs"), f("cpu_secs"));
+    let prefix = format!("dta-replay-{}", std::process::id());
+    let args = dpdk_eal_args(&net.if_b, &prefix);
+    let r = translator_netns(
         "dpdk",
         net,
         sc,
         trace,
         o,
-        move || {
-            let a: Vec<&str> = a2.iter().map(String::as_str).collect();
-            let mut c = DpdkConfig::new(&a, Some("net_af_packet0"));
-            c.filter = dta_io::frame::FrameFilter::ports(&[
-                dta_proto::consts::DTA_PORT,
-                dta_proto::consts::ROCEV2_PORT,
-            ])
-            .expect("two ports");
-            DpdkBackend::open(c).map_err(|e| format!("DPDK: {e}"))
-        },
         move |cfg| {
             cfg.translator.backend = BackendKind::Dpdk;
             cfg.dpdk.eal_args = args;
-            cfg.dpdk.ports = vec!["net_af_packet1".into()];
+            cfg.dpdk.ports = vec!["net_af_packet0".into()];
         },
+        bare,
     );
     // Without --in-memory (which --no-huge excludes) the EAL leaves its runtime directory.
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/dta-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
     r
 }

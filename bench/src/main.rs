@@ -72,6 +72,16 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// (Internal: the bare DPDK receive loop of `dta replay --backend dpdk`, run as a child.)
+    #[command(hide = true)]
+    BareRxDpdk {
+        #[arg(long)]
+        ns: String,
+        #[arg(long)]
+        iface: String,
+        #[arg(long, default_value_t = 1000)]
+        idle_ms: u64,
+    },
     /// Print the P4 include file of constants generated from `dta_proto`
     /// (`p4/include/dta_constants.p4`).
     P4Constants,
@@ -502,7 +512,8 @@ fn backend_cmd(
             BackendArg::Dpdk => {
                 #[cfg(feature = "dpdk")]
                 {
-                    br::compare_dpdk(netns(&mut net)?, &sc, &t, &o)
+                    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                    br::compare_dpdk(&exe, netns(&mut net)?, &sc, &t, &o)
                 }
                 #[cfg(not(feature = "dpdk"))]
                 Err("dpdk is not compiled in: build dta with --features dpdk".to_string())
@@ -593,6 +604,26 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match Cli::parse().cmd {
         Cmd::P4Constants => print!("{}", dta_bench::p4gen::render()),
+        #[allow(unused_variables)]
+        Cmd::BareRxDpdk { ns, iface, idle_ms } => {
+            #[cfg(feature = "dpdk")]
+            match dta_bench::backend_replay::bare_rx_dpdk_child(
+                &ns,
+                &iface,
+                Duration::from_millis(idle_ms),
+            ) {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    println!("ERROR {e}");
+                    std::process::exit(1);
+                }
+            }
+            #[cfg(not(feature = "dpdk"))]
+            {
+                println!("ERROR dpdk is not compiled in");
+                std::process::exit(1);
+            }
+        }
         Cmd::PcapCheck {
             file,
             roce_port,
