@@ -24,9 +24,21 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn cargo() -> Command {
+/// `cargo SUBCOMMAND` in its own target directory, unoptimised and without debug info: the
+/// smoke runs move a few thousand packets, so compile time is what counts (the workspace's
+/// dev profile builds dependencies at opt-level 3).
+fn cargo(sub: &str) -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(workspace())
+        .arg(sub)
+        .args([
+            "--config",
+            "profile.dev.opt-level=0",
+            "--config",
+            "profile.dev.debug=0",
+            "--config",
+            "profile.dev.package.\"*\".opt-level=0",
+        ])
         .env(
             "CARGO_TARGET_DIR",
             workspace().join("target/backend-features"),
@@ -71,8 +83,8 @@ fn kernel_bypass_backends_smoke() {
     let t0 = Instant::now();
 
     // 1. dta-io's own backend tests.
-    let mut c = cargo();
-    c.args(["test", "-p", "dta-io", "--features", &features.join(",")]);
+    let mut c = cargo("test");
+    c.args(["-p", "dta-io", "--features", &features.join(",")]);
     if features.contains(&"af_xdp") {
         c.args(["--test", "af_xdp_netns"]);
     }
@@ -107,8 +119,8 @@ fn kernel_bypass_backends_smoke() {
     );
 
     // 2. The translator through each backend.
-    let out = cargo()
-        .args(["build", "-p", "dta-bench", "--bin", "dta", "--features"])
+    let out = cargo("build")
+        .args(["-p", "dta-bench", "--bin", "dta", "--features"])
         .arg(features.join(","))
         .output()
         .expect("cargo runs");
