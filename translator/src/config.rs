@@ -487,6 +487,18 @@ impl TranslatorConfig {
             }
             BackendKind::Pcap => {}
         }
+        let compiled = match t.backend {
+            BackendKind::AfXdp => cfg!(feature = "af_xdp"),
+            BackendKind::Dpdk => cfg!(feature = "dpdk"),
+            BackendKind::Udp | BackendKind::Pcap => true,
+        };
+        if !compiled {
+            let name = t.backend.name();
+            return Err(format!(
+                "translator.backend = {name:?} is not compiled in: rebuild with the cargo \
+                 feature `{name}` (cargo build --release -p dta-translator --features {name})"
+            ));
+        }
         if t.backend.raw() && (t.listen.port() == 0 || t.roce.port() == 0) {
             return Err(format!(
                 "translator.backend = {:?}: listen and roce need fixed ports (no kernel \
@@ -569,13 +581,17 @@ mod tests {
 
     #[test]
     fn backend_sections_parse_and_are_checked() {
-        let c = TranslatorConfig::from_toml(
+        let r = TranslatorConfig::from_toml(
             "[translator]\nbackend = \"af_xdp\"\n[af_xdp]\ninterface = \"veth0\"\nmode = \"skb\"\nqueue = 2",
-        )
-        .expect("af_xdp parses");
-        assert_eq!(c.translator.backend, BackendKind::AfXdp);
-        assert_eq!(c.af_xdp.mode, XdpAttach::Skb);
-        assert_eq!(c.af_xdp.queue, 2);
+        );
+        if cfg!(feature = "af_xdp") {
+            let c = r.expect("af_xdp parses");
+            assert_eq!(c.translator.backend, BackendKind::AfXdp);
+            assert_eq!(c.af_xdp.mode, XdpAttach::Skb);
+            assert_eq!(c.af_xdp.queue, 2);
+        } else {
+            assert!(r.unwrap_err().contains("feature `af_xdp`"));
+        }
         assert!(
             TranslatorConfig::from_toml("[translator]\nbackend = \"af_xdp\"")
                 .unwrap_err()
