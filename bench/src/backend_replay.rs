@@ -52,6 +52,8 @@ pub struct Side {
     pub per_sec: f64,
     /// Packets per receiver CPU-second.
     pub per_cpu_sec: f64,
+    /// Receive calls that returned packets (0 where not known).
+    pub bursts: u64,
 }
 
 impl Side {
@@ -63,7 +65,13 @@ impl Side {
             cpu_secs,
             per_sec: packets as f64 / secs.max(1e-9),
             per_cpu_sec: packets as f64 / cpu_secs.max(1e-9),
+            bursts: 0,
         }
+    }
+
+    fn with_bursts(mut self, bursts: u64) -> Side {
+        self.bursts = bursts;
+        self
     }
 }
 
@@ -102,7 +110,7 @@ impl Comparison {
         format!(
             "{:>7}: bare {:>9.0} pkt/s wall, {:>9.0} pkt/CPU-s | translator {:>9.0} pkt/s wall, \
              {:>9.0} pkt/CPU-s | ratio per CPU-s {:.2}, wall {:.2} | translated {} dropped {} \
-             frames {}",
+             frames {} | pkts/burst bare {:.1} translator {:.1}",
             self.backend,
             self.bare.per_sec,
             self.bare.per_cpu_sec,
@@ -112,7 +120,9 @@ impl Comparison {
             self.ratio_wall,
             self.translated,
             self.dropped,
-            self.frames
+            self.frames,
+            self.bare.packets as f64 / self.bare.bursts.max(1) as f64,
+            self.translator.packets as f64 / self.translator.bursts.max(1) as f64,
         )
     }
 }
@@ -161,7 +171,7 @@ fn bare_thread<B: Backend + 'static>(
     stop: Arc<AtomicBool>,
     count: Arc<AtomicU64>,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
-) -> std::thread::JoinHandle<f64> {
+) -> std::thread::JoinHandle<(f64, u64)> {
     std::thread::spawn(move || {
         let mut b = match open() {
             Ok(b) => {
@@ -170,18 +180,21 @@ fn bare_thread<B: Backend + 'static>(
             }
             Err(e) => {
                 let _ = ready.send(Err(e));
-                return 0.0;
+                return (0.0, 0);
             }
         };
         let c0 = sys::thread_cpu_ns();
         let mut n = 0u64;
+        let mut bursts = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let _ = b.recv_with(Duration::from_millis(5), &mut |burst| {
+            if let Ok(k) = b.recv_with(Duration::from_millis(5), &mut |burst| {
                 n += burst.len() as u64;
-            });
+            }) {
+                bursts += (k > 0) as u64;
+            }
             count.store(n, Ordering::Relaxed);
         }
-        (sys::thread_cpu_ns() - c0) as f64 * 1e-9
+        ((sys::thread_cpu_ns() - c0) as f64 * 1e-9, bursts)
     })
 }
 
@@ -192,7 +205,7 @@ fn finish_bare(
     want: u64,
     count: &AtomicU64,
     stop: &AtomicBool,
-    th: std::thread::JoinHandle<f64>,
+    th: std::thread::JoinHandle<(f64, u64)>,
 ) -> Side {
     let deadline = Instant::now() + Duration::from_secs(10);
     while count.load(Ordering::Relaxed) < want && Instant::now() < deadline {
@@ -200,8 +213,8 @@ fn finish_bare(
     }
     let secs = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    let cpu = th.join().unwrap_or(0.0);
-    Side::new(name, count.load(Ordering::Relaxed), secs, cpu)
+    let (cpu, bursts) = th.join().unwrap_or((0.0, 0));
+    Side::new(name, count.load(Ordering::Relaxed), secs, cpu).with_bursts(bursts)
 }
 
 /// Kernel UDP: bare `recvmmsg` loop vs the translator (1 worker) writing into the software
@@ -245,12 +258,14 @@ pub fn compare_udp(sc: &Scenario, trace: &Trace, o: &CompareOptions) -> Result<C
             window: o.window,
         },
     );
+    let bursts: u64 = rig.translator.snapshots().iter().map(|s| s.rx_ios).sum();
     rig.stop();
     let r = r?;
     Ok(Comparison {
         backend: "udp".into(),
         bare,
-        translator: Side::new("translator/udp", r.reports, r.secs, r.worker_cpu_secs),
+        translator: Side::new("translator/udp", r.reports, r.secs, r.worker_cpu_secs)
+            .with_bursts(bursts),
         translated: r.translated,
         dropped: r.dropped,
         frames: r.frames,
@@ -315,7 +330,11 @@ fn translator_side(
         .sum::<u64>()
         .saturating_sub(cpu0);
     let c = tr.counters();
-    (Side::new(name, c.rx_datagrams, secs, cpu as f64 * 1e-9), c)
+    let bursts = tr.snapshots().iter().map(|s| s.rx_ios).sum();
+    (
+        Side::new(name, c.rx_datagrams, secs, cpu as f64 * 1e-9).with_bursts(bursts),
+        c,
+    )
 }
 
 /// pcap: the trace in memory, replayed by a bare `PcapBackend` loop and by the translator's
@@ -618,7 +637,8 @@ pub fn translator_netns(
             side.packets - c0.rx_datagrams,
             side.secs,
             side.cpu_secs,
-        ),
+        )
+        .with_bursts(side.bursts),
         translated: c.translated - c0.translated,
         dropped: c.dropped() - c0.dropped(),
         frames: c.frames - c0.frames,
