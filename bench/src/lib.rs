@@ -7,12 +7,14 @@
 //! mirror the papers' figures and writes JSON and SVG. Everything measured per packet runs on
 //! preallocated buffers; clocks are read per burst.
 
+pub mod backend_replay;
 pub mod baseline;
 pub mod corpus;
 pub mod demo;
 pub mod figures;
 pub mod gen;
 pub mod p4gen;
+pub mod pcapcheck;
 pub mod replay;
 pub mod sender;
 pub mod svg;

@@ -58,6 +58,30 @@ enum Cmd {
         #[arg(long, default_value_t = 2023)]
         seed: u64,
     },
+    /// Check a capture (e.g. `translator.capture`): parse every RoCEv2 frame (UDP 4791) with
+    /// the project's parser and verify its ICRC. Prints the counts (ok / bad ICRC / malformed
+    /// / not RoCE); exits 1 if any RoCEv2 frame is bad, 2 if the file cannot be read.
+    PcapCheck {
+        /// The pcap file (Ethernet link type).
+        file: PathBuf,
+        /// UDP destination ports carrying RoCEv2 (repeat or comma-separate; a software RNIC
+        /// may listen on another port than 4791).
+        #[arg(long, value_delimiter = ',', default_value = "4791")]
+        roce_port: Vec<u16>,
+        /// Print the counts as JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// (Internal: the bare DPDK receive loop of `dta replay --backend dpdk`, run as a child.)
+    #[command(hide = true)]
+    BareRxDpdk {
+        #[arg(long)]
+        ns: String,
+        #[arg(long)]
+        iface: String,
+        #[arg(long, default_value_t = 1000)]
+        idle_ms: u64,
+    },
     /// Print the P4 include file of constants generated from `dta_proto`
     /// (`p4/include/dta_constants.p4`).
     P4Constants,
@@ -113,6 +137,11 @@ enum Cmd {
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Instead of --path: drive the translator through these backends (comma-separated),
+        /// each next to a bare receive loop of the same kind fed the same trace in the same run,
+        /// and compare packets per receiver CPU-second (see bench/README.md).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        backend: Vec<BackendArg>,
     },
     /// Run a benchmark sweep and write FIGURE.json and FIGURE.svg.
     Bench {
@@ -238,6 +267,20 @@ enum ReplayPath {
     Udp,
     /// Both.
     Both,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum BackendArg {
+    /// In memory (same as --path memory).
+    Memory,
+    /// Kernel UDP on loopback vs a bare recvmmsg loop.
+    Udp,
+    /// The pcap backend (trace pre-filled in memory) vs a bare PcapBackend loop.
+    Pcap,
+    /// AF_XDP on a veth pair (root; build with --features af_xdp) vs a bare AF_XDP rx loop.
+    AfXdp,
+    /// DPDK net_af_packet on a veth pair (root; --features dpdk) vs a bare DPDK rx loop.
+    Dpdk,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,6 +439,106 @@ fn replay_cmd(
     Ok(())
 }
 
+fn backend_cmd(
+    args: &ScenarioArgs,
+    pcap: &PathBuf,
+    backends: &[BackendArg],
+    loops: u32,
+    port: Option<u16>,
+    rate: u64,
+    out: Option<&std::path::Path>,
+) -> Result<(), String> {
+    use dta_bench::backend_replay::{self as br, CompareOptions};
+    let side = PathBuf::from(format!("{}.json", pcap.display()));
+    let sc: Scenario = match std::fs::read_to_string(&side) {
+        Ok(s) => serde_json::from_str(&s).map_err(|e| format!("{}: {e}", side.display()))?,
+        Err(_) => args.scenario()?,
+    };
+    let t = Trace::read_pcap_to(pcap, port)?;
+    eprintln!("dta replay: {} reports from {}", t.len(), pcap.display());
+    let o = CompareOptions {
+        loops,
+        rate,
+        ..CompareOptions::default()
+    };
+    let mut results = Vec::new();
+    let mut memory = Vec::new();
+    #[allow(unused_mut, unused_variables)]
+    let mut net: Option<br::Netns> = None;
+    #[allow(dead_code)]
+    fn netns(net: &mut Option<br::Netns>) -> Result<&br::Netns, String> {
+        if net.is_none() {
+            *net = Some(br::Netns::up("dtr")?);
+        }
+        Ok(net.as_ref().expect("just set"))
+    }
+    // DPDK before AF_XDP: a net_af_packet port opened after an AF_XDP socket was attached to
+    // and removed from the same veth received nothing here.
+    let mut order = backends.to_vec();
+    order.sort_by_key(|b| match b {
+        BackendArg::Memory => 0,
+        BackendArg::Pcap => 1,
+        BackendArg::Udp => 2,
+        BackendArg::Dpdk => 3,
+        BackendArg::AfXdp => 4,
+    });
+    order.dedup();
+    for b in &order {
+        let r = match b {
+            BackendArg::Memory => {
+                let r = replay_memory(
+                    &sc,
+                    &t,
+                    &MemOptions {
+                        workers: 1,
+                        loops,
+                        ..MemOptions::default()
+                    },
+                )?;
+                print_result(&r);
+                memory.push(r);
+                continue;
+            }
+            BackendArg::Udp => br::compare_udp(&sc, &t, &o),
+            BackendArg::Pcap => br::compare_pcap(&sc, &t, &o),
+            BackendArg::AfXdp => {
+                #[cfg(feature = "af_xdp")]
+                {
+                    br::compare_af_xdp(netns(&mut net)?, &sc, &t, &o)
+                }
+                #[cfg(not(feature = "af_xdp"))]
+                Err("af_xdp is not compiled in: build dta with --features af_xdp".to_string())
+            }
+            BackendArg::Dpdk => {
+                #[cfg(feature = "dpdk")]
+                {
+                    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                    br::compare_dpdk(&exe, netns(&mut net)?, &sc, &t, &o)
+                }
+                #[cfg(not(feature = "dpdk"))]
+                Err("dpdk is not compiled in: build dta with --features dpdk".to_string())
+            }
+        };
+        match r {
+            Ok(c) => {
+                println!("{}", c.line());
+                results.push(c);
+            }
+            Err(e) => eprintln!("dta replay --backend {b:?}: {e}"),
+        }
+    }
+    if let Some(o) = out {
+        let v = serde_json::json!({"pcap": pcap, "scenario": sc, "machine": figures::machine(),
+            "comparisons": results, "memory": memory});
+        std::fs::write(
+            o,
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("{}: {e}", o.display()))?;
+    }
+    Ok(())
+}
+
 fn print_result(r: &dta_bench::replay::ReplayResult) {
     println!(
         "{:>6} x{}: {:>10} reports in {:.3} s = {:>6.2} M reports/s, {:>6.2} M frames/s, {:.3} frames/report, {:.1} B/report, dropped {}, RNIC errors {}, socket drops {}",
@@ -461,6 +604,49 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match Cli::parse().cmd {
         Cmd::P4Constants => print!("{}", dta_bench::p4gen::render()),
+        #[allow(unused_variables)]
+        Cmd::BareRxDpdk { ns, iface, idle_ms } => {
+            #[cfg(feature = "dpdk")]
+            match dta_bench::backend_replay::bare_rx_dpdk_child(
+                &ns,
+                &iface,
+                Duration::from_millis(idle_ms),
+            ) {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    println!("ERROR {e}");
+                    std::process::exit(1);
+                }
+            }
+            #[cfg(not(feature = "dpdk"))]
+            {
+                println!("ERROR dpdk is not compiled in");
+                std::process::exit(1);
+            }
+        }
+        Cmd::PcapCheck {
+            file,
+            roce_port,
+            json,
+        } => match dta_bench::pcapcheck::check_file(&file, &roce_port) {
+            Ok(c) => {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&c).expect("JSON serialises")
+                    );
+                } else {
+                    print!("{}: {}", file.display(), c.summary());
+                }
+                if !c.passed() {
+                    std::process::exit(1);
+                }
+            }
+            Err(e) => {
+                eprintln!("dta pcap-check: {e}");
+                std::process::exit(2);
+            }
+        },
         Cmd::Corpus { out } => match dta_bench::corpus::write_corpus(&out) {
             Ok(n) => println!("wrote {n} cases to {}", out.display()),
             Err(e) => {
@@ -529,8 +715,24 @@ fn main() {
             port,
             rate,
             json,
+            backend,
         } => {
             let port = (port != 0).then_some(port);
+            if !backend.is_empty() {
+                if let Err(e) = backend_cmd(
+                    &scenario,
+                    &pcap,
+                    &backend,
+                    loops,
+                    port,
+                    rate,
+                    json.as_deref(),
+                ) {
+                    eprintln!("dta replay: {e}");
+                    std::process::exit(1);
+                }
+                return;
+            }
             if let Err(e) = replay_cmd(
                 &scenario, &pcap, path, workers, loops, no_rnic, port, rate, json,
             ) {

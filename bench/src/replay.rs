@@ -717,6 +717,15 @@ pub struct UdpRig {
 impl UdpRig {
     /// Starts both services.
     pub fn start(sc: &Scenario) -> Result<UdpRig, String> {
+        UdpRig::start_capturing(sc, None)
+    }
+
+    /// Starts both services; the translator also writes every frame it transmits to
+    /// `capture` (`translator.capture`), when given.
+    pub fn start_capturing(
+        sc: &Scenario,
+        capture: Option<&std::path::Path>,
+    ) -> Result<UdpRig, String> {
         let dir = std::env::temp_dir().join(format!(
             "dta-replay-{}-{}",
             std::process::id(),
@@ -752,6 +761,7 @@ impl UdpRig {
         tcfg.reports.reference_variant = sc.parse_config().reference_variant;
         tcfg.postcard.cache_slots = sc.cache_slots;
         tcfg.collectors = vec![CollectorSection::with_metadata("local", meta_file)];
+        tcfg.translator.capture = capture.map(|p| p.to_path_buf());
         let translator = Translator::start(tcfg)?;
         Ok(UdpRig {
             dir,

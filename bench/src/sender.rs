@@ -30,11 +30,13 @@ pub struct PacedSender {
 impl PacedSender {
     /// A sender to `dest` at `rate` datagrams/s (0 = unpaced).
     pub fn new(dest: SocketAddrV4, rate: u64) -> Result<PacedSender, String> {
-        let s = UdpSocket::bind(
-            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-            &UdpOptions::default(),
-        )
-        .map_err(|e| e.to_string())?;
+        PacedSender::new_from(Ipv4Addr::LOCALHOST, dest, rate)
+    }
+
+    /// A sender bound to `src` (an address of the calling thread's network namespace).
+    pub fn new_from(src: Ipv4Addr, dest: SocketAddrV4, rate: u64) -> Result<PacedSender, String> {
+        let s = UdpSocket::bind(SocketAddrV4::new(src, 0), &UdpOptions::default())
+            .map_err(|e| e.to_string())?;
         let (_, tx) = s.split();
         Ok(PacedSender {
             tx,

@@ -50,6 +50,129 @@ pub struct TranslatorConfig {
     /// Which store each primitive goes to.
     #[serde(default)]
     pub routing: RoutingSection,
+    /// AF_XDP backend (`translator.backend = "af_xdp"`).
+    #[serde(default)]
+    pub af_xdp: AfXdpSection,
+    /// DPDK backend (`translator.backend = "dpdk"`).
+    #[serde(default)]
+    pub dpdk: DpdkSection,
+    /// pcap replay backend (`translator.backend = "pcap"`).
+    #[serde(default)]
+    pub pcap: PcapSection,
+}
+
+/// The packet I/O backend the workers use (`translator.backend`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// Kernel UDP sockets (`recvmmsg`/`sendmmsg`); no privileges, always built.
+    #[default]
+    Udp,
+    /// AF_XDP on `[af_xdp] interface` (cargo feature `af_xdp`; root).
+    AfXdp,
+    /// A DPDK port (cargo feature `dpdk`).
+    Dpdk,
+    /// Replay of pcap files as received traffic; transmitted frames go to `[pcap] output`.
+    Pcap,
+}
+
+impl BackendKind {
+    /// The name used in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Udp => "udp",
+            BackendKind::AfXdp => "af_xdp",
+            BackendKind::Dpdk => "dpdk",
+            BackendKind::Pcap => "pcap",
+        }
+    }
+
+    /// True for backends that exchange whole Ethernet frames.
+    pub fn raw(self) -> bool {
+        self != BackendKind::Udp
+    }
+}
+
+/// AF_XDP attach mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XdpAttach {
+    /// Driver (native) XDP.
+    #[default]
+    Native,
+    /// Generic (SKB) XDP: works on every interface, slower.
+    Skb,
+}
+
+/// `[af_xdp]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AfXdpSection {
+    /// The interface to attach to.
+    pub interface: String,
+    /// First RX queue: worker w serves queue `queue + w`.
+    pub queue: u32,
+    /// "native" or "skb".
+    pub mode: XdpAttach,
+    /// Ask for zero-copy (native mode and a driver that supports it).
+    pub zero_copy: bool,
+    /// UMEM frames per worker (half receive, half transmit; a power of two).
+    pub frame_count: u32,
+    /// Most frames received per burst.
+    pub rx_batch: usize,
+}
+
+impl Default for AfXdpSection {
+    fn default() -> Self {
+        AfXdpSection {
+            interface: String::new(),
+            queue: 0,
+            mode: XdpAttach::Native,
+            zero_copy: false,
+            frame_count: 8192,
+            rx_batch: 64,
+        }
+    }
+}
+
+/// `[dpdk]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DpdkSection {
+    /// EAL arguments (without a program name), e.g. `["-l", "0", "--no-pci", "--no-huge",
+    /// "-m", "512", "--file-prefix=dta", "--vdev=net_af_packet0,iface=eth1"]`.
+    pub eal_args: Vec<String>,
+    /// DPDK port names, one per worker (worker w uses `ports[w]`); empty: port 0, one worker.
+    pub ports: Vec<String>,
+    /// Most frames received per burst (0: the backend's default).
+    pub burst: usize,
+}
+
+/// `[pcap]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PcapSection {
+    /// Capture files replayed as received traffic, concatenated in order. With k workers,
+    /// worker w replays frames w, w+k, w+2k, ... of the concatenation.
+    pub input: Vec<PathBuf>,
+    /// Passes over the input (0: forever).
+    pub loops: u64,
+    /// Frames per second per worker (0: as fast as the worker takes them).
+    pub rate: f64,
+    /// Where the frames the translator transmits are written (none: counted and discarded).
+    /// With k > 1 workers, worker w writes `NAME-wW.pcap`.
+    pub output: Option<PathBuf>,
+}
+
+impl Default for PcapSection {
+    fn default() -> Self {
+        PcapSection {
+            input: Vec::new(),
+            loops: 1,
+            rate: 0.0,
+            output: None,
+        }
+    }
 }
 
 /// `[translator]`.
@@ -82,6 +205,14 @@ pub struct Section {
     pub report_steering: ReportSteering,
     /// How RoCEv2 answers reach the worker owning their QP (see [`RoceSteering`]).
     pub roce_steering: RoceSteering,
+    /// Packet I/O backend: "udp" (default), "af_xdp", "dpdk" or "pcap". Raw-frame backends
+    /// (all but udp) receive reports on `listen`'s port and RoCEv2 on `roce`'s port + w, send
+    /// from `mac` to each collector's `mac`, and need their own section below.
+    pub backend: BackendKind,
+    /// Also write every frame the workers transmit to this pcap file (any backend; full
+    /// Ethernet frames, kernel-UDP payloads wrapped in synthesised headers). With k > 1
+    /// workers, worker w writes `NAME-wW.pcap`.
+    pub capture: Option<PathBuf>,
 }
 
 /// How reports on the report port reach several workers (kernel UDP backend).
@@ -173,6 +304,8 @@ impl Default for Section {
             socket_buffer: 16 << 20,
             report_steering: ReportSteering::default(),
             roce_steering: RoceSteering::default(),
+            backend: BackendKind::Udp,
+            capture: None,
         }
     }
 }
@@ -400,6 +533,57 @@ impl TranslatorConfig {
                 "translator.roce must name a concrete local IP: it is covered by the ICRC".into(),
             );
         }
+        match t.backend {
+            BackendKind::Udp => {}
+            BackendKind::AfXdp if self.af_xdp.interface.is_empty() => {
+                return Err("translator.backend = \"af_xdp\" needs [af_xdp] interface".into())
+            }
+            BackendKind::AfXdp if t.workers > 1 => {
+                return Err(
+                    "translator.backend = \"af_xdp\": one worker per interface (the steering \
+                     program is attached once per interface); set workers = 1"
+                        .into(),
+                )
+            }
+            BackendKind::AfXdp => {}
+            BackendKind::Dpdk if self.dpdk.eal_args.is_empty() => {
+                return Err("translator.backend = \"dpdk\" needs [dpdk] eal_args".into())
+            }
+            BackendKind::Dpdk if self.dpdk.ports.len().max(1) < t.workers => {
+                return Err(format!(
+                    "translator.backend = \"dpdk\": {} worker(s) need as many [dpdk] ports \
+                     (one queue per port)",
+                    t.workers
+                ))
+            }
+            BackendKind::Dpdk => {}
+            BackendKind::Pcap if self.pcap.input.is_empty() => {
+                return Err("translator.backend = \"pcap\" needs [pcap] input files".into())
+            }
+            BackendKind::Pcap if !(self.pcap.rate >= 0.0 && self.pcap.rate.is_finite()) => {
+                return Err("pcap.rate must be a finite number >= 0".into())
+            }
+            BackendKind::Pcap => {}
+        }
+        let compiled = match t.backend {
+            BackendKind::AfXdp => cfg!(feature = "af_xdp"),
+            BackendKind::Dpdk => cfg!(feature = "dpdk"),
+            BackendKind::Udp | BackendKind::Pcap => true,
+        };
+        if !compiled {
+            let name = t.backend.name();
+            return Err(format!(
+                "translator.backend = {name:?} is not compiled in: rebuild with the cargo \
+                 feature `{name}` (cargo build --release -p dta-translator --features {name})"
+            ));
+        }
+        if t.backend.raw() && (t.listen.port() == 0 || t.roce.port() == 0) {
+            return Err(format!(
+                "translator.backend = {:?}: listen and roce need fixed ports (no kernel \
+                 picks an ephemeral port for a raw-frame backend)",
+                t.backend.name()
+            ));
+        }
         if !self.postcard.cache_slots.is_power_of_two() {
             return Err("postcard.cache_slots must be a power of two".into());
         }
@@ -469,6 +653,64 @@ mod tests {
         assert_eq!(c.collectors[0].ports, vec![1337, 1338]);
         assert_eq!(c.translator.report_steering, d.translator.report_steering);
         assert_eq!(c.translator.roce_steering, d.translator.roce_steering);
+        assert_eq!(c.translator.backend, BackendKind::Udp);
+        assert_eq!(c.af_xdp.frame_count, d.af_xdp.frame_count);
+        assert_eq!(c.af_xdp.rx_batch, d.af_xdp.rx_batch);
+        assert_eq!(c.pcap.loops, 1);
+    }
+
+    #[test]
+    fn backend_sections_parse_and_are_checked() {
+        let r = TranslatorConfig::from_toml(
+            "[translator]\nbackend = \"af_xdp\"\n[af_xdp]\ninterface = \"veth0\"\nmode = \"skb\"\nqueue = 2",
+        );
+        if cfg!(feature = "af_xdp") {
+            let c = r.expect("af_xdp parses");
+            assert_eq!(c.translator.backend, BackendKind::AfXdp);
+            assert_eq!(c.af_xdp.mode, XdpAttach::Skb);
+            assert_eq!(c.af_xdp.queue, 2);
+        } else {
+            assert!(r.unwrap_err().contains("feature `af_xdp`"));
+        }
+        assert!(
+            TranslatorConfig::from_toml("[translator]\nbackend = \"af_xdp\"")
+                .unwrap_err()
+                .contains("interface")
+        );
+        assert!(
+            TranslatorConfig::from_toml("[translator]\nbackend = \"dpdk\"")
+                .unwrap_err()
+                .contains("eal_args")
+        );
+        assert!(TranslatorConfig::from_toml(
+            "[translator]\nbackend = \"dpdk\"\nworkers = 2\n[dpdk]\neal_args = [\"-l\", \"0\"]"
+        )
+        .unwrap_err()
+        .contains("ports"));
+        assert!(
+            TranslatorConfig::from_toml("[translator]\nbackend = \"pcap\"")
+                .unwrap_err()
+                .contains("input")
+        );
+        assert!(TranslatorConfig::from_toml(
+            "[translator]\nbackend = \"pcap\"\nlisten = \"0.0.0.0:0\"\n[pcap]\ninput = [\"a.pcap\"]"
+        )
+        .unwrap_err()
+        .contains("fixed ports"));
+        assert!(
+            TranslatorConfig::from_toml("[translator]\nbackend = \"rdma\"")
+                .unwrap_err()
+                .contains("unknown variant")
+        );
+        let p = TranslatorConfig::from_toml(
+            "[translator]\nbackend = \"pcap\"\ncapture = \"/tmp/x.pcap\"\n[pcap]\ninput = [\"a.pcap\"]\nloops = 3\nrate = 1000.0",
+        )
+        .expect("pcap parses");
+        assert_eq!(p.pcap.loops, 3);
+        assert_eq!(
+            p.translator.capture.as_deref(),
+            Some(std::path::Path::new("/tmp/x.pcap"))
+        );
     }
 
     #[test]

@@ -13,11 +13,13 @@
 //! - [`datapath`]: the per-packet path, sans-I/O and allocation-free.
 //! - [`config`]: the TOML configuration.
 //! - [`run`]: sockets, threads and connection set-up around the pipeline.
+//! - [`backends`]: the raw-frame backends (`translator.backend`) and the transmit capture.
 //!
 //! # Invariants
 //! Every report received is eventually counted as translated or as dropped with a reason; no
 //! input panics; no QP is shared between cores.
 
+pub mod backends;
 pub mod config;
 pub mod control;
 pub mod datapath;

@@ -948,31 +948,61 @@ impl Translator {
             .mac
             .parse()
             .map_err(|_| format!("translator.mac: bad MAC {:?}", t.mac))?;
-        let (mut report_rxs, report_addr, dispatcher) = bind_report_sockets(&cfg, stop.clone())?;
-        let (roce_socks, shared_roce) = bind_roce_sockets(&cfg)?;
-        let roce_addrs: Vec<SocketAddrV4> = roce_socks.iter().map(|s| s.local_addr()).collect();
-        if roce_addrs
-            .iter()
-            .any(|a| a.port() == report_addr.port() && a.ip() == report_addr.ip())
-        {
-            return Err(
-                "translator.listen and translator.roce must not be the same address".into(),
-            );
-        }
-        let mut backends = Vec::new();
-        for (w, qs) in roce_socks.into_iter().enumerate() {
-            let (qrx, qtx) = qs.split();
-            let mut rxs = Vec::new();
-            if let Some(r) = report_rxs.get_mut(w).and_then(Option::take) {
-                rxs.push(r);
+        let raw = match t.backend {
+            crate::config::BackendKind::Udp => None,
+            _ => Some(crate::backends::RawBackends::prepare(&cfg)?),
+        };
+        let mut report_addr = t.listen;
+        let mut roce_addrs: Vec<SocketAddrV4> = Vec::new();
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        let mut dispatcher = None;
+        let mut shared_roce = false;
+        if let Some(raw) = &raw {
+            for w in 0..t.workers {
+                let (b, roce_addr) = raw.open(&cfg, w)?;
+                roce_addrs.push(roce_addr);
+                backends.push(b);
             }
-            rxs.push(qrx);
-            let mut b = UdpBackend::new(rxs, qtx);
-            if let Some((_, ends)) = &dispatcher {
-                b = b.with_waker(ends[w].waker.clone());
+        } else {
+            let (mut report_rxs, addr, d) = bind_report_sockets(&cfg, stop.clone())?;
+            report_addr = addr;
+            dispatcher = d;
+            let (roce_socks, shared) = bind_roce_sockets(&cfg)?;
+            shared_roce = shared;
+            roce_addrs = roce_socks.iter().map(|s| s.local_addr()).collect();
+            if roce_addrs
+                .iter()
+                .any(|a| a.port() == report_addr.port() && a.ip() == report_addr.ip())
+            {
+                return Err(
+                    "translator.listen and translator.roce must not be the same address".into(),
+                );
             }
-            backends.push(b);
+            for (w, qs) in roce_socks.into_iter().enumerate() {
+                let (qrx, qtx) = qs.split();
+                let mut rxs = Vec::new();
+                if let Some(r) = report_rxs.get_mut(w).and_then(Option::take) {
+                    rxs.push(r);
+                }
+                rxs.push(qrx);
+                let mut b = UdpBackend::new(rxs, qtx);
+                if let Some((_, ends)) = &dispatcher {
+                    b = b.with_waker(ends[w].waker.clone());
+                }
+                backends.push(Box::new(b));
+            }
         }
+        if let Some(base) = &t.capture {
+            backends = backends
+                .into_iter()
+                .enumerate()
+                .map(|(w, b)| {
+                    let path = crate::backends::capture_path(base, w, t.workers);
+                    crate::backends::with_capture(b, &path, local_mac, roce_addrs[w])
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        let l2_frames = backends.first().is_some_and(|b| b.l2_frames());
         // RDMA_CM collectors: connect every worker's QPs now.
         let mut initiators: Vec<Vec<StoreInitiator>> = (0..t.workers).map(|_| Vec::new()).collect();
         for (ci, c) in cfg.collectors.iter().enumerate() {
@@ -988,10 +1018,10 @@ impl Translator {
                 // The worker index in the top byte of our communication IDs lets the BPF
                 // program steer CM replies (see dta_io::reuseport); 2^22 connections fit below.
                 let seed = (dta_io::random::random_u32() & 0x003F_FFFF) | (w as u32) << 24;
-                let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, false, seed);
+                let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, l2_frames, seed);
                 let n = t.workers as u32;
                 let got = connect_blocking(
-                    backend,
+                    backend.as_mut(),
                     &mut cm,
                     &c.ports,
                     (worker_qpn(ci as u32 * 0x40, w, t.workers), n),
@@ -1056,7 +1086,8 @@ impl Translator {
         }
         let mut pipelines = Vec::new();
         for (w, &roce) in roce_addrs.iter().enumerate() {
-            let (pc, targets) = pipeline_for(&cfg, w, roce, &collectors)?;
+            let (mut pc, targets) = pipeline_for(&cfg, w, roce, &collectors)?;
+            pc.l2_frames = l2_frames;
             if shared_roce {
                 check_qpn_steering(&targets, w, t.workers)?;
             }
@@ -1082,7 +1113,7 @@ impl Translator {
             let worker = Worker {
                 index: w,
                 pipeline,
-                backend: Box::new(backend),
+                backend,
                 report_port: report_addr.port(),
                 stop: stop.clone(),
                 snapshots: snapshots.clone(),

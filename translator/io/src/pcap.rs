@@ -461,6 +461,106 @@ impl Drop for PcapBackend {
     }
 }
 
+/// Any backend with a capture of what it transmits: every [`TxBatch`] is written to a
+/// [`PcapCapture`] and then handed to the inner backend unchanged.
+///
+/// For a kernel UDP inner backend, build the capture with
+/// [`PcapCapture::wrap_payloads_from`], so bare payloads (pushed with offset 0) are written as
+/// complete Ethernet/IPv4/UDP frames; frames already pushed whole are written as they are.
+/// For raw backends, do not wrap: their frames are complete, and their offsets are 0.
+///
+/// A capture write error (disk full, ...) stops the capture and is counted in
+/// [`capture_errors`](Self::capture_errors); transmission goes on.
+pub struct CaptureBackend {
+    inner: Box<dyn Backend>,
+    capture: Option<PcapCapture<Box<dyn Write + Send>>>,
+    captured: u64,
+    capture_errors: u64,
+}
+
+impl CaptureBackend {
+    /// Tees `inner`'s transmissions into `capture`.
+    pub fn new(
+        inner: Box<dyn Backend>,
+        capture: PcapCapture<Box<dyn Write + Send>>,
+    ) -> CaptureBackend {
+        CaptureBackend {
+            inner,
+            capture: Some(capture),
+            captured: 0,
+            capture_errors: 0,
+        }
+    }
+
+    /// Frames written to the capture so far.
+    pub fn captured(&self) -> u64 {
+        self.captured
+    }
+
+    /// Capture write failures (after the first, the capture is closed).
+    pub fn capture_errors(&self) -> u64 {
+        self.capture_errors
+    }
+
+    /// Flushes the capture.
+    pub fn flush(&mut self) -> io::Result<()> {
+        match &mut self.capture {
+            Some(c) => c.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Opens a capture file for [`CaptureBackend`] (buffered, header written).
+pub fn capture_file(path: impl AsRef<Path>) -> io::Result<PcapCapture<Box<dyn Write + Send>>> {
+    let w: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, File::create(path)?));
+    PcapCapture::new(w)
+}
+
+impl Backend for CaptureBackend {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn l2_frames(&self) -> bool {
+        self.inner.l2_frames()
+    }
+
+    fn recv_with(
+        &mut self,
+        timeout: Duration,
+        f: &mut dyn FnMut(&[Datagram<'_>]),
+    ) -> io::Result<usize> {
+        self.inner.recv_with(timeout, f)
+    }
+
+    fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
+        if let Some(c) = &mut self.capture {
+            match c.write_batch(batch) {
+                Ok(n) => self.captured += n as u64,
+                Err(e) => {
+                    log::warn!("capture stopped: {e}");
+                    self.capture_errors += 1;
+                    self.capture = None;
+                }
+            }
+        }
+        self.inner.send_batch(batch)
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.inner.stats()
+    }
+}
+
+impl Drop for CaptureBackend {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            log::warn!("capture flush failed: {e}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -598,6 +698,49 @@ mod tests {
         assert_eq!(back.len(), 10);
         for i in 0..10 {
             assert_eq!(back.frame(i), trace.frame(i % 5));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn capture_backend_tees_transmissions_and_passes_receive_through() {
+        let dir = std::env::temp_dir().join(format!("dta-io-tee-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tee.pcap");
+        let trace = Arc::new(mixed_trace());
+        let inner = PcapBackend::new(
+            trace.clone(),
+            ReplayConfig {
+                loops: Some(1),
+                burst: 64,
+                ..ReplayConfig::default()
+            },
+        );
+        let mut b = CaptureBackend::new(Box::new(inner), capture_file(&path).unwrap());
+        assert_eq!((b.name(), b.l2_frames()), ("pcap", true));
+        // Receive goes to the inner backend: 9 UDP frames of the 10.
+        assert_eq!(b.recv_with(Duration::ZERO, &mut |_| {}).unwrap(), 9);
+        let mut batch = TxBatch::new(8, 256);
+        for i in 0..3 {
+            let f = trace.frame(i);
+            assert!(
+                batch.push_with(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1), 0, |buf| {
+                    buf[..f.len()].copy_from_slice(f);
+                    f.len()
+                })
+            );
+        }
+        assert_eq!(b.send_batch(&batch).unwrap(), 3);
+        assert_eq!(b.send_batch(&batch).unwrap(), 3);
+        assert_eq!(b.captured(), 6);
+        assert_eq!(b.capture_errors(), 0);
+        // The inner backend still transmitted (counted) everything.
+        assert_eq!(b.stats().tx_packets, 6);
+        drop(b);
+        let back = PcapTrace::open(&path).unwrap();
+        assert_eq!(back.len(), 6);
+        for i in 0..6 {
+            assert_eq!(back.frame(i), trace.frame(i % 3));
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

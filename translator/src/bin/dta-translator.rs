@@ -13,6 +13,12 @@ use dta_translator::{Translator, TranslatorConfig};
 /// Every tunable lives in the TOML configuration file (see `translator/translator.example.toml`
 /// for each option with its default and meaning). Logging is controlled with RUST_LOG
 /// (e.g. RUST_LOG=info).
+///
+/// Packet I/O is chosen by `translator.backend`: "udp" (kernel sockets, default), "af_xdp"
+/// (section [af_xdp]; cargo feature `af_xdp`), "dpdk" ([dpdk]; feature `dpdk`) or "pcap"
+/// (replay [pcap] input files, write what is sent to [pcap] output). `translator.capture`
+/// writes every transmitted frame to a pcap file with any backend; `dta pcap-check FILE`
+/// verifies the ICRCs.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Cli {
