@@ -758,6 +758,9 @@ impl UdpRig {
         tcfg.translator.roce = roce_t;
         tcfg.translator.max_redundancy = 8;
         tcfg.translator.socket_buffer = 64 << 20;
+        // The sender's window is checked against the published counters (see
+        // `UdpReplayOptions::window`): publish often so the window, not the period, bounds it.
+        tcfg.translator.stats_interval_ms = 1;
         tcfg.reports.reference_variant = sc.parse_config().reference_variant;
         tcfg.postcard.cache_slots = sc.cache_slots;
         tcfg.collectors = vec![CollectorSection::with_metadata("local", meta_file)];

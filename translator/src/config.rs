@@ -201,6 +201,9 @@ pub struct Section {
     pub max_reporters: usize,
     /// Kernel socket buffer size (bytes) for the report and RoCEv2 sockets.
     pub socket_buffer: usize,
+    /// How often (milliseconds, 1..=1000) each worker publishes its counters for /metrics,
+    /// /stats and `Translator::counters` (a lock and a copy per period, never per packet).
+    pub stats_interval_ms: u64,
     /// How reports reach the workers over kernel UDP (see [`ReportSteering`]).
     pub report_steering: ReportSteering,
     /// How RoCEv2 answers reach the worker owning their QP (see [`RoceSteering`]).
@@ -302,6 +305,7 @@ impl Default for Section {
             metrics: None,
             max_reporters: 4096,
             socket_buffer: 16 << 20,
+            stats_interval_ms: 20,
             report_steering: ReportSteering::default(),
             roce_steering: RoceSteering::default(),
             backend: BackendKind::Udp,
@@ -521,6 +525,9 @@ impl TranslatorConfig {
         let t = &self.translator;
         if t.workers == 0 || t.workers > 64 {
             return Err("translator.workers must be 1..=64".into());
+        }
+        if !(1..=1000).contains(&t.stats_interval_ms) {
+            return Err("translator.stats_interval_ms must be 1..=1000".into());
         }
         if t.max_redundancy == 0 || t.max_redundancy as usize > dta_proto::hash::MAX_REDUNDANCY {
             return Err(format!(
