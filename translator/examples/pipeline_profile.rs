@@ -24,6 +24,16 @@ fn main() {
         seq: Some(0),
         priority: Priority::Medium,
     };
+    // 13-byte keys (an IPv4 5-tuple's length), distinct per i.
+    let key13 = |i: u32| {
+        let mut k = [7u8; 13];
+        k[..4].copy_from_slice(&i.to_be_bytes());
+        Key::new(&k).unwrap()
+    };
+    let report = |primitive| Report {
+        header: hdr,
+        primitive,
+    };
     let (kind, profile, reports): (StoreKind, Profile, Vec<Report>) = match what.as_str() {
         "keywrite" => (
             StoreKind::KeyWrite {
@@ -34,16 +44,11 @@ fn main() {
             Profile::Extended,
             (0..4096u32)
                 .map(|i| {
-                    let mut k = [7u8; 13];
-                    k[..4].copy_from_slice(&i.to_be_bytes());
-                    Report {
-                        header: hdr,
-                        primitive: Primitive::KeyWrite {
-                            redundancy: 2,
-                            key: Key::new(&k).unwrap(),
-                            value: Value::new(&[i as u8; 20]).unwrap(),
-                        },
-                    }
+                    report(Primitive::KeyWrite {
+                        redundancy: 2,
+                        key: key13(i),
+                        value: Value::new(&[i as u8; 20]).unwrap(),
+                    })
                 })
                 .collect(),
         ),
@@ -55,16 +60,11 @@ fn main() {
             Profile::Extended,
             (0..4096u32)
                 .map(|i| {
-                    let mut k = [7u8; 13];
-                    k[..4].copy_from_slice(&i.to_be_bytes());
-                    Report {
-                        header: hdr,
-                        primitive: Primitive::KeyIncrement {
-                            redundancy: 2,
-                            key: Key::new(&k).unwrap(),
-                            delta: 1 + i as u64,
-                        },
-                    }
+                    report(Primitive::KeyIncrement {
+                        redundancy: 2,
+                        key: key13(i),
+                        delta: 1 + i as u64,
+                    })
                 })
                 .collect(),
         ),
