@@ -116,7 +116,7 @@ impl Default for HarnessOptions {
             qp: QpTuning {
                 ack_every: 16,
                 ack_timeout_ns: 2_000_000,
-                max_probes: 8,
+                ..QpTuning::default()
             },
             rate: RateLimit::default(),
             verify_icrc: true,

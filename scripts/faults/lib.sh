@@ -123,7 +123,7 @@ socket_buffer = 16777216
 [reliability]
 ack_every = ${ACK_EVERY:-64}
 ack_timeout_us = ${ACK_TIMEOUT_US:-20000}
-max_probes = ${MAX_PROBES:-8}
+broken_after_ms = ${BROKEN_AFTER_MS:-5000}
 
 [overload]
 messages_per_sec = ${2:-0}
