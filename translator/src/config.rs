@@ -342,6 +342,15 @@ impl TranslatorConfig {
         if self.reliability.ack_every == 0 {
             return Err("reliability.ack_every must be at least 1".into());
         }
+        let r = &self.reliability;
+        if r.rto_min_us == 0 || r.rto_max_us < r.rto_min_us || r.ack_timeout_us == 0 {
+            return Err(
+                "reliability: need 0 < rto_min_us <= rto_max_us and ack_timeout_us > 0".into(),
+            );
+        }
+        if r.broken_after_ms == 0 || r.broken_after_ms.saturating_mul(1000) < r.rto_max_us {
+            return Err("reliability.broken_after_ms must be at least rto_max_us".into());
+        }
         let o = &self.overload;
         if !(0.0..1.0).contains(&o.low_reserve)
             || !(0.0..1.0).contains(&o.medium_reserve)

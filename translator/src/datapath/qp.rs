@@ -422,6 +422,8 @@ impl QpTx {
         {
             self.broken = true;
             self.probing = None;
+            self.awaiting = None;
+            self.silent_since = None;
             return None;
         }
         self.stats.ack_timeouts += 1;
@@ -449,6 +451,9 @@ impl QpTx {
 
     /// When the next timer fires, if any (ns).
     pub fn next_deadline(&self) -> Option<u64> {
+        if self.broken {
+            return None;
+        }
         if self.reprobe {
             return Some(0);
         }
