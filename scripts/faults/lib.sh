@@ -185,6 +185,18 @@ drops = {k: v for k, v in c.items() if k.startswith("drop_") and v}
 lhs, rhs = c["rx_datagrams"], c["translated"] + s["dropped"] + p
 print(("ok" if lhs == rhs else "broken"), "rx=%d translated=%d dropped=%d pending=%d drops=%s" % (lhs, c["translated"], s["dropped"], p, json.dumps(drops, separators=(",", ":"))))'
 }
+# settled_identity [SECONDS]: the identity once nothing is pending (polled every 0.2 s, up to
+# SECONDS, default 10), so a loaded machine that drains slowly does not fail the check.
+settled_identity() {
+    local id end=$((SECONDS + ${1:-10}))
+    while :; do
+        id=$(identity)
+        if [[ $id == ok* && $id == *pending=0* ]] || [ $SECONDS -ge $end ]; then
+            echo "$id"; return 0
+        fi
+        sleep 0.2
+    done
+}
 # tmetric NAME: the sum of a translator Prometheus family (max for *_max_ns).
 tmetric() {
     tcurl /metrics | awk -v n="$1" '$1 ~ "^"n"(_total)?([{]|$)" { v = $2 + 0; if (n ~ /max_ns$/) { if (v > m) m = v } else m += v } END { printf "%d\n", m }'
