@@ -17,7 +17,11 @@ use dta_proto::Value;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
-const LISTS: u32 = 3;
+/// More lists than one list-head message holds at the collector's 4096-byte PMTU (509), so
+/// the heads arrive in two messages.
+const LISTS: u32 = 600;
+/// The lists written (the first, one in the second message, the last).
+const WRITTEN: [u32; 3] = [0, 510, 599];
 const BATCH: u32 = 8;
 /// 32 batch slots per list: the two translators' 2 × K batches fit without lapping.
 const CAPACITY: u32 = 256;
@@ -47,7 +51,7 @@ fn write(t: &Translator, col: &Collector, from: u32, n: u32, frames: u64) {
     let mut buf = [0u8; 128];
     let before = t.counters().rx_datagrams;
     for i in from..from + n {
-        for l in 0..LISTS {
+        for l in WRITTEN {
             let r = Report {
                 header: ReportHeader {
                     profile: Profile::Extended,
@@ -66,7 +70,7 @@ fn write(t: &Translator, col: &Collector, from: u32, n: u32, frames: u64) {
         }
     }
     assert!(t.wait_for(Duration::from_secs(10), |c| c.rx_datagrams
-        >= before + (n * LISTS) as u64));
+        >= before + (n * WRITTEN.len() as u32) as u64));
     assert!(
         col.wait_for(Duration::from_secs(10), |k| k.writes >= frames),
         "{:?}",
@@ -103,26 +107,27 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
     .expect("collector starts");
     let store = col.store("ap").unwrap().clone();
     let a = store.append().unwrap();
-    let mut readers: Vec<ListReader> = (0..LISTS)
-        .map(|l| ListReader::new(&store.region, a.layout, a.list_base(l), Start::Oldest))
+    let mut readers: Vec<ListReader> = WRITTEN
+        .iter()
+        .map(|&l| ListReader::new(&store.region, a.layout, a.list_base(l), Start::Oldest))
         .collect();
-    let mut got: Vec<Vec<u32>> = vec![Vec::new(); LISTS as usize];
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); WRITTEN.len()];
     let read = |readers: &mut Vec<ListReader>, got: &mut Vec<Vec<u32>>| {
-        for (l, r) in readers.iter_mut().enumerate() {
+        for (k, r) in readers.iter_mut().enumerate() {
             r.poll(&store.region, 1024, |_, e| {
                 assert_eq!(
                     u32::from_le_bytes(e[0..4].try_into().unwrap()),
-                    l as u32,
+                    WRITTEN[k],
                     "entry of another list"
                 );
-                got[l].push(u32::from_le_bytes(e[4..8].try_into().unwrap()));
+                got[k].push(u32::from_le_bytes(e[4..8].try_into().unwrap()));
             });
         }
     };
 
     // Translator 1: K full batches per list.
     let t1 = translator(c_addr, Ipv4Addr::new(127, 0, 0, 5));
-    let per_phase = (K * LISTS) as u64;
+    let per_phase = K as u64 * WRITTEN.len() as u64;
     write(&t1, &col, 0, K * BATCH, per_phase);
     read(&mut readers, &mut got);
     for g in &got {
@@ -133,14 +138,18 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
     // Translator 2, a fresh process state at another address: it must start each list at
     // batch K + 1.
     let sent_before = col.with_published(|p| p.cm.cm_list_heads_sent);
+    assert_eq!(sent_before, 2, "600 lists: two list-head messages");
     let t2 = translator(c_addr, Ipv4Addr::new(127, 0, 0, 6));
     let t0 = std::time::Instant::now();
-    while col.with_published(|p| p.cm.cm_list_heads_sent) == sent_before
+    while col.with_published(|p| p.cm.cm_list_heads_sent) < sent_before + 2
         && t0.elapsed() < Duration::from_secs(2)
     {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(col.with_published(|p| p.cm.cm_list_heads_sent) > sent_before);
+    assert_eq!(
+        col.with_published(|p| p.cm.cm_list_heads_sent),
+        sent_before + 2
+    );
     write(&t2, &col, K * BATCH, K * BATCH, 2 * per_phase);
     read(&mut readers, &mut got);
     for (l, g) in got.iter().enumerate() {
@@ -153,7 +162,7 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
         assert_eq!(readers[l].next_seq(), 2 * K as u64 + 1);
     }
     // A reader that starts now from the oldest batch sees the same, so nothing was overwritten.
-    for l in 0..LISTS {
+    for l in WRITTEN {
         let mut r = ListReader::new(&store.region, a.layout, a.list_base(l), Start::Oldest);
         let mut all = Vec::new();
         r.poll(&store.region, 1024, |_, e| {
