@@ -97,7 +97,7 @@ $( [ -n "${2:-}" ] && echo "persist_dir = \"$2\"" )
 [[store]]
 name = "kw"
 kind = "keywrite"
-slots = 1048576
+slots = ${KW_SLOTS:-1048576}
 slot_size = 32
 
 [[store]]
