@@ -259,9 +259,20 @@ impl Ctl {
             buf: Vec::new(),
             seq: 0,
         };
-        // The guest shell may still be between restarts; the socket buffers until it reads.
-        ctl.run("true", CTL_TIMEOUT)?;
-        Ok(ctl)
+        // The guest shell may still be between restarts; the socket buffers until it reads,
+        // but a command written just as the old shell exits is lost with it. Under TCG on a
+        // loaded host that window has swallowed the first probe (CI, 04:50 UTC), so ask up to
+        // three times; every attempt has its own end marker, so a late answer to an earlier
+        // one is never mistaken for a later one.
+        let mut last = None;
+        for _ in 0..3 {
+            match ctl.run("true", CTL_TIMEOUT) {
+                Ok(_) => return Ok(ctl),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("three attempts timed out"))
     }
 
     /// Runs `cmd`, returns its output (stdout and stderr) and exit status.
