@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RUNS=${RUNS:-10000000}
 MAX_TIME=${MAX_TIME:-7200}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(report nack metarec cm_mad config rnic cm_state pipeline)
+[ ${#targets[@]} -eq 0 ] && targets=(report nack metarec listheads cm_mad config rnic cm_state pipeline)
 mkdir -p fuzz/logs
 cargo +nightly fuzz build -s none "${targets[@]:0:1}" >/dev/null 2>&1 || cargo +nightly fuzz build -s none
 for t in "${targets[@]}"; do

@@ -40,6 +40,12 @@ pub struct Impairments {
     pub response_loss: f64,
     /// Duplicate translator → collector frames.
     pub duplicate: f64,
+    /// The collector is stalled (a starved process): translator → collector frames wait in
+    /// its receive queue, or are dropped if `stall_drops`, and nothing is answered until
+    /// [`Harness::resume`].
+    pub stalled: bool,
+    /// While stalled, drop frames (a full receive queue) instead of holding them.
+    pub stall_drops: bool,
     /// Swap adjacent translator → collector frames.
     pub reorder: f64,
 }
@@ -80,6 +86,8 @@ pub struct Harness {
     pub nacks: Vec<(SocketAddrV4, Vec<u8>)>,
     /// Frames dropped by the simulated wire.
     pub wire_drops: u64,
+    /// Frames waiting in a stalled collector's receive queue.
+    held: Vec<Vec<u8>>,
 }
 
 /// Pipeline settings a test may want to change.
@@ -116,7 +124,7 @@ impl Default for HarnessOptions {
             qp: QpTuning {
                 ack_every: 16,
                 ack_timeout_ns: 2_000_000,
-                max_probes: 8,
+                ..QpTuning::default()
             },
             rate: RateLimit::default(),
             verify_icrc: true,
@@ -223,6 +231,7 @@ impl Harness {
             sent_frames: None,
             nacks: Vec::new(),
             wire_drops: 0,
+            held: Vec::new(),
         }
     }
 
@@ -352,8 +361,14 @@ impl Harness {
                     }
                 }
             }
-            for f in &wire {
-                self.deliver_to_rnic(f);
+            if !self.imp.stalled {
+                for f in &wire {
+                    self.deliver_to_rnic(f);
+                }
+            } else if self.imp.stall_drops {
+                self.wire_drops += wire.len() as u64;
+            } else {
+                self.held.extend(wire);
             }
             // Collector → translator.
             let mut responses: Vec<Vec<u8>> = Vec::new();
@@ -379,6 +394,15 @@ impl Harness {
                 }
             }
         }
+    }
+
+    /// Ends a stall: the collector processes the frames its receive queue held, in order.
+    pub fn resume(&mut self) {
+        self.imp.stalled = false;
+        for f in std::mem::take(&mut self.held) {
+            self.deliver_to_rnic(&f);
+        }
+        self.pump();
     }
 
     /// Hands one full Ethernet frame to the responder, as a raw backend would.

@@ -15,14 +15,24 @@
 //!   `rxe_target` (one RC QP and a remotely writable MR) and [`Vm::dump`] reads its memory back.
 //!
 //! Frames are built by the tests (with `dta_proto`), never here. Only one VM runs per test
-//! process at a time: [`Vm::boot`] waits for the previous one to be dropped. A watchdog shell
-//! kills QEMU if the test process dies without dropping its [`Vm`].
+//! process at a time: [`Vm::boot`] waits for the previous one to be dropped.
+//!
+//! No VM outlives its test. QEMU daemonizes (it is not our child), so three layers stop it:
+//! - a guard owns QEMU's pid from the moment `boot.sh` reports it: dropping the [`Vm`], or a
+//!   panic anywhere after boot (also during unwinding, also before [`Vm::boot`] returned)
+//!   stops it (TERM, then KILL);
+//! - a watchdog shell in its *own process group* kills QEMU if the test process dies without
+//!   unwinding (SIGKILL, a harness timeout that kills the whole process group);
+//! - every boot first reaps run directories left by dead test processes
+//!   (`dta-rxe-<pid>-<n>` whose `<pid>` is gone): a QEMU still running from one is stopped
+//!   ([`reap_stale_runs`]).
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -249,9 +259,20 @@ impl Ctl {
             buf: Vec::new(),
             seq: 0,
         };
-        // The guest shell may still be between restarts; the socket buffers until it reads.
-        ctl.run("true", CTL_TIMEOUT)?;
-        Ok(ctl)
+        // The guest shell may still be between restarts; the socket buffers until it reads,
+        // but a command written just as the old shell exits is lost with it. Under TCG on a
+        // loaded host that window has swallowed the first probe (CI, 04:50 UTC), so ask up to
+        // three times; every attempt has its own end marker, so a late answer to an earlier
+        // one is never mistaken for a later one.
+        let mut last = None;
+        for _ in 0..3 {
+            match ctl.run("true", CTL_TIMEOUT) {
+                Ok(_) => return Ok(ctl),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("three attempts timed out"))
     }
 
     /// Runs `cmd`, returns its output (stdout and stderr) and exit status.
@@ -317,7 +338,7 @@ static VM_LOCK: Mutex<()> = Mutex::new(());
 /// A running Soft-RoCE VM, private to the test that booted it. Dropping it stops QEMU.
 pub struct Vm {
     run: PathBuf,
-    qemu_pid: u32,
+    qemu: QemuGuard,
     ctl: Mutex<Ctl>,
     link: UdpSocket,
     guest_addr: SocketAddr,
@@ -344,20 +365,26 @@ impl Vm {
 
     fn boot_inner(image: &VmImage, extra_cpio: Option<&Path>) -> io::Result<Vm> {
         let guard = VM_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        let reaped = reap_stale_runs();
+        if reaped > 0 {
+            eprintln!("rxe_vm: stopped {reaped} QEMU(s) left behind by dead test processes");
+        }
         let run = run_dir()?;
         // Armed before QEMU exists, so there is no moment in which our death would orphan it.
         let watchdog = Watchdog::spawn(&run);
         let t0 = Instant::now();
         let booted =
             Self::start_qemu(image, &run, extra_cpio).and_then(|(qemu_pid, link, guest_addr)| {
+                // From here on a panic or an error drops the guard, which stops QEMU.
+                let qemu = QemuGuard(qemu_pid);
                 let boot_time = t0.elapsed();
                 let ctl = Ctl::connect(&run.join("ctl.sock"))?;
-                Ok((qemu_pid, link, guest_addr, boot_time, ctl))
+                Ok((qemu, link, guest_addr, boot_time, ctl))
             });
         match booted {
-            Ok((qemu_pid, link, guest_addr, boot_time, ctl)) => Ok(Vm {
+            Ok((qemu, link, guest_addr, boot_time, ctl)) => Ok(Vm {
                 run,
-                qemu_pid,
+                qemu,
                 ctl: Mutex::new(ctl),
                 link,
                 guest_addr,
@@ -430,6 +457,11 @@ impl Vm {
             }
         }
         unreachable!("the retry loop returns")
+    }
+
+    /// The pid of this VM's QEMU process.
+    pub fn qemu_pid(&self) -> u32 {
+        self.qemu.0
     }
 
     /// Wall time from starting QEMU to `RXE_VM_READY`.
@@ -656,7 +688,7 @@ impl Drop for Vm {
                 eprintln!("{line}");
             }
         }
-        stop_pid(self.qemu_pid);
+        stop_pid(self.qemu.0);
         if std::env::var_os("DTA_RXE_VM_KEEP_RUN").is_none() {
             let _ = fs::remove_dir_all(&self.run);
         }
@@ -696,6 +728,62 @@ fn read_pid(run: &Path) -> Option<u32> {
         .ok()
 }
 
+/// Owns a running QEMU: dropping it (normally, or while unwinding from a panic) stops it.
+struct QemuGuard(u32);
+
+impl Drop for QemuGuard {
+    fn drop(&mut self) {
+        if alive(self.0) {
+            stop_pid(self.0);
+        }
+    }
+}
+
+/// Stops QEMUs left behind by test processes that died without cleaning up, and removes their
+/// run directories. A run directory `dta-rxe-<owner>-<n>` (in the temp directory or `/tmp`) is
+/// stale when process `<owner>` no longer runs; its `qemu.pid` is stopped only if that process
+/// is a QEMU (`/proc/<pid>/comm` starts with `qemu`), so a recycled pid is never killed.
+/// Returns how many QEMUs were stopped.
+pub fn reap_stale_runs() -> usize {
+    let mut dirs = vec![std::env::temp_dir(), PathBuf::from("/tmp")];
+    dirs.dedup();
+    let mut stopped = 0;
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(owner) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("dta-rxe-"))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if owner == std::process::id() || alive(owner) {
+                continue;
+            }
+            let run = e.path();
+            if let Some(pid) = read_pid(&run) {
+                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if alive(pid) && comm.starts_with("qemu") {
+                    stop_pid(pid);
+                    stopped += 1;
+                }
+            }
+            let _ = fs::remove_dir_all(&run);
+        }
+    }
+    stopped
+}
+
+/// Whether process `pid` runs (a zombie counts as gone).
+pub fn process_alive(pid: u32) -> bool {
+    alive(pid)
+}
+
 /// Whether `pid` still runs. A zombie counts as gone: QEMU is not our child, and how soon init
 /// reaps it is not ours to wait for.
 fn alive(pid: u32) -> bool {
@@ -728,8 +816,9 @@ fn stop_pid(pid: u32) {
 }
 
 /// A shell that stops QEMU and removes the run directory if this process dies without dropping
-/// its [`Vm`] (a harness timeout, SIGKILL), so no orphaned VM keeps a core busy. Dropping it ends
-/// the shell.
+/// its [`Vm`] (a harness timeout, SIGKILL), so no orphaned VM keeps a core busy. It runs in its
+/// own process group, so a signal to the test's whole group (how harnesses and `timeout -s`
+/// stop a job) does not take it along. Dropping it ends the shell.
 struct Watchdog(Option<Child>);
 
 impl Watchdog {
@@ -743,6 +832,7 @@ impl Watchdog {
         );
         let child = Command::new("sh")
             .args(["-c", &script])
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -795,6 +885,50 @@ mod tests {
         assert_eq!(c["rcvd_pkts"], 16);
         assert_eq!(c["rcvd_rnr_err"], 0);
         assert_eq!(c.len(), 5);
+    }
+
+    #[test]
+    fn reaps_the_qemu_of_a_dead_test_process_only() {
+        // A stand-in QEMU: `sleep` copied under a name starting with "qemu".
+        let dir = std::env::temp_dir().join(format!("dta-reap-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("qemu-system-x86_64");
+        fs::copy("/bin/sleep", &fake).unwrap();
+        let mut qemu = Command::new(&fake).arg("60").spawn().unwrap();
+        let mut innocent = Command::new("/bin/sleep").arg("60").spawn().unwrap();
+        // An owner that has exited, and one that runs (us).
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let stale = std::env::temp_dir().join(format!("dta-rxe-{}-7", gone.id()));
+        let stale2 = std::env::temp_dir().join(format!("dta-rxe-{}-8", gone.id()));
+        let live = std::env::temp_dir().join(format!("dta-rxe-{}-999", std::process::id()));
+        for (d, pid) in [
+            (&stale, qemu.id()),
+            (&stale2, innocent.id()),
+            (&live, qemu.id()),
+        ] {
+            fs::create_dir_all(d).unwrap();
+            fs::write(d.join("qemu.pid"), format!("{pid}\n")).unwrap();
+        }
+        let stopped = reap_stale_runs();
+        let qemu_status = qemu.try_wait().unwrap();
+        let innocent_status = innocent.try_wait().unwrap();
+        let _ = innocent.kill();
+        let _ = innocent.wait();
+        let _ = qemu.kill();
+        let _ = qemu.wait();
+        let live_kept = live.exists();
+        let _ = fs::remove_dir_all(&live);
+        let _ = fs::remove_dir_all(&dir);
+        assert!(stopped >= 1);
+        assert!(qemu_status.is_some(), "the stale QEMU was stopped");
+        assert!(innocent_status.is_none(), "a non-QEMU pid is never killed");
+        assert!(
+            !stale.exists() && !stale2.exists(),
+            "stale run directories removed"
+        );
+        assert!(live_kept, "a live owner's run directory is left alone");
     }
 
     #[test]

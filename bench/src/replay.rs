@@ -352,7 +352,7 @@ impl Rig {
             qp: QpTuning {
                 ack_every: 16,
                 ack_timeout_ns,
-                max_probes: 8,
+                ..QpTuning::default()
             },
             rate: RateLimit::default(),
             backlog: 1024,

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use dta_io::udp::{UdpOptions, UdpSocket};
 use dta_proto::batch::TxBatch;
+use dta_proto::layout::AppendFormat;
 use dta_proto::meta::{CollectorMeta, QpMeta};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
@@ -165,10 +166,20 @@ impl Collector {
         let (rx, mut txs) = sock.split();
         let services: Vec<Service> = stores
             .iter()
-            .map(|s| Service {
-                port: s.port,
-                name: s.meta.name.clone(),
-                record: MetaRecord::from_store_meta(&s.meta, dev.verify_icrc).to_bytes(),
+            .map(|s| {
+                let mut rec = MetaRecord::from_store_meta(&s.meta, dev.verify_icrc);
+                // Sequenced Append lists can be resumed: announce and send their heads.
+                let heads = s
+                    .append()
+                    .filter(|a| a.layout.format() == AppendFormat::Sequenced)
+                    .map(|a| (s.region.clone(), a));
+                rec.list_heads = heads.is_some();
+                Service {
+                    port: s.port,
+                    name: s.meta.name.clone(),
+                    record: rec.to_bytes(),
+                    heads,
+                }
             })
             .collect();
         let mut cm = CmResponder::new(

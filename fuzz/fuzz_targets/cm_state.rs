@@ -96,11 +96,13 @@ impl World {
                 port: PORTS[0],
                 name: "kw".into(),
                 record: rec[0],
+                heads: None,
             },
             Service {
                 port: PORTS[1],
                 name: "ki".into(),
                 record: rec[1],
+                heads: None,
             },
         ];
         let verify = setup & 1 != 0;

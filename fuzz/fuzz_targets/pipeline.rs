@@ -242,7 +242,7 @@ impl World {
             qp: QpTuning {
                 ack_every: 4,
                 ack_timeout_ns: 2_000_000,
-                max_probes: 4,
+                ..QpTuning::default()
             },
             rate: RateLimit::default(),
             backlog: 64,

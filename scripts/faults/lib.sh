@@ -97,7 +97,7 @@ $( [ -n "${2:-}" ] && echo "persist_dir = \"$2\"" )
 [[store]]
 name = "kw"
 kind = "keywrite"
-slots = 1048576
+slots = ${KW_SLOTS:-1048576}
 slot_size = 32
 
 [[store]]
@@ -123,7 +123,7 @@ socket_buffer = 16777216
 [reliability]
 ack_every = ${ACK_EVERY:-64}
 ack_timeout_us = ${ACK_TIMEOUT_US:-20000}
-max_probes = ${MAX_PROBES:-8}
+broken_after_ms = ${BROKEN_AFTER_MS:-5000}
 
 [overload]
 messages_per_sec = ${2:-0}
@@ -184,6 +184,18 @@ s = json.load(sys.stdin); c = s["counters"]; p = sum(w["pending"] for w in s["wo
 drops = {k: v for k, v in c.items() if k.startswith("drop_") and v}
 lhs, rhs = c["rx_datagrams"], c["translated"] + s["dropped"] + p
 print(("ok" if lhs == rhs else "broken"), "rx=%d translated=%d dropped=%d pending=%d drops=%s" % (lhs, c["translated"], s["dropped"], p, json.dumps(drops, separators=(",", ":"))))'
+}
+# settled_identity [SECONDS]: the identity once nothing is pending (polled every 0.2 s, up to
+# SECONDS, default 10), so a loaded machine that drains slowly does not fail the check.
+settled_identity() {
+    local id end=$((SECONDS + ${1:-10}))
+    while :; do
+        id=$(identity)
+        if [[ $id == ok* && $id == *pending=0* ]] || [ $SECONDS -ge $end ]; then
+            echo "$id"; return 0
+        fi
+        sleep 0.2
+    done
 }
 # tmetric NAME: the sum of a translator Prometheus family (max for *_max_ns).
 tmetric() {

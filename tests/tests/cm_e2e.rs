@@ -106,7 +106,8 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
     cfg.translator.roce = SocketAddrV4::new(t_ip, 0);
     cfg.reliability.ack_every = 4;
     cfg.reliability.ack_timeout_us = 50_000;
-    cfg.reliability.max_probes = 3;
+    cfg.reliability.broken_after_ms = 300;
+    cfg.reliability.rto_max_us = 100_000;
     cfg.collectors = vec![CollectorSection::with_cm(
         "c",
         c_addr,

@@ -149,7 +149,7 @@ fn run_case(case: &CaseFile, reports: &[Vec<u8>]) -> Run {
         qp: QpTuning {
             ack_every: case.ack_every,
             ack_timeout_ns: 1_000_000_000,
-            max_probes: 8,
+            ..QpTuning::default()
         },
         rate: RateLimit::default(),
         backlog: 1024,

@@ -92,7 +92,7 @@ fn pipeline_for(t: &Target, kind: StoreKind) -> Pipeline {
         qp: QpTuning {
             ack_every: 8,
             ack_timeout_ns: 10_000_000_000,
-            max_probes: 4,
+            ..QpTuning::default()
         },
         rate: RateLimit::default(),
         backlog: 16,

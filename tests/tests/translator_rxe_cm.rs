@@ -240,7 +240,7 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
         qp: QpTuning {
             ack_every: 4,
             ack_timeout_ns: 5_000_000_000,
-            max_probes: 4,
+            ..QpTuning::default()
         },
         rate: RateLimit::default(),
         backlog: 16,

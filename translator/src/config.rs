@@ -384,10 +384,17 @@ impl Default for PostcardSection {
 pub struct ReliabilitySection {
     /// Ask for an ACK every k frames.
     pub ack_every: u32,
-    /// Silent loss is declared after this many microseconds without the ACK.
+    /// The initial retransmission timeout (µs): silent loss is suspected after this long
+    /// without the ACK, until round trips have been measured.
     pub ack_timeout_us: u64,
-    /// Unanswered probes before the QP is declared broken.
-    pub max_probes: u32,
+    /// Lower bound of the adaptive (RFC 6298, SRTT + 4·RTTVAR) timeout (µs).
+    pub rto_min_us: u64,
+    /// Upper bound of the adaptive timeout and of the probe back-off (µs).
+    pub rto_max_us: u64,
+    /// The QP is declared broken (and reconnected over RDMA_CM) after this many milliseconds
+    /// without any ACK or NAK while one was due. Must exceed the longest pause expected from
+    /// a busy collector.
+    pub broken_after_ms: u64,
 }
 
 impl Default for ReliabilitySection {
@@ -395,7 +402,9 @@ impl Default for ReliabilitySection {
         ReliabilitySection {
             ack_every: 64,
             ack_timeout_us: 20_000,
-            max_probes: 8,
+            rto_min_us: 2_000,
+            rto_max_us: 1_000_000,
+            broken_after_ms: 5_000,
         }
     }
 }
@@ -601,6 +610,15 @@ impl TranslatorConfig {
         }
         if self.reliability.ack_every == 0 {
             return Err("reliability.ack_every must be at least 1".into());
+        }
+        let r = &self.reliability;
+        if r.rto_min_us == 0 || r.rto_max_us < r.rto_min_us || r.ack_timeout_us == 0 {
+            return Err(
+                "reliability: need 0 < rto_min_us <= rto_max_us and ack_timeout_us > 0".into(),
+            );
+        }
+        if r.broken_after_ms == 0 || r.broken_after_ms.saturating_mul(1000) < r.rto_max_us {
+            return Err("reliability.broken_after_ms must be at least rto_max_us".into());
         }
         let o = &self.overload;
         if !(0.0..1.0).contains(&o.low_reserve)

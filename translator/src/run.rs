@@ -400,6 +400,19 @@ impl Worker {
     /// Runs until `stop` is set, then flushes partial batches and caches and lingers briefly
     /// for the last ACKs.
     pub fn run(mut self) {
+        // Continue every Append list after the collector's head (list-head messages of the
+        // initial RDMA_CM connections).
+        for (cm, names) in &mut self.initiators {
+            for (port, name) in names.iter() {
+                if let Some(h) = cm.take_list_heads(*port) {
+                    let n = self.pipeline.seed_append_heads(name, &h);
+                    log::info!(
+                        "store {name}: worker {} continues {n} Append list(s) after the collector's heads",
+                        self.index
+                    );
+                }
+            }
+        }
         let epoch = Instant::now();
         let now = || epoch.elapsed().as_nanos() as u64;
         let per_report = self.pipeline.frames_per_report_max();
@@ -455,6 +468,9 @@ impl Worker {
                                                 binding.local_qpn.value()
                                             );
                                             pipeline.rebind(name, binding, Some(&meta));
+                                            if let Some(h) = c.take_list_heads(port) {
+                                                pipeline.seed_append_heads(name, &h);
+                                            }
                                         }
                                     }
                                 }
@@ -805,7 +821,9 @@ pub fn pipeline_for(
         qp: QpTuning {
             ack_every: cfg.reliability.ack_every,
             ack_timeout_ns: cfg.reliability.ack_timeout_us * 1000,
-            max_probes: cfg.reliability.max_probes,
+            rto_min_ns: cfg.reliability.rto_min_us * 1000,
+            rto_max_ns: cfg.reliability.rto_max_us * 1000,
+            broken_after_ns: cfg.reliability.broken_after_ms * 1_000_000,
         },
         rate,
         backlog: cfg.overload.backlog,

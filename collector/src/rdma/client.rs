@@ -294,6 +294,7 @@ fn placeholder_record() -> MetaRecord {
         len: 0,
         rkey: 0,
         verify_icrc: false,
+        list_heads: false,
         kind: dta_proto::meta::StoreKind::KeyIncrement {
             slots: 2,
             hash: dta_proto::hash::HashProfile::Reference,

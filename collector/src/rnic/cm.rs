@@ -25,13 +25,20 @@
 //! may share its RoCEv2 port (answers steered to them by QPN). QPs a reconnecting peer
 //! abandoned are bounded: at most [`MAX_CONNS_PER_PEER`] per peer address and service, the
 //! oldest destroyed first.
+//!
+//! A sequenced Append store's record carries flag bit 2, and the metadata SEND is followed by
+//! list-head SENDs ([`dta_proto::wire::listheads`]): at RTU the listener reads every trailer of
+//! every list once, and tells the translator the batch number each list continues at, so a
+//! restarted translator never overwrites a batch before the ring is due to lap it.
 
 use std::net::SocketAddrV4;
+use std::sync::Arc;
 
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::wire::cm::{build_cm_frame, parse_cm};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
+use dta_proto::wire::listheads;
 use dta_proto::wire::mad::{
     rej_reason, service_port, CmDrep, CmMessage, CmRej, CmRep, MadHeaderRepr, MSG_REQ,
     REP_PRIVATE_DATA_LEN, TRANSPORT_RC,
@@ -39,6 +46,9 @@ use dta_proto::wire::mad::{
 use dta_proto::wire::roce::{RoceEndpoint, L2L4_LEN};
 
 use super::responder::{QpConfig, Responder};
+use crate::memory::Region;
+use crate::query::append::{ListReader, Start};
+use crate::store::AppendStore;
 
 /// How long to wait for the RTU before resending the REP (ns).
 pub const REP_TIMEOUT_NS: u64 = 200_000_000;
@@ -64,6 +74,8 @@ dta_proto::define_counters!(
         cm_dreq,
         /// Metadata records sent (one per established connection).
         cm_metadata_sent,
+        /// List-head messages sent after a sequenced Append store's record.
+        cm_list_heads_sent,
         /// Connections replaced by a new REQ from the same peer (translator restarts).
         cm_replaced,
         /// REQs naming a service ID (port) no store listens on.
@@ -84,6 +96,20 @@ pub struct Service {
     pub name: String,
     /// The 64-byte metadata record advertised after RTU.
     pub record: [u8; 64],
+    /// A sequenced Append store's memory and geometry: its lists' heads are read and sent
+    /// after the record (which must then carry the list-heads flag). `None` otherwise.
+    pub heads: Option<(Arc<Region>, AppendStore)>,
+}
+
+/// The next batch number of every list of an Append store: its newest trailer's number + 1
+/// (1 for a list never written). Reads every trailer of every list once.
+pub fn list_heads(region: &Region, a: &AppendStore) -> Vec<u64> {
+    (0..a.lists)
+        .map(|l| {
+            let r = ListReader::new(region, a.layout, a.list_base(l), Start::Seq(1));
+            (r.newest_seq(region) + 1).min(dta_proto::layout::AppendLayout::MAX_SEQ)
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,9 +376,29 @@ impl CmResponder {
                 }
                 c.state = State::Established;
                 self.counters.cm_established += 1;
-                let rec = self.services[c.service].record;
-                if rnic.post_send(c.qpn, &rec, now, tx) {
+                let (qpn, svc) = (c.qpn, c.service);
+                let rec = self.services[svc].record;
+                if rnic.post_send(qpn, &rec, now, tx) {
                     self.counters.cm_metadata_sent += 1;
+                }
+                if let Some((region, a)) = &self.services[svc].heads {
+                    let next = list_heads(region, a);
+                    let per = listheads::heads_per_message(rnic.device().pmtu as usize).max(1);
+                    let mut buf = vec![0u8; listheads::message_len(per)];
+                    for (k, chunk) in next.chunks(per).enumerate() {
+                        let first = (k * per) as u32;
+                        let Some(n) = listheads::emit(first, a.lists, chunk, &mut buf) else {
+                            continue;
+                        };
+                        if rnic.post_send(qpn, &buf[..n], now, tx) {
+                            self.counters.cm_list_heads_sent += 1;
+                        }
+                    }
+                    log::info!(
+                        "RDMA_CM: store {:?}: sent the heads of {} list(s) to {peer}",
+                        self.services[svc].name,
+                        next.len()
+                    );
                 }
             }
             CmMessage::Dreq(dreq) => {

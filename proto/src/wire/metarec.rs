@@ -13,7 +13,7 @@
 //! | 4 | 1 | version | 1 |
 //! | 5 | 1 | kind | 1 Key-Write, 2 Append, 3 Key-Increment, 4 Postcarding |
 //! | 6 | 1 | hash profile | 0 `reference`, 1 `independent`; 0 for Append (no hash) |
-//! | 7 | 1 | flags | bit 0: the collector verifies the ICRC; bit 1: Append format is `sequenced` (0 = `reference`; must be 0 for other kinds); bits 2–7 zero |
+//! | 7 | 1 | flags | bit 0: the collector verifies the ICRC; bit 1: Append format is `sequenced` (0 = `reference`; must be 0 for other kinds); bit 2: list-head messages follow this record (sequenced Append only, see [`crate::wire::listheads`]); bits 3–7 zero |
 //! | 8 | 8 | address | virtual address of the region's first byte (u64) |
 //! | 16 | 8 | length | region length in bytes (u64) |
 //! | 24 | 4 | R_Key | the MR's **remote** key (u32); the reference sent the lkey |
@@ -70,6 +70,9 @@ pub mod flags {
     pub const VERIFY_ICRC: u8 = 1 << 0;
     /// Append only: the rings use the `sequenced` format.
     pub const APPEND_SEQUENCED: u8 = 1 << 1;
+    /// Sequenced Append only: the collector SENDs the lists' next batch numbers
+    /// ([`crate::wire::listheads`]) right after this record, so a new writer resumes each list.
+    pub const LIST_HEADS: u8 = 1 << 2;
 }
 
 /// Bytes of a Key-Increment counter, the only slot size that kind has.
@@ -151,6 +154,8 @@ pub struct MetaRecord {
     pub rkey: u32,
     /// Whether the collector verifies the ICRC.
     pub verify_icrc: bool,
+    /// Sequenced Append only: list-head messages follow the record (flag bit 2).
+    pub list_heads: bool,
     /// Primitive and layout.
     pub kind: StoreKind,
 }
@@ -186,6 +191,7 @@ impl MetaRecord {
             len: meta.len,
             rkey: meta.rkey,
             verify_icrc,
+            list_heads: false,
             kind,
         }
     }
@@ -264,7 +270,11 @@ impl MetaRecord {
                     },
                     list_stride,
                 },
-                flags::APPEND_SEQUENCED,
+                if flags & flags::APPEND_SEQUENCED != 0 {
+                    flags::APPEND_SEQUENCED | flags::LIST_HEADS
+                } else {
+                    flags::APPEND_SEQUENCED
+                },
                 b[f::HASH] == 0 && hops == 0,
             ),
             kind::POSTCARD => (
@@ -286,6 +296,7 @@ impl MetaRecord {
             len: get_le(b, f::LEN),
             rkey: get_le(b, f::RKEY) as u32,
             verify_icrc: flags & flags::VERIFY_ICRC != 0,
+            list_heads: flags & flags::LIST_HEADS != 0,
             kind,
         })
     }
@@ -339,6 +350,9 @@ impl MetaRecord {
                 out[f::KIND] = kind::APPEND;
                 if format == AppendFormat::Sequenced {
                     flags |= flags::APPEND_SEQUENCED;
+                    if self.list_heads {
+                        flags |= flags::LIST_HEADS;
+                    }
                 }
                 put_le(out, f::SLOT_SIZE, entry_size as u64);
                 put_le(out, f::COUNT, capacity as u64);
@@ -427,6 +441,7 @@ mod tests {
             len: 1 << 20,
             rkey: 0xDEAD_BEEF,
             verify_icrc: true,
+            list_heads: false,
             kind: StoreKind::KeyWrite {
                 slots: 1 << 16,
                 slot_size: 16,
@@ -436,12 +451,47 @@ mod tests {
     }
 
     #[test]
+    fn list_heads_flag_only_for_sequenced_append() {
+        let rec = MetaRecord {
+            list_heads: true,
+            kind: StoreKind::Append {
+                lists: 4,
+                first_list: 0,
+                capacity: 64,
+                entry_size: 4,
+                batch: 4,
+                format: AppendFormat::Sequenced,
+                list_stride: 1024,
+            },
+            ..key_write()
+        };
+        let b = rec.to_bytes();
+        assert_eq!(
+            b[7],
+            flags::VERIFY_ICRC | flags::APPEND_SEQUENCED | flags::LIST_HEADS
+        );
+        assert_eq!(MetaRecord::parse(&b), Ok(rec.clone()));
+        // The flag on a reference-format Append or another kind is malformed.
+        let reseal = |mut b: [u8; META_RECORD_LEN], f: u8| {
+            b[7] = f;
+            let crc = IEEE.checksum(&b[..60]);
+            b[60..].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        let b = reseal(b, flags::LIST_HEADS);
+        assert_eq!(MetaRecord::parse(&b), Err(Error::Malformed));
+        let kw = reseal(key_write().to_bytes(), flags::LIST_HEADS);
+        assert_eq!(MetaRecord::parse(&kw), Err(Error::Malformed));
+    }
+
+    #[test]
     fn documented_bytes() {
         let rec = MetaRecord {
             addr: 0x0102_0304_0506_0708,
             len: 0x1000,
             rkey: 0xAABB_CCDD,
             verify_icrc: true,
+            list_heads: false,
             kind: StoreKind::Append {
                 lists: 4,
                 first_list: 8,
@@ -716,8 +766,11 @@ mod tests {
 
     prop_compose! {
         fn record_strategy()(addr in any::<u64>(), len in any::<u64>(), rkey in any::<u32>(),
-                             verify_icrc in any::<bool>(), kind in kind_strategy()) -> MetaRecord {
-            MetaRecord { addr, len, rkey, verify_icrc, kind }
+                             verify_icrc in any::<bool>(), heads in any::<bool>(),
+                             kind in kind_strategy()) -> MetaRecord {
+            let list_heads = heads
+                && matches!(kind, StoreKind::Append { format: AppendFormat::Sequenced, .. });
+            MetaRecord { addr, len, rkey, verify_icrc, list_heads, kind }
         }
     }
 
@@ -727,7 +780,10 @@ mod tests {
             let b = rec.to_bytes();
             prop_assert_eq!(MetaRecord::parse(&b), Ok(rec.clone()));
             let meta = rec.to_store_meta("s".into());
-            prop_assert_eq!(MetaRecord::from_store_meta(&meta, rec.verify_icrc), rec);
+            prop_assert_eq!(
+                MetaRecord::from_store_meta(&meta, rec.verify_icrc),
+                MetaRecord { list_heads: false, ..rec }
+            );
         }
 
         #[test]

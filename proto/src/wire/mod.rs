@@ -16,6 +16,7 @@ pub mod dta_ext;
 pub mod ethernet;
 pub mod ib;
 pub mod ipv4;
+pub mod listheads;
 pub mod mad;
 pub mod metarec;
 pub mod nack;

@@ -6,6 +6,8 @@
 //!   connect(port) ─▶ REQ (our QPN, starting PSN S, service = port)      retransmitted
 //!   REP ─▶ RTU; remember the collector's QPN and its send PSN
 //!   RC SEND (64-byte metadata record) at the collector's PSN ─▶ RC ACK with that SEND's PSN
+//!   [sequenced Append, record flag bit 2: list-head SENDs at the following PSNs, each ACKed in
+//!    order, until every list is covered; `take_list_heads` hands them to the pipeline]
 //!   ─▶ Ready: the data-path QP starts writing at S (the REQ's PSN, as IB CM defines it; the
 //!      reference used the REP's PSN and began out of sequence)
 //!   REJ ─▶ Rejected (the caller backs off and retries)
@@ -21,6 +23,7 @@ use dta_proto::meta::StoreMeta;
 use dta_proto::wire::cm::{build_cm_frame, is_gsi, parse_cm};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{opcode as op, BthRepr, Psn, Qpn};
+use dta_proto::wire::listheads::{HeadsAssembly, ListHeads};
 use dta_proto::wire::mad::{
     ipv4_gid, rdma_cm_service_id, CmMessage, CmPrivateIp, CmReq, CmRtu, MadHeaderRepr, TRANSPORT_RC,
 };
@@ -33,6 +36,10 @@ use crate::datapath::pipeline::QpBinding;
 pub const REQ_TIMEOUT_NS: u64 = 250_000_000;
 /// REQ transmissions before giving up on one attempt.
 pub const REQ_TRIES: u32 = 8;
+/// How long the list-head messages may take to arrive after the metadata record (ns).
+pub const HEADS_TIMEOUT_NS: u64 = REQ_TIMEOUT_NS * REQ_TRIES as u64;
+/// Most lists whose heads an initiator collects for one store (a larger store is refused).
+pub const MAX_HEAD_LISTS: u32 = 1 << 22;
 
 /// What the caller learns from [`CmInitiator::handle`] and [`CmInitiator::poll`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,11 +75,23 @@ enum State {
         send_psn: Psn,
         name: String,
     },
+    /// Metadata received and ACKed; list-head SENDs expected from `next_psn` on.
+    AwaitHeads {
+        remote_qpn: Qpn,
+        meta_psn: Psn,
+        next_psn: Psn,
+        rep_psn: Psn,
+        meta: Box<StoreMeta>,
+        heads: HeadsAssembly,
+        since: u64,
+    },
     /// Metadata received; a zero-length WRITE probe at our starting PSN asks the responder
     /// which PSN it expects (stacks disagree on whose CM PSN that is).
     Syncing {
         remote_qpn: Qpn,
         meta_psn: Psn,
+        /// The PSN of the last control SEND ACKed (the record's, or the last list-head's).
+        last_psn: Psn,
         /// The PSN the probe carries: the REP's starting PSN.
         probe_psn: Psn,
         meta: Box<StoreMeta>,
@@ -82,6 +101,7 @@ enum State {
     Ready {
         remote_qpn: Qpn,
         meta_psn: Psn,
+        last_psn: Psn,
     },
 }
 
@@ -95,6 +115,8 @@ struct Conn {
     tid: u64,
     req: CmReq,
     state: State,
+    /// The lists' next batch numbers from the collector, until taken.
+    heads: Option<Vec<u64>>,
 }
 
 dta_proto::define_counters!(
@@ -112,6 +134,10 @@ dta_proto::define_counters!(
         cm_timeouts,
         /// Metadata SENDs received again (our ACK was lost) and re-ACKed.
         cm_meta_duplicates,
+        /// List-head messages received and taken.
+        cm_list_heads,
+        /// List-head messages that did not parse or did not fit the store (not ACKed).
+        cm_list_heads_invalid,
         /// CM or control packets that did not parse or matched no connection.
         cm_invalid,
     }
@@ -179,6 +205,16 @@ impl CmInitiator {
         } else {
             L2L4_LEN
         }
+    }
+
+    /// The next batch number of every list (store-local index order) the collector sent for
+    /// the store on `port` at its last connection; `None` if it sent none (not a sequenced
+    /// Append store, or a collector that does not send heads) or they were taken already.
+    pub fn take_list_heads(&mut self, port: u16) -> Option<Vec<u64>> {
+        self.conns
+            .iter_mut()
+            .find(|c| c.port == port)
+            .and_then(|c| c.heads.take())
     }
 
     /// True if any connection attempt is still in progress.
@@ -251,6 +287,7 @@ impl CmInitiator {
                 sent_at: now,
                 tries: 1,
             },
+            heads: None,
         };
         self.send_req(&c, tx);
         self.conns.push(c);
@@ -331,6 +368,27 @@ impl CmInitiator {
                 };
                 self.ack(remote_qpn, send_psn, tx);
                 let meta = rec.to_store_meta(name);
+                if rec.list_heads {
+                    let lists = match meta.kind {
+                        dta_proto::meta::StoreKind::Append { lists, .. } => lists,
+                        _ => 0,
+                    };
+                    if lists == 0 || lists > MAX_HEAD_LISTS {
+                        self.counters.cm_list_heads_invalid += 1;
+                        self.conns.remove(i);
+                        return Some(CmEvent::Failed { port, reason: None });
+                    }
+                    self.conns[i].state = State::AwaitHeads {
+                        remote_qpn,
+                        meta_psn: send_psn,
+                        next_psn: send_psn.next(),
+                        rep_psn,
+                        meta: Box::new(meta),
+                        heads: HeadsAssembly::new(lists),
+                        since: now,
+                    };
+                    return None;
+                }
                 // Probe at the REP's starting PSN: Linux's passive rdma_cm (rxe) expects the
                 // initiator there (not at the REQ's PSN, as IB CM reads); a responder that
                 // expects the REQ's PSN instead answers with a NAK or a duplicate ACK naming it.
@@ -339,8 +397,61 @@ impl CmInitiator {
                 self.conns[i].state = State::Syncing {
                     remote_qpn,
                     meta_psn: send_psn,
+                    last_psn: send_psn,
                     probe_psn,
                     meta: Box::new(meta),
+                    sent_at: now,
+                    tries: 1,
+                };
+                None
+            }
+            State::AwaitHeads {
+                remote_qpn,
+                meta_psn,
+                next_psn,
+                rep_psn,
+                meta,
+                mut heads,
+                ..
+            } if pkt.bth.opcode == op::RC_SEND_ONLY => {
+                if pkt.bth.psn != next_psn {
+                    // The record or a list-head message again (our ACK was lost): ACK again.
+                    // Anything ahead of `next_psn` waits for the collector's retransmission.
+                    if pkt.bth.psn.diff(meta_psn) >= 0 && next_psn.diff(pkt.bth.psn) > 0 {
+                        self.counters.cm_meta_duplicates += 1;
+                        self.ack(remote_qpn, pkt.bth.psn, tx);
+                    } else {
+                        self.counters.cm_invalid += 1;
+                    }
+                    return None;
+                }
+                let taken = ListHeads::new_checked(pkt.payload).and_then(|m| heads.add(&m));
+                if taken.is_err() {
+                    self.counters.cm_list_heads_invalid += 1;
+                    return None;
+                }
+                self.counters.cm_list_heads += 1;
+                self.ack(remote_qpn, next_psn, tx);
+                if !heads.complete() {
+                    if let State::AwaitHeads {
+                        next_psn: n,
+                        heads: h,
+                        ..
+                    } = &mut self.conns[i].state
+                    {
+                        *n = next_psn.next();
+                        *h = heads;
+                    }
+                    return None;
+                }
+                self.conns[i].heads = Some(heads.into_heads());
+                self.send_sync_probe(remote_qpn, rep_psn, &meta, tx);
+                self.conns[i].state = State::Syncing {
+                    remote_qpn,
+                    meta_psn,
+                    last_psn: next_psn,
+                    probe_psn: rep_psn,
+                    meta,
                     sent_at: now,
                     tries: 1,
                 };
@@ -349,6 +460,7 @@ impl CmInitiator {
             State::Syncing {
                 remote_qpn,
                 meta_psn,
+                last_psn,
                 meta,
                 ..
             } if pkt.bth.opcode == op::RC_ACKNOWLEDGE => {
@@ -379,6 +491,7 @@ impl CmInitiator {
                 self.conns[i].state = State::Ready {
                     remote_qpn,
                     meta_psn,
+                    last_psn,
                 };
                 self.counters.cm_ready += 1;
                 Some(CmEvent::Ready {
@@ -390,18 +503,19 @@ impl CmInitiator {
             State::Syncing {
                 remote_qpn,
                 meta_psn,
+                last_psn,
                 ..
-            } if pkt.bth.psn == meta_psn && pkt.bth.opcode == op::RC_SEND_ONLY => {
-                self.counters.cm_meta_duplicates += 1;
-                self.ack(remote_qpn, meta_psn, tx);
-                None
             }
-            State::Ready {
+            | State::Ready {
                 remote_qpn,
                 meta_psn,
-            } if pkt.bth.psn == meta_psn => {
+                last_psn,
+            } if pkt.bth.opcode == op::RC_SEND_ONLY
+                && pkt.bth.psn.diff(meta_psn) >= 0
+                && last_psn.diff(pkt.bth.psn) >= 0 =>
+            {
                 self.counters.cm_meta_duplicates += 1;
-                self.ack(remote_qpn, meta_psn, tx);
+                self.ack(remote_qpn, pkt.bth.psn, tx);
                 None
             }
             _ => {
@@ -532,6 +646,16 @@ impl CmInitiator {
     /// Retransmits overdue REQs; reports attempts that ran out of tries.
     pub fn poll(&mut self, now: u64, tx: &mut TxBatch) -> Option<CmEvent> {
         for i in 0..self.conns.len() {
+            if let State::AwaitHeads { since, .. } = self.conns[i].state {
+                if now.saturating_sub(since) >= HEADS_TIMEOUT_NS {
+                    let c = self.conns.remove(i);
+                    self.counters.cm_timeouts += 1;
+                    return Some(CmEvent::Failed {
+                        port: c.port,
+                        reason: None,
+                    });
+                }
+            }
             if let State::Syncing {
                 remote_qpn,
                 sent_at,
@@ -592,6 +716,7 @@ impl CmInitiator {
                 State::ReqSent { sent_at, .. } | State::Syncing { sent_at, .. } => {
                     Some(sent_at + REQ_TIMEOUT_NS)
                 }
+                State::AwaitHeads { since, .. } => Some(since + HEADS_TIMEOUT_NS),
                 _ => None,
             })
             .min()

@@ -26,7 +26,7 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
         &'static str,
         fn(&crate::datapath::qp::QpStats) -> u64,
     );
-    let fields: [QpField; 14] = [
+    let fields: [QpField; 16] = [
         ("qp_frames", "RoCEv2 frames sent on the QP.", |q| q.frames),
         ("qp_acks", "ACKs received.", |q| q.acks),
         ("qp_nak_sequence", "NAK PSN sequence error received.", |q| {
@@ -70,6 +70,16 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
             "qp_resync_max_ns",
             "Longest resync latency in nanoseconds (since the QP was connected).",
             |q| q.resync_ns_max,
+        ),
+        (
+            "qp_rtt_samples",
+            "Round-trip samples feeding the adaptive ACK timeout.",
+            |q| q.rtt_samples,
+        ),
+        (
+            "qp_silence_max_ns",
+            "Longest time without any ACK or NAK while one was due, that ended in an answer (ns).",
+            |q| q.silence_ns_max,
         ),
     ];
     for (name, help, f) in fields {
@@ -177,6 +187,7 @@ pub fn render_json(snaps: &[WorkerSnapshot]) -> String {
                 "qps": s.qps.iter().map(|(n, q, st)| serde_json::json!({
                     "store": n, "qpn": q, "frames": st.frames, "acks": st.acks, "psn_resyncs": st.psn_resyncs,
                     "probes": st.probes, "ack_timeouts": st.ack_timeouts, "resync_max_ns": st.resync_ns_max,
+                    "srtt_ns": st.srtt_ns, "rto_ns": st.rto_ns, "silence_max_ns": st.silence_ns_max,
                 })).collect::<Vec<_>>(),
             })
         })

@@ -592,6 +592,33 @@ impl Pipeline {
         true
     }
 
+    /// Continues the Append lists of `store` that this worker owns after the collector's heads:
+    /// `next[l]` is the sequence number the collector expects next for store-local list `l`
+    /// (RDMA_CM list-head messages). A list never moves backwards (a reconnecting worker may be
+    /// ahead of what reached the collector). Returns the lists moved forward.
+    pub fn seed_append_heads(&mut self, store: &str, next: &[u64]) -> u32 {
+        let (worker, workers) = (self.cfg.worker, self.cfg.workers.max(1));
+        let Some(s) = self.stores.iter_mut().find(|s| s.name == store) else {
+            return 0;
+        };
+        let StoreState::Append(a) = &mut s.state else {
+            return 0;
+        };
+        if a.layout.format() != AppendFormat::Sequenced {
+            return 0;
+        }
+        let mut moved = 0;
+        for (li, &n) in next.iter().enumerate().take(a.lists as usize) {
+            let owned = workers == 1 || (a.first_list as usize + li) % workers == worker;
+            let last = n.saturating_sub(1).min(AppendLayout::MAX_SEQ - 1);
+            if owned && last > a.list[li].written {
+                a.list[li].written = last;
+                moved += 1;
+            }
+        }
+        moved
+    }
+
     /// Reports handed off to other workers since the last call.
     pub fn take_handoffs(&mut self) -> std::vec::Drain<'_, Handoff> {
         self.handoffs.drain(..)

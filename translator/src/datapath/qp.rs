@@ -6,7 +6,8 @@
 //!   the responder confirms progress regularly without ACKing every write;
 //! - a NAK "PSN sequence error" carries the PSN the responder expects: jump there
 //!   (a *resync*); frames in between are lost and were already counted as sent;
-//! - if an AckReq'd frame is not acknowledged within `ack_timeout`, something was lost
+//! - if an AckReq'd frame is not acknowledged within the retransmission timeout (RTO),
+//!   something was lost
 //!   silently (the NAK itself, or the tail of a burst). Linux rxe then drops every later
 //!   frame until it sees the PSN it expects, so the QP sends a *probe*: a zero-length RDMA
 //!   WRITE with AckReq at the oldest unconfirmed PSN, *alongside* normal traffic. The responder
@@ -14,6 +15,14 @@
 //!   draws a fresh NAK naming where to continue) or treats it as a duplicate and re-ACKs the
 //!   last PSN it executed. If that re-ACK shows frames sent before the probe were not
 //!   executed, another probe follows at once, which the responder executes.
+//! - the RTO adapts to the responder (RFC 6298): every ACK that answers an AckReq'd frame
+//!   sent once (never a probe, Karn's rule) is a round-trip sample feeding SRTT and RTTVAR;
+//!   RTO = SRTT + 4·RTTVAR, clamped to `[rto_min, rto_max]`, starting at `ack_timeout`. Each
+//!   unanswered probe doubles the wait for the next one (up to `rto_max`), so a collector
+//!   that stalls for seconds sees a few probes, not a burst;
+//! - the QP is declared broken only after `broken_after` of silence: no response at all while
+//!   an AckReq'd frame or probe was outstanding. Any ACK or NAK restarts that clock. (A probe
+//!   count broke QPs on a clean link when a starved collector paused for ~200 ms.)
 //! - the send PSN only ever moves forward, or back to a PSN a NAK names. Never to a PSN the
 //!   responder may have executed: a reused PSN is a duplicate, silently not executed (an
 //!   atomic increment would be lost), so recovery never guesses from ACKs;
@@ -28,10 +37,14 @@ use dta_proto::wire::ib::{NakCode, Psn, Qpn, Syndrome};
 pub struct QpTuning {
     /// Ask for an ACK on every k-th frame.
     pub ack_every: u32,
-    /// Declare silent loss after this long without the requested ACK (ns).
+    /// The initial retransmission timeout, before any round trip was measured (ns).
     pub ack_timeout_ns: u64,
-    /// Give up on probing and report the QP broken after this many unanswered probes.
-    pub max_probes: u32,
+    /// Lower bound of the adaptive timeout (ns).
+    pub rto_min_ns: u64,
+    /// Upper bound of the adaptive timeout and of its back-off (ns).
+    pub rto_max_ns: u64,
+    /// Report the QP broken after this long without any response while one was due (ns).
+    pub broken_after_ns: u64,
 }
 
 impl Default for QpTuning {
@@ -39,7 +52,9 @@ impl Default for QpTuning {
         QpTuning {
             ack_every: 64,
             ack_timeout_ns: 5_000_000,
-            max_probes: 8,
+            rto_min_ns: 1_000_000,
+            rto_max_ns: 1_000_000_000,
+            broken_after_ns: 5_000_000_000,
         }
     }
 }
@@ -75,6 +90,14 @@ pub struct QpStats {
     pub resync_ns_total: u64,
     /// Longest resync latency seen (ns).
     pub resync_ns_max: u64,
+    /// Round-trip samples taken (ACKs of AckReq'd frames sent once).
+    pub rtt_samples: u64,
+    /// Smoothed round-trip time (ns; 0 before the first sample).
+    pub srtt_ns: u64,
+    /// The current retransmission timeout (ns; 0 before the first sample).
+    pub rto_ns: u64,
+    /// Longest silence (no response while one was due) that ended in an answer (ns).
+    pub silence_ns_max: u64,
 }
 
 /// What the pipeline must do after a response.
@@ -122,6 +145,12 @@ pub struct QpTx {
     /// When loss was first suspected (for resync latency).
     loss_since: Option<u64>,
     probes_unanswered: u32,
+    /// Smoothed RTT and its variation (ns), after the first sample.
+    srtt: Option<(u64, u64)>,
+    /// Since when a response has been due and none came (None: nothing outstanding).
+    silent_since: Option<u64>,
+    /// The AckReq'd frame whose timer expired, and when it was sent (for an RTT sample).
+    late: Option<(Psn, u64)>,
     paused_until: u64,
     broken: bool,
     /// Counters.
@@ -145,6 +174,9 @@ impl QpTx {
             last_nak: None,
             loss_since: None,
             probes_unanswered: 0,
+            srtt: None,
+            silent_since: None,
+            late: None,
             paused_until: 0,
             broken: false,
             stats: QpStats::default(),
@@ -190,6 +222,10 @@ impl QpTx {
             self.since_ackreq = 0;
             if self.awaiting.is_none() {
                 self.awaiting = Some((psn, now));
+                if self.probing.is_none() && !self.reprobe {
+                    // Nothing else is outstanding: the silence clock starts with this frame.
+                    self.silent_since = Some(now);
+                }
             }
         }
         (psn, ack_req)
@@ -218,12 +254,38 @@ impl QpTx {
                     return QpEvent::None;
                 }
                 self.stats.acks += 1;
-                self.probes_unanswered = 0;
+                self.heard(now);
                 if psn.diff(self.confirmed) >= 0 {
                     self.confirmed = psn.next();
                 }
-                if self.awaiting.is_some_and(|(want, _)| psn.diff(want) >= 0) {
-                    self.awaiting = None;
+                // Round-trip samples. Frames are never retransmitted, so an ACK covering an
+                // AckReq'd frame times it: right away when no probe is in flight, or, for a
+                // frame whose timer expired (`late`), as an upper bound (the ACK may answer the
+                // probe instead). A probe's own answer gives a lower bound when nothing else
+                // does. Together they let the RTO grow to a responder that became slower
+                // instead of probing it spuriously forever.
+                let mut sample = None;
+                if let Some((want, at)) = self.awaiting {
+                    if psn.diff(want) >= 0 {
+                        if self.probing.is_none() && self.loss_since.is_none() {
+                            sample = Some(now.saturating_sub(at));
+                        }
+                        self.awaiting = None;
+                    }
+                }
+                if let Some((want, at)) = self.late {
+                    if psn.diff(want) >= 0 {
+                        sample = Some(now.saturating_sub(at));
+                        self.late = None;
+                    }
+                }
+                if let Some(p) = self.probing {
+                    if psn.diff(p.psn) >= 0 {
+                        sample.get_or_insert(now.saturating_sub(p.sent_at));
+                    }
+                }
+                if let Some(r) = sample {
+                    self.rtt_sample(r);
                 }
                 if let Some(p) = self.probing {
                     if psn.diff(p.psn) >= 0 {
@@ -255,8 +317,8 @@ impl QpTx {
                     return QpEvent::None;
                 }
                 self.stats.nak_seq += 1;
-                self.probes_unanswered = 0;
                 self.probing = None;
+                self.heard(now);
                 self.reprobe = false;
                 self.last_nak = Some(psn);
                 if psn.diff(self.confirmed) > 0 {
@@ -269,6 +331,7 @@ impl QpTx {
             }
             Syndrome::RnrNak { timer } => {
                 self.stats.nak_rnr += 1;
+                self.heard(now);
                 self.paused_until = now + rnr_timer_ns(timer);
                 // The RNR'd request was not executed (nor anything after it): continue from it.
                 if self.plausible(psn) || psn == self.high_next {
@@ -304,7 +367,58 @@ impl QpTx {
         }
         self.next_psn = to;
         self.awaiting = None;
+        // PSNs from `to` on are reused for new frames: an ACK naming them says nothing about
+        // the frame that timed out.
+        self.late = None;
         self.since_ackreq = 0;
+    }
+
+    /// A response arrived: the responder is alive. The silence clock restarts if something
+    /// is still outstanding, and the probe back-off ends (it exists for a silent responder; a
+    /// loss must still be found one RTO after it happens).
+    fn heard(&mut self, now: u64) {
+        self.probes_unanswered = 0;
+        if let Some(t) = self.silent_since.take() {
+            self.stats.silence_ns_max = self.stats.silence_ns_max.max(now.saturating_sub(t));
+        }
+        if self.awaiting.is_some() || self.probing.is_some() {
+            self.silent_since = Some(now);
+        }
+    }
+
+    /// RFC 6298 §2: SRTT and RTTVAR from one round-trip sample `r` (ns).
+    fn rtt_sample(&mut self, r: u64) {
+        self.stats.rtt_samples += 1;
+        self.probes_unanswered = 0;
+        let (srtt, rttvar) = match self.srtt {
+            None => (r, r / 2),
+            Some((srtt, rttvar)) => {
+                let rttvar = (3 * rttvar + srtt.abs_diff(r)) / 4;
+                ((7 * srtt + r) / 8, rttvar)
+            }
+        };
+        self.srtt = Some((srtt, rttvar));
+        self.stats.srtt_ns = srtt;
+        self.stats.rto_ns = self.rto();
+    }
+
+    /// The retransmission timeout without back-off (ns).
+    pub fn rto(&self) -> u64 {
+        let t = &self.tuning;
+        let max = t.rto_max_ns.max(t.rto_min_ns);
+        match self.srtt {
+            None => t.ack_timeout_ns.clamp(t.rto_min_ns, max),
+            Some((srtt, rttvar)) => srtt.saturating_add(4 * rttvar).clamp(t.rto_min_ns, max),
+        }
+    }
+
+    /// The wait before the next timeout fires: the RTO doubled per unanswered probe (RFC 6298
+    /// §5.5), at most `rto_max`.
+    fn current_timeout(&self) -> u64 {
+        let max = self.tuning.rto_max_ns.max(self.tuning.rto_min_ns);
+        self.rto()
+            .saturating_mul(1u64 << self.probes_unanswered.min(20))
+            .min(max)
     }
 
     fn note_resync(&mut self, ns: u64) {
@@ -325,7 +439,17 @@ impl QpTx {
             (None, Some((_, t))) => t,
             (None, None) => return None,
         };
-        if now.saturating_sub(sent_at) < self.tuning.ack_timeout_ns {
+        if now.saturating_sub(sent_at) < self.current_timeout() {
+            return None;
+        }
+        if self
+            .silent_since
+            .is_some_and(|t| now.saturating_sub(t) >= self.tuning.broken_after_ns)
+        {
+            self.broken = true;
+            self.probing = None;
+            self.awaiting = None;
+            self.silent_since = None;
             return None;
         }
         self.stats.ack_timeouts += 1;
@@ -333,12 +457,9 @@ impl QpTx {
             self.loss_since = Some(sent_at);
         }
         self.probes_unanswered += 1;
-        if self.probes_unanswered > self.tuning.max_probes {
-            self.broken = true;
-            self.probing = None;
-            return None;
+        if let Some(a) = self.awaiting.take() {
+            self.late = Some(a);
         }
-        self.awaiting = None;
         Some(self.confirmed)
     }
 
@@ -351,18 +472,23 @@ impl QpTx {
             sent_at: now,
             before: self.next_psn.sub(1),
         });
+        self.silent_since.get_or_insert(now);
         self.stats.probes += 1;
         psn
     }
 
     /// When the next timer fires, if any (ns).
     pub fn next_deadline(&self) -> Option<u64> {
+        if self.broken {
+            return None;
+        }
         if self.reprobe {
             return Some(0);
         }
+        let wait = self.current_timeout();
         let t = match (self.probing, self.awaiting) {
-            (Some(p), _) => Some(p.sent_at + self.tuning.ack_timeout_ns),
-            (None, Some((_, at))) => Some(at + self.tuning.ack_timeout_ns),
+            (Some(p), _) => Some(p.sent_at + wait),
+            (None, Some((_, at))) => Some(at + wait),
             (None, None) => None,
         };
         match (t, self.paused_until) {
@@ -395,7 +521,9 @@ mod tests {
             QpTuning {
                 ack_every: 4,
                 ack_timeout_ns: 1000,
-                max_probes: 3,
+                rto_min_ns: 500,
+                rto_max_ns: 8000,
+                broken_after_ns: 20_000,
             },
         )
     }
@@ -503,20 +631,105 @@ mod tests {
     }
 
     #[test]
-    fn unanswered_probes_break_the_qp() {
+    fn silence_breaks_the_qp_after_broken_after_with_backed_off_probes() {
+        let mut q = qp();
+        for _ in 0..4 {
+            q.take(0);
+        }
+        // Probes at 1000 (the initial RTO), then 2000, 4000, 8000 (rto_max) later: the wait
+        // doubles per timeout. The QP breaks at the first timeout ≥ 20 000 ns of silence.
+        let mut probes = Vec::new();
+        let mut t = 0;
+        while !q.is_broken() && t < 100_000 {
+            t += 100;
+            if q.poll_timeout(t).is_some() {
+                q.take_probe(t);
+                probes.push(t);
+            }
+        }
+        assert_eq!(probes, vec![1000, 3000, 7000, 15000]);
+        assert_eq!(t, 23000, "broken at the first timeout past 20 000 ns");
+        assert_eq!(q.stats.probes, 4);
+    }
+
+    #[test]
+    fn any_answer_restarts_the_silence_clock() {
         let mut q = qp();
         for _ in 0..4 {
             q.take(0);
         }
         let mut t = 0;
-        for _ in 0..3 {
-            t += 2000;
-            assert!(q.poll_timeout(t).is_some());
-            q.take_probe(t);
+        // 15 µs of silence, then a late ACK of everything: alive, no break.
+        while t < 15_000 {
+            t += 100;
+            if q.poll_timeout(t).is_some() {
+                q.take_probe(t);
+            }
         }
-        t += 2000;
-        assert_eq!(q.poll_timeout(t), None);
-        assert!(q.is_broken());
+        q.on_response(t, Syndrome::Ack { credits: 31 }, Psn::new(1));
+        assert!(!q.is_broken());
+        assert_eq!(q.stats.silence_ns_max, 15_000);
+        // Idle for far longer than broken_after, then new traffic: the clock starts afresh.
+        t += 1_000_000;
+        for _ in 0..4 {
+            q.take(t);
+        }
+        assert!(q.poll_timeout(t + 8_100).is_some(), "at most rto_max later");
+        assert!(!q.is_broken(), "the idle time is not silence");
+    }
+
+    #[test]
+    fn rto_follows_measured_round_trips() {
+        let mut q = QpTx::new(
+            Qpn::new(0x100),
+            Qpn::new(0x11),
+            Psn::new(0),
+            QpTuning {
+                ack_every: 1,
+                ack_timeout_ns: 20_000_000,
+                rto_min_ns: 1_000_000,
+                rto_max_ns: 1_000_000_000,
+                broken_after_ns: 5_000_000_000,
+            },
+        );
+        assert_eq!(q.rto(), 20_000_000, "initial RTO before any sample");
+        // Round trips of 100 µs: RTO falls to the floor.
+        let mut t = 0;
+        for _ in 0..50 {
+            let (p, ack) = q.take(t);
+            assert!(ack);
+            t += 100_000;
+            q.on_response(t, Syndrome::Ack { credits: 31 }, p);
+        }
+        assert_eq!(q.stats.rtt_samples, 50);
+        assert!(
+            (99_000..=101_000).contains(&q.stats.srtt_ns),
+            "{:?}",
+            q.stats
+        );
+        assert_eq!(q.rto(), 1_000_000);
+        // The collector slows to 50 ms round trips. The first ones time out; the backed-off
+        // timeout soon exceeds 50 ms, samples are taken again, and the RTO settles above them.
+        let mut timeouts_per_round = Vec::new();
+        for _ in 0..40 {
+            let (p, _) = q.take(t);
+            let before = q.stats.ack_timeouts;
+            for _ in 0..50 {
+                t += 1_000_000;
+                if q.poll_timeout(t).is_some() {
+                    q.take_probe(t);
+                }
+            }
+            q.on_response(t, Syndrome::Ack { credits: 31 }, p);
+            timeouts_per_round.push(q.stats.ack_timeouts - before);
+        }
+        assert!(q.stats.ack_timeouts <= 40, "{timeouts_per_round:?}");
+        assert!(
+            timeouts_per_round[20..].iter().all(|&n| n == 0),
+            "learnt: {timeouts_per_round:?}"
+        );
+        assert!(q.rto() > 50_000_000 && q.rto() < 200_000_000, "{}", q.rto());
+        assert!(!q.is_broken());
     }
 
     #[test]
