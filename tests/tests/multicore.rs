@@ -134,7 +134,8 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
         "{what}: lists owned by the other worker"
     );
     // Every answer reached the worker owning its QP: none was unknown to the receiver, and
-    // every worker's QP saw ACKs and never had to probe.
+    // every worker's QP saw ACKs and lost nothing (a probe after a slow ACK is allowed: the
+    // retransmission timeout starts at 2 ms, below what a loaded machine sometimes takes).
     let invalid: Vec<u64> = snaps.iter().map(|s| s.counters.roce_rx_invalid).collect();
     let expect = if shared { vec![11, 1] } else { vec![0, 0] };
     assert_eq!(invalid, expect, "{what}: {c:?}");
@@ -142,7 +143,11 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
         assert!(!s.qps.is_empty());
         for (name, qpn, st) in &s.qps {
             assert!(st.acks > 0, "{what}: worker {w} store {name}: {st:?}");
-            assert_eq!(st.probes, 0, "{what}: worker {w} store {name}: {st:?}");
+            assert_eq!(
+                (st.psn_resyncs, st.psn_skipped, st.nak_seq),
+                (0, 0, 0),
+                "{what}: worker {w} store {name}: {st:?}"
+            );
             assert_eq!(
                 *qpn as usize % 2,
                 w,

@@ -1029,7 +1029,9 @@ impl Translator {
                 .collect::<Result<_, _>>()?;
         }
         let l2_frames = backends.first().is_some_and(|b| b.l2_frames());
-        // RDMA_CM collectors: connect every worker's QPs now.
+        // RDMA_CM collectors: connect every worker's QPs now, all under one CA GUID for this
+        // process, so a collector tells our restart (new GUID) from a sibling worker.
+        let incarnation = crate::control::cm::incarnation_guid(dta_io::random::random_u32());
         let mut initiators: Vec<Vec<StoreInitiator>> = (0..t.workers).map(|_| Vec::new()).collect();
         for (ci, c) in cfg.collectors.iter().enumerate() {
             let Some(addr) = c.cm else { continue };
@@ -1044,7 +1046,8 @@ impl Translator {
                 // The worker index in the top byte of our communication IDs lets the BPF
                 // program steer CM replies (see dta_io::reuseport); 2^22 connections fit below.
                 let seed = (dta_io::random::random_u32() & 0x003F_FFFF) | (w as u32) << 24;
-                let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, l2_frames, seed);
+                let mut cm = CmInitiator::new(roce_addrs[w], local_mac, addr, mac, l2_frames, seed)
+                    .with_ca_guid(incarnation);
                 let n = t.workers as u32;
                 let got = connect_blocking(
                     backend.as_mut(),
@@ -1300,7 +1303,10 @@ pub fn control_only(cfg: &TranslatorConfig) -> Result<serde_json::Value, String>
             mac,
             false,
             dta_io::random::random_u32(),
-        );
+        )
+        .with_ca_guid(crate::control::cm::incarnation_guid(
+            dta_io::random::random_u32(),
+        ));
         let got = connect_blocking(
             &mut backend,
             &mut cm,

@@ -19,12 +19,12 @@
 //! measured against rxe (`tests/tests/translator_rxe_cm.rs`): the initiator's writes are
 //! expected at the REP's starting PSN, and the responder's own SENDs start at the REQ's. (IB CM
 //! reads the other way round; the translator's initiator probes which PSN a responder expects,
-//! so it works with either.) A new REQ from the same peer address, for the same service and
-//! from the same peer QPN, replaces (and destroys) the old QP, which is what a restarted
-//! translator does. Other QPNs from the same address are kept: the workers of one translator
-//! may share its RoCEv2 port (answers steered to them by QPN). QPs a reconnecting peer
-//! abandoned are bounded: at most [`MAX_CONNS_PER_PEER`] per peer address and service, the
-//! oldest destroyed first.
+//! so it works with either.) A new REQ from the same peer address for the same service
+//! replaces (and destroys) the old QPs when it carries another Local CA GUID (the translator
+//! sends one GUID per process: a restart) or the same peer QPN. QPs of the same GUID and other
+//! QPNs are kept: the workers of one translator may share its RoCEv2 port (answers steered to
+//! them by QPN). QPs a reconnecting peer abandoned are bounded: at most
+//! [`MAX_CONNS_PER_PEER`] per peer address and service, the oldest destroyed first.
 //!
 //! A sequenced Append store's record carries flag bit 2, and the metadata SEND is followed by
 //! list-head SENDs ([`dta_proto::wire::listheads`]): at RTU the listener reads every trailer of
@@ -124,6 +124,8 @@ pub const MAX_CONNS_PER_PEER: usize = 64;
 #[derive(Debug, Clone)]
 struct Conn {
     peer_qpn: u32,
+    /// The Local CA GUID of the peer's REQ: one per translator process.
+    peer_guid: u64,
     local_comm_id: u32,
     remote_comm_id: u32,
     peer: SocketAddrV4,
@@ -281,8 +283,10 @@ impl CmResponder {
                     }
                     return;
                 }
-                // A restarted translator reconnects from the same address with the same QPN:
-                // drop its old QP (and the oldest beyond the per-peer bound).
+                // A restarted translator reconnects from the same address under a new CA
+                // GUID (or, if it keeps its GUID, with the same QPN): drop its old QPs. QPs of
+                // the same GUID and other QPNs are sibling workers sharing the address: keep
+                // them (but the oldest beyond the per-peer bound go).
                 let same_peer = |c: &Conn| c.peer == peer && c.service == si;
                 let mut kept = 0;
                 for i in (0..self.conns.len()).rev() {
@@ -291,7 +295,10 @@ impl CmResponder {
                         continue;
                     }
                     // Newest first: beyond the bound, the older ones go.
-                    if c.peer_qpn == req.local_qpn || kept + 1 >= MAX_CONNS_PER_PEER {
+                    if c.peer_qpn == req.local_qpn
+                        || c.peer_guid != req.local_ca_guid
+                        || kept + 1 >= MAX_CONNS_PER_PEER
+                    {
                         let old = self.conns.remove(i);
                         rnic.destroy_qp(old.qpn);
                         self.counters.cm_replaced += 1;
@@ -348,6 +355,7 @@ impl CmResponder {
                 );
                 self.conns.push(Conn {
                     peer_qpn: req.local_qpn,
+                    peer_guid: req.local_ca_guid,
                     local_comm_id,
                     remote_comm_id: req.local_comm_id,
                     peer,

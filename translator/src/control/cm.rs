@@ -153,8 +153,20 @@ pub struct CmInitiator {
     conns: Vec<Conn>,
     next_comm_id: u32,
     next_tid: u64,
+    ca_guid: u64,
     /// Counters.
     pub counters: CmClientCounters,
+}
+
+/// The Local CA GUID our REQs carry unless [`CmInitiator::with_ca_guid`] sets one.
+pub const DEFAULT_CA_GUID: u64 = 0x0200_00ff_fe00_0001;
+
+/// A CA GUID naming one translator process: every worker of the process sends the same one,
+/// a restarted process another. The collector reads a REQ from a known address with a new GUID
+/// as a restart and drops the old process's QPs, while QPs of sibling workers (same GUID,
+/// other QPNs, possibly on one shared RoCEv2 port) are kept.
+pub fn incarnation_guid(random: u32) -> u64 {
+    0x0200_00ff_0000_0000 | random as u64
 }
 
 impl CmInitiator {
@@ -176,8 +188,15 @@ impl CmInitiator {
             conns: Vec::new(),
             next_comm_id: seed | 1,
             next_tid: (seed as u64) << 16,
+            ca_guid: DEFAULT_CA_GUID,
             counters: CmClientCounters::default(),
         }
+    }
+
+    /// Sends `guid` as the Local CA GUID of every REQ (see [`incarnation_guid`]).
+    pub fn with_ca_guid(mut self, guid: u64) -> CmInitiator {
+        self.ca_guid = guid;
+        self
     }
 
     /// The collector this initiator talks to.
@@ -251,7 +270,7 @@ impl CmInitiator {
         let req = CmReq {
             local_comm_id,
             service_id: rdma_cm_service_id(port),
-            local_ca_guid: 0x0200_00ff_fe00_0001,
+            local_ca_guid: self.ca_guid,
             local_qpn: local_qpn.value(),
             // We never issue READs or atomics that need the collector to answer reads... but
             // FETCH_ADD does: offer and ask for outstanding atomics.
