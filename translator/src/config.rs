@@ -387,10 +387,8 @@ pub struct ReliabilitySection {
     /// The initial retransmission timeout (µs): silent loss is suspected after this long
     /// without the ACK, until round trips have been measured.
     pub ack_timeout_us: u64,
-    /// Lower bound of the adaptive (RFC 6298, SRTT + 4·RTTVAR) timeout (µs). Kept at the old
-    /// fixed timeout (20 ms): a probe answers for the oldest unconfirmed PSN and, if that frame
-    /// was the last one sent and was lost, executes in its place without the loss being
-    /// counted (known issue, docs/reliability.md); a low bound made such probes frequent.
+    /// Lower bound of the adaptive (RFC 6298, SRTT + 4·RTTVAR) timeout (µs). A spurious
+    /// timeout costs one zero-length probe on a fresh PSN.
     pub rto_min_us: u64,
     /// Upper bound of the adaptive timeout and of the probe back-off (µs).
     pub rto_max_us: u64,
@@ -405,7 +403,7 @@ impl Default for ReliabilitySection {
         ReliabilitySection {
             ack_every: 64,
             ack_timeout_us: 20_000,
-            rto_min_us: 20_000,
+            rto_min_us: 2_000,
             rto_max_us: 1_000_000,
             broken_after_ms: 5_000,
         }

@@ -140,6 +140,8 @@ pub struct QpTx {
     probing: Option<Probe>,
     /// Send the next probe right away (the last answer showed the responder is behind).
     reprobe: bool,
+    /// The probe `poll_timeout` asked for takes a fresh PSN (see `poll_timeout`).
+    fresh_probe: bool,
     /// PSN of the last NAK acted on (a repeat of it is ignored).
     last_nak: Option<Psn>,
     /// When loss was first suspected (for resync latency).
@@ -171,6 +173,7 @@ impl QpTx {
             awaiting: None,
             probing: None,
             reprobe: false,
+            fresh_probe: false,
             last_nak: None,
             loss_since: None,
             probes_unanswered: 0,
@@ -295,6 +298,13 @@ impl QpTx {
                             // Frames sent before the probe were not executed: the responder
                             // waits at `confirmed`. Probe exactly there; it will execute it
                             // and NAK the next real frame with the PSN to continue from.
+                            // A probe at an unconfirmed PSN that was answered short of the
+                            // frames before it most likely executed in the place of the
+                            // frame sent at that PSN: count that frame as lost (at worst
+                            // one frame too many, never a loss unseen).
+                            if p.psn.diff(p.before) <= 0 && psn.diff(p.psn) == 0 {
+                                self.stats.psn_skipped += 1;
+                            }
                             self.reprobe = true;
                             return QpEvent::Probe;
                         }
@@ -432,6 +442,7 @@ impl QpTx {
     pub fn poll_timeout(&mut self, now: u64) -> Option<Psn> {
         if self.reprobe {
             self.reprobe = false;
+            self.fresh_probe = false;
             return Some(self.confirmed);
         }
         let sent_at = match (self.probing, self.awaiting) {
@@ -460,17 +471,39 @@ impl QpTx {
         if let Some(a) = self.awaiting.take() {
             self.late = Some(a);
         }
-        Some(self.confirmed)
+        // The first probe after an answer takes a fresh PSN. If frames before it were lost,
+        // the responder NAKs it with the PSN it waits at and the resync counts the loss; it
+        // cannot execute in the place of a lost frame, so a lost last frame is never hidden.
+        // Only when a fresh probe went unanswered (the responder may be dropping out-of-
+        // sequence requests silently after a NAK that was lost, as rxe does) does the probe go
+        // to the oldest unconfirmed PSN, where it executes and makes the responder NAK the
+        // next frame; that probe is counted as a possibly lost frame (`take_probe`).
+        self.fresh_probe = self.probes_unanswered <= 1;
+        Some(if self.fresh_probe {
+            self.next_psn
+        } else {
+            self.confirmed
+        })
     }
 
     /// Records the probe `poll_timeout` asked for and returns its PSN (the oldest unconfirmed
     /// one). The send PSN is not touched: normal frames keep flowing.
     pub fn take_probe(&mut self, now: u64) -> Psn {
-        let psn = self.confirmed;
+        let (psn, before) = if self.fresh_probe {
+            self.fresh_probe = false;
+            let psn = self.next_psn;
+            self.next_psn = psn.next();
+            if self.next_psn.diff(self.high_next) > 0 {
+                self.high_next = self.next_psn;
+            }
+            (psn, psn.sub(1))
+        } else {
+            (self.confirmed, self.next_psn.sub(1))
+        };
         self.probing = Some(Probe {
             psn,
             sent_at: now,
-            before: self.next_psn.sub(1),
+            before,
         });
         self.silent_since.get_or_insert(now);
         self.stats.probes += 1;
@@ -570,62 +603,91 @@ mod tests {
     }
 
     #[test]
-    fn late_ack_probe_is_a_harmless_duplicate() {
+    fn late_ack_then_the_fresh_probes_answer() {
         let mut q = qp();
+        let s = q.next_psn();
         for _ in 0..4 {
             q.take(0);
         }
-        // PSN 1 (the 4th frame, AckReq) gets no ACK in time: probe at the oldest unconfirmed PSN.
+        // The 4th frame (AckReq) gets no ACK in time: the probe takes a fresh PSN.
         assert_eq!(q.poll_timeout(500), None);
         let probe = q.poll_timeout(1500).expect("timeout fires");
-        assert_eq!(probe, Psn::new(0xFFFFFE));
+        assert_eq!(probe, s.add(4));
         assert_eq!(q.take_probe(1500), probe);
         assert!(
             !q.is_paused(1500),
             "normal traffic continues during a probe"
         );
         let (p, _) = q.take(1500);
-        assert_eq!(p, Psn::new(2), "the send PSN never moves back for a probe");
-        // The late ACK, then the probe's answer (a duplicate re-ACK naming PSN 2).
-        q.on_response(1600, Syndrome::Ack { credits: 31 }, Psn::new(1));
-        q.on_response(1650, Syndrome::Ack { credits: 31 }, Psn::new(2));
-        assert_eq!(q.next_psn(), Psn::new(3));
+        assert_eq!(p, s.add(5), "the send PSN never moves back for a probe");
+        // The late ACK, then the probe's answer.
+        q.on_response(1600, Syndrome::Ack { credits: 31 }, s.add(3));
+        q.on_response(1650, Syndrome::Ack { credits: 31 }, s.add(4));
         assert_eq!(q.poll_timeout(1700), None, "no further probe");
-        assert_eq!(q.stats.psn_resyncs, 0);
+        assert_eq!((q.stats.psn_resyncs, q.stats.psn_skipped), (0, 0));
     }
 
+    /// Regression (finding 6): a lost last frame was hidden by a probe at its PSN, which the
+    /// responder executed in its place. A fresh-PSN probe is NAKed instead, and the loss is
+    /// counted.
     #[test]
-    fn lost_tail_recovers_through_a_second_probe_and_a_nak() {
+    fn a_lost_tail_is_counted_through_the_fresh_probes_nak() {
         let mut q = qp();
+        let s = q.next_psn();
         for _ in 0..8 {
             q.take(0);
         }
-        // The responder executed up to PSN 0 (confirmed), then everything was lost; it waits
-        // silently at PSN 1 (its NAK was lost too).
-        q.on_response(10, Syndrome::Ack { credits: 31 }, Psn::new(0));
+        // The responder executed the first frame; the other seven were lost, and nothing after
+        // them arrived, so it waits at s + 1 without having NAKed.
+        q.on_response(10, Syndrome::Ack { credits: 31 }, s);
         let p = q.poll_timeout(5000).unwrap();
-        assert_eq!(p, Psn::new(1));
+        assert_eq!(p, s.add(8), "a fresh PSN, not the lost frame's");
         q.take_probe(5000);
-        // Probe at PSN 1 executes (it was expected): ACK 1. Frames before the probe (up to 5)
-        // are not covered, so a second probe goes out at once at the new confirmed PSN 2.
+        // The probe arrives out of sequence: NAK naming s + 1.
+        q.on_response(5100, Syndrome::Nak(NakCode::PsnSequenceError), s.add(1));
+        assert_eq!(q.next_psn(), s.add(1));
+        assert_eq!(q.stats.psn_resyncs, 1);
+        assert_eq!(q.stats.psn_skipped, 8, "seven lost frames and the probe");
+        assert_eq!(q.poll_timeout(5200), None);
+    }
+
+    #[test]
+    fn after_a_lost_nak_the_probe_goes_to_the_oldest_unconfirmed_psn() {
+        let mut q = qp();
+        let s = q.next_psn();
+        for _ in 0..8 {
+            q.take(0);
+        }
+        // Executed up to s; everything after was lost, and the responder's NAK too: it now
+        // drops out-of-sequence requests silently (rxe), so the fresh probe gets no answer.
+        q.on_response(10, Syndrome::Ack { credits: 31 }, s);
+        assert_eq!(q.poll_timeout(5000), Some(s.add(8)));
+        q.take_probe(5000);
+        let p = q.poll_timeout(20_000).expect("the fresh probe timed out");
+        assert_eq!(p, s.add(1));
+        q.take_probe(20_000);
+        // It executes (s + 1 was expected): ACK s + 1, short of what was sent, so the next
+        // probe goes out at once at s + 2; that executes too, and the next real frame is NAKed
+        // with the PSN to continue from.
         assert_eq!(
-            q.on_response(5100, Syndrome::Ack { credits: 31 }, Psn::new(1)),
+            q.on_response(20_100, Syndrome::Ack { credits: 31 }, s.add(1)),
             QpEvent::Probe
         );
-        assert_eq!(q.poll_timeout(5100), Some(Psn::new(2)));
-        q.take_probe(5100);
-        // That one executes too; the next real frame (PSN 6) is out of sequence: NAK 3... the
-        // responder names PSN 3 and we continue there.
-        q.on_response(5200, Syndrome::Ack { credits: 31 }, Psn::new(2));
-        q.on_response(5300, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(3));
-        assert_eq!(q.next_psn(), Psn::new(3));
+        assert_eq!(q.poll_timeout(20_100), Some(s.add(2)));
+        q.take_probe(20_100);
+        q.on_response(20_200, Syndrome::Ack { credits: 31 }, s.add(2));
+        q.on_response(20_300, Syndrome::Nak(NakCode::PsnSequenceError), s.add(3));
+        assert_eq!(q.next_psn(), s.add(3));
+        // s + 1 .. s + 8 never executed as sent: two probes stood in for s + 1 and s + 2, the
+        // NAK skipped s + 3 .. s + 8 (the last being the fresh probe).
+        assert_eq!(q.stats.psn_skipped, 8);
         assert!(q.stats.resync_ns_max > 0);
         // A repeat of the same NAK after we moved on is stale.
-        q.take(5400);
-        q.on_response(5500, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(3));
+        q.take(20_400);
+        q.on_response(20_500, Syndrome::Nak(NakCode::PsnSequenceError), s.add(3));
         assert_eq!(
             q.next_psn(),
-            Psn::new(4),
+            s.add(4),
             "a repeated NAK never rewinds over executed PSNs"
         );
     }
