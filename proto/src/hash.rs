@@ -19,7 +19,7 @@
 
 use std::sync::LazyLock;
 
-use crate::crc::{Crc32, MultiCrc, CRC_INIT, IEEE, LANES};
+use crate::crc::{Crc32, MultiCrc, ShortCrc, CRC_INIT, IEEE, LANES};
 use crate::types::Key;
 
 /// Which family of hash functions a store uses.
@@ -142,6 +142,15 @@ static POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
 });
 const POSTCARD_LANE_REPLICAS: usize = 2;
 const POSTCARD_LANE_HOPS: usize = LANES - POSTCARD_LANE_REPLICAS;
+
+/// The Postcarding cache index of the independent profile ([`ShortCrc`]: sixteen independent
+/// table loads, where a table-driven CRC chains a load per step). It is computed for every
+/// postcard, so its latency is on the hot path.
+static CACHE_LANE: LazyLock<ShortCrc> =
+    LazyLock::new(|| ShortCrc::new(POLYNOMIALS[CACHE_POLY_INDEX]));
+
+/// The reference profile's cache index (IEEE), likewise.
+static REFERENCE_CACHE_LANE: LazyLock<ShortCrc> = LazyLock::new(|| ShortCrc::new(IEEE.poly()));
 
 /// Postcarding (reference profile), one pass: lane 0 the IEEE CRC (cache and chunks), lanes
 /// 1..6 the five hop polynomials.
@@ -352,11 +361,11 @@ impl PostcardHasher {
     /// Tofino keeps unverified; we assume the low ones).
     #[inline]
     pub fn cache_index(&self, key: &Key) -> u32 {
-        let h = match self.profile {
-            HashProfile::Reference => IEEE.checksum(key.as_bytes()),
-            HashProfile::Independent => ENGINES[CACHE_POLY_INDEX].checksum(key.as_bytes()),
+        let lane = match self.profile {
+            HashProfile::Reference => &REFERENCE_CACHE_LANE,
+            HashProfile::Independent => &CACHE_LANE,
         };
-        h & self.cache_mask
+        lane.checksum_padded(key.padded(), key.len()) & self.cache_mask
     }
 
     /// The collector chunk of replica `replica` of flow `key`.
@@ -406,14 +415,14 @@ impl PostcardHasher {
     pub fn digest(&self, key: &Key, replicas: usize) -> FlowDigest {
         assert!(replicas <= MAX_REDUNDANCY, "replica out of range");
         let hops = self.hops as usize;
-        let bytes = key.as_bytes();
+
         let mut d = FlowDigest {
             hop: [0; MAX_HOPS],
             chunk: [0; MAX_REDUNDANCY],
         };
         match self.profile {
             HashProfile::Reference => {
-                let lanes = REFERENCE_POSTCARD_LANES.checksums(bytes);
+                let lanes = REFERENCE_POSTCARD_LANES.checksums_padded(key.padded(), key.len());
                 d.hop[..hops].copy_from_slice(&lanes[1..1 + hops]);
                 let reg = !lanes[0];
                 for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
@@ -427,7 +436,7 @@ impl PostcardHasher {
             HashProfile::Independent
                 if hops <= POSTCARD_LANE_HOPS && replicas <= POSTCARD_LANE_REPLICAS =>
             {
-                let lanes = POSTCARD_LANES.checksums(bytes);
+                let lanes = POSTCARD_LANES.checksums_padded(key.padded(), key.len());
                 for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
                     *c = lanes[r] & self.chunk_mask;
                 }

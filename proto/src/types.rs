@@ -90,6 +90,12 @@ impl Key {
     pub fn len(&self) -> usize {
         self.len as usize
     }
+
+    /// All 16 bytes: the key, then zeros (fixed-size hashing, see `crc::ShortCrc`).
+    #[inline]
+    pub fn padded(&self) -> &[u8; MAX_KEY_LEN] {
+        &self.bytes
+    }
 }
 
 impl core::fmt::Debug for Key {

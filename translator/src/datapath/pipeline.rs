@@ -236,6 +236,8 @@ struct CacheEntry {
     occupied: bool,
     immediate: bool,
     path_len: u8,
+    /// Hops present (the bits of `mask`).
+    count: u8,
     mask: u16,
     gen: u32,
     values: [u32; dta_proto::hash::MAX_HOPS],
@@ -344,6 +346,20 @@ pub struct Pipeline {
     handoffs: Vec<Handoff>,
     /// Frames a single report may need (N replicas + one immediate + slack).
     max_frames_per_report: usize,
+}
+
+/// No precomputed postcard cache index.
+const NO_HINT: u32 = u32::MAX;
+
+/// `hint` if the flow's cache index was already computed (cache indices are below 2^31), else
+/// the flow's cache index.
+#[inline(always)]
+fn cache_hash(p: &PostcardState, flow: &Key, hint: u32) -> u32 {
+    if hint != NO_HINT {
+        hint
+    } else {
+        p.hasher.cache_index(flow)
+    }
 }
 
 /// Largest single RDMA payload the pipeline builds (a 16-entry batch of 32-byte entries plus
@@ -518,6 +534,7 @@ impl Pipeline {
                     occupied: false,
                     immediate: false,
                     path_len: 0,
+                    count: 0,
                     mask: 0,
                     gen: 0,
                     values: [0; dta_proto::hash::MAX_HOPS],
@@ -635,7 +652,7 @@ impl Pipeline {
                         .cache
                         .iter()
                         .filter(|e| e.occupied)
-                        .map(|e| e.mask.count_ones() as u64)
+                        .map(|e| e.count as u64)
                         .sum::<u64>()
                 }
                 _ => {}
@@ -646,6 +663,12 @@ impl Pipeline {
 
     /// Processes a burst of report datagrams. Returns how many were consumed: fewer than
     /// `burst.len()` only when `tx` ran out of room (send it and call again with the rest).
+    ///
+    /// Reports are handled [`LOOKAHEAD`] at a time in two passes: the first parses them and,
+    /// for postcards, hashes the flow and loads its cache entry; the second translates them in
+    /// order. The passes' iterations are independent of each other, so the CPU overlaps one
+    /// report's CRC chain and cache miss with the next report's instead of waiting for each in
+    /// turn. The first pass has no side effects: every count happens in the second.
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) -> usize {
         let mut report = Report::PLACEHOLDER;
         for (i, d) in burst.iter().enumerate() {
@@ -696,19 +719,22 @@ impl Pipeline {
         true
     }
 
+    /// The worker that owns report `r` for store `store`, and the postcard cache index computed
+    /// on the way ([`NO_HINT`] if none was).
     #[inline(always)]
-    fn owner_of(&self, store: usize, r: &Report) -> usize {
+    fn owner_of(&self, store: usize, r: &Report) -> (usize, u32) {
         if self.cfg.workers == 1 {
-            return 0;
+            return (0, NO_HINT);
         }
         match (&self.stores[store].state, r.primitive) {
             (StoreState::Append(_), Primitive::Append { list, .. }) => {
-                list as usize % self.cfg.workers
+                (list as usize % self.cfg.workers, NO_HINT)
             }
             (StoreState::Postcard(p), Primitive::Postcard { flow, .. }) => {
-                p.hasher.cache_index(&flow) as usize % self.cfg.workers
+                let h = p.hasher.cache_index(&flow);
+                (h as usize % self.cfg.workers, h)
             }
-            _ => self.cfg.worker,
+            _ => (self.cfg.worker, NO_HINT),
         }
     }
 
@@ -742,7 +768,7 @@ impl Pipeline {
             }
             return;
         };
-        let owner = self.owner_of(si, r);
+        let (owner, hint) = self.owner_of(si, r);
         if owner != self.cfg.worker {
             self.counters.handoffs_out += 1;
             self.handoffs.push(Handoff {
@@ -842,11 +868,11 @@ impl Pipeline {
                 }
             }
         }
-        self.translate(now, si, r, tx);
+        self.translate(now, si, r, hint, tx);
     }
 
     #[inline(always)]
-    fn translate(&mut self, now: u64, si: usize, r: &Report, tx: &mut TxBatch) {
+    fn translate(&mut self, now: u64, si: usize, r: &Report, hint: u32, tx: &mut TxBatch) {
         let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };
         let imm_flag = r.header.immediate;
         let s = &mut self.stores[si];
@@ -974,7 +1000,8 @@ impl Pipeline {
                     self.cfg.workers,
                     now,
                     self.cfg.postcard_flush_ns,
-                    *flow,
+                    flow,
+                    hint,
                     *hop,
                     *path_len,
                     *value,
@@ -1143,7 +1170,7 @@ impl Pipeline {
                 }
             }
             self.backlog.pop_front();
-            self.translate(now, si, &r, tx);
+            self.translate(now, si, &r, NO_HINT, tx);
         }
     }
 
@@ -1335,12 +1362,14 @@ fn flush_list(
 }
 
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn postcard(
     s: &mut Store,
     workers: usize,
     now: u64,
     flush_ns: u64,
-    flow: Key,
+    flow: &Key,
+    hint: u32,
     hop: u8,
     path_len: u8,
     value: u32,
@@ -1354,9 +1383,10 @@ fn postcard(
     };
     // Worker w owns the cache indices h with h % workers == w, stored at h / workers, which
     // is below ceil(cache_slots / workers) = cache.len(). No division with one worker.
-    let h = p.hasher.cache_index(&flow) as usize;
+    let h = cache_hash(p, flow, hint) as usize;
     let idx = if workers == 1 { h } else { h / workers };
-    if p.cache[idx].occupied && p.cache[idx].flow != flow {
+    let e = &p.cache[idx];
+    if e.occupied && e.flow != *flow {
         // Another flow holds the slot: write the *old* flow's postcards to the *old* flow's
         // chunk before reusing the slot (the reference wrote them to the new flow's chunk).
         emit_chunk(s, idx, now, off, tx, c);
@@ -1368,8 +1398,9 @@ fn postcard(
     let e = &mut p.cache[idx];
     if !e.occupied {
         e.occupied = true;
-        e.flow = flow;
+        e.flow = *flow;
         e.mask = 0;
+        e.count = 0;
         e.path_len = 0;
         e.immediate = false;
         e.gen = e.gen.wrapping_add(1);
@@ -1380,15 +1411,17 @@ fn postcard(
     let bit = 1u16 << hop;
     if e.mask & bit != 0 {
         c.drop_postcard_duplicate_hop += 1;
+    } else {
+        e.mask |= bit;
+        e.count += 1;
     }
-    e.mask |= bit;
     e.values[hop as usize] = value;
     e.immediate |= imm;
     if path_len != 0 {
         e.path_len = path_len;
     }
     let want = if e.path_len != 0 { e.path_len } else { p.hops };
-    if e.mask.count_ones() as u8 >= want {
+    if e.count >= want {
         emit_chunk(s, idx, now, off, tx, c);
         c.postcard_emits += 1;
     }
@@ -1458,29 +1491,32 @@ fn emit_chunk(
     let StoreState::Postcard(p) = &mut s.state else {
         unreachable!()
     };
-    let e = p.cache[idx];
-    p.cache[idx].occupied = false;
+    let e = &mut p.cache[idx];
+    e.occupied = false;
+    let e = &p.cache[idx];
     let hops = p.hops as usize;
-    let len_hops = if e.path_len != 0 {
-        e.path_len as usize
+    // Hops at or past the path length are blank whatever arrived for them.
+    let present = if e.path_len != 0 {
+        e.mask & ((1u32 << e.path_len) - 1) as u16
     } else {
-        hops
+        e.mask
     };
     let n = p.redundancy;
     let d = p.hasher.digest(&e.flow, (n as usize).max(1));
     let mut chunk = [0u8; 64];
-    for h in 0..hops {
-        let word = if h < len_hops && e.mask & (1 << h) != 0 {
+    for (h, word) in chunk.chunks_exact_mut(4).take(hops).enumerate() {
+        let w = if present & (1 << h) != 0 {
             p.hasher
                 .encode_word(d.hop[h], e.values[h])
                 .unwrap_or_else(|| p.hasher.blank_word(d.hop[h]))
         } else {
             p.hasher.blank_word(d.hop[h])
         };
-        chunk[4 * h..4 * h + 4].copy_from_slice(&word);
+        word.copy_from_slice(&w);
     }
     let cs = p.layout.chunk_size() as usize;
     let imm = e.immediate.then_some(d.chunk[0]);
+    let translated = e.count as u64;
     let mut addrs = [0u64; MAX_REDUNDANCY];
     for (a, &c) in addrs.iter_mut().zip(&d.chunk).take(n as usize) {
         *a = s.base + p.layout.chunk_offset(c);
@@ -1504,7 +1540,7 @@ fn emit_chunk(
             c,
         );
     }
-    c.translated += e.mask.count_ones() as u64;
+    c.translated += translated;
 }
 
 impl PipelineConfig {
@@ -1551,12 +1587,21 @@ impl PipelineConfig {
 
 /// A one-store pipeline writing to a synthetic collector (benchmarks and profiling).
 pub fn single_store_pipeline(kind: StoreKind) -> Pipeline {
+    single_store_pipeline_with(kind, |_| {})
+}
+
+/// [`single_store_pipeline`] with `tune` applied to the configuration first.
+pub fn single_store_pipeline_with(
+    kind: StoreKind,
+    tune: impl FnOnce(&mut PipelineConfig),
+) -> Pipeline {
     let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 4791);
-    let cfg = PipelineConfig::defaults(
+    let mut cfg = PipelineConfig::defaults(
         local,
         dta_proto::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 1]),
     )
     .route_all_to_first(&kind);
+    tune(&mut cfg);
     let meta = StoreMeta {
         name: "s".into(),
         addr: 0x7f00_0000_0000,
