@@ -149,10 +149,9 @@ pub const MULTI_MAX_LEN: usize = 16;
 /// byte's distance `d` from the end, for every lane side by side, turns the checksums of a key
 /// under eight polynomials into one table row XOR per key byte (the rows are 32 bytes, so the
 /// compiler uses vector XORs), instead of eight table-driven passes over the key. Tables are
-/// 256 KiB (half of them the zero rows of [`MultiCrc::checksums_padded`]), built once.
+/// 128 KiB, built once.
 pub struct MultiCrc<const L: usize = LANES> {
-    /// Rows `MULTI_MAX_LEN..` are zero (see [`MultiCrc::checksums_padded`]).
-    rows: Box<[[[u32; L]; 256]; 2 * MULTI_MAX_LEN]>,
+    rows: Box<[[[u32; L]; 256]; MULTI_MAX_LEN]>,
     base: [[u32; L]; MULTI_MAX_LEN + 1],
 }
 
@@ -163,10 +162,9 @@ impl<const L: usize> MultiCrc<L> {
     /// If more than `L` polynomials are given.
     pub fn new(polys: &[u32]) -> MultiCrc<L> {
         assert!(polys.len() <= L, "too many lanes");
-        let rows: Box<[[[u32; L]; 256]]> =
-            vec![[[0u32; L]; 256]; 2 * MULTI_MAX_LEN].into_boxed_slice();
-        let mut rows: Box<[[[u32; L]; 256]; 2 * MULTI_MAX_LEN]> =
-            rows.try_into().expect("thirty-two rows");
+        let rows: Box<[[[u32; L]; 256]]> = vec![[[0u32; L]; 256]; MULTI_MAX_LEN].into_boxed_slice();
+        let mut rows: Box<[[[u32; L]; 256]; MULTI_MAX_LEN]> =
+            rows.try_into().expect("sixteen rows");
         let mut base = [[0u32; L]; MULTI_MAX_LEN + 1];
         let r = &mut *rows;
         for (lane, &poly) in polys.iter().enumerate() {
@@ -175,7 +173,7 @@ impl<const L: usize> MultiCrc<L> {
                 let mut reg = c.table[0][b];
                 // Row k serves a byte at distance MULTI_MAX_LEN - 1 - k from the end, so a
                 // `len`-byte input uses rows `MULTI_MAX_LEN - len..` in input order.
-                for row in r[..MULTI_MAX_LEN].iter_mut().rev() {
+                for row in r.iter_mut().rev() {
                     row[b][lane] = reg;
                     reg = c.update_byte(reg, 0);
                 }
@@ -207,21 +205,17 @@ impl<const L: usize> MultiCrc<L> {
         acc
     }
 
-    /// [`checksums`](Self::checksums) of `block[..len]`, with `block[len..]` zero: sixteen
-    /// row XORs without length-dependent branches (the zero padding meets the all-zero rows
-    /// past the input's end, see [`ShortCrc`]).
+    /// [`checksums`](Self::checksums) of `block[16 - len..]`, with `block[..16 - len]` zero
+    /// (a right-aligned key, see [`ShortCrc`]): sixteen row XORs without length-dependent
+    /// branches.
     ///
     /// # Panics
     /// If `len` is above 16.
     #[inline]
     pub fn checksums_padded(&self, block: &[u8; MULTI_MAX_LEN], len: usize) -> [u32; L] {
-        debug_assert!(block[len..].iter().all(|&b| b == 0));
-        let first = MULTI_MAX_LEN - len;
-        let rows: &[[[u32; L]; 256]; MULTI_MAX_LEN] = self.rows[first..first + MULTI_MAX_LEN]
-            .try_into()
-            .expect("sixteen rows");
+        debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
         let mut acc = self.base[len];
-        for (&b, row) in block.iter().zip(rows) {
+        for (&b, row) in block.iter().zip(self.rows.iter()) {
             let t = &row[b as usize];
             for l in 0..L {
                 acc[l] ^= t[l];
@@ -238,17 +232,17 @@ impl<const L: usize> core::fmt::Debug for MultiCrc<L> {
 }
 
 /// The CRC-32 (init all ones, final inversion) of one polynomial over a key of at most 16
-/// bytes held zero-padded in a 16-byte block, as sixteen independent table loads.
+/// bytes held right-aligned in a 16-byte block (zeros first, as `Key` stores it), as sixteen
+/// independent table loads.
 ///
-/// Same linearity as [`MultiCrc`]: byte `i` of an `n`-byte key lies `n - 1 - i` bytes from the
-/// end, so it XORs row `16 - n + i`. Rows 16..32 are all zero, so the block's padding bytes
-/// (zero, at rows past the key's end) add nothing, and the loop needs no length-dependent
-/// branches: sixteen byte loads and sixteen table XORs, none depending on another, where a
-/// table-driven CRC chains one load per step. Used where a key's hash is on the critical path
-/// of every report (the Postcarding cache index). Tables are 32 KiB, of which the key's rows
-/// and one line of each zero row are touched.
+/// Same linearity as [`MultiCrc`]: block byte `j` lies `15 - j` bytes from the end whatever
+/// the key's length, so it always XORs row `j`, and the leading zeros add nothing (a zero byte's
+/// row entry is zero). Only the initial register's share depends on the length. No branches:
+/// sixteen byte loads and sixteen table XORs, none depending on another, where a table-driven
+/// CRC chains one load per step. Used where a key's hash is on the critical path of every
+/// report (the Postcarding cache index). Tables are 16 KiB.
 pub struct ShortCrc {
-    rows: Box<[[u32; 256]; 2 * MULTI_MAX_LEN]>,
+    rows: Box<[[u32; 256]; MULTI_MAX_LEN]>,
     base: [u32; MULTI_MAX_LEN + 1],
 }
 
@@ -256,12 +250,11 @@ impl ShortCrc {
     /// The tables for `poly` (normal form).
     pub fn new(poly: u32) -> ShortCrc {
         let c = Crc32::new(poly);
-        let rows: Box<[[u32; 256]]> = vec![[0u32; 256]; 2 * MULTI_MAX_LEN].into_boxed_slice();
-        let mut rows: Box<[[u32; 256]; 2 * MULTI_MAX_LEN]> =
-            rows.try_into().expect("thirty-two rows");
+        let rows: Box<[[u32; 256]]> = vec![[0u32; 256]; MULTI_MAX_LEN].into_boxed_slice();
+        let mut rows: Box<[[u32; 256]; MULTI_MAX_LEN]> = rows.try_into().expect("sixteen rows");
         for b in 0..256 {
             let mut reg = c.table[0][b];
-            for row in rows[..MULTI_MAX_LEN].iter_mut().rev() {
+            for row in rows.iter_mut().rev() {
                 row[b] = reg;
                 reg = c.update_byte(reg, 0);
             }
@@ -275,18 +268,14 @@ impl ShortCrc {
         ShortCrc { rows, base }
     }
 
-    /// The checksum of `block[..len]`; `block[len..]` must be zero.
+    /// The checksum of `block[16 - len..]`; `block[..16 - len]` must be zero.
     ///
     /// # Panics
-    /// If `len` is 0 or above 16 (keys are 1..=16 bytes).
+    /// If `len` is above 16.
     #[inline]
     pub fn checksum_padded(&self, block: &[u8; MULTI_MAX_LEN], len: usize) -> u32 {
-        assert!((1..=MULTI_MAX_LEN).contains(&len), "key length");
-        debug_assert!(block[len..].iter().all(|&b| b == 0));
-        let first = MULTI_MAX_LEN - len;
-        let rows: &[[u32; 256]; MULTI_MAX_LEN] = self.rows[first..first + MULTI_MAX_LEN]
-            .try_into()
-            .expect("sixteen rows");
+        debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
+        let rows = &*self.rows;
         let mut even = self.base[len];
         let mut odd = 0;
         for i in (0..MULTI_MAX_LEN).step_by(2) {
@@ -369,7 +358,7 @@ mod tests {
         for len in 0..=MULTI_MAX_LEN {
             let got = m.checksums(&data[..len]);
             let mut block = [0u8; MULTI_MAX_LEN];
-            block[..len].copy_from_slice(&data[..len]);
+            block[MULTI_MAX_LEN - len..].copy_from_slice(&data[..len]);
             assert_eq!(m.checksums_padded(&block, len), got, "padded, len {len}");
             for (lane, &p) in polys.iter().enumerate() {
                 assert_eq!(got[lane], bitwise(p, &data[..len]), "poly {p:#x} len {len}");
@@ -384,7 +373,7 @@ mod tests {
             let s = ShortCrc::new(poly);
             for len in 1..=MULTI_MAX_LEN {
                 let mut block = [0u8; MULTI_MAX_LEN];
-                block[..len].copy_from_slice(&data[..len]);
+                block[MULTI_MAX_LEN - len..].copy_from_slice(&data[..len]);
                 assert_eq!(
                     s.checksum_padded(&block, len),
                     bitwise(poly, &data[..len]),

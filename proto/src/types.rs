@@ -35,53 +35,87 @@ fn copy_short<const N: usize>(dst: &mut [u8; N], src: &[u8]) {
 /// of the big-endian 32-bit key (the reference reverses them before hashing, §3.3); for
 /// reference Postcarding they are the flow-ID bytes as received (§3.6). Extended-profile keys
 /// are opaque byte strings, hashed as sent.
+///
+/// The bytes are kept right-aligned in a 16-byte block, zeros first. A key read from a report
+/// is then one 16-byte load of the bytes ending where the key ends, masked, and one 16-byte
+/// store ([`Key::from_window`]); the key moves and compares later read it with the same width,
+/// so the CPU forwards them from that store (a key assembled from several narrower stores
+/// stalls every wider load of it). The leading zeros also let short-key CRCs use fixed table
+/// rows (`crc::ShortCrc`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Key {
     len: u8,
     bytes: [u8; MAX_KEY_LEN],
 }
 
+/// `TAIL_MASKS[n]` keeps the last `n` bytes of a 16-byte block.
+const TAIL_MASKS: [[u8; MAX_KEY_LEN]; MAX_KEY_LEN + 1] = {
+    let mut m = [[0u8; MAX_KEY_LEN]; MAX_KEY_LEN + 1];
+    let mut n = 0;
+    while n <= MAX_KEY_LEN {
+        let mut i = MAX_KEY_LEN - n;
+        while i < MAX_KEY_LEN {
+            m[n][i] = 0xFF;
+            i += 1;
+        }
+        n += 1;
+    }
+    m
+};
+
 impl Key {
     /// A key from 1..=16 bytes; `None` if empty or too long.
     #[inline]
     pub fn new(bytes: &[u8]) -> Option<Key> {
-        if bytes.is_empty() || bytes.len() > MAX_KEY_LEN {
+        let n = bytes.len();
+        if n == 0 || n > MAX_KEY_LEN {
             return None;
         }
         let mut k = Key {
-            len: bytes.len() as u8,
+            len: n as u8,
             bytes: [0; MAX_KEY_LEN],
         };
-        copy_short(&mut k.bytes, bytes);
+        k.bytes[MAX_KEY_LEN - n..].copy_from_slice(bytes);
         Some(k)
+    }
+
+    /// The key made of the last `len` bytes of `window` (1..=16; `None` otherwise): one
+    /// 16-byte load, mask and store. Parsers pass the 16 bytes of a datagram that end where
+    /// the key ends.
+    #[inline]
+    pub fn from_window(window: &[u8; MAX_KEY_LEN], len: usize) -> Option<Key> {
+        if len == 0 || len > MAX_KEY_LEN {
+            return None;
+        }
+        let mask = &TAIL_MASKS[len];
+        let mut bytes = [0u8; MAX_KEY_LEN];
+        for i in 0..MAX_KEY_LEN {
+            bytes[i] = window[i] & mask[i];
+        }
+        Some(Key {
+            len: len as u8,
+            bytes,
+        })
     }
 
     /// The key a reference-profile Key-Write/Key-Increment report with wire key `k` hashes.
     #[inline]
     pub fn from_u32_reference(k: u32) -> Key {
-        let mut key = Key {
-            len: 4,
-            bytes: [0; MAX_KEY_LEN],
-        };
-        key.bytes[..4].copy_from_slice(&k.to_le_bytes());
-        key
+        Key::from_array4(k.to_le_bytes())
     }
 
     /// A 4-byte key (hot path: no length checks, no `Option`).
     #[inline]
     pub fn from_array4(b: [u8; 4]) -> Key {
-        let mut key = Key {
-            len: 4,
-            bytes: [0; MAX_KEY_LEN],
-        };
-        key.bytes[..4].copy_from_slice(&b);
-        key
+        let mut bytes = [0u8; MAX_KEY_LEN];
+        bytes[MAX_KEY_LEN - 4..].copy_from_slice(&b);
+        Key { len: 4, bytes }
     }
 
     /// The key bytes.
     #[inline]
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
+        &self.bytes[MAX_KEY_LEN - self.len as usize..]
     }
 
     /// Length in bytes (1..=16).
@@ -91,7 +125,7 @@ impl Key {
         self.len as usize
     }
 
-    /// All 16 bytes: the key, then zeros (fixed-size hashing, see `crc::ShortCrc`).
+    /// All 16 bytes: zeros, then the key (fixed-size hashing, see `crc::ShortCrc`).
     #[inline]
     pub fn padded(&self) -> &[u8; MAX_KEY_LEN] {
         &self.bytes
@@ -187,6 +221,26 @@ impl core::fmt::Debug for Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_from_window_equals_key_new() {
+        let data: Vec<u8> = (1..=40u8).collect();
+        for len in 1..=MAX_KEY_LEN {
+            for end in MAX_KEY_LEN..=data.len() {
+                let w: &[u8; MAX_KEY_LEN] = data[end - MAX_KEY_LEN..end].try_into().unwrap();
+                let k = Key::from_window(w, len).unwrap();
+                assert_eq!(k, Key::new(&data[end - len..end]).unwrap());
+                assert_eq!(k.as_bytes(), &data[end - len..end]);
+                assert!(k.padded()[..MAX_KEY_LEN - len].iter().all(|&b| b == 0));
+            }
+        }
+        assert!(Key::from_window(&[0; MAX_KEY_LEN], 0).is_none());
+        assert!(Key::from_window(&[0; MAX_KEY_LEN], 17).is_none());
+        assert_eq!(
+            Key::from_u32_reference(0x0102_0304).as_bytes(),
+            &[4, 3, 2, 1]
+        );
+    }
 
     #[test]
     fn short_copies_of_every_length() {

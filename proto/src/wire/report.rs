@@ -21,7 +21,7 @@
 //! Redundancy is passed through unchecked: the translator decides what 0 or too many copies
 //! mean, and counts it.
 
-use crate::types::{Key, Value};
+use crate::types::{Key, Value, MAX_KEY_LEN};
 use crate::wire::dta::{
     AppendRepr, BaseVariant, DtaHeaderRepr, DtaPrimitiveRepr, DtaRepr, KeyIncrementRepr,
     KeyWriteRepr, Opcode, PostcarderRepr,
@@ -358,6 +358,16 @@ fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
+/// The `len`-byte key that ends at `b[end]`: from the 16 bytes ending there when the datagram
+/// has them (one wide load, see [`Key::from_window`]), else copied.
+#[inline(always)]
+fn key_ending_at(b: &[u8], end: usize, len: usize) -> Option<Key> {
+    match end.checked_sub(MAX_KEY_LEN).and_then(|s| b.get(s..end)) {
+        Some(w) => Key::from_window(w.try_into().ok()?, len),
+        None => Key::new(b.get(end.checked_sub(len)?..end)?),
+    }
+}
+
 /// The common case in a few dozen instructions: a well-formed report of an accepted profile,
 /// read straight into a [`Report`]. Anything unusual (errors included) is handed to `slow`
 /// ([`parse_checked`], the full view/Repr machinery); the two agree on every input the fast
@@ -424,7 +434,7 @@ fn parse_fast(
                 }
                 Primitive::KeyWrite {
                     redundancy: n,
-                    key: some!(Key::new(&body[4..4 + kl])),
+                    key: some!(key_ending_at(b, 12 + kl, kl)),
                     value: some!(Value::new(&body[4 + kl..])),
                 }
             }
@@ -446,7 +456,7 @@ fn parse_fast(
                 let delta = u64::from_be_bytes(some!(body[4..12].try_into().ok()));
                 Primitive::KeyIncrement {
                     redundancy: body[0],
-                    key: some!(Key::new(&body[12..])),
+                    key: some!(key_ending_at(b, b.len(), kl)),
                     delta,
                 }
             }
@@ -462,7 +472,7 @@ fn parse_fast(
                     slow!();
                 }
                 Primitive::Postcard {
-                    flow: some!(Key::new(&body[8..])),
+                    flow: some!(key_ending_at(b, b.len(), kl)),
                     hop,
                     path_len,
                     value: be32(&body[4..8]),
@@ -796,7 +806,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{MAX_KEY_LEN, MAX_VALUE_LEN};
+    use crate::types::MAX_VALUE_LEN;
     use crate::wire::dta_ext::MAX_PATH_LEN;
     use proptest::prelude::*;
 
