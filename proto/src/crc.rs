@@ -204,25 +204,6 @@ impl<const L: usize> MultiCrc<L> {
         }
         acc
     }
-
-    /// [`checksums`](Self::checksums) of `block[16 - len..]`, with `block[..16 - len]` zero
-    /// (a right-aligned key, see [`ShortCrc`]): sixteen row XORs without length-dependent
-    /// branches.
-    ///
-    /// # Panics
-    /// If `len` is above 16.
-    #[inline]
-    pub fn checksums_padded(&self, block: &[u8; MULTI_MAX_LEN], len: usize) -> [u32; L] {
-        debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
-        let mut acc = self.base[len];
-        for (&b, row) in block.iter().zip(self.rows.iter()) {
-            let t = &row[b as usize];
-            for l in 0..L {
-                acc[l] ^= t[l];
-            }
-        }
-        acc
-    }
 }
 
 impl<const L: usize> core::fmt::Debug for MultiCrc<L> {
@@ -357,9 +338,6 @@ mod tests {
         let data: Vec<u8> = (0..16u32).map(|i| (i * 97 + 5) as u8).collect();
         for len in 0..=MULTI_MAX_LEN {
             let got = m.checksums(&data[..len]);
-            let mut block = [0u8; MULTI_MAX_LEN];
-            block[MULTI_MAX_LEN - len..].copy_from_slice(&data[..len]);
-            assert_eq!(m.checksums_padded(&block, len), got, "padded, len {len}");
             for (lane, &p) in polys.iter().enumerate() {
                 assert_eq!(got[lane], bitwise(p, &data[..len]), "poly {p:#x} len {len}");
             }

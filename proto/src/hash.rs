@@ -422,7 +422,7 @@ impl PostcardHasher {
         };
         match self.profile {
             HashProfile::Reference => {
-                let lanes = REFERENCE_POSTCARD_LANES.checksums_padded(key.padded(), key.len());
+                let lanes = REFERENCE_POSTCARD_LANES.checksums(key.as_bytes());
                 d.hop[..hops].copy_from_slice(&lanes[1..1 + hops]);
                 let reg = !lanes[0];
                 for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
@@ -436,7 +436,7 @@ impl PostcardHasher {
             HashProfile::Independent
                 if hops <= POSTCARD_LANE_HOPS && replicas <= POSTCARD_LANE_REPLICAS =>
             {
-                let lanes = POSTCARD_LANES.checksums_padded(key.padded(), key.len());
+                let lanes = POSTCARD_LANES.checksums(key.as_bytes());
                 for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
                     *c = lanes[r] & self.chunk_mask;
                 }
