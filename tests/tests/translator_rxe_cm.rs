@@ -217,6 +217,19 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
         ["paths", "losses", "bytes"],
         "store names from the REP private data"
     );
+    // The sequenced Append store announced its list heads and the real RNIC sent them after
+    // the record: both lists are empty, so each continues at batch 1.
+    assert_eq!(
+        cm.take_list_heads(1338),
+        Some(vec![1, 1]),
+        "list heads over rxe; initiator {:?}",
+        cm.counters
+    );
+    assert_eq!(
+        cm.take_list_heads(1337),
+        None,
+        "a Key-Write store sends no heads"
+    );
 
     // 2. The production pipeline writes over the connected QPs.
     let target = CollectorTarget {
@@ -358,4 +371,38 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
             .collect();
         assert!(out.contains(&hex), "list 0 misses entry {j}: {out}\n{dbg}");
     }
+
+    // 4. A restarted translator (another CA GUID) learns where each list goes on: five entries
+    // per list at batch 4 made two batches (one flushed partial), so batch 3 is next.
+    let mut cm2 = CmInitiator::new(
+        host,
+        MacAddr(HOST_MAC),
+        guest,
+        MacAddr(GUEST_MAC),
+        true,
+        0xbeef,
+    )
+    .with_ca_guid(0x0d7a_0000_0000_0002);
+    cm2.connect(1338, Qpn::new(0x400), Psn::new(0x7000), 0, &mut tx);
+    let mut again = false;
+    let ok = exchange(&vm, &mut tx, Duration::from_secs(30), |d, tx| {
+        if cm2.wants(d) {
+            match cm2.handle(now(), d, tx) {
+                Some(CmEvent::Ready { .. }) => again = true,
+                Some(CmEvent::Failed { port, reason }) => {
+                    panic!("port {port} rejected on reconnect: {reason:?}")
+                }
+                None => {}
+            }
+        }
+        again
+    });
+    assert!(ok, "reconnect did not complete: {:?}", cm2.counters);
+    assert_eq!(
+        cm2.take_list_heads(1338),
+        Some(vec![3, 3]),
+        "heads after the writes; initiator {:?}\n{}",
+        cm2.counters,
+        vm.ctl("cat /tmp/collector.log").unwrap_or_default()
+    );
 }

@@ -11,26 +11,36 @@ use std::time::{Duration, Instant};
 
 use rdma_sys::*;
 
+use dta_proto::layout::AppendFormat;
 use dta_proto::meta::CollectorMeta;
 use dta_proto::wire::ib::Qpn;
+use dta_proto::wire::listheads;
 use dta_proto::wire::metarec::{MetaRecord, META_RECORD_LEN};
 
 use super::verbs::{self, CmId, CompChannel, Cq, EventChannel, Mr, Pd, SendOp};
 use super::{Started, SOFTWARE_HINT};
 use crate::config::CollectorConfig;
 use crate::memory::Region;
+use crate::rnic::cm::list_heads;
 use crate::rnic::counters::RnicCounters;
 use crate::rnic::responder::Completion;
 use crate::service::Published;
+use crate::store::AppendStore;
 
 /// Bytes per receive buffer (a SEND larger than this is answered with a NAK by the NIC).
 const RECV_SLOT: usize = 256;
 /// Receive WQEs kept posted per connection (clamped to the device's limit).
 const MAX_RECV_DEPTH: u32 = 256;
-/// Send queue depth (only the metadata SEND is ever posted).
-const SEND_DEPTH: u32 = 4;
-/// `wr_id` of the metadata SEND; receives use their slot index.
+/// Send queue depth: the metadata SEND, then the list-head SENDs, at most this many at once.
+const SEND_DEPTH: u32 = 8;
+/// `wr_id` of the metadata SEND; receives use their slot index, list-head SENDs
+/// `HEADS_WR_BASE + message`.
 const META_WR_ID: u64 = u64::MAX;
+/// `wr_id` of the first list-head SEND.
+const HEADS_WR_BASE: u64 = 1 << 32;
+/// Path MTU the list-head messages are sized for: the smallest RoCEv2 MTU in use (rxe's on a
+/// 1,500-byte Ethernet MTU), so every message fits one packet whatever the path.
+const HEADS_PMTU: usize = 1024;
 /// Responder resources / initiator depth asked for at most (mlx5 allows 16).
 const MAX_RD_ATOM: u8 = 16;
 /// How often counters are published.
@@ -45,6 +55,18 @@ struct StoreSpec {
     region: Arc<Region>,
     /// The record to SEND, without the R_Key (which is per device).
     record: MetaRecord,
+    /// A sequenced Append store's geometry: the record announces list heads, and they are
+    /// read from the region and sent after it (so a restarted translator resumes each list).
+    heads: Option<AppendStore>,
+}
+
+impl StoreSpec {
+    /// (heads per message, messages) of this store's list heads.
+    fn head_messages(&self) -> (usize, usize) {
+        let per = listheads::heads_per_message(HEADS_PMTU).max(1);
+        let lists = self.heads.as_ref().map_or(0, |a| a.lists as usize);
+        (per, lists.div_ceil(per))
+    }
 }
 
 pub(super) fn start(
@@ -61,12 +83,20 @@ pub(super) fn start(
     let ip = *config.collector.roce.ip();
     let specs: Vec<StoreSpec> = stores
         .iter()
-        .map(|s| StoreSpec {
-            name: s.meta.name.clone(),
-            port: s.port,
-            region: s.region.clone(),
+        .map(|s| {
             // A real RNIC always checks the ICRC.
-            record: MetaRecord::from_store_meta(&s.meta, true),
+            let mut record = MetaRecord::from_store_meta(&s.meta, true);
+            let heads = s
+                .append()
+                .filter(|a| a.layout.format() == AppendFormat::Sequenced);
+            record.list_heads = heads.is_some();
+            StoreSpec {
+                name: s.meta.name.clone(),
+                port: s.port,
+                region: s.region.clone(),
+                record,
+                heads,
+            }
         })
         .collect();
     let (tx, rx) = mpsc::channel();
@@ -210,6 +240,12 @@ struct Conn {
     qpn: u32,
     state: ConnState,
     recv_depth: u32,
+    /// List-head messages of this connection: (heads per message, total, posted so far).
+    heads: (usize, usize, usize),
+    /// Lists whose heads are sent (the last message carries the remainder).
+    head_lists: usize,
+    /// SENDs posted and not yet completed.
+    sends_out: u32,
     counters: RnicCounters,
     // Drop order matters: the id (and its QP) first, then the CQ, its channel, the buffer's
     // MR, and the buffer itself.
@@ -223,6 +259,36 @@ struct Conn {
 impl Conn {
     fn buf_addr(&self, slot: u64) -> u64 {
         self.buf.as_ptr() as u64 + slot * RECV_SLOT as u64
+    }
+
+    /// Offset in `buf` of list-head message `k` (after the receive slots).
+    fn heads_at(&self, k: usize) -> usize {
+        RECV_SLOT * (self.recv_depth as usize + 1) + k * listheads::message_len(self.heads.0)
+    }
+
+    /// Posts list-head SENDs while the send queue has room.
+    fn post_heads(&mut self) -> std::io::Result<()> {
+        let (per, total, _) = self.heads;
+        while self.heads.2 < total && self.sends_out < SEND_DEPTH {
+            let k = self.heads.2;
+            let at = self.heads_at(k);
+            let len = listheads::message_len(per.min(self.head_lists - k * per)) as u32;
+            // SAFETY: live QP; message k lies inside buf (sized for every message at accept),
+            // registered under buf_mr, and is not written again while the connection lives.
+            unsafe {
+                verbs::post_send(
+                    self.id.qp(),
+                    HEADS_WR_BASE + k as u64,
+                    SendOp::Send,
+                    self.buf.as_ptr() as u64 + at as u64,
+                    len,
+                    self.buf_mr.lkey(),
+                )
+            }?;
+            self.heads.2 += 1;
+            self.sends_out += 1;
+        }
+        Ok(())
     }
 
     /// Posts the receive WQE of `slot` (1..=recv_depth; slot 0 holds the metadata record).
@@ -567,7 +633,10 @@ impl Backend {
             let cqe = (recv_depth + SEND_DEPTH + 8).min(lim.max_cqe) as i32;
             let cq = Cq::new(ctx, cqe, Some(&channel)).map_err(|e| format!("CQ: {e}"))?;
             cq.arm().map_err(|e| format!("ibv_req_notify_cq: {e}"))?;
-            let mut buf = vec![0u8; RECV_SLOT * (recv_depth as usize + 1)].into_boxed_slice();
+            let (per, msgs) = self.stores[store].head_messages();
+            let heads_len = msgs * listheads::message_len(per);
+            let mut buf =
+                vec![0u8; RECV_SLOT * (recv_depth as usize + 1) + heads_len].into_boxed_slice();
             // SAFETY: buf is heap memory that the Conn owns and drops after buf_mr.
             let buf_mr = unsafe {
                 Mr::register(
@@ -609,6 +678,15 @@ impl Backend {
             qpn: id.qpn(),
             state: ConnState::Accepted,
             recv_depth,
+            heads: {
+                let (per, msgs) = self.stores[store].head_messages();
+                (per, msgs, 0)
+            },
+            head_lists: self.stores[store]
+                .heads
+                .as_ref()
+                .map_or(0, |a| a.lists as usize),
+            sends_out: 0,
             counters: RnicCounters::default(),
             id,
             cq,
@@ -687,13 +765,38 @@ impl Backend {
                 lkey,
             )
         };
+        let r = r.and_then(|()| {
+            c.sends_out = 1;
+            let spec = &self.stores[c.store];
+            let Some(a) = &spec.heads else {
+                return Ok(());
+            };
+            // The next batch number of every list, read now (after the translator's RTU, as
+            // the software RNIC does), in messages after the record.
+            let next = list_heads(&spec.region, a);
+            let per = c.heads.0;
+            for (k, chunk) in next.chunks(per).enumerate() {
+                let at = c.heads_at(k);
+                let end = at + listheads::message_len(per);
+                if listheads::emit((k * per) as u32, a.lists, chunk, &mut c.buf[at..end]).is_none()
+                {
+                    return Err(std::io::Error::other("list-head message does not fit"));
+                }
+            }
+            c.post_heads()
+        });
         match r {
             Ok(()) => {
                 c.state = ConnState::MetaPosted;
                 log::info!(
-                    "rdma: store {:?}: established with {}; metadata SEND posted (rkey {rkey:#x})",
+                    "rdma: store {:?}: established with {}; metadata SEND posted (rkey {rkey:#x}){}",
                     self.stores[c.store].name,
                     fmt_peer(c.peer),
+                    if c.heads.1 > 0 {
+                        format!(", then {} list-head message(s)", c.heads.1)
+                    } else {
+                        String::new()
+                    },
                 );
             }
             Err(e) => {
@@ -739,6 +842,8 @@ impl Backend {
                             c.qpn,
                             if wc.wr_id == META_WR_ID {
                                 "of the metadata SEND"
+                            } else if wc.wr_id >= HEADS_WR_BASE {
+                                "of a list-head SEND"
                             } else {
                                 "of a receive"
                             },
@@ -748,7 +853,26 @@ impl Backend {
                     disconnect = true;
                     continue;
                 }
+                if wc.opcode == ibv_wc_opcode::IBV_WC_SEND {
+                    c.sends_out = c.sends_out.saturating_sub(1);
+                }
                 match wc.opcode {
+                    ibv_wc_opcode::IBV_WC_SEND
+                        if wc.wr_id >= HEADS_WR_BASE && wc.wr_id != META_WR_ID =>
+                    {
+                        if let Err(e) = c.post_heads() {
+                            log::warn!("rdma: posting list-head SENDs failed: {e}");
+                            disconnect = true;
+                        }
+                        if wc.wr_id - HEADS_WR_BASE + 1 == c.heads.1 as u64 {
+                            log::info!(
+                                "rdma: store {:?}: list heads delivered to {} ({} message(s))",
+                                self.stores[c.store].name,
+                                fmt_peer(c.peer),
+                                c.heads.1
+                            );
+                        }
+                    }
                     ibv_wc_opcode::IBV_WC_SEND if wc.wr_id == META_WR_ID => {
                         c.state = ConnState::Ready;
                         log::info!(
