@@ -522,6 +522,25 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// The BTH an RC endpoint sends: default partition key, MigReq set (as rxe and ConnectX
+    /// send it), no solicited event, no pad, TVer 0, no ECN marks.
+    #[inline]
+    pub const fn rc(opcode: u8, dest_qp: Qpn, psn: Psn, ack_req: bool) -> BthRepr {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            tver: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req,
+            psn,
+        }
+    }
+
     /// Reads every field; reserved bits are ignored and the opcode and TVer are not judged here.
     #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Bth<T>) -> Result<Self> {

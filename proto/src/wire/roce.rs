@@ -421,19 +421,7 @@ impl FrameTemplate {
     /// Panics on an opcode outside [`opcode_info`], a nonzero payload for an opcode without
     /// one, or a frame over the IPv4 length limit (all programming errors).
     pub fn new(ep: &RoceEndpoint, opcode: u8, dest_qp: Qpn, payload_len: usize) -> FrameTemplate {
-        let bth = BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: true,
-            pad_count: 0,
-            tver: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp,
-            ack_req: false,
-            psn: Psn::new(0),
-        };
+        let bth = BthRepr::rc(opcode, dest_qp, Psn::new(0), false);
         Self::with_bth(ep, &bth, payload_len)
     }
 
@@ -690,19 +678,7 @@ mod tests {
     }
 
     fn bth(op: u8, qp: u32, psn: u32, ack_req: bool) -> BthRepr {
-        BthRepr {
-            opcode: op,
-            solicited: false,
-            mig_req: true,
-            pad_count: 0,
-            tver: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(qp),
-            ack_req,
-            psn: Psn::new(psn),
-        }
+        BthRepr::rc(op, Qpn::new(qp), Psn::new(psn), ack_req)
     }
 
     #[test]

@@ -547,19 +547,7 @@ impl CmInitiator {
     /// A zero-length RDMA WRITE with AckReq at `psn` (no memory is touched).
     fn send_sync_probe(&self, remote_qpn: Qpn, psn: Psn, meta: &StoreMeta, tx: &mut TxBatch) {
         let ep = self.ep();
-        let bth = BthRepr {
-            opcode: op::RC_RDMA_WRITE_ONLY,
-            solicited: false,
-            mig_req: true,
-            pad_count: 0,
-            tver: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: remote_qpn,
-            ack_req: true,
-            psn,
-        };
+        let bth = BthRepr::rc(op::RC_RDMA_WRITE_ONLY, remote_qpn, psn, true);
         let mut reth = [0u8; 16];
         reth[0..8].copy_from_slice(&meta.addr.to_be_bytes());
         reth[8..12].copy_from_slice(&meta.rkey.to_be_bytes());
@@ -570,19 +558,7 @@ impl CmInitiator {
 
     fn ack(&self, remote_qpn: Qpn, psn: Psn, tx: &mut TxBatch) {
         let ep = self.ep();
-        let bth = BthRepr {
-            opcode: op::RC_ACKNOWLEDGE,
-            solicited: false,
-            mig_req: true,
-            pad_count: 0,
-            tver: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: remote_qpn,
-            ack_req: false,
-            psn,
-        };
+        let bth = BthRepr::rc(op::RC_ACKNOWLEDGE, remote_qpn, psn, false);
         // AETH: ACK with "invalid credits" (as rxe sends), MSN 1.
         let aeth = [0x1f, 0, 0, 1];
         tx.push_with(self.collector, self.off(), |b| {
