@@ -359,7 +359,7 @@ impl PostcardHasher {
     ///
     /// Reference: IEEE CRC-32 of the flow bytes, low-order bits kept (§3.6 leaves which bits
     /// Tofino keeps unverified; we assume the low ones).
-    #[inline]
+    #[inline(always)]
     pub fn cache_index(&self, key: &Key) -> u32 {
         let lane = match self.profile {
             HashProfile::Reference => &REFERENCE_CACHE_LANE,
@@ -411,7 +411,7 @@ impl PostcardHasher {
     ///
     /// # Panics
     /// If `replicas > MAX_REDUNDANCY`.
-    #[inline]
+    #[inline(always)]
     pub fn digest(&self, key: &Key, replicas: usize) -> FlowDigest {
         assert!(replicas <= MAX_REDUNDANCY, "replica out of range");
         let hops = self.hops as usize;
