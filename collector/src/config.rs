@@ -478,9 +478,11 @@ values = [[1, 100], [200, 300]]
             "[rnic]\nbackend = \"af_xdp\"\n[af_xdp]\ninterface = \"veth1\"\nmode = \"skb\"\n\
              [collector]\n",
         );
-        match CollectorConfig::from_toml(&xdp) {
-            Ok(c) => {
-                assert!(dta_io::config::AF_XDP_COMPILED);
+        match (
+            CollectorConfig::from_toml(&xdp),
+            dta_io::config::AF_XDP_COMPILED,
+        ) {
+            (Ok(c), true) => {
                 assert_eq!(c.collector.rnic.backend, RnicBackend::AfXdp);
                 assert_eq!(c.collector.rnic.af_xdp.mode, dta_io::config::XdpAttach::Skb);
                 // The sections survive a round trip through TOML.
@@ -488,11 +490,11 @@ values = [[1, 100], [200, 300]]
                 let c2 = CollectorConfig::from_toml(&again).unwrap();
                 assert_eq!(c2.collector.rnic, c.collector.rnic);
             }
-            Err(e) => {
-                assert!(!dta_io::config::AF_XDP_COMPILED);
+            (Err(e), false) => {
                 assert!(e.contains("cargo feature `af_xdp`"), "{e}");
                 assert!(e.contains("-p dta-collector --features af_xdp"), "{e}");
             }
+            (r, compiled) => panic!("af_xdp compiled in: {compiled}, parsed: {r:?}"),
         }
         let dpdk = ALL.replace("[collector]\n", "[rnic]\nbackend = \"dpdk\"\n[collector]\n");
         let e = CollectorConfig::from_toml(&dpdk).unwrap_err();
