@@ -110,7 +110,7 @@ impl Comparison {
         format!(
             "{:>7}: bare {:>9.0} pkt/s wall, {:>9.0} pkt/CPU-s | translator {:>9.0} pkt/s wall, \
              {:>9.0} pkt/CPU-s | ratio per CPU-s {:.2}, wall {:.2} | translated {} dropped {} \
-             frames {} | pkts/burst bare {:.1} translator {:.1}",
+             frames {} | pkts/burst bare {:.1} translator {:.1} | took bare {} translator {}",
             self.backend,
             self.bare.per_sec,
             self.bare.per_cpu_sec,
@@ -123,6 +123,8 @@ impl Comparison {
             self.frames,
             self.bare.packets as f64 / self.bare.bursts.max(1) as f64,
             self.translator.packets as f64 / self.translator.bursts.max(1) as f64,
+            self.bare.packets,
+            self.translator.packets,
         )
     }
 }
@@ -421,6 +423,8 @@ pub struct Netns {
     pub ns_b: String,
     /// Backend-side interface.
     pub if_b: String,
+    /// Sender / collector-side interface.
+    pub if_a: String,
 }
 
 /// Sender / collector address.
@@ -442,10 +446,11 @@ impl Netns {
     pub fn up(prefix: &str) -> Result<Netns, String> {
         let (ns_a, ns_b) = (format!("{prefix}-a"), format!("{prefix}-b"));
         let if_b = format!("{prefix}-vb");
+        let if_a = format!("{prefix}-va");
         let env = vec![
             ("NS_A", ns_a.clone()),
             ("NS_B", ns_b.clone()),
-            ("IF_A", format!("{prefix}-va")),
+            ("IF_A", if_a.clone()),
             ("IF_B", if_b.clone()),
         ];
         let out = std::process::Command::new("bash")
@@ -466,6 +471,7 @@ impl Netns {
             ns_a,
             ns_b,
             if_b,
+            if_a,
         })
     }
 }
@@ -764,7 +770,10 @@ pub fn bare_rx_dpdk_child(ns: &str, iface: &str, idle: Duration) -> Result<Strin
     let cpu = last_cpu.saturating_sub(c0) as f64 * 1e-9;
     drop(b);
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
-    Ok(serde_json::json!({"packets": n, "secs": secs, "cpu_secs": cpu, "bursts": bursts}).to_string())
+    Ok(
+        serde_json::json!({"packets": n, "secs": secs, "cpu_secs": cpu, "bursts": bursts})
+            .to_string(),
+    )
 }
 
 /// DPDK (net_af_packet) on the veth pair. Needs the `dpdk` feature and root. `exe` is a `dta`
@@ -1128,6 +1137,7 @@ pub fn compare_udp_prefilled(
 
 /// The translator of a raw backend on veth B (namespace B), software RNIC in namespace A,
 /// pre-filled and timed like its bare loop (`bare`).
+#[allow(clippy::too_many_arguments)]
 pub fn translator_netns_prefilled(
     name: &str,
     net: &Netns,
@@ -1145,12 +1155,14 @@ pub fn translator_netns_prefilled(
     let roce_t = SocketAddrV4::new(ADDR_B, dta_proto::consts::ROCEV2_PORT);
     let stores = sc.stores();
     let m2 = meta.clone();
+    let if_a = net.if_a.clone();
     let collector = in_netns(&net.ns_a, move || {
-        Collector::start(CollectorConfig {
+        let mut c = CollectorConfig {
             collector: DeviceSection {
                 roce: SocketAddrV4::new(ADDR_A, dta_proto::consts::ROCEV2_PORT),
                 mac: MAC_A.into(),
                 metadata_file: Some(m2),
+                hugepages: false,
                 ..DeviceSection::default()
             },
             static_peers: vec![StaticPeer {
@@ -1160,7 +1172,16 @@ pub fn translator_netns_prefilled(
                 mac: MAC_B.into(),
             }],
             stores,
-        })
+        };
+        // The software RNIC on AF_XDP when it is compiled in: the frames the translator sends
+        // over the veth are then redirected by XDP on arrival, instead of running namespace
+        // A's whole UDP receive path in the sending thread (veth delivers in the sender's
+        // context), which would be charged to the translator's worker.
+        if RNIC_ON_AF_XDP {
+            c.collector.rnic.backend = dta_collector::config::RnicBackend::AfXdp;
+            c.collector.rnic.af_xdp.interface = if_a;
+        }
+        Collector::start(c)
     })?;
     let mut cfg = translator_config(sc, meta);
     cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
@@ -1190,14 +1211,7 @@ pub fn translator_netns_prefilled(
         })
     };
     let side = tid.and_then(|tid| {
-        translator_prefilled(
-            &format!("translator/{name}"),
-            freezer,
-            p,
-            &tr,
-            tid,
-            &send,
-        )
+        translator_prefilled(&format!("translator/{name}"), freezer, p, &tr, tid, &send)
     });
     let c = tr.counters();
     collector.wait_for(Duration::from_secs(5), |k| {
@@ -1219,6 +1233,10 @@ pub fn translator_netns_prefilled(
     }
     .finish())
 }
+
+/// Whether the pre-filled veth comparisons run the software RNIC on AF_XDP (`[rnic] backend
+/// = "af_xdp"` on veth A), i.e. whether `dta` was built with `af_xdp`.
+pub const RNIC_ON_AF_XDP: bool = cfg!(feature = "af_xdp");
 
 /// UMEM frames for the pre-filled AF_XDP runs: half of them receive, so the RX ring holds
 /// 32,768 frames.

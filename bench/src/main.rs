@@ -445,6 +445,7 @@ fn replay_cmd(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn backend_cmd(
     args: &ScenarioArgs,
     pcap: &PathBuf,
