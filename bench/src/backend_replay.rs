@@ -998,6 +998,34 @@ pub struct Prefill {
     pub packets: u64,
     /// Datagrams sent (flow-controlled) before freezing, to warm caches, QPs and rings.
     pub warmup: u64,
+    /// Freeze-fill-drain rounds per side; the side's figures are the sums over the rounds.
+    pub rounds: u32,
+}
+
+impl Side {
+    /// Adds another round's figures.
+    fn add(self, o: &Side) -> Side {
+        Side::new(
+            &self.name,
+            self.packets + o.packets,
+            self.secs + o.secs,
+            self.cpu_secs + o.cpu_secs,
+        )
+        .with_bursts(self.bursts + o.bursts)
+    }
+}
+
+/// Runs `round` `rounds` times and sums the sides.
+fn sum_rounds(
+    name: &str,
+    rounds: u32,
+    mut round: impl FnMut() -> Result<Side, String>,
+) -> Result<Side, String> {
+    let mut total = Side::new(name, 0, 0.0, 0.0);
+    for _ in 0..rounds.max(1) {
+        total = total.add(&round()?);
+    }
+    Ok(total)
 }
 
 /// The bare side of a pre-filled comparison: `open`'s backend on a counting thread, warmed up,
@@ -1025,11 +1053,13 @@ fn bare_prefilled<B: Backend + 'static>(
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(20));
-        let before = get();
-        freezer.freeze(tid)?;
-        send(p.packets, false)?;
-        std::thread::sleep(Duration::from_millis(100));
-        time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))
+        sum_rounds(name, p.rounds, || {
+            let before = get();
+            freezer.freeze(tid)?;
+            send(p.packets, false)?;
+            std::thread::sleep(Duration::from_millis(100));
+            time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))
+        })
     })();
     let _ = freezer.thaw();
     stop.store(true, Ordering::Relaxed);
@@ -1056,12 +1086,14 @@ fn translator_prefilled(
         let warm = send(p.warmup, true)?;
         tr.wait_for(Duration::from_secs(10), |c| c.rx_datagrams >= base + warm);
         std::thread::sleep(Duration::from_millis(50));
-        // Read before freezing: a worker frozen while publishing would hold the lock.
-        let before = get();
-        freezer.freeze(tid)?;
-        send(p.packets, false)?;
-        std::thread::sleep(Duration::from_millis(100));
-        time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))
+        sum_rounds(name, p.rounds, || {
+            // Read before freezing: a worker frozen while publishing would hold the lock.
+            let before = get();
+            freezer.freeze(tid)?;
+            send(p.packets, false)?;
+            std::thread::sleep(Duration::from_millis(100));
+            time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))
+        })
     })();
     let _ = freezer.thaw();
     r
@@ -1310,7 +1342,6 @@ pub fn compare_dpdk_prefilled(
     p: Prefill,
     freezer: &Freezer,
 ) -> Result<Comparison, String> {
-    use std::io::BufRead;
     let p = Prefill {
         packets: p.packets.min(DPDK_FRAMECNT as u64 - 1024),
         ..p
@@ -1324,6 +1355,41 @@ pub fn compare_dpdk_prefilled(
             send_n(&mut s, &t, n)
         })
     };
+    let bare = sum_rounds("dpdk rx", p.rounds, || {
+        bare_dpdk_child_round(exe, net, p.packets, freezer, &send)
+    })?;
+    let prefix = format!("dta-replay-{}", std::process::id());
+    let args = dpdk_eal_args(&net.if_b, &prefix);
+    let r = translator_netns_prefilled(
+        "dpdk",
+        net,
+        sc,
+        trace,
+        p,
+        freezer,
+        move |cfg| {
+            cfg.translator.backend = BackendKind::Dpdk;
+            cfg.dpdk.eal_args = args;
+            cfg.dpdk.ports = vec!["net_af_packet0".into()];
+        },
+        bare,
+    );
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    r
+}
+
+/// One pre-filled round of the bare DPDK loop in a child process (`exe bare-rx-dpdk`): the
+/// child prints its thread ID, is frozen, filled by `send`, thawed, and reports the drain it
+/// measured itself (first burst to last).
+#[cfg(feature = "dpdk")]
+fn bare_dpdk_child_round(
+    exe: &Path,
+    net: &Netns,
+    packets: u64,
+    freezer: &Freezer,
+    send: &dyn Fn(u64) -> Result<u64, String>,
+) -> Result<Side, String> {
+    use std::io::BufRead;
     let mut child = std::process::Command::new(exe)
         .args(["bare-rx-dpdk", "--ns", &net.ns_b, "--iface", &net.if_b])
         .args(["--idle-ms", "300"])
@@ -1345,7 +1411,7 @@ pub fn compare_dpdk_prefilled(
     };
     let r = (|| {
         freezer.freeze(tid)?;
-        send(p.packets)?;
+        send(packets)?;
         std::thread::sleep(Duration::from_millis(100));
         freezer.thaw()
     })();
@@ -1361,24 +1427,8 @@ pub fn compare_dpdk_prefilled(
     let v: serde_json::Value =
         serde_json::from_str(line.trim()).map_err(|e| format!("bare DPDK loop: {e}: {line:?}"))?;
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
-    let bare = Side::new("dpdk rx", f("packets") as u64, f("secs"), f("cpu_secs"))
-        .with_bursts(f("bursts") as u64);
-    let prefix = format!("dta-replay-{}", std::process::id());
-    let args = dpdk_eal_args(&net.if_b, &prefix);
-    let r = translator_netns_prefilled(
-        "dpdk",
-        net,
-        sc,
-        trace,
-        p,
-        freezer,
-        move |cfg| {
-            cfg.translator.backend = BackendKind::Dpdk;
-            cfg.dpdk.eal_args = args;
-            cfg.dpdk.ports = vec!["net_af_packet0".into()];
-        },
-        bare,
-    );
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
-    r
+    Ok(
+        Side::new("dpdk rx", f("packets") as u64, f("secs"), f("cpu_secs"))
+            .with_bursts(f("bursts") as u64),
+    )
 }

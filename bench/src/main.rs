@@ -148,6 +148,9 @@ enum Cmd {
         /// feeds a running receiver.
         #[arg(long, default_value_t = 0)]
         prefill: u64,
+        /// With --prefill: freeze-fill-drain rounds per side (figures are summed over them).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
     },
     /// Run a benchmark sweep and write FIGURE.json and FIGURE.svg.
     Bench {
@@ -453,7 +456,7 @@ fn backend_cmd(
     loops: u32,
     port: Option<u16>,
     rate: u64,
-    prefill: u64,
+    (prefill, rounds): (u64, u32),
     out: Option<&std::path::Path>,
 ) -> Result<(), String> {
     use dta_bench::backend_replay::{self as br, CompareOptions};
@@ -463,6 +466,7 @@ fn backend_cmd(
             br::Prefill {
                 packets: prefill,
                 warmup: 2000,
+                rounds,
             },
         ))
     } else {
@@ -745,6 +749,7 @@ fn main() {
             json,
             backend,
             prefill,
+            rounds,
         } => {
             let port = (port != 0).then_some(port);
             if !backend.is_empty() {
@@ -755,7 +760,7 @@ fn main() {
                     loops,
                     port,
                     rate,
-                    prefill,
+                    (prefill, rounds),
                     json.as_deref(),
                 ) {
                     eprintln!("dta replay: {e}");
