@@ -1077,10 +1077,11 @@ fn translator_prefilled(
     tid: u64,
     send: &dyn Fn(u64, bool) -> Result<u64, String>,
 ) -> Result<Side, String> {
-    let get = || {
-        let bursts = tr.snapshots().iter().map(|s| s.rx_ios).sum();
-        (tr.counters().rx_datagrams, bursts)
-    };
+    // Polled every 100 us during a drain: only the counters (one short lock per worker), not
+    // the snapshots (their QP lists are cloned under the lock the worker publishes through).
+    // The receive calls are read once the drain is over.
+    let bursts = || tr.snapshots().iter().map(|s| s.rx_ios).sum::<u64>();
+    let get = || (tr.counters().rx_datagrams, 0);
     let r = (|| {
         let base = get().0;
         let warm = send(p.warmup, true)?;
@@ -1089,10 +1090,12 @@ fn translator_prefilled(
         sum_rounds(name, p.rounds, || {
             // Read before freezing: a worker frozen while publishing would hold the lock.
             let before = get();
+            let b0 = bursts();
             freezer.freeze(tid)?;
             send(p.packets, false)?;
             std::thread::sleep(Duration::from_millis(100));
-            time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))
+            let side = time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))?;
+            Ok(side.with_bursts(bursts() - b0))
         })
     })();
     let _ = freezer.thaw();
