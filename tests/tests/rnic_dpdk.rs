@@ -9,9 +9,20 @@ mod rnic_raw;
 
 use dta_collector::config::RnicBackend;
 
+/// Removes the EAL's runtime directory (left without --in-memory, which --no-huge excludes),
+/// also when the test fails.
+struct RuntimeDir(String);
+
+impl Drop for RuntimeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.0));
+    }
+}
+
 #[test]
 fn translator_writes_through_rdma_cm_into_a_software_rnic_on_dpdk() {
     let prefix = format!("dta-rnic-{}", std::process::id());
+    let _cleanup = RuntimeDir(prefix.clone());
     let p2 = prefix.clone();
     rnic_raw::run("DPDK", "dtk", &["EAL", "rte_eal_init"], move |if_b| {
         rnic_raw::collector_config(|io| {
@@ -35,6 +46,4 @@ fn translator_writes_through_rdma_cm_into_a_software_rnic_on_dpdk() {
             io.dpdk.ports = vec!["net_af_packet0".into()];
         })
     });
-    // Without --in-memory (which --no-huge excludes) the EAL leaves its runtime directory.
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
 }
