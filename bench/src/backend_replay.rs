@@ -110,7 +110,7 @@ impl Comparison {
         format!(
             "{:>7}: bare {:>9.0} pkt/s wall, {:>9.0} pkt/CPU-s | translator {:>9.0} pkt/s wall, \
              {:>9.0} pkt/CPU-s | ratio per CPU-s {:.2}, wall {:.2} | translated {} dropped {} \
-             frames {} | pkts/burst bare {:.1} translator {:.1}",
+             frames {} | pkts/burst bare {:.1} translator {:.1} | took bare {} translator {}",
             self.backend,
             self.bare.per_sec,
             self.bare.per_cpu_sec,
@@ -123,6 +123,8 @@ impl Comparison {
             self.frames,
             self.bare.packets as f64 / self.bare.bursts.max(1) as f64,
             self.translator.packets as f64 / self.translator.bursts.max(1) as f64,
+            self.bare.packets,
+            self.translator.packets,
         )
     }
 }
@@ -421,6 +423,8 @@ pub struct Netns {
     pub ns_b: String,
     /// Backend-side interface.
     pub if_b: String,
+    /// Sender / collector-side interface.
+    pub if_a: String,
 }
 
 /// Sender / collector address.
@@ -442,10 +446,11 @@ impl Netns {
     pub fn up(prefix: &str) -> Result<Netns, String> {
         let (ns_a, ns_b) = (format!("{prefix}-a"), format!("{prefix}-b"));
         let if_b = format!("{prefix}-vb");
+        let if_a = format!("{prefix}-va");
         let env = vec![
             ("NS_A", ns_a.clone()),
             ("NS_B", ns_b.clone()),
-            ("IF_A", format!("{prefix}-va")),
+            ("IF_A", if_a.clone()),
             ("IF_B", if_b.clone()),
         ];
         let out = std::process::Command::new("bash")
@@ -466,6 +471,7 @@ impl Netns {
             ns_a,
             ns_b,
             if_b,
+            if_a,
         })
     }
 }
@@ -682,6 +688,10 @@ pub fn compare_af_xdp(
     )
 }
 
+/// Frames in the net_af_packet ring (`framecnt`): deep enough for the pre-filled runs.
+#[cfg(feature = "dpdk")]
+pub const DPDK_FRAMECNT: u32 = 32768;
+
 /// The EAL arguments for DPDK on veth B: one net_af_packet port. (Two af_packet ports on one
 /// interface in one process join the same PACKET_FANOUT group in DPDK 22.11 and split the
 /// traffic between them, so the bare loop runs in a child process with its own EAL.)
@@ -700,7 +710,7 @@ pub fn dpdk_eal_args(if_b: &str, prefix: &str) -> Vec<String> {
     .map(|s| s.to_string())
     .chain([
         format!("--file-prefix={prefix}"),
-        format!("--vdev=net_af_packet0,iface={if_b},framecnt=16384"),
+        format!("--vdev=net_af_packet0,iface={if_b},framecnt={DPDK_FRAMECNT}"),
     ])
     .collect()
 }
@@ -723,12 +733,14 @@ pub fn bare_rx_dpdk_child(ns: &str, iface: &str, idle: Duration) -> Result<Strin
     ])
     .expect("two ports");
     let mut b = DpdkBackend::open(c).map_err(|e| format!("DPDK: {e}"))?;
-    println!("READY");
+    // SAFETY: gettid has no preconditions.
+    println!("READY {}", unsafe { libc::gettid() });
     let _ = std::io::stdout().flush();
     let start = Instant::now();
     let mut first: Option<(Instant, u64)> = None;
     let mut last = Instant::now();
     let mut n = 0u64;
+    let mut bursts = 0u64;
     let mut last_cpu = 0u64;
     loop {
         let got = b
@@ -738,6 +750,7 @@ pub fn bare_rx_dpdk_child(ns: &str, iface: &str, idle: Duration) -> Result<Strin
             .map_err(|e| e.to_string())?;
         let now = Instant::now();
         if got > 0 {
+            bursts += 1;
             // One clock read per burst: the CPU clock stops at the last packet, not after
             // the idle wait that ends the run.
             last = now;
@@ -757,7 +770,10 @@ pub fn bare_rx_dpdk_child(ns: &str, iface: &str, idle: Duration) -> Result<Strin
     let cpu = last_cpu.saturating_sub(c0) as f64 * 1e-9;
     drop(b);
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
-    Ok(serde_json::json!({"packets": n, "secs": secs, "cpu_secs": cpu}).to_string())
+    Ok(
+        serde_json::json!({"packets": n, "secs": secs, "cpu_secs": cpu, "bursts": bursts})
+            .to_string(),
+    )
 }
 
 /// DPDK (net_af_packet) on the veth pair. Needs the `dpdk` feature and root. `exe` is a `dta`
@@ -783,7 +799,7 @@ pub fn compare_dpdk(
     let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
     let mut line = String::new();
     out.read_line(&mut line).map_err(|e| e.to_string())?;
-    if line.trim() != "READY" {
+    if !line.starts_with("READY") {
         let _ = child.wait();
         return Err(format!("bare DPDK loop did not start: {line:?}"));
     }
@@ -819,4 +835,669 @@ pub fn compare_dpdk(
     // Without --in-memory (which --no-huge excludes) the EAL leaves its runtime directory.
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
     r
+}
+
+// ---------------------------------------------------------------------------------------------
+// Full-burst capacity: pre-fill the receive queue while the receiver is frozen, time the drain.
+// ---------------------------------------------------------------------------------------------
+
+const FREEZER_ROOT: &str = "/sys/fs/cgroup/freezer";
+
+/// Pauses single threads with the cgroup v1 freezer (`/sys/fs/cgroup/freezer`, root): a
+/// frozen thread takes nothing from its receive queue, so a sender can fill the queue to any
+/// depth, and the receiver, once thawed, works through full bursts. The thread's CPU clock
+/// stops while frozen. Dropping the freezer thaws and releases every thread it froze.
+pub struct Freezer {
+    dir: PathBuf,
+}
+
+impl Freezer {
+    /// A new freezer cgroup for this process; Err(reason) without cgroup v1's freezer or
+    /// without the rights to use it.
+    pub fn new(tag: &str) -> Result<Freezer, String> {
+        let root = Path::new(FREEZER_ROOT);
+        if !root.join("tasks").exists() {
+            return Err(format!("no cgroup v1 freezer at {FREEZER_ROOT}"));
+        }
+        let dir = root.join(format!("dta-bench-{}-{tag}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+        }
+        Ok(Freezer { dir })
+    }
+
+    fn write(&self, file: &str, v: &str) -> Result<(), String> {
+        std::fs::write(self.dir.join(file), v)
+            .map_err(|e| format!("{}/{file} <- {v}: {e}", self.dir.display()))
+    }
+
+    /// Freezes thread `tid` (of any process) and waits until it is frozen.
+    pub fn freeze(&self, tid: u64) -> Result<(), String> {
+        self.write("tasks", &tid.to_string())?;
+        self.write("freezer.state", "FROZEN")?;
+        let t0 = Instant::now();
+        loop {
+            let s = std::fs::read_to_string(self.dir.join("freezer.state")).unwrap_or_default();
+            if s.trim() == "FROZEN" {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(5) {
+                let _ = self.thaw();
+                return Err(format!("thread {tid} did not freeze ({})", s.trim()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Thaws every thread it froze.
+    pub fn thaw(&self) -> Result<(), String> {
+        self.write("freezer.state", "THAWED")
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = self.thaw();
+        let tasks = std::fs::read_to_string(self.dir.join("tasks")).unwrap_or_default();
+        for t in tasks.lines() {
+            let _ = std::fs::write(Path::new(FREEZER_ROOT).join("tasks"), t);
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Sends `n` datagrams (the trace's payloads, cycled) as fast as `s` goes, without flow
+/// control: the receiver is frozen and its queue absorbs them.
+fn send_n(s: &mut PacedSender, trace: &Trace, n: u64) -> Result<u64, String> {
+    s.set_window(u64::MAX / 4);
+    for i in 0..n {
+        s.push(trace.payload(i as usize % trace.len()), || 0)?;
+    }
+    s.flush(|| 0)?;
+    Ok(s.sent)
+}
+
+/// Thaws the receiver and times its drain: wall time from the thaw to the last change of
+/// `taken` (packets, bursts), CPU time of thread `tid` over the same span
+/// (`/proc/self/task/TID/schedstat`, read when the count changes). Ends once the count has not
+/// moved for `idle`.
+fn time_drain(
+    name: &str,
+    freezer: &Freezer,
+    tid: u64,
+    before: (u64, u64),
+    taken: &dyn Fn() -> (u64, u64),
+    idle: Duration,
+) -> Result<Side, String> {
+    let c0 = sys::task_cpu_ns(tid).ok_or("no CPU clock for the receiver")?;
+    let t0 = Instant::now();
+    freezer.thaw()?;
+    let mut last = (t0, c0, before);
+    loop {
+        std::thread::sleep(Duration::from_micros(100));
+        let now_taken = taken();
+        let now = Instant::now();
+        if now_taken.0 != last.2 .0 {
+            last = (now, sys::task_cpu_ns(tid).unwrap_or(last.1), now_taken);
+        } else if now - last.0 > idle || now - t0 > Duration::from_secs(60) {
+            break;
+        }
+    }
+    let (t1, c1, (p1, b1)) = last;
+    Ok(Side::new(
+        name,
+        p1 - before.0,
+        (t1 - t0).as_secs_f64(),
+        c1.saturating_sub(c0) as f64 * 1e-9,
+    )
+    .with_bursts(b1 - before.1))
+}
+
+/// A bare receive loop for the pre-filled measurement: `open` runs on the new thread (after
+/// entering a namespace, if it wants); the thread reports its TID, then counts packets and
+/// bursts into `taken` until `stop`.
+fn bare_counting_thread<B: Backend + 'static>(
+    open: impl FnOnce() -> Result<B, String> + Send + 'static,
+    stop: Arc<AtomicBool>,
+    taken: Arc<(AtomicU64, AtomicU64)>,
+) -> Result<(u64, std::thread::JoinHandle<()>), String> {
+    let (rtx, rrx) = std::sync::mpsc::channel();
+    let th = std::thread::spawn(move || {
+        let mut b = match open() {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = rtx.send(Err(e));
+                return;
+            }
+        };
+        // SAFETY: gettid has no preconditions.
+        let _ = rtx.send(Ok(unsafe { libc::gettid() } as u64));
+        let (mut n, mut bursts) = (0u64, 0u64);
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(k) = b.recv_with(Duration::from_millis(5), &mut |burst| {
+                n += burst.len() as u64;
+            }) {
+                if k > 0 {
+                    bursts += 1;
+                    taken.0.store(n, Ordering::Relaxed);
+                    taken.1.store(bursts, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    let tid = rrx.recv().map_err(|e| e.to_string())??;
+    Ok((tid, th))
+}
+
+/// How deep the queues are filled and how long a drain may pause before it counts as done.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefill {
+    /// Datagrams queued while the receiver is frozen.
+    pub packets: u64,
+    /// Datagrams sent (flow-controlled) before freezing, to warm caches, QPs and rings.
+    pub warmup: u64,
+    /// Freeze-fill-drain rounds per side; the side's figures are the sums over the rounds.
+    pub rounds: u32,
+}
+
+impl Side {
+    /// Adds another round's figures.
+    fn add(self, o: &Side) -> Side {
+        Side::new(
+            &self.name,
+            self.packets + o.packets,
+            self.secs + o.secs,
+            self.cpu_secs + o.cpu_secs,
+        )
+        .with_bursts(self.bursts + o.bursts)
+    }
+}
+
+/// Runs `round` `rounds` times and sums the sides.
+fn sum_rounds(
+    name: &str,
+    rounds: u32,
+    mut round: impl FnMut() -> Result<Side, String>,
+) -> Result<Side, String> {
+    let mut total = Side::new(name, 0, 0.0, 0.0);
+    for _ in 0..rounds.max(1) {
+        total = total.add(&round()?);
+    }
+    Ok(total)
+}
+
+/// The bare side of a pre-filled comparison: `open`'s backend on a counting thread, warmed up,
+/// frozen, filled with `p.packets` datagrams by `send` (called with a count), thawed and timed.
+fn bare_prefilled<B: Backend + 'static>(
+    name: &str,
+    freezer: &Freezer,
+    p: Prefill,
+    open: impl FnOnce() -> Result<B, String> + Send + 'static,
+    send: &dyn Fn(u64, bool) -> Result<u64, String>,
+) -> Result<Side, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let taken = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let (tid, th) = bare_counting_thread(open, stop.clone(), taken.clone())?;
+    let get = || {
+        (
+            taken.0.load(Ordering::Relaxed),
+            taken.1.load(Ordering::Relaxed),
+        )
+    };
+    let r = (|| {
+        let warm = send(p.warmup, true)?;
+        let t = Instant::now();
+        while get().0 < warm && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        sum_rounds(name, p.rounds, || {
+            let before = get();
+            freezer.freeze(tid)?;
+            send(p.packets, false)?;
+            std::thread::sleep(Duration::from_millis(100));
+            time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))
+        })
+    })();
+    let _ = freezer.thaw();
+    stop.store(true, Ordering::Relaxed);
+    let _ = th.join();
+    r
+}
+
+/// The translator side of a pre-filled comparison: warmed up with `p.warmup` reports sent
+/// with flow control, worker 0 frozen, `p.packets` reports queued, thawed and timed.
+fn translator_prefilled(
+    name: &str,
+    freezer: &Freezer,
+    p: Prefill,
+    tr: &Translator,
+    tid: u64,
+    send: &dyn Fn(u64, bool) -> Result<u64, String>,
+) -> Result<Side, String> {
+    // Polled every 100 us during a drain: only the counters (one short lock per worker), not
+    // the snapshots (their QP lists are cloned under the lock the worker publishes through).
+    // The receive calls are read once the drain is over.
+    let bursts = || tr.snapshots().iter().map(|s| s.rx_ios).sum::<u64>();
+    let get = || (tr.counters().rx_datagrams, 0);
+    let r = (|| {
+        let base = get().0;
+        let warm = send(p.warmup, true)?;
+        tr.wait_for(Duration::from_secs(10), |c| c.rx_datagrams >= base + warm);
+        std::thread::sleep(Duration::from_millis(50));
+        sum_rounds(name, p.rounds, || {
+            // Read before freezing: a worker frozen while publishing would hold the lock.
+            let before = get();
+            let b0 = bursts();
+            freezer.freeze(tid)?;
+            send(p.packets, false)?;
+            std::thread::sleep(Duration::from_millis(100));
+            let side = time_drain(name, freezer, tid, before, &get, Duration::from_millis(50))?;
+            Ok(side.with_bursts(bursts() - b0))
+        })
+    })();
+    let _ = freezer.thaw();
+    r
+}
+
+/// Kernel UDP, pre-filled: a bare `recvmmsg` loop and the translator (1 worker, software RNIC
+/// on loopback), each frozen while `p.packets` reports queue in its socket (64 MiB buffers),
+/// then timed draining them.
+pub fn compare_udp_prefilled(
+    sc: &Scenario,
+    trace: &Trace,
+    p: Prefill,
+    freezer: &Freezer,
+) -> Result<Comparison, String> {
+    use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
+    let sock = UdpSocket::bind(
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+        &UdpOptions {
+            rcvbuf: 64 << 20,
+            sndbuf: 1 << 20,
+            reuse_port: false,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let addr = sock.local_addr();
+    let (rx, tx) = sock.split();
+    let sender = |to: SocketAddrV4| {
+        move |n: u64, _warm: bool| {
+            let mut s = PacedSender::new(to, 0)?;
+            send_n(&mut s, trace, n)
+        }
+    };
+    let bare = bare_prefilled(
+        "recvmmsg",
+        freezer,
+        p,
+        move || Ok(UdpBackend::new(vec![rx], tx)),
+        &sender(addr),
+    )?;
+    let rig = UdpRig::start(sc)?;
+    let tid = sys::threads_named("dta-worker-0")
+        .into_iter()
+        .max()
+        .ok_or("no worker thread")?;
+    let c0 = rig.translator.counters();
+    let k0 = rig.collector.counters();
+    let side = translator_prefilled(
+        "translator/udp",
+        freezer,
+        p,
+        &rig.translator,
+        tid,
+        &sender(rig.translator.report_addr),
+    );
+    let c = rig.translator.counters();
+    rig.collector.wait_for(Duration::from_secs(5), |k| {
+        k.rcvd_pkts >= k0.rcvd_pkts + c.frames - c0.frames
+    });
+    let k = rig.collector.counters();
+    rig.stop();
+    Ok(Comparison {
+        backend: "udp".into(),
+        bare,
+        translator: side?,
+        translated: c.translated - c0.translated,
+        dropped: c.dropped() - c0.dropped(),
+        frames: c.frames - c0.frames,
+        rnic_executed: (k.writes + k.atomics) - (k0.writes + k0.atomics),
+        ..Comparison::default()
+    }
+    .finish())
+}
+
+/// The translator of a raw backend on veth B (namespace B), software RNIC in namespace A,
+/// pre-filled and timed like its bare loop (`bare`).
+#[allow(clippy::too_many_arguments)]
+pub fn translator_netns_prefilled(
+    name: &str,
+    net: &Netns,
+    sc: &Scenario,
+    trace: &Trace,
+    p: Prefill,
+    freezer: &Freezer,
+    configure: impl FnOnce(&mut TranslatorConfig),
+    bare: Side,
+) -> Result<Comparison, String> {
+    let port = dta_proto::consts::DTA_PORT;
+    let target = SocketAddrV4::new(ADDR_B, port);
+    let dir = scratch_dir(name)?;
+    let meta = dir.join("collector.json");
+    let roce_t = SocketAddrV4::new(ADDR_B, dta_proto::consts::ROCEV2_PORT);
+    let stores = sc.stores();
+    let m2 = meta.clone();
+    let if_a = net.if_a.clone();
+    let collector = in_netns(&net.ns_a, move || {
+        let mut c = CollectorConfig {
+            collector: DeviceSection {
+                roce: SocketAddrV4::new(ADDR_A, dta_proto::consts::ROCEV2_PORT),
+                mac: MAC_A.into(),
+                metadata_file: Some(m2),
+                hugepages: false,
+                ..DeviceSection::default()
+            },
+            static_peers: vec![StaticPeer {
+                roce: roce_t,
+                workers: 1,
+                qpn_base: 0x100,
+                mac: MAC_B.into(),
+            }],
+            stores,
+        };
+        // The software RNIC on AF_XDP when it is compiled in: the frames the translator sends
+        // over the veth are then redirected by XDP on arrival, instead of running namespace
+        // A's whole UDP receive path in the sending thread (veth delivers in the sender's
+        // context), which would be charged to the translator's worker.
+        if RNIC_ON_AF_XDP {
+            c.collector.rnic.backend = dta_collector::config::RnicBackend::AfXdp;
+            c.collector.rnic.af_xdp.interface = if_a;
+        }
+        Collector::start(c)
+    })?;
+    let mut cfg = translator_config(sc, meta);
+    cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+    cfg.translator.roce = roce_t;
+    cfg.translator.mac = MAC_B.into();
+    configure(&mut cfg);
+    let before = sys::threads_named_now("dta-worker-0");
+    let tr = match in_netns(&net.ns_b, move || Translator::start(cfg)) {
+        Ok(t) => t,
+        Err(e) => {
+            collector.shutdown();
+            return Err(e);
+        }
+    };
+    let tid = sys::new_threads_named("dta-worker-0", &before)
+        .into_iter()
+        .next()
+        .ok_or_else(|| "no worker thread".to_string());
+    let c0 = tr.counters();
+    let k0 = collector.counters();
+    let ns_a = net.ns_a.clone();
+    let send = |n: u64, _warm: bool| {
+        let (t, ns) = (trace.clone(), ns_a.clone());
+        in_netns(&ns, move || {
+            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
+            send_n(&mut s, &t, n)
+        })
+    };
+    let side = tid.and_then(|tid| {
+        translator_prefilled(&format!("translator/{name}"), freezer, p, &tr, tid, &send)
+    });
+    let c = tr.counters();
+    collector.wait_for(Duration::from_secs(5), |k| {
+        k.rcvd_pkts >= k0.rcvd_pkts + c.frames - c0.frames
+    });
+    let k = collector.counters();
+    let _ = tr.shutdown();
+    collector.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Comparison {
+        backend: name.into(),
+        bare,
+        translator: side?,
+        translated: c.translated - c0.translated,
+        dropped: c.dropped() - c0.dropped(),
+        frames: c.frames - c0.frames,
+        rnic_executed: (k.writes + k.atomics) - (k0.writes + k0.atomics),
+        ..Comparison::default()
+    }
+    .finish())
+}
+
+/// Whether the pre-filled veth comparisons run the software RNIC on AF_XDP (`[rnic] backend
+/// = "af_xdp"` on veth A), i.e. whether `dta` was built with `af_xdp`.
+pub const RNIC_ON_AF_XDP: bool = cfg!(feature = "af_xdp");
+
+/// UMEM frames for the pre-filled AF_XDP runs: half of them receive, so the RX ring holds
+/// 32,768 frames.
+#[cfg(feature = "af_xdp")]
+pub const PREFILL_XDP_FRAMES: u32 = 65536;
+
+/// AF_XDP on the veth pair, pre-filled (both sides with [`PREFILL_XDP_FRAMES`] UMEM frames).
+#[cfg(feature = "af_xdp")]
+pub fn compare_af_xdp_prefilled(
+    net: &Netns,
+    sc: &Scenario,
+    trace: &Trace,
+    p: Prefill,
+    freezer: &Freezer,
+) -> Result<Comparison, String> {
+    use dta_io::af_xdp::{AfXdpBackend, AfXdpConfig};
+    let p = Prefill {
+        packets: p.packets.min(PREFILL_XDP_FRAMES as u64 / 2 - 1024),
+        ..p
+    };
+    let target = SocketAddrV4::new(ADDR_B, dta_proto::consts::DTA_PORT);
+    let (ifb, ns_b, ns_a) = (net.if_b.clone(), net.ns_b.clone(), net.ns_a.clone());
+    let send = |n: u64, _warm: bool| {
+        let (t, ns) = (trace.clone(), ns_a.clone());
+        in_netns(&ns, move || {
+            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
+            send_n(&mut s, &t, n)
+        })
+    };
+    let bare = bare_prefilled(
+        "af_xdp rx",
+        freezer,
+        p,
+        move || {
+            sys::enter_netns(&ns_b)?;
+            let mut c = AfXdpConfig::new(
+                &ifb,
+                &[dta_proto::consts::DTA_PORT, dta_proto::consts::ROCEV2_PORT],
+            );
+            c.frame_count = PREFILL_XDP_FRAMES;
+            c.ring_size = PREFILL_XDP_FRAMES / 2;
+            AfXdpBackend::open(c).map_err(|e| format!("AF_XDP on {ifb}: {e}"))
+        },
+        &send,
+    )?;
+    translator_netns_prefilled(
+        "af_xdp",
+        net,
+        sc,
+        trace,
+        p,
+        freezer,
+        |cfg| {
+            cfg.translator.backend = BackendKind::AfXdp;
+            cfg.af_xdp.interface = net.if_b.clone();
+            cfg.af_xdp.frame_count = PREFILL_XDP_FRAMES;
+        },
+        bare,
+    )
+}
+
+/// DPDK (net_af_packet, `framecnt` 32,768) on the veth pair, pre-filled. The bare loop runs
+/// in a child process (`exe bare-rx-dpdk`) that prints its thread ID; it is frozen there, and
+/// measures its own drain from the first burst to the last.
+#[cfg(feature = "dpdk")]
+pub fn compare_dpdk_prefilled(
+    exe: &Path,
+    net: &Netns,
+    sc: &Scenario,
+    trace: &Trace,
+    p: Prefill,
+    freezer: &Freezer,
+) -> Result<Comparison, String> {
+    let p = Prefill {
+        packets: p.packets.min(DPDK_FRAMECNT as u64 - 1024),
+        ..p
+    };
+    let target = SocketAddrV4::new(ADDR_B, dta_proto::consts::DTA_PORT);
+    let ns_a = net.ns_a.clone();
+    let send = |n: u64| {
+        let (t, ns) = (trace.clone(), ns_a.clone());
+        in_netns(&ns, move || {
+            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
+            send_n(&mut s, &t, n)
+        })
+    };
+    let bare = sum_rounds("dpdk rx", p.rounds, || {
+        bare_dpdk_child_round(exe, net, p.packets, freezer, &send)
+    })?;
+    let prefix = format!("dta-replay-{}", std::process::id());
+    let args = dpdk_eal_args(&net.if_b, &prefix);
+    let r = translator_netns_prefilled(
+        "dpdk",
+        net,
+        sc,
+        trace,
+        p,
+        freezer,
+        move |cfg| {
+            cfg.translator.backend = BackendKind::Dpdk;
+            cfg.dpdk.eal_args = args;
+            cfg.dpdk.ports = vec!["net_af_packet0".into()];
+        },
+        bare,
+    );
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    r
+}
+
+/// One pre-filled round of the bare DPDK loop in a child process (`exe bare-rx-dpdk`): the
+/// child prints its thread ID, is frozen, filled by `send`, thawed, and reports the drain it
+/// measured itself (first burst to last).
+#[cfg(feature = "dpdk")]
+fn bare_dpdk_child_round(
+    exe: &Path,
+    net: &Netns,
+    packets: u64,
+    freezer: &Freezer,
+    send: &dyn Fn(u64) -> Result<u64, String>,
+) -> Result<Side, String> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(exe)
+        .args(["bare-rx-dpdk", "--ns", &net.ns_b, "--iface", &net.if_b])
+        .args(["--idle-ms", "300"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    let Some(tid) = line
+        .trim()
+        .strip_prefix("READY ")
+        .and_then(|t| t.parse::<u64>().ok())
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("bare DPDK loop did not start: {line:?}"));
+    };
+    let r = (|| {
+        freezer.freeze(tid)?;
+        send(packets)?;
+        std::thread::sleep(Duration::from_millis(100));
+        freezer.thaw()
+    })();
+    if let Err(e) = r {
+        let _ = freezer.thaw();
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    line.clear();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    let _ = child.wait();
+    let v: serde_json::Value =
+        serde_json::from_str(line.trim()).map_err(|e| format!("bare DPDK loop: {e}: {line:?}"))?;
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    Ok(
+        Side::new("dpdk rx", f("packets") as u64, f("secs"), f("cpu_secs"))
+            .with_bursts(f("bursts") as u64),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frozen thread's CPU clock stops and resumes after the thaw; SKIP without the cgroup
+    /// v1 freezer or root.
+    #[test]
+    fn freezer_stops_a_spinning_thread_and_lets_it_go() {
+        use std::io::Write;
+        let f = match Freezer::new("selftest") {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "SKIP: freezer: {e}");
+                return;
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let spins = Arc::new(AtomicU64::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (s2, n2) = (stop.clone(), spins.clone());
+        let th = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u64).unwrap();
+            while !s2.load(Ordering::Relaxed) {
+                n2.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let tid = rx.recv().unwrap();
+        if let Err(e) = f.freeze(tid) {
+            stop.store(true, Ordering::Relaxed);
+            let _ = th.join();
+            let _ = writeln!(std::io::stderr(), "SKIP: freezer: {e}");
+            return;
+        }
+        let (c0, n0) = (
+            sys::task_cpu_ns(tid).unwrap(),
+            spins.load(Ordering::Relaxed),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let (c1, n1) = (
+            sys::task_cpu_ns(tid).unwrap(),
+            spins.load(Ordering::Relaxed),
+        );
+        assert_eq!(n1, n0, "a frozen thread does not run");
+        assert!(c1 - c0 < 1_000_000, "its CPU clock stops: {} ns", c1 - c0);
+        f.thaw().unwrap();
+        let t = Instant::now();
+        while spins.load(Ordering::Relaxed) == n1 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            spins.load(Ordering::Relaxed) > n1,
+            "it runs again after the thaw"
+        );
+        stop.store(true, Ordering::Relaxed);
+        th.join().unwrap();
+        drop(f);
+        assert!(
+            !Path::new(FREEZER_ROOT)
+                .join(format!("dta-bench-{}-selftest", std::process::id()))
+                .exists(),
+            "the cgroup is removed"
+        );
+    }
 }

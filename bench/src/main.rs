@@ -142,6 +142,15 @@ enum Cmd {
         /// and compare packets per receiver CPU-second (see bench/README.md).
         #[arg(long, value_enum, value_delimiter = ',')]
         backend: Vec<BackendArg>,
+        /// With --backend: measure capacity with full bursts instead: freeze each receiver
+        /// (cgroup v1 freezer; root), queue this many reports (capped by the backend's queue:
+        /// 31,744 for AF_XDP and DPDK), thaw it and time the drain. 0: a flow-controlled sender
+        /// feeds a running receiver.
+        #[arg(long, default_value_t = 0)]
+        prefill: u64,
+        /// With --prefill: freeze-fill-drain rounds per side (figures are summed over them).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
     },
     /// Run a benchmark sweep and write FIGURE.json and FIGURE.svg.
     Bench {
@@ -439,6 +448,7 @@ fn replay_cmd(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn backend_cmd(
     args: &ScenarioArgs,
     pcap: &PathBuf,
@@ -446,9 +456,22 @@ fn backend_cmd(
     loops: u32,
     port: Option<u16>,
     rate: u64,
+    (prefill, rounds): (u64, u32),
     out: Option<&std::path::Path>,
 ) -> Result<(), String> {
     use dta_bench::backend_replay::{self as br, CompareOptions};
+    let prefilled = if prefill > 0 {
+        Some((
+            br::Freezer::new("replay")?,
+            br::Prefill {
+                packets: prefill,
+                warmup: 2000,
+                rounds,
+            },
+        ))
+    } else {
+        None
+    };
     let side = PathBuf::from(format!("{}.json", pcap.display()));
     let sc: Scenario = match std::fs::read_to_string(&side) {
         Ok(s) => serde_json::from_str(&s).map_err(|e| format!("{}: {e}", side.display()))?,
@@ -499,12 +522,16 @@ fn backend_cmd(
                 memory.push(r);
                 continue;
             }
-            BackendArg::Udp => br::compare_udp(&sc, &t, &o),
+            BackendArg::Udp => match &prefilled {
+                Some((f, p)) => br::compare_udp_prefilled(&sc, &t, *p, f),
+                None => br::compare_udp(&sc, &t, &o),
+            },
             BackendArg::Pcap => br::compare_pcap(&sc, &t, &o),
             BackendArg::AfXdp => {
                 #[cfg(feature = "af_xdp")]
-                {
-                    br::compare_af_xdp(netns(&mut net)?, &sc, &t, &o)
+                match &prefilled {
+                    Some((f, p)) => br::compare_af_xdp_prefilled(netns(&mut net)?, &sc, &t, *p, f),
+                    None => br::compare_af_xdp(netns(&mut net)?, &sc, &t, &o),
                 }
                 #[cfg(not(feature = "af_xdp"))]
                 Err("af_xdp is not compiled in: build dta with --features af_xdp".to_string())
@@ -513,7 +540,12 @@ fn backend_cmd(
                 #[cfg(feature = "dpdk")]
                 {
                     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-                    br::compare_dpdk(&exe, netns(&mut net)?, &sc, &t, &o)
+                    match &prefilled {
+                        Some((f, p)) => {
+                            br::compare_dpdk_prefilled(&exe, netns(&mut net)?, &sc, &t, *p, f)
+                        }
+                        None => br::compare_dpdk(&exe, netns(&mut net)?, &sc, &t, &o),
+                    }
                 }
                 #[cfg(not(feature = "dpdk"))]
                 Err("dpdk is not compiled in: build dta with --features dpdk".to_string())
@@ -716,6 +748,8 @@ fn main() {
             rate,
             json,
             backend,
+            prefill,
+            rounds,
         } => {
             let port = (port != 0).then_some(port);
             if !backend.is_empty() {
@@ -726,6 +760,7 @@ fn main() {
                     loops,
                     port,
                     rate,
+                    (prefill, rounds),
                     json.as_deref(),
                 ) {
                     eprintln!("dta replay: {e}");

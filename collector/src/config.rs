@@ -7,6 +7,12 @@
 //! control = "127.0.0.1:9100"     # HTTP API and /metrics
 //! metadata_file = "/tmp/dta/collector.json"
 //!
+//! [rnic]                         # the software RNIC's packet I/O
+//! backend = "udp"                # or "af_xdp" / "dpdk" (cargo features of the same names)
+//!
+//! [af_xdp]                       # backend = "af_xdp": the same section as the translator's
+//! interface = "eth1"
+//!
 //! [[static_peer]]                # a translator allowed to connect without RDMA_CM
 //! roce = "127.0.0.2:4791"
 //! workers = 1
@@ -27,8 +33,11 @@ use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
 
 /// The whole file.
+///
+/// The software RNIC's I/O sections (`[rnic]`, `[af_xdp]`, `[dpdk]`) are top-level tables in
+/// the file, like the translator's, and live in [`DeviceSection::rnic`] in memory.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "ConfigFile", into = "ConfigFile")]
 pub struct CollectorConfig {
     /// Device and service settings.
     #[serde(default)]
@@ -39,6 +48,66 @@ pub struct CollectorConfig {
     /// The stores.
     #[serde(default, rename = "store")]
     pub stores: Vec<StoreConfig>,
+}
+
+/// The file's layout (see [`CollectorConfig`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    collector: DeviceSection,
+    #[serde(default)]
+    rnic: RnicSection,
+    #[serde(default)]
+    af_xdp: dta_io::config::AfXdpSection,
+    #[serde(default)]
+    dpdk: dta_io::config::DpdkSection,
+    #[serde(default, rename = "static_peer")]
+    static_peers: Vec<StaticPeer>,
+    #[serde(default, rename = "store")]
+    stores: Vec<StoreConfig>,
+}
+
+impl From<ConfigFile> for CollectorConfig {
+    fn from(mut f: ConfigFile) -> Self {
+        f.collector.rnic = RnicIo {
+            backend: f.rnic.backend,
+            af_xdp: f.af_xdp,
+            dpdk: f.dpdk,
+        };
+        CollectorConfig {
+            collector: f.collector,
+            static_peers: f.static_peers,
+            stores: f.stores,
+        }
+    }
+}
+
+impl From<CollectorConfig> for ConfigFile {
+    fn from(c: CollectorConfig) -> Self {
+        let io = c.collector.rnic.clone();
+        ConfigFile {
+            collector: c.collector,
+            rnic: RnicSection {
+                backend: io.backend,
+            },
+            af_xdp: io.af_xdp,
+            dpdk: io.dpdk,
+            static_peers: c.static_peers,
+            stores: c.stores,
+        }
+    }
+}
+
+/// The software RNIC's packet I/O: `[rnic] backend` and the raw backends' sections.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RnicIo {
+    /// `[rnic] backend`.
+    pub backend: RnicBackend,
+    /// `[af_xdp]` (the translator's section).
+    pub af_xdp: dta_io::config::AfXdpSection,
+    /// `[dpdk]` (the translator's section).
+    pub dpdk: dta_io::config::DpdkSection,
 }
 
 /// `[collector]`.
@@ -72,6 +141,10 @@ pub struct DeviceSection {
     pub max_redundancy: u8,
     /// Receive buffers kept posted per QP (WRITE with Immediate and SEND consume them).
     pub recv_credits: u32,
+    /// The software RNIC's packet I/O, read from the top-level `[rnic]`, `[af_xdp]` and
+    /// `[dpdk]` tables (not a key of `[collector]`).
+    #[serde(skip)]
+    pub rnic: RnicIo,
 }
 
 impl Default for DeviceSection {
@@ -91,6 +164,7 @@ impl Default for DeviceSection {
             control: None,
             max_redundancy: 4,
             recv_credits: 4096,
+            rnic: RnicIo::default(),
         }
     }
 }
@@ -104,6 +178,45 @@ pub enum Backend {
     Software,
     /// A real RDMA NIC (or Linux Soft-RoCE) through rdma_cm and verbs; see `crate::rdma`.
     Rdma,
+}
+
+/// `[rnic]`: how the software RNIC (`[collector] backend = "software"`) moves packets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RnicSection {
+    /// Packet I/O backend: "udp" (default), "af_xdp" or "dpdk".
+    pub backend: RnicBackend,
+}
+
+/// `[rnic] backend`: the software RNIC's packet I/O.
+///
+/// RDMA_CM MADs and RoCEv2 both arrive on `[collector] roce`'s UDP port and go to the same
+/// responder whatever the backend. Raw-frame backends (AF_XDP, DPDK) serve only that port,
+/// send from `[collector] mac`, and answer to the MAC each request came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RnicBackend {
+    /// A kernel UDP socket bound to `roce` (`recvmmsg`/`sendmmsg`); no privileges.
+    #[default]
+    Udp,
+    /// An AF_XDP socket on `[af_xdp] interface`, queue `[af_xdp] queue` (cargo feature
+    /// `af_xdp`; root). Our XDP program steers `roce`'s UDP port to it; ARP and everything
+    /// else stay with the kernel.
+    AfXdp,
+    /// DPDK port `[dpdk] ports[0]` (port 0 if none), EAL started with `[dpdk] eal_args`
+    /// (cargo feature `dpdk`).
+    Dpdk,
+}
+
+impl RnicBackend {
+    /// The name used in the configuration (and the cargo feature of raw backends).
+    pub fn name(self) -> &'static str {
+        match self {
+            RnicBackend::Udp => "udp",
+            RnicBackend::AfXdp => "af_xdp",
+            RnicBackend::Dpdk => "dpdk",
+        }
+    }
 }
 
 /// `[[static_peer]]`: a translator whose QPs are created at start-up.
@@ -261,6 +374,33 @@ impl CollectorConfig {
         if !(256..=4096).contains(&self.collector.pmtu) || !self.collector.pmtu.is_power_of_two() {
             return Err("pmtu must be 256, 512, 1024, 2048 or 4096".into());
         }
+        let io = &self.collector.rnic;
+        let b = io.backend;
+        if b != RnicBackend::Udp && self.collector.backend == Backend::Software {
+            let compiled = match b {
+                RnicBackend::AfXdp => dta_io::config::AF_XDP_COMPILED,
+                _ => dta_io::config::DPDK_COMPILED,
+            };
+            dta_io::config::require_feature("rnic.backend", b.name(), compiled, "dta-collector")?;
+            let roce = self.collector.roce;
+            if roce.ip().is_unspecified() || roce.port() == 0 {
+                return Err(format!(
+                    "rnic.backend = {:?}: [collector] roce needs a concrete IP and port (no \
+                     kernel picks them for a raw-frame backend; the IP is covered by the ICRC)",
+                    b.name()
+                ));
+            }
+            self.collector
+                .mac
+                .parse::<dta_proto::wire::ethernet::MacAddr>()
+                .map_err(|_| format!("[collector] mac {:?} is not a MAC", self.collector.mac))?;
+            if b == RnicBackend::AfXdp && io.af_xdp.interface.is_empty() {
+                return Err("rnic.backend = \"af_xdp\" needs [af_xdp] interface".into());
+            }
+            if b == RnicBackend::Dpdk && io.dpdk.eal_args.is_empty() {
+                return Err("rnic.backend = \"dpdk\" needs [dpdk] eal_args".into());
+            }
+        }
         Ok(())
     }
 }
@@ -327,6 +467,54 @@ values = [[1, 100], [200, 300]]
         assert!(CollectorConfig::from_toml(&kind).is_err());
         let dup = ALL.replace("\"counts\"", "\"paths\"");
         assert!(CollectorConfig::from_toml(&dup).is_err());
+    }
+
+    #[test]
+    fn rnic_backends_parse_and_are_checked() {
+        let c = CollectorConfig::from_toml(ALL).unwrap();
+        assert_eq!(c.collector.rnic.backend, RnicBackend::Udp);
+        let xdp = ALL.replace(
+            "[collector]\n",
+            "[rnic]\nbackend = \"af_xdp\"\n[af_xdp]\ninterface = \"veth1\"\nmode = \"skb\"\n\
+             [collector]\n",
+        );
+        match (
+            CollectorConfig::from_toml(&xdp),
+            dta_io::config::AF_XDP_COMPILED,
+        ) {
+            (Ok(c), true) => {
+                assert_eq!(c.collector.rnic.backend, RnicBackend::AfXdp);
+                assert_eq!(c.collector.rnic.af_xdp.mode, dta_io::config::XdpAttach::Skb);
+                // The sections survive a round trip through TOML.
+                let again = toml::to_string(&c).unwrap();
+                let c2 = CollectorConfig::from_toml(&again).unwrap();
+                assert_eq!(c2.collector.rnic, c.collector.rnic);
+            }
+            (Err(e), false) => {
+                assert!(e.contains("cargo feature `af_xdp`"), "{e}");
+                assert!(e.contains("-p dta-collector --features af_xdp"), "{e}");
+            }
+            (r, compiled) => panic!("af_xdp compiled in: {compiled}, parsed: {r:?}"),
+        }
+        let dpdk = ALL.replace("[collector]\n", "[rnic]\nbackend = \"dpdk\"\n[collector]\n");
+        let e = CollectorConfig::from_toml(&dpdk).unwrap_err();
+        if dta_io::config::DPDK_COMPILED {
+            assert!(e.contains("eal_args"), "{e}");
+        } else {
+            assert!(e.contains("cargo feature `dpdk`"), "{e}");
+        }
+        let bad = ALL.replace(
+            "[collector]\n",
+            "[rnic]\nbackend = \"netmap\"\n[collector]\n",
+        );
+        assert!(CollectorConfig::from_toml(&bad).is_err());
+        let typo = ALL.replace("[collector]\n", "[rnic]\nbackends = \"udp\"\n[collector]\n");
+        assert!(CollectorConfig::from_toml(&typo).is_err());
+        let inside = ALL.replace("[collector]\n", "[collector]\nrnic = \"udp\"\n");
+        assert!(
+            CollectorConfig::from_toml(&inside).is_err(),
+            "rnic is its own table"
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The running collector: stores, the software RNIC's thread, and the control-plane handle.
 //!
 //! ```text
-//!   UDP 4791 ──recvmmsg──▶ RNIC thread (Responder) ──writes──▶ regions ◀──reads── queries
-//!                 ◀─sendmmsg── ACK/NAK                                    (CLI, HTTP, tests)
+//!   UDP 4791 ──backend──▶ RNIC thread (Responder) ──writes──▶ regions ◀──reads── queries
+//!              ◀──────── ACK/NAK                                         (CLI, HTTP, tests)
 //! ```
+//!
+//! The backend is `[rnic] backend` ([`crate::backends`]): kernel UDP, AF_XDP or DPDK.
 //!
 //! The RNIC thread owns the [`Responder`]; the control plane talks to it through a command
 //! channel drained between bursts, and reads counters from snapshots the thread publishes, so
@@ -16,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dta_io::udp::{UdpOptions, UdpSocket};
 use dta_proto::batch::TxBatch;
 use dta_proto::layout::AppendFormat;
 use dta_proto::meta::{CollectorMeta, QpMeta};
@@ -100,15 +101,12 @@ impl Collector {
             .mac
             .parse()
             .map_err(|_| format!("bad MAC {:?}", dev.mac))?;
-        let sock = UdpSocket::bind(dev.roce, &UdpOptions::default()).map_err(|e| {
-            format!("cannot bind the software RNIC to {}: {e} (is another collector running? choose another [collector] roce address)", dev.roce)
-        })?;
-        let roce = sock.local_addr();
+        let (mut backend, roce) = crate::backends::open(&config)?;
         let mut responder = Responder::new(DeviceConfig {
             local: roce,
             local_mac: mac,
             pmtu: dev.pmtu,
-            l2_frames: false,
+            l2_frames: backend.l2_frames(),
         });
         let mut stores = crate::store::build_stores(&config, &mut responder)?;
         for peer in &config.static_peers {
@@ -163,7 +161,6 @@ impl Collector {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (tx_cmd, rx_cmd) = mpsc::channel();
-        let (rx, mut txs) = sock.split();
         let services: Vec<Service> = stores
             .iter()
             .map(|s| {
@@ -196,7 +193,6 @@ impl Collector {
             std::thread::Builder::new()
                 .name("dta-rnic".into())
                 .spawn(move || {
-                    let mut rx = rx;
                     let epoch = Instant::now();
                     let mut tx = TxBatch::new(dta_io::udp::MAX_BURST * 4, 9216);
                     let mut last_pub = Instant::now();
@@ -204,7 +200,8 @@ impl Collector {
                     let mut recent = std::collections::VecDeque::new();
                     while !stop.load(Ordering::Relaxed) {
                         let now = epoch.elapsed().as_nanos() as u64;
-                        let r = rx.recv_with(Duration::from_millis(20), |burst| {
+                        // RDMA_CM MADs (GSI QP) and RoCEv2 share the port: one receive for both.
+                        let r = backend.recv_with(Duration::from_millis(20), &mut |burst| {
                             for d in burst {
                                 if is_gsi(d.payload) {
                                     cm.handle(now, d, &mut responder, &mut tx);
@@ -218,14 +215,14 @@ impl Collector {
                             std::thread::sleep(Duration::from_millis(100));
                         }
                         if !tx.is_empty() {
-                            let _ = txs.send_batch(&tx);
+                            let _ = backend.send_batch(&tx);
                             tx.clear();
                         }
                         let now = epoch.elapsed().as_nanos() as u64;
                         cm.poll(now, &mut responder, &mut tx);
                         responder.poll(now, &mut tx);
                         if !tx.is_empty() {
-                            let _ = txs.send_batch(&tx);
+                            let _ = backend.send_batch(&tx);
                             tx.clear();
                         }
                         while let Some(c) = responder.poll_completion() {

@@ -7,7 +7,10 @@
 //!    net_pcap against our pcap code);
 //! 2. the whole translator through each backend: `dta replay --backend af_xdp,dpdk` on a
 //!    small trace: reports from namespace A, the translator on veth B, the software RNIC in
-//!    namespace A; every report must be translated and the RNIC must execute the frames.
+//!    namespace A; every report must be translated and the RNIC must execute the frames;
+//! 3. `rnic_af_xdp` / `rnic_dpdk` (this crate, with the same features, reusing step 2's
+//!    build): the collector's software RNIC on an AF_XDP socket / a DPDK net_af_packet port, a
+//!    kernel-UDP translator connecting over RDMA_CM, Append and Key-Write landing and queried.
 //!
 //! Anything missing prints `SKIP: reason` and passes.
 
@@ -196,6 +199,35 @@ fn kernel_bypass_backends_smoke() {
         assert_eq!(n("translated") + n("dropped"), 3000, "{f}: {c}");
         assert!(n("translated") >= 2990, "{f}: {c}");
         assert!(n("frames") > 0 && n("rnic_executed") > 0, "{f}: {c}");
+    }
+    // 3. The collector's software RNIC over each backend.
+    {
+        let t3 = Instant::now();
+        let mut c = cargo("test");
+        c.args(["-p", "dta-tests", "--features"])
+            .arg(features.join(","));
+        for f in &features {
+            c.arg("--test").arg(format!("rnic_{f}"));
+        }
+        let out = c.output().expect("cargo runs");
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "software RNIC over {features:?} failed:\n{}",
+            tail(text.as_bytes())
+        );
+        for l in text.lines().filter(|l| l.contains("SKIP")) {
+            let _ = writeln!(std::io::stderr(), "  {l}");
+        }
+        eprintln!(
+            "software RNIC over {} passed in {:.0} s",
+            features.join(","),
+            t3.elapsed().as_secs_f64()
+        );
     }
     eprintln!(
         "backend smoke ({}) done in {:.0} s",

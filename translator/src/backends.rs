@@ -81,8 +81,8 @@ impl RawBackends {
             BackendKind::Udp => {
                 return Err("the kernel UDP backend is built by the worker set-up".into())
             }
-            BackendKind::AfXdp => require_feature("af_xdp", cfg!(feature = "af_xdp"))?,
-            BackendKind::Dpdk => require_feature("dpdk", cfg!(feature = "dpdk"))?,
+            BackendKind::AfXdp => require_feature("af_xdp", dta_io::config::AF_XDP_COMPILED)?,
+            BackendKind::Dpdk => require_feature("dpdk", dta_io::config::DPDK_COMPILED)?,
             BackendKind::Pcap => {
                 let mut all = PcapTrace::default();
                 for p in &cfg.pcap.input {
@@ -162,66 +162,21 @@ impl RawBackends {
 }
 
 fn require_feature(name: &str, on: bool) -> Result<(), String> {
-    if on {
-        Ok(())
-    } else {
-        Err(format!(
-            "translator.backend = {name:?} is not compiled in: rebuild with the cargo feature \
-             `{name}` (cargo build --release -p dta-translator --features {name})"
-        ))
-    }
+    dta_io::config::require_feature("translator.backend", name, on, "dta-translator")
 }
 
-#[cfg(feature = "af_xdp")]
 fn open_af_xdp(
     cfg: &TranslatorConfig,
     w: usize,
     ports: &[u16],
 ) -> Result<Box<dyn Backend>, String> {
-    use dta_io::af_xdp::{AfXdpBackend, AfXdpConfig, XdpMode};
-    let s = &cfg.af_xdp;
-    let mut c = AfXdpConfig::new(&s.interface, ports);
-    c.queue = s.queue + w as u32;
-    c.mode = match s.mode {
-        crate::config::XdpAttach::Native => XdpMode::Native,
-        crate::config::XdpAttach::Skb => XdpMode::Skb,
-    };
-    c.zero_copy = s.zero_copy;
-    c.frame_count = s.frame_count;
-    c.ring_size = (s.frame_count / 2).max(1);
-    c.rx_batch = s.rx_batch;
-    let b = AfXdpBackend::open(c).map_err(|e| {
-        format!(
-            "AF_XDP on {} queue {}: {e} (needs root: CAP_NET_ADMIN and CAP_BPF)",
-            s.interface,
-            s.queue + w as u32
-        )
-    })?;
-    Ok(Box::new(b))
+    require_feature("af_xdp", dta_io::config::AF_XDP_COMPILED)?;
+    dta_io::config::open_af_xdp(&cfg.af_xdp, w as u32, ports)
 }
 
-#[cfg(not(feature = "af_xdp"))]
-fn open_af_xdp(_: &TranslatorConfig, _: usize, _: &[u16]) -> Result<Box<dyn Backend>, String> {
-    require_feature("af_xdp", false).map(|_| unreachable!("refused above"))
-}
-
-#[cfg(feature = "dpdk")]
 fn open_dpdk(cfg: &TranslatorConfig, w: usize, ports: &[u16]) -> Result<Box<dyn Backend>, String> {
-    use dta_io::dpdk::{DpdkBackend, DpdkConfig};
-    let s = &cfg.dpdk;
-    let args: Vec<&str> = s.eal_args.iter().map(String::as_str).collect();
-    let mut c = DpdkConfig::new(&args, s.ports.get(w).map(String::as_str));
-    c.filter = FrameFilter::ports(ports).ok_or("too many ports")?;
-    if s.burst > 0 {
-        c.burst = s.burst;
-    }
-    let b = DpdkBackend::open(c).map_err(|e| format!("DPDK port {:?}: {e}", s.ports.get(w)))?;
-    Ok(Box::new(b))
-}
-
-#[cfg(not(feature = "dpdk"))]
-fn open_dpdk(_: &TranslatorConfig, _: usize, _: &[u16]) -> Result<Box<dyn Backend>, String> {
-    require_feature("dpdk", false).map(|_| unreachable!("refused above"))
+    require_feature("dpdk", dta_io::config::DPDK_COMPILED)?;
+    dta_io::config::open_dpdk(&cfg.dpdk, w, ports)
 }
 
 #[cfg(test)]

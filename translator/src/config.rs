@@ -93,60 +93,8 @@ impl BackendKind {
     }
 }
 
-/// AF_XDP attach mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum XdpAttach {
-    /// Driver (native) XDP.
-    #[default]
-    Native,
-    /// Generic (SKB) XDP: works on every interface, slower.
-    Skb,
-}
-
-/// `[af_xdp]`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AfXdpSection {
-    /// The interface to attach to.
-    pub interface: String,
-    /// First RX queue: worker w serves queue `queue + w`.
-    pub queue: u32,
-    /// "native" or "skb".
-    pub mode: XdpAttach,
-    /// Ask for zero-copy (native mode and a driver that supports it).
-    pub zero_copy: bool,
-    /// UMEM frames per worker (half receive, half transmit; a power of two).
-    pub frame_count: u32,
-    /// Most frames received per burst.
-    pub rx_batch: usize,
-}
-
-impl Default for AfXdpSection {
-    fn default() -> Self {
-        AfXdpSection {
-            interface: String::new(),
-            queue: 0,
-            mode: XdpAttach::Native,
-            zero_copy: false,
-            frame_count: 8192,
-            rx_batch: 64,
-        }
-    }
-}
-
-/// `[dpdk]`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DpdkSection {
-    /// EAL arguments (without a program name), e.g. `["-l", "0", "--no-pci", "--no-huge",
-    /// "-m", "512", "--file-prefix=dta", "--vdev=net_af_packet0,iface=eth1"]`.
-    pub eal_args: Vec<String>,
-    /// DPDK port names, one per worker (worker w uses `ports[w]`); empty: port 0, one worker.
-    pub ports: Vec<String>,
-    /// Most frames received per burst (0: the backend's default).
-    pub burst: usize,
-}
+/// `[af_xdp]` and `[dpdk]` are dta-io's sections, shared with the collector's `[rnic]`.
+pub use dta_io::config::{AfXdpSection, DpdkSection, XdpAttach};
 
 /// `[pcap]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

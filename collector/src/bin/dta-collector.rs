@@ -13,7 +13,10 @@ use dta_collector::{Collector, CollectorConfig};
 /// Append and Postcarding stores) behind an RDMA NIC, and answers queries from that memory.
 ///
 /// Without an RDMA NIC it runs the embedded software RNIC, a strict RoCEv2 responder on a UDP
-/// socket (port 4791 by default). Logging is controlled with RUST_LOG (default: info).
+/// socket (port 4791 by default), or, with `[rnic] backend = "af_xdp"` or `"dpdk"` (builds
+/// with the cargo features of the same names), on an AF_XDP socket or a DPDK port configured
+/// in `[af_xdp]` / `[dpdk]` as for the translator. Logging is controlled with RUST_LOG
+/// (default: info).
 ///
 /// `query`, `tail`, `stats` and `epoch` talk to a running collector's HTTP control API.
 /// Keys are hex (`0a000001`) or an IPv4 5-tuple (`10.0.0.1:8080-10.0.0.2:80/udp`).
@@ -202,6 +205,23 @@ fn check(config: &std::path::Path) -> Result<(), String> {
         "total memory {total} bytes ({} pages of {page} bytes)",
         total / page
     );
+    if cfg.collector.backend == dta_collector::config::Backend::Software {
+        let io = &cfg.collector.rnic;
+        let on = match io.backend {
+            dta_collector::config::RnicBackend::Udp => String::new(),
+            dta_collector::config::RnicBackend::AfXdp => {
+                format!(" on {} queue {}", io.af_xdp.interface, io.af_xdp.queue)
+            }
+            dta_collector::config::RnicBackend::Dpdk => {
+                format!(" on DPDK port {:?}", io.dpdk.ports.first())
+            }
+        };
+        println!(
+            "software RNIC at {} through the {} backend{on}",
+            cfg.collector.roce,
+            io.backend.name()
+        );
+    }
     Ok(())
 }
 

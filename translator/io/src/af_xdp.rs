@@ -27,7 +27,7 @@ use xsk_rs::config::{
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::backend::{Backend, BackendStats};
-use crate::frame::{parse_udp_frame, FrameFilter, FrameStats};
+use crate::frame::{parse_udp_frame, FrameFilter, FrameStats, PeerMacs};
 pub use crate::xdp_prog::XdpMode;
 use crate::xdp_prog::{ifindex, XdpSteering};
 
@@ -119,6 +119,7 @@ pub struct AfXdpBackend {
     in_flight: usize,
     stats: BackendStats,
     drops: FrameStats,
+    peer_macs: PeerMacs,
 }
 
 // SAFETY: the queues and UMEM are used only by the thread that owns the backend; xsk-rs makes
@@ -243,7 +244,13 @@ impl AfXdpBackend {
             in_flight: 0,
             stats: BackendStats::default(),
             drops: FrameStats::default(),
+            peer_macs: PeerMacs::default(),
         })
+    }
+
+    /// The peers' MACs learned while answering to sender MACs.
+    pub fn peer_macs(&self) -> &PeerMacs {
+        &self.peer_macs
     }
 
     /// Frames dropped by reason (after the XDP program's port steering).
@@ -369,6 +376,9 @@ impl Backend for AfXdpBackend {
             match parse_udp_frame(data, &self.cfg.filter) {
                 Ok(dg) => {
                     self.stats.rx_bytes += dg.payload.len() as u64;
+                    if self.peer_macs.enabled() {
+                        self.peer_macs.learn(data);
+                    }
                     burst[k] = dg;
                     k += 1;
                 }
@@ -423,6 +433,10 @@ impl Backend for AfXdpBackend {
             let mut c = data.cursor();
             c.set_pos(0);
             c.write_all(frame)?;
+            if self.peer_macs.enabled() {
+                self.peer_macs
+                    .address(&mut data.contents_mut()[..frame.len()]);
+            }
             self.tx_pending.push(d);
             self.stats.tx_bytes += frame.len() as u64;
             sent += 1;
@@ -437,5 +451,10 @@ impl Backend for AfXdpBackend {
 
     fn stats(&self) -> BackendStats {
         self.stats
+    }
+
+    fn answer_to_sender_mac(&mut self, on: bool) -> bool {
+        self.peer_macs.set_enabled(on);
+        true
     }
 }

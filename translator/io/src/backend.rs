@@ -56,4 +56,14 @@ pub trait Backend: Send {
 
     /// Counters so far.
     fn stats(&self) -> BackendStats;
+
+    /// Raw-frame backends: while `on`, learn each peer's MAC from the frames received (source
+    /// IPv4 → source MAC) and send every transmitted frame to the MAC learned for its
+    /// destination IPv4, whatever the producer wrote there ([`crate::frame::PeerMacs`]). A
+    /// responder uses it to answer peers it was never told the MAC of. Returns false when the
+    /// backend has no use for it (kernel UDP: the kernel resolves neighbours).
+    fn answer_to_sender_mac(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
 }

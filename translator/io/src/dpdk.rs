@@ -21,7 +21,7 @@ use dta_dpdk_sys as sys;
 use dta_proto::batch::{Datagram, TxBatch};
 
 use crate::backend::{Backend, BackendStats};
-use crate::frame::{parse_udp_frame, FrameFilter, FrameStats};
+use crate::frame::{parse_udp_frame, FrameFilter, FrameStats, PeerMacs};
 
 /// Largest burst.
 pub const MAX_BURST: usize = 256;
@@ -120,6 +120,7 @@ pub struct DpdkBackend {
     mac: [u8; 6],
     stats: BackendStats,
     drops: FrameStats,
+    peer_macs: PeerMacs,
 }
 
 // SAFETY: the port's queue 0 and the pool are used only by the thread that owns the backend;
@@ -216,6 +217,7 @@ impl DpdkBackend {
             cfg: DpdkConfig { burst, ..cfg },
             stats: BackendStats::default(),
             drops: FrameStats::default(),
+            peer_macs: PeerMacs::default(),
         })
     }
 
@@ -227,6 +229,11 @@ impl DpdkBackend {
     /// The port's MAC address.
     pub fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+
+    /// The peers' MACs learned while answering to sender MACs.
+    pub fn peer_macs(&self) -> &PeerMacs {
+        &self.peer_macs
     }
 
     /// Frames dropped by reason.
@@ -306,6 +313,9 @@ impl Backend for DpdkBackend {
             match parse_udp_frame(frame, &self.cfg.filter) {
                 Ok(d) => {
                     self.stats.rx_bytes += d.payload.len() as u64;
+                    if self.peer_macs.enabled() {
+                        self.peer_macs.learn(frame);
+                    }
                     burst[k] = d;
                     k += 1;
                 }
@@ -349,6 +359,10 @@ impl Backend for DpdkBackend {
                         false
                     } else {
                         std::ptr::copy_nonoverlapping(frame.as_ptr(), p, frame.len());
+                        if self.peer_macs.enabled() {
+                            self.peer_macs
+                                .address(std::slice::from_raw_parts_mut(p, frame.len()));
+                        }
                         true
                     }
                 };
@@ -397,6 +411,11 @@ impl Backend for DpdkBackend {
 
     fn stats(&self) -> BackendStats {
         self.stats
+    }
+
+    fn answer_to_sender_mac(&mut self, on: bool) -> bool {
+        self.peer_macs.set_enabled(on);
+        true
     }
 }
 

@@ -159,6 +159,126 @@ pub fn parse_udp_frame<'a>(
     })
 }
 
+/// Peers' MAC addresses learned from received frames, for a raw backend that answers
+/// whoever asked (the collector's software RNIC: RDMA_CM peers are not configured, so its
+/// frames to them name no real MAC).
+///
+/// While on, the backend calls [`PeerMacs::learn`] for every frame it delivers (source IPv4 →
+/// source MAC) and [`PeerMacs::address`] on every frame it transmits, which replaces the
+/// destination MAC by the one learned for the frame's destination IPv4, if any. A fixed table
+/// of [`PEER_MACS`] entries, replaced oldest first: no allocation, and a burst from one peer
+/// costs one comparison per frame.
+#[derive(Debug, Clone)]
+pub struct PeerMacs {
+    on: bool,
+    ips: [u32; PEER_MACS],
+    macs: [[u8; 6]; PEER_MACS],
+    len: usize,
+    next: usize,
+    last: usize,
+    /// Entries added or changed.
+    pub learned: u64,
+    /// Transmitted frames whose destination MAC was set from the table.
+    pub addressed: u64,
+}
+
+/// Entries a [`PeerMacs`] table holds.
+pub const PEER_MACS: usize = 64;
+
+const IP_SRC: std::ops::Range<usize> = ethernet::HEADER_LEN + 12..ethernet::HEADER_LEN + 16;
+const IP_DST: std::ops::Range<usize> = ethernet::HEADER_LEN + 16..ethernet::HEADER_LEN + 20;
+
+impl Default for PeerMacs {
+    fn default() -> Self {
+        PeerMacs {
+            on: false,
+            ips: [0; PEER_MACS],
+            macs: [[0; 6]; PEER_MACS],
+            len: 0,
+            next: 0,
+            last: 0,
+            learned: 0,
+            addressed: 0,
+        }
+    }
+}
+
+impl PeerMacs {
+    /// Starts or stops learning and addressing.
+    pub fn set_enabled(&mut self, on: bool) {
+        self.on = on;
+    }
+
+    /// Whether it learns and addresses.
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        self.on
+    }
+
+    fn find(&self, ip: u32) -> Option<usize> {
+        if self.last < self.len && self.ips[self.last] == ip {
+            return Some(self.last);
+        }
+        self.ips[..self.len].iter().position(|&x| x == ip)
+    }
+
+    /// Records the source MAC of `frame`, an IPv4 frame [`parse_udp_frame`] accepted.
+    #[inline]
+    pub fn learn(&mut self, frame: &[u8]) {
+        if !self.on || frame.len() < IP_DST.end {
+            return;
+        }
+        let ip = u32::from_be_bytes(frame[IP_SRC].try_into().expect("4 bytes"));
+        let mac: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
+        if mac[0] & 1 != 0 {
+            return; // a multicast source MAC is bogus: never answer to it
+        }
+        match self.find(ip) {
+            Some(i) => {
+                self.last = i;
+                if self.macs[i] != mac {
+                    self.macs[i] = mac;
+                    self.learned += 1;
+                }
+            }
+            None => {
+                let i = if self.len < PEER_MACS {
+                    self.len += 1;
+                    self.len - 1
+                } else {
+                    let i = self.next;
+                    self.next = (self.next + 1) % PEER_MACS;
+                    i
+                };
+                self.ips[i] = ip;
+                self.macs[i] = mac;
+                self.last = i;
+                self.learned += 1;
+            }
+        }
+    }
+
+    /// The MAC learned for `ip`.
+    pub fn lookup(&self, ip: std::net::Ipv4Addr) -> Option<ethernet::MacAddr> {
+        self.find(u32::from(ip))
+            .map(|i| ethernet::MacAddr(self.macs[i]))
+    }
+
+    /// Sets the destination MAC of the outgoing IPv4 `frame` to the one learned for its
+    /// destination address (frames to unknown addresses, and non-IPv4 frames, are left alone).
+    #[inline]
+    pub fn address(&mut self, frame: &mut [u8]) {
+        if !self.on || self.len == 0 || frame.len() < IP_DST.end || frame[12..14] != [8, 0] {
+            return;
+        }
+        let ip = u32::from_be_bytes(frame[IP_DST].try_into().expect("4 bytes"));
+        if let Some(i) = self.find(ip) {
+            frame[..6].copy_from_slice(&self.macs[i]);
+            self.addressed += 1;
+        }
+    }
+}
+
 /// Builds an Ethernet/IPv4/UDP frame around `payload` into `out` and returns its length (0 if
 /// `out` is too short). Control-plane and test helper: benchmark senders and tests use it to
 /// make frames; the hot path writes frames through `dta_proto::wire::roce::FrameTemplate`.
@@ -218,6 +338,83 @@ mod tests {
     use super::*;
     use ethernet::MacAddr;
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn peer_macs_learn_sources_and_address_answers() {
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000);
+        let b = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 4791);
+        let mut buf = [0u8; 128];
+        let n = build_udp_frame(
+            MacAddr([2, 0, 0, 0, 0, 0xa]),
+            MacAddr([2, 0, 0, 0, 0, 0xb]),
+            a,
+            b,
+            1,
+            b"req",
+            true,
+            &mut buf,
+        );
+        let req = buf[..n].to_vec();
+        let mut answer = [0u8; 128];
+        let m = build_udp_frame(
+            MacAddr([2, 0, 0, 0, 0, 0xb]),
+            MacAddr::BROADCAST,
+            b,
+            a,
+            2,
+            b"rsp",
+            true,
+            &mut answer,
+        );
+        let mut t = PeerMacs::default();
+        // Off: nothing learned, nothing rewritten.
+        t.learn(&req);
+        t.address(&mut answer[..m]);
+        assert_eq!(&answer[..6], &[0xff; 6]);
+        assert_eq!(t.lookup(*a.ip()), None);
+        t.set_enabled(true);
+        t.learn(&req);
+        t.learn(&req);
+        assert_eq!(t.learned, 1);
+        assert_eq!(t.lookup(*a.ip()), Some(MacAddr([2, 0, 0, 0, 0, 0xa])));
+        t.address(&mut answer[..m]);
+        assert_eq!(&answer[..6], &[2, 0, 0, 0, 0, 0xa]);
+        assert_eq!(t.addressed, 1);
+        // The rest of the frame is untouched and still parses.
+        let d = parse_udp_frame(&answer[..m], &FrameFilter::default()).unwrap();
+        assert_eq!((d.src, d.dst, d.payload), (b, a, &b"rsp"[..]));
+        // A peer that moves to another MAC is followed; a multicast source is ignored.
+        let mut moved = req.clone();
+        moved[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xc]);
+        t.learn(&moved);
+        assert_eq!(t.lookup(*a.ip()), Some(MacAddr([2, 0, 0, 0, 0, 0xc])));
+        let mut mcast = req.clone();
+        mcast[6..12].copy_from_slice(&[1, 0, 0x5e, 0, 0, 1]);
+        t.learn(&mcast);
+        assert_eq!(t.lookup(*a.ip()), Some(MacAddr([2, 0, 0, 0, 0, 0xc])));
+        // Frames to unknown addresses, short frames and non-IPv4 frames are left alone.
+        let mut other = answer;
+        other[IP_DST].copy_from_slice(&[10, 9, 9, 9]);
+        other[..6].copy_from_slice(&[0xff; 6]);
+        t.address(&mut other[..m]);
+        assert_eq!(&other[..6], &[0xff; 6]);
+        t.address(&mut other[..10]);
+        let mut arp = answer;
+        arp[12..14].copy_from_slice(&[8, 6]);
+        arp[..6].copy_from_slice(&[0xff; 6]);
+        t.address(&mut arp[..m]);
+        assert_eq!(&arp[..6], &[0xff; 6]);
+        // A full table replaces its oldest entries.
+        for i in 0..(PEER_MACS as u32 + 3) {
+            let mut f = req.clone();
+            f[IP_SRC].copy_from_slice(&(0x0b00_0000 + i).to_be_bytes());
+            t.learn(&f);
+        }
+        assert_eq!(t.lookup(*a.ip()), None, "the oldest entry went first");
+        assert!(t
+            .lookup(Ipv4Addr::from(0x0b00_0000 + PEER_MACS as u32 + 2))
+            .is_some());
+    }
 
     fn frame(dport: u16, payload: &[u8]) -> Vec<u8> {
         let mut out = vec![0; 1600];

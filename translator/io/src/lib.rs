@@ -23,6 +23,7 @@
 #[cfg(feature = "af_xdp")]
 pub mod af_xdp;
 pub mod backend;
+pub mod config;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod frame;

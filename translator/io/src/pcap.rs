@@ -551,6 +551,12 @@ impl Backend for CaptureBackend {
     fn stats(&self) -> BackendStats {
         self.inner.stats()
     }
+
+    /// Forwarded to the wrapped backend (the capture records frames as the producer wrote
+    /// them, before the backend sets their destination MAC).
+    fn answer_to_sender_mac(&mut self, on: bool) -> bool {
+        self.inner.answer_to_sender_mac(on)
+    }
 }
 
 impl Drop for CaptureBackend {
