@@ -626,10 +626,17 @@ pub struct UdpBackend {
     tx: UdpTx,
     first: usize,
     waker: Option<Arc<Waker>>,
-    /// The last receive found data: try the sockets before waiting in `poll(2)`, which under
-    /// load saves a system call per burst (one `poll` only once every socket is empty).
+    /// The last receive found at least [`BUSY_BURST`] datagrams: try the sockets before
+    /// waiting in `poll(2)`, which under load saves a system call per burst (one `poll` only
+    /// once every socket is empty).
     busy: bool,
 }
+
+/// A receive at least this large suggests more is queued. Below it the next receive waits in
+/// `poll(2)` first: trickling traffic (a datagram or two per wake-up, e.g. a collector's RNIC
+/// at a few thousand frames per second) would otherwise pay a third, empty `recvmmsg` per
+/// wake-up.
+const BUSY_BURST: usize = 8;
 
 /// Wakes a thread blocked in [`UdpBackend`]'s receive wait from another thread (an `eventfd`):
 /// e.g. a dispatcher that has just queued work for a worker. Waking costs one `write(2)`; a
@@ -730,10 +737,10 @@ impl crate::backend::Backend for UdpBackend {
     ) -> io::Result<usize> {
         if self.busy {
             let n = self.receive_from(&[true; MAX_POLLED], f)?;
+            self.busy = n >= BUSY_BURST;
             if n > 0 {
                 return Ok(n);
             }
-            self.busy = false;
         }
         let mut fds = [-1; MAX_POLLED];
         for (f, r) in fds.iter_mut().zip(&self.rxs) {
@@ -751,7 +758,7 @@ impl crate::backend::Backend for UdpBackend {
             }
         }
         let n = self.receive_from(&ready, f)?;
-        self.busy = n > 0;
+        self.busy = n >= BUSY_BURST;
         Ok(n)
     }
 
