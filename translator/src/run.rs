@@ -824,6 +824,7 @@ pub fn pipeline_for(
             rto_min_ns: cfg.reliability.rto_min_us * 1000,
             rto_max_ns: cfg.reliability.rto_max_us * 1000,
             broken_after_ns: cfg.reliability.broken_after_ms * 1_000_000,
+            retransmit_window: t.retransmit_window,
         },
         rate,
         backlog: cfg.overload.backlog,

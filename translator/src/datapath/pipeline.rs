@@ -160,6 +160,19 @@ struct Templates {
 }
 
 impl Templates {
+    /// The longest frame a store with these templates emits (its retransmission slot size).
+    fn max_frame_len(&self, state: &StoreState) -> usize {
+        let mut n = [&self.write, &self.write_imm, &self.probe, &self.imm0]
+            .iter()
+            .map(|t| t.frame_len())
+            .max()
+            .unwrap_or(0);
+        if let StoreState::KeyIncrement { atomic, .. } = state {
+            n = n.max(atomic.frame_len());
+        }
+        n
+    }
+
     fn new(ep: &RoceEndpoint, remote: Qpn, payload_len: usize) -> Templates {
         let write = FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len);
         Templates {
@@ -304,6 +317,15 @@ impl TokenBucket {
         }
     }
 
+    /// Takes `n` messages that must go out whatever the budget (resent frames): as many
+    /// tokens as there are, never waiting.
+    fn charge(&mut self, now: u64, n: u64) {
+        self.refill(now);
+        self.nano_tokens = self
+            .nano_tokens
+            .saturating_sub(n.saturating_mul(Self::UNIT));
+    }
+
     fn next_token_at(&self, n: u64) -> u64 {
         let need = n * Self::UNIT;
         if self.nano_tokens >= need {
@@ -344,6 +366,8 @@ pub struct Pipeline {
     handoffs: Vec<Handoff>,
     /// Frames a single report may need (N replicas + one immediate + slack).
     max_frames_per_report: usize,
+    /// Some QP has frames waiting to be resent (they go out before any new frame).
+    resending: bool,
 }
 
 /// Largest single RDMA payload the pipeline builds (a 16-entry batch of 32-byte entries plus
@@ -431,6 +455,7 @@ impl Pipeline {
             stores,
             cfg,
             max_frames_per_report,
+            resending: false,
         })
     }
 
@@ -534,13 +559,20 @@ impl Pipeline {
             }
         };
         let tmpl = Templates::new(ep, qpb.remote_qpn, payload_len);
+        let frame_len = tmpl.max_frame_len(&state);
         Ok(Store {
             name: meta.name.clone(),
             collector: ci,
             dest,
             base: meta.addr,
             rkey: Rkey(meta.rkey),
-            qp: QpTx::new(qpb.local_qpn, qpb.remote_qpn, qpb.start_psn, cfg.qp),
+            qp: QpTx::new(
+                qpb.local_qpn,
+                qpb.remote_qpn,
+                qpb.start_psn,
+                cfg.qp,
+                frame_len,
+            ),
             tmpl,
             ep: *ep,
             payload_len,
@@ -580,7 +612,6 @@ impl Pipeline {
         let Some(s) = self.stores.iter_mut().find(|s| s.name == store) else {
             return false;
         };
-        s.qp = QpTx::new(qpb.local_qpn, qpb.remote_qpn, qpb.start_psn, tuning);
         if let Some(m) = meta {
             s.base = m.addr;
             s.rkey = Rkey(m.rkey);
@@ -589,6 +620,14 @@ impl Pipeline {
         if let StoreState::KeyIncrement { atomic, .. } = &mut s.state {
             *atomic = FrameTemplate::new(&s.ep, op::RC_FETCH_ADD, qpb.remote_qpn, 0);
         }
+        let frame_len = s.tmpl.max_frame_len(&s.state);
+        s.qp = QpTx::new(
+            qpb.local_qpn,
+            qpb.remote_qpn,
+            qpb.start_psn,
+            tuning,
+            frame_len,
+        );
         true
     }
 
@@ -647,6 +686,9 @@ impl Pipeline {
     /// Processes a burst of report datagrams. Returns how many were consumed: fewer than
     /// `burst.len()` only when `tx` ran out of room (send it and call again with the rest).
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) -> usize {
+        if self.resending {
+            self.retransmit(now, tx);
+        }
         let mut report = Report::PLACEHOLDER;
         for (i, d) in burst.iter().enumerate() {
             if tx.remaining() < self.max_frames_per_report + 1 {
@@ -689,6 +731,9 @@ impl Pipeline {
     /// Processes a report another worker handed over (it was already counted there as
     /// received; here it is translated or dropped).
     pub fn handle_handoff(&mut self, now: u64, h: &Handoff, tx: &mut TxBatch) -> bool {
+        if self.resending {
+            self.retransmit(now, tx);
+        }
         if tx.remaining() < self.max_frames_per_report + 1 {
             return false;
         }
@@ -909,14 +954,17 @@ impl Pipeline {
                     let va = s.base + layout.slot_offset(slot);
                     let (psn, ack_req) = s.qp.take(now);
                     let rkey = s.rkey;
+                    let qp = &mut s.qp;
                     let ok = tx.push_with(s.dest, off, |buf| {
-                        atomic.emit(buf, psn, ack_req, |ext| {
+                        let n = atomic.emit(buf, psn, ack_req, |ext| {
                             ext[0..8].copy_from_slice(&va.to_be_bytes());
                             ext[8..12].copy_from_slice(&rkey.0.to_be_bytes());
                             ext[12..20].copy_from_slice(&delta.to_be_bytes());
                             ext[20..28].fill(0);
                             debug_assert_eq!(ext.len(), ATOMIC_ETH_LEN);
-                        })
+                        });
+                        qp.record_in(psn, buf, n);
+                        n
                     });
                     debug_assert!(ok, "tx room is checked per report");
                     c.frames += 1;
@@ -1074,15 +1122,46 @@ impl Pipeline {
                 self.counters.roce_rx_invalid += 1;
                 continue;
             };
-            if s.qp.on_response(now, aeth.syndrome, pkt.bth.psn) == QpEvent::Broken {
-                log::warn!(
+            match s.qp.on_response(now, aeth.syndrome, pkt.bth.psn) {
+                QpEvent::Broken => log::warn!(
                     "store {}: collector reported a fatal error ({:?}); QP needs reconnecting",
                     s.name,
                     aeth.syndrome
-                );
+                ),
+                QpEvent::Retransmit => self.resending = true,
+                QpEvent::None | QpEvent::Probe => {}
             }
         }
+        if self.resending {
+            self.retransmit(now, tx);
+        }
         self.drain_backlog(now, tx);
+    }
+
+    /// Pushes every QP's frames waiting to be resent (go-back-N) to `tx`, before any new frame.
+    ///
+    /// Resent frames are RDMA messages like any other: each takes a token from its collector's
+    /// bucket when there is one, but never waits for one and is never dropped for priority (the
+    /// responder must see them before anything newer), so under overload they leave fewer
+    /// tokens to new low-priority reports. They count in `frames` and, per QP, in
+    /// `retransmitted_frames`.
+    fn retransmit(&mut self, now: u64, tx: &mut TxBatch) {
+        let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };
+        let mut pending = false;
+        for s in &mut self.stores {
+            if !s.qp.resend_pending() {
+                continue;
+            }
+            let n = s.qp.retransmit(now, tx, s.dest, off);
+            if n > 0 {
+                self.counters.frames += n as u64;
+                if let Some(b) = self.buckets[s.collector].as_mut() {
+                    b.charge(now, n as u64);
+                }
+            }
+            pending |= s.qp.resend_pending();
+        }
+        self.resending = pending;
     }
 
     /// Fires timers: partial Append batches, aged postcard entries, ACK timeouts (probes),
@@ -1098,17 +1177,25 @@ impl Pipeline {
                     debug_assert_eq!(got, psn);
                     let (base, rkey) = (s.base, s.rkey);
                     let t = &s.tmpl.probe;
-                    tx.push_with(s.dest, off, |buf| {
+                    if tx.push_with(s.dest, off, |buf| {
                         t.emit(buf, got, true, |ext| write_reth(ext, base, rkey, 0))
-                    });
+                    }) {
+                        s.qp.record(got, tx.frame(tx.len() - 1));
+                    }
                     c.frames += 1;
                 }
+            }
+            if s.qp.resend_pending() {
+                self.resending = true;
             }
             match &s.state {
                 StoreState::Append(_) => append_timeouts(s, now, off, tx, c),
                 StoreState::Postcard(_) => postcard_timeouts(s, now, off, tx, c),
                 _ => {}
             }
+        }
+        if self.resending {
+            self.retransmit(now, tx);
         }
         self.drain_backlog(now, tx);
     }
@@ -1249,7 +1336,7 @@ fn emit_write(
         (None, _) => &t.write,
     };
     let ok = tx.push_with(dest, off, |buf| {
-        tmpl.emit(buf, psn, ack_req, |ext| {
+        let n = tmpl.emit(buf, psn, ack_req, |ext| {
             write_reth(ext, va, rkey, pl as u32);
             let mut o = RETH_LEN;
             if let Some(v) = imm {
@@ -1257,7 +1344,9 @@ fn emit_write(
                 o += 4;
             }
             ext[o..o + pl].copy_from_slice(payload);
-        })
+        });
+        qp.record_in(psn, buf, n);
+        n
     });
     debug_assert!(ok, "tx room is checked per report");
     c.frames += 1;
@@ -1278,7 +1367,10 @@ fn emit_replica(
     c: &mut TranslatorCounters,
 ) {
     let (psn, ack_req) = qp.take(now);
-    let ok = tx.push_copy_of_last(|f| t.replica.patch(f, psn, ack_req, va));
+    let ok = tx.push_copy_of_last(|f| {
+        t.replica.patch(f, psn, ack_req, va);
+        qp.record(psn, f);
+    });
     debug_assert!(ok, "tx room is checked per report");
     c.frames += 1;
 }
