@@ -169,11 +169,10 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
         k.out_of_seq_request, 0,
         "the first write carried the PSN the responder expects: {k:?}"
     );
-    assert_eq!(
-        k.duplicate_request + k.bad_icrc + k.rkey_violation,
-        0,
-        "{k:?}"
-    );
+    assert_eq!(k.bad_icrc + k.rkey_violation, 0, "{k:?}");
+    // A QP whose last frames carried no AckReq asks for an ACK one RTO after traffic stops by
+    // resending its oldest unconfirmed frame: a harmless duplicate, at most one per QP here.
+    assert!(k.duplicate_request <= 3, "{k:?}");
 
     // Memory holds what was sent.
     let s = col.store("kw").unwrap();
@@ -334,12 +333,17 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
         panic!()
     };
     let layout = AppendLayout::new(AppendFormat::Sequenced, 4096, 8, 4).unwrap();
-    // Frames the translator sent but the collector never executed (a loopback socket buffer
-    // overflowing on a loaded machine): counted by the QPs, and the only way an entry may be
-    // missing. Everything that landed is in order.
+    // Frames the collector did not receive (a loopback socket buffer overflowing on a loaded
+    // machine) are retransmitted from the QP's ring; only frames that left the ring before the
+    // collector asked for them (a window overrun) are lost, and those are counted. Everything
+    // that landed is in order.
     let skipped: u64 = snaps
         .iter()
         .flat_map(|s| s.qps.iter().map(|(_, _, q)| q.psn_skipped))
+        .sum();
+    let overruns: u64 = snaps
+        .iter()
+        .flat_map(|s| s.qps.iter().map(|(_, _, q)| q.retx_overruns))
         .sum();
     let mut missing = 0u64;
     for list in 0..4u64 {
@@ -361,6 +365,10 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
     assert!(
         missing <= skipped * 4,
         "{missing} entries missing, but only {skipped} batch writes were lost in transit"
+    );
+    assert!(
+        missing == 0 || overruns > 0,
+        "{missing} entries missing without a window overrun: no hole may stay"
     );
 }
 
