@@ -963,7 +963,7 @@ impl Pipeline {
                             ext[20..28].fill(0);
                             debug_assert_eq!(ext.len(), ATOMIC_ETH_LEN);
                         });
-                        qp.record_in(psn, buf, n);
+                        qp.record(psn, &buf[..n]);
                         n
                     });
                     debug_assert!(ok, "tx room is checked per report");
@@ -1345,7 +1345,7 @@ fn emit_write(
             }
             ext[o..o + pl].copy_from_slice(payload);
         });
-        qp.record_in(psn, buf, n);
+        qp.record(psn, &buf[..n]);
         n
     });
     debug_assert!(ok, "tx room is checked per report");

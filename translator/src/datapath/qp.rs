@@ -317,15 +317,6 @@ impl QpTx {
         }
     }
 
-    /// [`QpTx::record`] for a frame of `len` bytes at the start of `area` (its transmit slot,
-    /// which may be longer: short frames are then copied faster).
-    #[inline]
-    pub fn record_in(&mut self, psn: Psn, area: &[u8], len: usize) {
-        if let Some(r) = &mut self.ring {
-            r.record_in(psn, area, len);
-        }
-    }
-
     /// True while frames wait to be resent ([`QpTx::retransmit`]).
     #[inline]
     pub fn resend_pending(&self) -> bool {

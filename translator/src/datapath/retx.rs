@@ -34,9 +34,9 @@ pub struct RetxRing {
     buf: Vec<u8>,
     /// One past the newest PSN held.
     end: Psn,
-    /// Frames recorded and not released by an ACK (saturating; those beyond the capacity
-    /// were overwritten).
-    fill: u32,
+    /// Frames recorded and not released by an ACK (those beyond the capacity were
+    /// overwritten; 64 bits never wrap).
+    fill: u64,
 }
 
 impl RetxRing {
@@ -76,7 +76,7 @@ impl RetxRing {
 
     #[inline]
     fn held(&self) -> u32 {
-        self.fill.min(self.mask + 1)
+        self.fill.min(self.mask as u64 + 1) as u32
     }
 
     /// One past the newest PSN held.
@@ -111,39 +111,37 @@ impl RetxRing {
     /// A frame longer than a slot cannot be kept: the ring restarts after it.
     #[inline]
     pub fn record(&mut self, psn: Psn, frame: &[u8]) {
-        self.record_in(psn, frame, frame.len());
-    }
-
-    /// [`RetxRing::record`] for a frame of `len` bytes at the start of `area`, which may be
-    /// longer (a transmit slot): frames of up to 128 bytes then cost one fixed-size copy
-    /// the compiler inlines instead of a call to `memcpy`.
-    #[inline]
-    pub fn record_in(&mut self, psn: Psn, area: &[u8], len: usize) {
         if psn != self.end {
             if psn.diff(self.end) < 0 {
                 return;
             }
             self.reset(psn);
         }
+        let len = frame.len();
         let at = (psn.value() & self.mask) as usize * self.slot;
-        if (HALF..=FAST).contains(&len) && len <= area.len() {
-            // Frames of 64..=128 bytes: the first and the last 64 bytes (overlapping), two
-            // fixed-size copies the compiler inlines instead of a call to memcpy.
-            let (src, dst) = (&area[..len], &mut self.buf[at..at + len]);
-            if let (Some(d), Some(s)) = (dst.first_chunk_mut::<HALF>(), src.first_chunk::<HALF>()) {
+        if (HALF..=FAST).contains(&len) {
+            // Frames of 64..=128 bytes (slots are at least 128): the first and the last 64
+            // bytes, overlapping; two fixed-size copies the compiler inlines instead of a
+            // call to memcpy.
+            let dst = &mut self.buf[at..at + len];
+            if let (Some(d), Some(s)) = (dst.first_chunk_mut::<HALF>(), frame.first_chunk()) {
                 *d = *s;
             }
-            if let (Some(d), Some(s)) = (dst.last_chunk_mut::<HALF>(), src.last_chunk::<HALF>()) {
+            if len <= HALF + 32 {
+                if let (Some(d), Some(s)) = (dst.last_chunk_mut::<32>(), frame.last_chunk()) {
+                    *d = *s;
+                }
+            } else if let (Some(d), Some(s)) = (dst.last_chunk_mut::<HALF>(), frame.last_chunk()) {
                 *d = *s;
             }
-        } else if len <= self.slot && len <= area.len() {
-            self.buf[at..at + len].copy_from_slice(&area[..len]);
+        } else if len <= self.slot {
+            self.buf[at..at + len].copy_from_slice(frame);
         } else {
             self.reset(psn.next());
             return;
         }
         self.end = psn.next();
-        self.fill = self.fill.saturating_add(1);
+        self.fill += 1;
     }
 
     /// Drops every frame up to and including `psn` (the responder confirmed them).
@@ -153,7 +151,7 @@ impl RetxRing {
         if n <= 0 {
             return;
         }
-        self.fill = self.held().saturating_sub(n as u32);
+        self.fill = self.held().saturating_sub(n as u32) as u64;
     }
 
     /// True if every frame from `from` up to the newest held is here (`from` may equal
@@ -175,7 +173,7 @@ impl RetxRing {
     }
 }
 
-/// Shortest slot: frames up to this long are copied with one fixed-size copy.
+/// Shortest slot; frames of `HALF..=FAST` bytes are copied with two fixed-size copies.
 const FAST: usize = 128;
 const HALF: usize = FAST / 2;
 
