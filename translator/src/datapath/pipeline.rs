@@ -30,6 +30,7 @@ use dta_proto::wire::Error as WireError;
 use dta_proto::{Key, MAX_VALUE_LEN};
 
 use super::qp::{QpEvent, QpStats, QpTuning, QpTx};
+use super::retx::copy_frame;
 use super::stats::TranslatorCounters;
 
 /// How reports of one primitive pick their store.
@@ -954,18 +955,27 @@ impl Pipeline {
                     let va = s.base + layout.slot_offset(slot);
                     let (psn, ack_req) = s.qp.take(now);
                     let rkey = s.rkey;
-                    let qp = &mut s.qp;
-                    let ok = tx.push_with(s.dest, off, |buf| {
-                        let n = atomic.emit(buf, psn, ack_req, |ext| {
-                            ext[0..8].copy_from_slice(&va.to_be_bytes());
-                            ext[8..12].copy_from_slice(&rkey.0.to_be_bytes());
-                            ext[12..20].copy_from_slice(&delta.to_be_bytes());
-                            ext[20..28].fill(0);
-                            debug_assert_eq!(ext.len(), ATOMIC_ETH_LEN);
-                        });
-                        qp.record(psn, &buf[..n]);
-                        n
-                    });
+                    let fill = |ext: &mut [u8]| {
+                        ext[0..8].copy_from_slice(&va.to_be_bytes());
+                        ext[8..12].copy_from_slice(&rkey.0.to_be_bytes());
+                        ext[12..20].copy_from_slice(&delta.to_be_bytes());
+                        ext[20..28].fill(0);
+                        debug_assert_eq!(ext.len(), ATOMIC_ETH_LEN);
+                    };
+                    let ok = match s.qp.ring_slot(psn) {
+                        // Built in its retransmission slot, then copied out.
+                        Some(slot) => {
+                            let n = atomic.emit(slot, psn, ack_req, fill);
+                            let f = &slot[..n];
+                            tx.push_with(s.dest, off, |buf| {
+                                copy_frame(buf, f);
+                                n
+                            })
+                        }
+                        None => {
+                            tx.push_with(s.dest, off, |buf| atomic.emit(buf, psn, ack_req, fill))
+                        }
+                    };
                     debug_assert!(ok, "tx room is checked per report");
                     c.frames += 1;
                     c.frames_atomic += 1;

@@ -177,8 +177,10 @@ pub struct QpTx {
     tuning: QpTuning,
     /// PSN of the next frame.
     next_psn: Psn,
-    /// One past the highest PSN ever sent (responses beyond it are foreign).
-    high_next: Psn,
+    /// One past the highest PSN sent before the send PSN last moved back (a resync); the
+    /// highest PSN ever sent is the later of it and `next_psn` ([`QpTx::high_next`]), so
+    /// taking a PSN need not maintain it.
+    high_mark: Psn,
     /// One past the last PSN the responder confirmed executing.
     confirmed: Psn,
     since_ackreq: u32,
@@ -232,7 +234,7 @@ impl QpTx {
             remote_qpn,
             tuning,
             next_psn: start_psn,
-            high_next: start_psn,
+            high_mark: start_psn,
             confirmed: start_psn,
             since_ackreq: 0,
             awaiting: None,
@@ -280,9 +282,6 @@ impl QpTx {
     pub fn take(&mut self, now: u64) -> (Psn, bool) {
         let psn = self.next_psn;
         self.next_psn = psn.next();
-        if self.next_psn.diff(self.high_next) > 0 {
-            self.high_next = self.next_psn;
-        }
         self.since_ackreq += 1;
         self.stats.frames += 1;
         self.last_take = now;
@@ -315,6 +314,13 @@ impl QpTx {
         if let Some(r) = &mut self.ring {
             r.record(psn, frame);
         }
+    }
+
+    /// The retransmission slot to build the frame taken with `psn` in (then copy it to the
+    /// transmit batch); `None` without a ring. Equivalent to [`QpTx::record`] after the fact.
+    #[inline]
+    pub fn ring_slot(&mut self, psn: Psn) -> Option<&mut [u8]> {
+        self.ring.as_mut().and_then(|r| r.slot_for(psn))
     }
 
     /// True while frames wait to be resent ([`QpTx::retransmit`]).
@@ -448,10 +454,20 @@ impl QpTx {
             .is_some_and(|r| r.holds_from(from) && r.end() == self.next_psn)
     }
 
+    /// One past the highest PSN ever sent (responses beyond it are foreign).
+    #[inline]
+    fn high_next(&self) -> Psn {
+        if self.high_mark.diff(self.next_psn) > 0 {
+            self.high_mark
+        } else {
+            self.next_psn
+        }
+    }
+
     /// True if `psn` is one we could have sent (between the last confirmed PSN − 1 and the
     /// highest PSN sent).
     fn plausible(&self, psn: Psn) -> bool {
-        psn.diff(self.confirmed) >= -1 && psn.diff(self.high_next) < 0
+        psn.diff(self.confirmed) >= -1 && psn.diff(self.high_next()) < 0
     }
 
     /// Processes an ACK, NAK or atomic ACK naming `psn`.
@@ -554,7 +570,7 @@ impl QpTx {
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 // The NAK names the PSN the responder expects; it never executed anything at or
                 // after it, so continuing there reuses no executed PSN.
-                let stale = !(self.plausible(psn) || psn == self.high_next)
+                let stale = !(self.plausible(psn) || psn == self.high_next())
                     || (self.last_nak == Some(psn) && psn.diff(self.next_psn) < 0)
                     || (self.ring.is_some() && psn.diff(self.confirmed) < 0);
                 if stale {
@@ -594,7 +610,7 @@ impl QpTx {
                 self.paused_until = now + rnr_timer_ns(timer);
                 // The RNR'd request was not executed (nor anything after it): after the pause,
                 // resend from it (or, without those frames, continue from it).
-                if !(self.plausible(psn) || psn == self.high_next) {
+                if !(self.plausible(psn) || psn == self.high_next()) {
                     return QpEvent::None;
                 }
                 if self.can_resend_from(psn) {
@@ -635,6 +651,7 @@ impl QpTx {
     }
 
     fn resync(&mut self, to: Psn) {
+        self.high_mark = self.high_next();
         let skipped = self.next_psn.diff(to);
         if skipped != 0 {
             self.stats.psn_resyncs += 1;
@@ -658,6 +675,9 @@ impl QpTx {
     /// is still outstanding, and the probe back-off ends (it exists for a silent responder; a
     /// loss must still be found one RTO after it happens).
     fn heard(&mut self, now: u64) {
+        // Keep the mark within half the PSN space of the send PSN (responses come far more
+        // often than every 2²³ frames).
+        self.high_mark = self.high_next();
         self.probes_unanswered = 0;
         if let Some(t) = self.silent_since.take() {
             self.stats.silence_ns_max = self.stats.silence_ns_max.max(now.saturating_sub(t));
@@ -774,9 +794,6 @@ impl QpTx {
             self.fresh_probe = false;
             let psn = self.next_psn;
             self.next_psn = psn.next();
-            if self.next_psn.diff(self.high_next) > 0 {
-                self.high_next = self.next_psn;
-            }
             (psn, psn.sub(1))
         } else {
             (self.confirmed, self.next_psn.sub(1))

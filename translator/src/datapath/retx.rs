@@ -144,6 +144,23 @@ impl RetxRing {
         self.fill += 1;
     }
 
+    /// The slot for the frame about to be sent with `psn` (the next PSN in order), to build it
+    /// in place: the frame is then held once it is written there. `None` (nothing held) for a
+    /// PSN out of order.
+    #[inline]
+    pub fn slot_for(&mut self, psn: Psn) -> Option<&mut [u8]> {
+        if psn != self.end {
+            if psn.diff(self.end) < 0 {
+                return None;
+            }
+            self.reset(psn);
+        }
+        self.end = psn.next();
+        self.fill += 1;
+        let at = (psn.value() & self.mask) as usize * self.slot;
+        self.buf.get_mut(at..at + self.slot)
+    }
+
     /// Drops every frame up to and including `psn` (the responder confirmed them).
     #[inline]
     pub fn release_through(&mut self, psn: Psn) {
@@ -182,6 +199,28 @@ const HALF: usize = FAST / 2;
 fn frame_len(f: &[u8]) -> usize {
     const IP_LEN: usize = L2L4_LEN - 8 - 20 + 2;
     14 + u16::from_be_bytes([f[IP_LEN], f[IP_LEN + 1]]) as usize
+}
+
+/// Copies a frame of 64..=128 bytes with fixed-size moves (no call to memcpy), others with
+/// `copy_from_slice`. `dst` must be at least as long as `src`.
+#[inline]
+pub fn copy_frame(dst: &mut [u8], src: &[u8]) {
+    let len = src.len();
+    let dst = &mut dst[..len];
+    if (HALF..=FAST).contains(&len) {
+        if let (Some(d), Some(s)) = (dst.first_chunk_mut::<HALF>(), src.first_chunk()) {
+            *d = *s;
+        }
+        if len <= HALF + 32 {
+            if let (Some(d), Some(s)) = (dst.last_chunk_mut::<32>(), src.last_chunk()) {
+                *d = *s;
+            }
+        } else if let (Some(d), Some(s)) = (dst.last_chunk_mut::<HALF>(), src.last_chunk()) {
+            *d = *s;
+        }
+    } else {
+        dst.copy_from_slice(src);
+    }
 }
 
 /// Sets AckReq in a complete RoCEv2/IPv4 frame (20-byte IPv4 header) and recomputes its
