@@ -19,7 +19,11 @@
 //!   right after it. If that resend goes unanswered too (a duplicate atomic whose saved result
 //!   the responder no longer holds is dropped silently, as rxe does), the next timeout sends a
 //!   zero-length probe on a fresh PSN, which the responder either executes (everything before
-//!   was executed) or NAKs with the PSN to go back to; timeouts alternate the two;
+//!   was executed) or NAKs with the PSN to go back to; timeouts alternate the two. Frames
+//!   sent after the last AckReq'd one are timed too (from the newest frame): one RTO after
+//!   traffic stops, an unconfirmed tail is asked about with the fresh probe first (an ACK
+//!   confirms it without a duplicate; a NAK starts go-back-N), so a lost last frame is found
+//!   without waiting for more traffic. Those checks count as probes, not as ACK timeouts;
 //! - an RNR NAK pauses the QP for the advertised time, then resends from the RNR-NAKed PSN;
 //! - only when a frame the responder asks for has left the ring (the window was overrun by
 //!   unconfirmed frames, or `retransmit_window` is 0) does the QP fall back to *resyncing*:
@@ -186,6 +190,8 @@ pub struct QpTx {
     since_ackreq: u32,
     /// The newest AckReq'd PSN awaiting its ACK, and when it was sent.
     awaiting: Option<(Psn, u64)>,
+    /// The newest AckReq'd frame sent (awaited next when the ACK of `awaiting` comes first).
+    last_ackreq: Option<(Psn, u64)>,
     /// An outstanding probe.
     probing: Option<Probe>,
     /// Send the next probe right away (the last answer showed the responder is behind).
@@ -211,6 +217,8 @@ pub struct QpTx {
     resend: Resend,
     /// When the newest frame was taken (the timer of an unconfirmed tail without AckReq).
     last_take: u64,
+    /// The next timeout with frames to resend sends a fresh probe (else the oldest frame).
+    probe_next: bool,
     /// Counters.
     pub stats: QpStats,
 }
@@ -230,6 +238,7 @@ impl QpTx {
             ring: RetxRing::new(tuning.retransmit_window, max_frame_len, start_psn),
             resend: Resend::Idle,
             last_take: 0,
+            probe_next: false,
             local_qpn,
             remote_qpn,
             tuning,
@@ -238,6 +247,7 @@ impl QpTx {
             confirmed: start_psn,
             since_ackreq: 0,
             awaiting: None,
+            last_ackreq: None,
             probing: None,
             reprobe: false,
             fresh_probe: false,
@@ -288,6 +298,7 @@ impl QpTx {
         let ack_req = self.since_ackreq >= self.tuning.ack_every;
         if ack_req {
             self.since_ackreq = 0;
+            self.last_ackreq = Some((psn, now));
             if self.awaiting.is_none() {
                 self.awaiting = Some((psn, now));
                 if self.probing.is_none() && !self.reprobe {
@@ -351,6 +362,10 @@ impl QpTx {
         dest: SocketAddrV4,
         off: usize,
     ) -> usize {
+        if self.broken {
+            self.resend = Resend::Idle;
+            return 0;
+        }
         if self.resend == Resend::Idle || self.is_paused(now) || tx.remaining() == 0 {
             return 0;
         }
@@ -421,6 +436,10 @@ impl QpTx {
                 self.stats.retransmitted_frames += n as u64;
                 if cur == self.next_psn {
                     self.resend = Resend::Idle;
+                    if n == 0 {
+                        // Everything was confirmed meanwhile: nothing to wait for.
+                        return 0;
+                    }
                     self.probing = Some(Probe {
                         psn: from,
                         sent_at: now,
@@ -444,6 +463,7 @@ impl QpTx {
         self.reprobe = false;
         // Frames from `from` on go again: an ACK of them no longer times one transmission.
         self.awaiting = None;
+        self.last_ackreq = None;
         self.late = None;
     }
 
@@ -519,6 +539,12 @@ impl QpTx {
                 }
                 if let Some(r) = sample {
                     self.rtt_sample(r);
+                }
+                if self.awaiting.is_none() && self.ring.is_some() {
+                    // A later AckReq'd frame already went out: its ACK is due next.
+                    if let Some((p, at)) = self.last_ackreq.filter(|&(p, _)| p.diff(psn) > 0) {
+                        self.awaiting = Some((p, at));
+                    }
                 }
                 if let Some(p) = self.probing.filter(|p| p.kind != ProbeKind::Probe) {
                     if p.kind == ProbeKind::Round && psn.diff(p.before) >= 0 {
@@ -660,6 +686,7 @@ impl QpTx {
             }
         }
         self.next_psn = to;
+        self.last_ackreq = None;
         if let Some(r) = &mut self.ring {
             r.reset(to);
         }
@@ -737,7 +764,7 @@ impl QpTx {
             return Some(self.confirmed);
         }
         let sent_at = self.timer_base()?;
-        if now.saturating_sub(sent_at) < self.current_timeout() {
+        if now.saturating_sub(sent_at) < self.timer_wait() {
             return None;
         }
         if self
@@ -750,25 +777,36 @@ impl QpTx {
             self.silent_since = None;
             return None;
         }
-        self.stats.ack_timeouts += 1;
-        if self.loss_since.is_none() {
-            self.loss_since = Some(sent_at);
+        // Nothing was asked for: a tail of frames without AckReq went unanswered, which is
+        // no sign of loss by itself (it is the normal end of a burst).
+        let tail = self.probing.is_none() && self.awaiting.is_none();
+        let first = self.probes_unanswered == 0;
+        if !tail {
+            self.stats.ack_timeouts += 1;
+            if self.loss_since.is_none() {
+                self.loss_since = Some(sent_at);
+            }
         }
         self.probes_unanswered += 1;
         if let Some(a) = self.awaiting.take() {
             self.late = Some(a);
         }
         if self.confirmed != self.next_psn && self.can_resend_from(self.confirmed) {
-            if self.probes_unanswered % 2 == 1 {
-                // Resend the oldest unconfirmed frame with AckReq (`retransmit`).
+            // Timeouts alternate two questions. The oldest unconfirmed frame, resent with
+            // AckReq, is what a responder that NAKed and drops everything else waits for.
+            // A zero-length probe on a fresh PSN (kept in the ring like any frame) is answered
+            // in every other state, by an ACK (everything before it executed: no duplicate)
+            // or a NAK naming where to go back to; it also answers a duplicate atomic the
+            // responder no longer holds a result for. An AckReq'd frame's timeout asks the
+            // first, an unconfirmed tail the second.
+            let probe = if first { tail } else { self.probe_next };
+            self.probe_next = !probe;
+            if !probe {
                 self.probing = None;
                 self.resend = Resend::Oldest(self.confirmed);
                 self.stats.retransmit_events += 1;
                 return None;
             }
-            // The resend went unanswered: a zero-length probe on a fresh PSN (kept in the
-            // ring like any frame) is answered whatever the responder's state, by an ACK
-            // (everything before it executed) or a NAK naming where to go back to.
             self.fresh_probe = true;
             return Some(self.next_psn);
         }
@@ -812,6 +850,19 @@ impl QpTx {
     /// When the running timer started: the outstanding probe or resend, else the AckReq'd
     /// frame awaiting its ACK, else (with a ring) the newest frame of an unconfirmed tail that
     /// carried no AckReq, which the responder will not answer unasked.
+    /// How long the running timer waits: the (backed-off) RTO, or, for an unconfirmed tail
+    /// that nothing asked about, [`TAIL_RTOS`] times it (traffic with gaps of about one RTO
+    /// must not draw a check per gap), at most `rto_max`.
+    fn timer_wait(&self) -> u64 {
+        let t = self.current_timeout();
+        if self.probing.is_none() && self.awaiting.is_none() {
+            let max = self.tuning.rto_max_ns.max(self.tuning.rto_min_ns);
+            t.saturating_mul(TAIL_RTOS).min(max).max(t)
+        } else {
+            t
+        }
+    }
+
     fn timer_base(&self) -> Option<u64> {
         match (self.probing, self.awaiting) {
             (Some(p), _) => Some(p.sent_at),
@@ -834,7 +885,7 @@ impl QpTx {
         if self.resend != Resend::Idle {
             return Some(self.paused_until);
         }
-        let wait = self.current_timeout();
+        let wait = self.timer_wait();
         let t = self.timer_base().map(|at| at + wait);
         match (t, self.paused_until) {
             (Some(t), p) if p > 0 => Some(t.min(p)),
@@ -843,6 +894,9 @@ impl QpTx {
         }
     }
 }
+
+/// An unconfirmed tail of frames without AckReq is asked about after this many RTOs of quiet.
+pub const TAIL_RTOS: u64 = 4;
 
 /// RNR NAK timer field to nanoseconds (IBA table 45).
 pub fn rnr_timer_ns(code: u8) -> u64 {
@@ -1305,7 +1359,8 @@ mod tests {
             let sent: Vec<Vec<u8>> = (0..8u8).map(|i| send(&mut q, 0, i)).collect();
             // The ACK of s+3 arrives; s+4..s+7 (the tail, with the AckReq'd s+7) are lost.
             q.on_response(100, Syndrome::Ack { credits: 31 }, s.add(3));
-            assert_eq!(q.poll_timeout(500), None, "not yet");
+            assert_eq!(q.poll_timeout(400), None, "not yet");
+            assert!(!q.resend_pending());
             assert_eq!(q.poll_timeout(1100), None, "no probe: a resend instead");
             assert!(q.resend_pending());
             assert_eq!(q.stats.ack_timeouts, 1);
@@ -1355,6 +1410,54 @@ mod tests {
             assert_eq!(q.poll_timeout(100_000), None);
             assert_eq!(q.ring_usage().0, 0);
             assert!(!q.is_broken());
+        }
+
+        /// Regression: a lost last frame without AckReq was found only when more traffic came.
+        #[test]
+        fn an_idle_unconfirmed_tail_is_asked_about_with_a_fresh_probe() {
+            let mut q = rqp(64);
+            let s = q.next_psn();
+            let sent: Vec<Vec<u8>> = (0..3u8).map(|i| send(&mut q, 0, i)).collect();
+            // Nothing asked for an ACK; TAIL_RTOS RTOs after the newest frame the QP asks.
+            assert_eq!(q.poll_timeout(3900), None);
+            let p = q
+                .poll_timeout(4000)
+                .expect("a fresh probe, not a duplicate");
+            assert_eq!(p, s.add(3));
+            q.take_probe(4000);
+            q.record(p, &send_probe_frame(p));
+            assert_eq!(q.stats.ack_timeouts, 0, "not counted as a loss");
+            // Clean link: the responder executes the probe; everything is confirmed.
+            q.on_response(4100, Syndrome::Ack { credits: 31 }, p);
+            assert_eq!(q.ring_usage().0, 0);
+            assert_eq!(q.poll_timeout(1_000_000), None, "nothing more to ask");
+            // Next burst (s+4 carries AckReq and is ACKed), whose last frame s+7 is lost: the
+            // probe is NAKed, the frame resent.
+            let more: Vec<Vec<u8>> = (4..8u8).map(|i| send(&mut q, 2_000_000, i)).collect();
+            q.on_response(2_000_100, Syndrome::Ack { credits: 31 }, s.add(4));
+            assert_eq!(
+                q.poll_timeout(2_001_000),
+                None,
+                "quiet for less than 4 RTOs"
+            );
+            let p = q.poll_timeout(2_002_000).expect("a fresh probe");
+            assert_eq!(p, s.add(8));
+            q.take_probe(2_002_000);
+            q.record(p, &send_probe_frame(p));
+            assert_eq!(
+                q.on_response(
+                    2_002_100,
+                    Syndrome::Nak(NakCode::PsnSequenceError),
+                    s.add(7)
+                ),
+                QpEvent::Retransmit
+            );
+            let got = resend(&mut q, 2_002_100, 8);
+            assert_eq!(got.len(), 2, "the lost frame and the probe");
+            assert_eq!(got[0], more[3]);
+            assert_eq!(psn_of(&got[1]), p);
+            assert_eq!((q.stats.psn_skipped, q.stats.retx_overruns), (0, 0));
+            let _ = sent;
         }
 
         fn send_probe_frame(p: Psn) -> Vec<u8> {
