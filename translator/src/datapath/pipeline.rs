@@ -1196,7 +1196,15 @@ impl Pipeline {
                 }
             }
             if s.qp.resend_pending() {
-                self.resending = true;
+                // Resends go out before this store's timers emit new frames.
+                let n = s.qp.retransmit(now, tx, s.dest, off);
+                if n > 0 {
+                    c.frames += n as u64;
+                    if let Some(b) = self.buckets[s.collector].as_mut() {
+                        b.charge(now, n as u64);
+                    }
+                }
+                self.resending |= s.qp.resend_pending();
             }
             match &s.state {
                 StoreState::Append(_) => append_timeouts(s, now, off, tx, c),
