@@ -510,12 +510,13 @@ impl QpTx {
                         self.last_nak = None;
                     }
                 }
-                // Round-trip samples. Frames are never retransmitted, so an ACK covering an
-                // AckReq'd frame times it: right away when no probe is in flight, or, for a
-                // frame whose timer expired (`late`), as an upper bound (the ACK may answer the
-                // probe instead). A probe's own answer gives a lower bound when nothing else
-                // does. Together they let the RTO grow to a responder that became slower
-                // instead of probing it spuriously forever.
+                // Round-trip samples (Karn: only frames sent once; a go-back-N round drops the
+                // timers of the frames it resends). An ACK covering an AckReq'd frame times it:
+                // right away when nothing is being recovered, or, for a frame whose timer
+                // expired (`late`), as an upper bound (the ACK may answer the resend or probe
+                // instead). A zero-length probe's own answer gives a lower bound when nothing
+                // else does. Together they let the RTO grow to a responder that became slower
+                // instead of timing it out spuriously forever.
                 let mut sample = None;
                 if let Some((want, at)) = self.awaiting {
                     if psn.diff(want) >= 0 {
