@@ -1282,6 +1282,25 @@ impl Pipeline {
         t
     }
 
+    /// Frames sent and not yet confirmed by the collectors (still held for retransmission), on
+    /// QPs that are not broken. After [`Pipeline::confirm_promptly`], polling drives this to 0
+    /// on a working link: a clean shutdown waits for it.
+    pub fn unconfirmed_frames(&self) -> u64 {
+        self.stores
+            .iter()
+            .filter(|s| !s.qp.is_broken())
+            .map(|s| s.qp.unconfirmed() as u64)
+            .sum()
+    }
+
+    /// Makes every QP ask about its unconfirmed frames at once (shutdown): a lost last frame is
+    /// then resent within a round trip instead of a few RTOs.
+    pub fn confirm_promptly(&mut self) {
+        for s in &mut self.stores {
+            s.qp.confirm_promptly();
+        }
+    }
+
     /// Writes every partial Append batch and postcard entry now (clean shutdown).
     pub fn flush_all(&mut self, now: u64, tx: &mut TxBatch) -> bool {
         let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };

@@ -219,6 +219,8 @@ pub struct QpTx {
     last_take: u64,
     /// The next timeout with frames to resend sends a fresh probe (else the oldest frame).
     probe_next: bool,
+    /// Ask about an unconfirmed tail right away (shutdown), not after [`TAIL_RTOS`] RTOs.
+    confirm_now: bool,
     /// Counters.
     pub stats: QpStats,
 }
@@ -239,6 +241,7 @@ impl QpTx {
             resend: Resend::Idle,
             last_take: 0,
             probe_next: false,
+            confirm_now: false,
             local_qpn,
             remote_qpn,
             tuning,
@@ -308,6 +311,17 @@ impl QpTx {
             }
         }
         (psn, ack_req)
+    }
+
+    /// From now on, an unconfirmed tail is asked about at once instead of after [`TAIL_RTOS`]
+    /// RTOs of quiet (a clean shutdown wants every frame confirmed, or resent, quickly).
+    pub fn confirm_promptly(&mut self) {
+        self.confirm_now = true;
+    }
+
+    /// Frames sent and not yet confirmed that the ring still holds.
+    pub fn unconfirmed(&self) -> usize {
+        self.ring.as_ref().map_or(0, |r| r.len())
     }
 
     /// Takes a PSN for a frame that must carry AckReq (a flush at shutdown).
@@ -857,6 +871,9 @@ impl QpTx {
     fn timer_wait(&self) -> u64 {
         let t = self.current_timeout();
         if self.probing.is_none() && self.awaiting.is_none() {
+            if self.confirm_now {
+                return 0;
+            }
             let max = self.tuning.rto_max_ns.max(self.tuning.rto_min_ns);
             t.saturating_mul(TAIL_RTOS).min(max).max(t)
         } else {
@@ -1459,6 +1476,24 @@ mod tests {
             assert_eq!(psn_of(&got[1]), p);
             assert_eq!((q.stats.psn_skipped, q.stats.retx_overruns), (0, 0));
             let _ = sent;
+        }
+
+        #[test]
+        fn at_shutdown_the_tail_is_asked_about_at_once() {
+            let mut q = rqp(64);
+            let s = q.next_psn();
+            for i in 0..3 {
+                send(&mut q, 100, i);
+            }
+            assert_eq!(q.unconfirmed(), 3);
+            assert_eq!(q.poll_timeout(101), None);
+            q.confirm_promptly();
+            assert_eq!(q.next_deadline(), Some(100));
+            assert_eq!(q.poll_timeout(101), Some(s.add(3)));
+            let p = q.take_probe(101);
+            q.record(p, &send_probe_frame(p));
+            q.on_response(150, Syndrome::Ack { credits: 31 }, p);
+            assert_eq!((q.unconfirmed(), q.next_deadline()), (0, None));
         }
 
         fn send_probe_frame(p: Psn) -> Vec<u8> {
