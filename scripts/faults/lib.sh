@@ -119,6 +119,7 @@ roce = "$IP_TC:4791"
 metrics = "127.0.0.1:9101"
 workers = 1
 socket_buffer = 16777216
+retransmit_window = ${RETX_WINDOW:-1024}
 
 [reliability]
 ack_every = ${ACK_EVERY:-64}

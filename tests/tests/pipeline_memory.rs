@@ -491,7 +491,23 @@ fn one_percent_loss_never_stalls_a_qp() {
         h.pipeline.qp_stats().next()
     );
     let (_, _, q) = h.pipeline.qp_stats().next().unwrap();
-    assert!(q.psn_resyncs > 0, "losses were recovered by resyncs: {q:?}");
+    assert!(
+        q.retransmit_events > 0 && q.retransmitted_frames > 0,
+        "losses were recovered by retransmission: {q:?}"
+    );
+    // Nothing was lost: every report's WRITE executed exactly once (duplicates are not
+    // executed again), and no frame was given up on.
+    assert_eq!(
+        h.rnic.counters().writes,
+        sent as u64 + 200,
+        "every write executed once: {:?} {q:?}",
+        h.rnic.counters()
+    );
+    assert_eq!(
+        (q.psn_skipped, q.retx_overruns, q.psn_resyncs),
+        (0, 0, 0),
+        "{q:?}"
+    );
     // Memory never holds a malformed entry: every non-empty slot is one of ours.
     let layout = dta_proto::layout::KeyWriteLayout::new(1 << 10, 8).unwrap();
     let _ = layout;
@@ -510,9 +526,10 @@ fn one_percent_loss_never_stalls_a_qp() {
         }
     }
     println!(
-        "max resync latency {} us over {} resyncs",
+        "max recovery latency {} us; {} go-back-N rounds, {} frames resent",
         q.resync_ns_max / 1000,
-        q.psn_resyncs
+        q.retransmit_events,
+        q.retransmitted_frames
     );
 }
 
@@ -567,9 +584,9 @@ fn partial_append_batches_are_zero_padded() {
 
 /// Reordering and duplication between translator and collector (what `sch_netem` would do on
 /// the veth; this kernel has no netem, so the in-memory wire does it): QPs never stall, a
-/// duplicated or reordered Fetch-and-Add is never executed twice (no counter exceeds what was
-/// sent for its key), every report is accounted for, and writes flow again once the wire is
-/// clean.
+/// duplicated or reordered Fetch-and-Add is never executed twice, and none is lost: with
+/// retransmission every counter ends at exactly what was sent for its key (N = 1, no
+/// collisions); every report is accounted for, and writes flow again once the wire is clean.
 #[test]
 fn reordering_and_duplication_never_double_count_or_stall() {
     let mut h = Harness::new(
@@ -633,6 +650,7 @@ fn reordering_and_duplication_never_double_count_or_stall() {
             v <= total,
             "key {key}: {v} > {total} sent (an increment ran twice)"
         );
+        assert_eq!(v, total, "key {key}: an increment was lost");
         landed += v;
     }
     let c = h.pipeline.counters();
@@ -640,14 +658,13 @@ fn reordering_and_duplication_never_double_count_or_stall() {
     assert_eq!(c.translated + c.dropped(), sent, "{c:?}");
     let (_, _, q) = h.pipeline.qp_stats().next().unwrap();
     assert!(
-        q.psn_resyncs > 0,
-        "reordering made the responder NAK: {q:?}"
+        q.nak_seq > 0 && q.retransmit_events > 0,
+        "reordering made the responder NAK, and the translator go back: {q:?}"
     );
-    // Increments of frames the NAK made the translator skip are the only ones missing.
-    assert!(
-        landed > 0 && k.atomics + q.psn_skipped >= sent,
-        "{k:?} {q:?}"
-    );
+    // Nothing skipped, nothing executed twice: every atomic executed exactly once.
+    assert_eq!((q.psn_skipped, q.psn_resyncs), (0, 0), "{q:?}");
+    assert_eq!(k.atomics, sent, "{k:?} {q:?}");
+    assert_eq!(landed, totals.values().sum::<u64>());
     // A clean wire: the next round lands completely.
     let before = h.rnic.counters().atomics;
     let reports: Vec<Report> = (0..200u32)
@@ -668,11 +685,164 @@ fn reordering_and_duplication_never_double_count_or_stall() {
         "no stall after the faults"
     );
     println!(
-        "reorder 2 % + duplicate 2 %: {} resyncs (max {} us), {} frames skipped, {} duplicates, {} atomic replays",
-        q.psn_resyncs,
+        "reorder 2 % + duplicate 2 %: {} go-back-N rounds (max {} us), {} frames resent, {} duplicates, {} atomic replays",
+        q.retransmit_events,
         q.resync_ns_max / 1000,
-        q.psn_skipped,
+        q.retransmitted_frames,
         k.duplicate_request,
         k.atomic_replays
     );
+}
+
+/// What goes out again is what went out first: under loss, every frame the translator sends
+/// with a PSN it already used is byte for byte the first one (Key-Write replicas, atomics,
+/// Append batches), except AckReq, which a resend may add, with a valid ICRC either way; and
+/// every Append entry lands, in order, without a hole.
+#[test]
+fn retransmitted_frames_are_the_frames_first_sent() {
+    use dta_proto::layout::AppendLayout;
+    use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
+    let mut h = Harness::new(
+        vec![
+            kw_store(1 << 12),
+            append_store(2, 256, 4, 8),
+            store(
+                "ctr",
+                StoreKindConfig::KeyIncrement {
+                    slots: 1 << 12,
+                    hash: HashProfile::Independent,
+                    epoch_secs: 0,
+                },
+            ),
+        ],
+        HarnessOptions::default(),
+    );
+    h.sent_frames = Some(Vec::new());
+    h.imp.loss = 0.03;
+    h.imp.response_loss = 0.03;
+    let mut n_append = [0u64; 2];
+    for round in 0..30u32 {
+        let mut reports = Vec::new();
+        for i in 0..40u32 {
+            let k = round * 40 + i;
+            reports.push(Report {
+                header: hdr(),
+                primitive: match i % 3 {
+                    0 => Primitive::KeyWrite {
+                        redundancy: 3,
+                        key: Key::new(&k.to_be_bytes()).unwrap(),
+                        value: Value::new(&k.to_le_bytes()).unwrap(),
+                    },
+                    1 => Primitive::KeyIncrement {
+                        redundancy: 2,
+                        key: Key::new(&k.to_be_bytes()).unwrap(),
+                        delta: 1,
+                    },
+                    _ => {
+                        let list = k % 2;
+                        n_append[list as usize] += 1;
+                        Primitive::Append {
+                            list,
+                            value: Value::new(&(n_append[list as usize]).to_le_bytes()).unwrap(),
+                        }
+                    }
+                },
+            });
+        }
+        h.send(&reports, Profile::Extended);
+        h.advance(2_000_000);
+    }
+    h.imp.loss = 0.0;
+    h.imp.response_loss = 0.0;
+    h.flush();
+    for _ in 0..10 {
+        h.advance(100_000_000);
+    }
+    let frames = h.sent_frames.take().unwrap();
+    let mut first: std::collections::HashMap<(u32, u32), Vec<u8>> = Default::default();
+    let mut resent = 0;
+    for f in &frames {
+        assert!(
+            dta_proto::icrc::check_frame(f),
+            "every frame has a valid ICRC"
+        );
+        assert_eq!(parse_frame(f).unwrap().udp.dst_port, 4791);
+        let bth = RocePacketView::bth(&f[L2L4_LEN..]);
+        let mut g = f.clone();
+        g[L2L4_LEN + 8] &= 0x7f;
+        let n = g.len();
+        g.truncate(n - 4);
+        match first.entry(bth) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(g);
+            }
+            std::collections::hash_map::Entry::Occupied(e) => {
+                assert_eq!(
+                    e.get(),
+                    &g,
+                    "PSN {:#x} of QP {:#x} resent changed",
+                    bth.1,
+                    bth.0
+                );
+                resent += 1;
+            }
+        }
+    }
+    let qs: Vec<_> = h.pipeline.qp_stats().map(|(_, _, q)| q).collect();
+    assert!(
+        resent > 20,
+        "loss made the translator resend: {resent} {qs:?}"
+    );
+    assert_eq!(
+        resent,
+        qs.iter().map(|q| q.retransmitted_frames).sum::<u64>() as usize,
+        "every repeated PSN is a retransmission"
+    );
+    assert!(
+        qs.iter()
+            .all(|q| q.psn_skipped == 0 && q.retx_overruns == 0),
+        "{qs:?}"
+    );
+    // Every Append entry landed, in order.
+    let layout = AppendLayout::new(AppendFormat::Sequenced, 256, 8, 4).unwrap();
+    let region = h.region("ap");
+    let dta_proto::meta::StoreKind::Append { list_stride, .. } = h.store("ap").meta.kind else {
+        panic!("an Append store")
+    };
+    for list in 0..2u64 {
+        let mut want = 1u64;
+        let mut slot = vec![0u8; layout.stride() as usize];
+        // Partial batches (the flush timer) hold fewer than four entries.
+        let mut seq = 0;
+        while want <= n_append[list as usize] {
+            seq += 1;
+            let off = list * list_stride + layout.batch_offset(layout.slot_for_seq(seq));
+            region.read(off, &mut slot).unwrap();
+            let trailer: [u8; 8] = slot[32..40].try_into().unwrap();
+            let (s, count) = layout
+                .decode_trailer(trailer)
+                .expect("batch written: no hole");
+            assert_eq!(s, seq);
+            for e in slot[..count as usize * 8].chunks(8) {
+                assert_eq!(u64::from_le_bytes(e.try_into().unwrap()), want);
+                want += 1;
+            }
+        }
+        assert_eq!(
+            want - 1,
+            n_append[list as usize],
+            "list {list}: every entry"
+        );
+    }
+}
+
+/// (QPN, PSN) of a RoCEv2 transport payload.
+struct RocePacketView;
+
+impl RocePacketView {
+    fn bth(t: &[u8]) -> (u32, u32) {
+        let qpn = u32::from_be_bytes([0, t[5], t[6], t[7]]);
+        let psn = u32::from_be_bytes([0, t[9], t[10], t[11]]);
+        (qpn, psn)
+    }
 }

@@ -147,6 +147,12 @@ pub struct Section {
     pub metrics: Option<SocketAddrV4>,
     /// Reporters tracked for sequence gaps, per worker.
     pub max_reporters: usize,
+    /// Frames each QP keeps for retransmission until the collector acknowledges them (go-back-N
+    /// after a NAK or an ACK timeout; rounded up to a power of two, at most 4194304). Memory:
+    /// this many slots of the store's longest frame per QP (1024 × ~400 B for Append batches
+    /// of 16 × 20 B). 0 disables retransmission: lost frames are then only counted
+    /// (`qp_psn_skipped`) and the PSN resynchronised.
+    pub retransmit_window: u32,
     /// Kernel socket buffer size (bytes) for the report and RoCEv2 sockets.
     pub socket_buffer: usize,
     /// How often (milliseconds, 1..=1000) each worker publishes its counters for /metrics,
@@ -252,6 +258,7 @@ impl Default for Section {
             nack_port: dta_proto::consts::DTA_NACK_PORT,
             metrics: None,
             max_reporters: 4096,
+            retransmit_window: 1024,
             socket_buffer: 16 << 20,
             stats_interval_ms: 20,
             report_steering: ReportSteering::default(),
@@ -486,6 +493,12 @@ impl TranslatorConfig {
         }
         if !(1..=1000).contains(&t.stats_interval_ms) {
             return Err("translator.stats_interval_ms must be 1..=1000".into());
+        }
+        if t.retransmit_window > crate::datapath::retx::MAX_WINDOW {
+            return Err(format!(
+                "translator.retransmit_window must be 0..={}",
+                crate::datapath::retx::MAX_WINDOW
+            ));
         }
         if t.max_redundancy == 0 || t.max_redundancy as usize > dta_proto::hash::MAX_REDUNDANCY {
             return Err(format!(

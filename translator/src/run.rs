@@ -537,12 +537,21 @@ impl Worker {
                 }
                 let _ = self.backend.send_batch(&tx);
                 tx.clear();
+                // Ask the collectors to confirm what is outstanding; lost frames are resent
+                // while the loop below keeps running.
+                self.pipeline.confirm_promptly();
             }
             if want_stop || t.saturating_sub(last_pub) >= self.stats_interval_ns {
                 last_pub = t;
                 self.publish();
             }
-            if stopping.is_some_and(|t| t.elapsed() > Duration::from_millis(100)) {
+            // Stop 100 ms after the flush once every frame is confirmed (resent if lost), or
+            // after 1 s whatever is outstanding.
+            if stopping.is_some_and(|t| {
+                t.elapsed() > Duration::from_millis(100)
+                    && (self.pipeline.unconfirmed_frames() == 0
+                        || t.elapsed() > Duration::from_secs(1))
+            }) {
                 self.publish();
                 break;
             }
@@ -847,6 +856,7 @@ pub fn pipeline_for(
             rto_min_ns: cfg.reliability.rto_min_us * 1000,
             rto_max_ns: cfg.reliability.rto_max_us * 1000,
             broken_after_ns: cfg.reliability.broken_after_ms * 1_000_000,
+            retransmit_window: t.retransmit_window,
         },
         rate,
         backlog: cfg.overload.backlog,

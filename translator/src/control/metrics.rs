@@ -26,7 +26,7 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
         &'static str,
         fn(&crate::datapath::qp::QpStats) -> u64,
     );
-    let fields: [QpField; 16] = [
+    let fields: [QpField; 19] = [
         ("qp_frames", "RoCEv2 frames sent on the QP.", |q| q.frames),
         ("qp_acks", "ACKs received.", |q| q.acks),
         ("qp_nak_sequence", "NAK PSN sequence error received.", |q| {
@@ -47,8 +47,25 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
         ),
         (
             "qp_psn_skipped",
-            "Frames skipped by resyncs (sent but not executed).",
+            "Frames skipped by resyncs (sent but never executed: lost).",
             |q| q.psn_skipped,
+        ),
+        (
+            "qp_retransmitted_frames",
+            "Frames sent again, unchanged, from the QP's retransmission ring.",
+            |q| q.retransmitted_frames,
+        ),
+        (
+            "qp_retransmit_events",
+            "Retransmissions started: go-back-N rounds after a NAK, an RNR NAK or a short \
+             answer, and ACK-timeout resends of the oldest unconfirmed frame.",
+            |q| q.retransmit_events,
+        ),
+        (
+            "qp_retx_overruns",
+            "Recoveries that found the frames asked for gone from the retransmission ring \
+             (window overrun) and fell back to a resync counted in qp_psn_skipped.",
+            |q| q.retx_overruns,
         ),
         (
             "qp_ack_timeouts",
@@ -187,6 +204,8 @@ pub fn render_json(snaps: &[WorkerSnapshot]) -> String {
                 "qps": s.qps.iter().map(|(n, q, st)| serde_json::json!({
                     "store": n, "qpn": q, "frames": st.frames, "acks": st.acks, "psn_resyncs": st.psn_resyncs,
                     "probes": st.probes, "ack_timeouts": st.ack_timeouts, "resync_max_ns": st.resync_ns_max,
+                    "psn_skipped": st.psn_skipped, "retransmitted_frames": st.retransmitted_frames,
+                    "retransmit_events": st.retransmit_events, "retx_overruns": st.retx_overruns,
                     "srtt_ns": st.srtt_ns, "rto_ns": st.rto_ns, "silence_max_ns": st.silence_ns_max,
                 })).collect::<Vec<_>>(),
             })

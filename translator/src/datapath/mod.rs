@@ -3,5 +3,6 @@
 
 pub mod pipeline;
 pub mod qp;
+pub mod retx;
 pub mod stats;
 pub mod udp_frame;

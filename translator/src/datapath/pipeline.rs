@@ -30,6 +30,7 @@ use dta_proto::wire::Error as WireError;
 use dta_proto::{Key, MAX_VALUE_LEN};
 
 use super::qp::{QpEvent, QpStats, QpTuning, QpTx};
+use super::retx::copy_frame;
 use super::stats::TranslatorCounters;
 
 /// How reports of one primitive pick their store.
@@ -160,6 +161,19 @@ struct Templates {
 }
 
 impl Templates {
+    /// The longest frame a store with these templates emits (its retransmission slot size).
+    fn max_frame_len(&self, state: &StoreState) -> usize {
+        let mut n = [&self.write, &self.write_imm, &self.probe, &self.imm0]
+            .iter()
+            .map(|t| t.frame_len())
+            .max()
+            .unwrap_or(0);
+        if let StoreState::KeyIncrement { atomic, .. } = state {
+            n = n.max(atomic.frame_len());
+        }
+        n
+    }
+
     fn new(ep: &RoceEndpoint, remote: Qpn, payload_len: usize) -> Templates {
         let write = FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len);
         Templates {
@@ -306,6 +320,15 @@ impl TokenBucket {
         }
     }
 
+    /// Takes `n` messages that must go out whatever the budget (resent frames): as many
+    /// tokens as there are, never waiting.
+    fn charge(&mut self, now: u64, n: u64) {
+        self.refill(now);
+        self.nano_tokens = self
+            .nano_tokens
+            .saturating_sub(n.saturating_mul(Self::UNIT));
+    }
+
     fn next_token_at(&self, n: u64) -> u64 {
         let need = n * Self::UNIT;
         if self.nano_tokens >= need {
@@ -346,6 +369,8 @@ pub struct Pipeline {
     handoffs: Vec<Handoff>,
     /// Frames a single report may need (N replicas + one immediate + slack).
     max_frames_per_report: usize,
+    /// Some QP has frames waiting to be resent (they go out before any new frame).
+    resending: bool,
 }
 
 /// No precomputed postcard cache index.
@@ -447,6 +472,7 @@ impl Pipeline {
             stores,
             cfg,
             max_frames_per_report,
+            resending: false,
         })
     }
 
@@ -551,13 +577,20 @@ impl Pipeline {
             }
         };
         let tmpl = Templates::new(ep, qpb.remote_qpn, payload_len);
+        let frame_len = tmpl.max_frame_len(&state);
         Ok(Store {
             name: meta.name.clone(),
             collector: ci,
             dest,
             base: meta.addr,
             rkey: Rkey(meta.rkey),
-            qp: QpTx::new(qpb.local_qpn, qpb.remote_qpn, qpb.start_psn, cfg.qp),
+            qp: QpTx::new(
+                qpb.local_qpn,
+                qpb.remote_qpn,
+                qpb.start_psn,
+                cfg.qp,
+                frame_len,
+            ),
             tmpl,
             ep: *ep,
             payload_len,
@@ -597,7 +630,6 @@ impl Pipeline {
         let Some(s) = self.stores.iter_mut().find(|s| s.name == store) else {
             return false;
         };
-        s.qp = QpTx::new(qpb.local_qpn, qpb.remote_qpn, qpb.start_psn, tuning);
         if let Some(m) = meta {
             s.base = m.addr;
             s.rkey = Rkey(m.rkey);
@@ -606,6 +638,14 @@ impl Pipeline {
         if let StoreState::KeyIncrement { atomic, .. } = &mut s.state {
             *atomic = FrameTemplate::new(&s.ep, op::RC_FETCH_ADD, qpb.remote_qpn, 0);
         }
+        let frame_len = s.tmpl.max_frame_len(&s.state);
+        s.qp = QpTx::new(
+            qpb.local_qpn,
+            qpb.remote_qpn,
+            qpb.start_psn,
+            tuning,
+            frame_len,
+        );
         true
     }
 
@@ -670,6 +710,9 @@ impl Pipeline {
     /// report's CRC chain and cache miss with the next report's instead of waiting for each in
     /// turn. The first pass has no side effects: every count happens in the second.
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) -> usize {
+        if self.resending {
+            self.retransmit(now, tx);
+        }
         let mut report = Report::PLACEHOLDER;
         for (i, d) in burst.iter().enumerate() {
             if tx.remaining() < self.max_frames_per_report + 1 {
@@ -712,6 +755,9 @@ impl Pipeline {
     /// Processes a report another worker handed over (it was already counted there as
     /// received; here it is translated or dropped).
     pub fn handle_handoff(&mut self, now: u64, h: &Handoff, tx: &mut TxBatch) -> bool {
+        if self.resending {
+            self.retransmit(now, tx);
+        }
         if tx.remaining() < self.max_frames_per_report + 1 {
             return false;
         }
@@ -935,15 +981,27 @@ impl Pipeline {
                     let va = s.base + layout.slot_offset(slot);
                     let (psn, ack_req) = s.qp.take(now);
                     let rkey = s.rkey;
-                    let ok = tx.push_with(s.dest, off, |buf| {
-                        atomic.emit(buf, psn, ack_req, |ext| {
-                            ext[0..8].copy_from_slice(&va.to_be_bytes());
-                            ext[8..12].copy_from_slice(&rkey.0.to_be_bytes());
-                            ext[12..20].copy_from_slice(&delta.to_be_bytes());
-                            ext[20..28].fill(0);
-                            debug_assert_eq!(ext.len(), ATOMIC_ETH_LEN);
-                        })
-                    });
+                    let fill = |ext: &mut [u8]| {
+                        ext[0..8].copy_from_slice(&va.to_be_bytes());
+                        ext[8..12].copy_from_slice(&rkey.0.to_be_bytes());
+                        ext[12..20].copy_from_slice(&delta.to_be_bytes());
+                        ext[20..28].fill(0);
+                        debug_assert_eq!(ext.len(), ATOMIC_ETH_LEN);
+                    };
+                    let ok = match s.qp.ring_slot(psn) {
+                        // Built in its retransmission slot, then copied out.
+                        Some(slot) => {
+                            let n = atomic.emit(slot, psn, ack_req, fill);
+                            let f = &slot[..n];
+                            tx.push_with(s.dest, off, |buf| {
+                                copy_frame(buf, f);
+                                n
+                            })
+                        }
+                        None => {
+                            tx.push_with(s.dest, off, |buf| atomic.emit(buf, psn, ack_req, fill))
+                        }
+                    };
                     debug_assert!(ok, "tx room is checked per report");
                     c.frames += 1;
                     c.frames_atomic += 1;
@@ -1101,15 +1159,46 @@ impl Pipeline {
                 self.counters.roce_rx_invalid += 1;
                 continue;
             };
-            if s.qp.on_response(now, aeth.syndrome, pkt.bth.psn) == QpEvent::Broken {
-                log::warn!(
+            match s.qp.on_response(now, aeth.syndrome, pkt.bth.psn) {
+                QpEvent::Broken => log::warn!(
                     "store {}: collector reported a fatal error ({:?}); QP needs reconnecting",
                     s.name,
                     aeth.syndrome
-                );
+                ),
+                QpEvent::Retransmit => self.resending = true,
+                QpEvent::None | QpEvent::Probe => {}
             }
         }
+        if self.resending {
+            self.retransmit(now, tx);
+        }
         self.drain_backlog(now, tx);
+    }
+
+    /// Pushes every QP's frames waiting to be resent (go-back-N) to `tx`, before any new frame.
+    ///
+    /// Resent frames are RDMA messages like any other: each takes a token from its collector's
+    /// bucket when there is one, but never waits for one and is never dropped for priority (the
+    /// responder must see them before anything newer), so under overload they leave fewer
+    /// tokens to new low-priority reports. They count in `frames` and, per QP, in
+    /// `retransmitted_frames`.
+    fn retransmit(&mut self, now: u64, tx: &mut TxBatch) {
+        let off = if self.cfg.l2_frames { 0 } else { L2L4_LEN };
+        let mut pending = false;
+        for s in &mut self.stores {
+            if !s.qp.resend_pending() {
+                continue;
+            }
+            let n = s.qp.retransmit(now, tx, s.dest, off);
+            if n > 0 {
+                self.counters.frames += n as u64;
+                if let Some(b) = self.buckets[s.collector].as_mut() {
+                    b.charge(now, n as u64);
+                }
+            }
+            pending |= s.qp.resend_pending();
+        }
+        self.resending = pending;
     }
 
     /// Fires timers: partial Append batches, aged postcard entries, ACK timeouts (probes),
@@ -1125,17 +1214,33 @@ impl Pipeline {
                     debug_assert_eq!(got, psn);
                     let (base, rkey) = (s.base, s.rkey);
                     let t = &s.tmpl.probe;
-                    tx.push_with(s.dest, off, |buf| {
+                    if tx.push_with(s.dest, off, |buf| {
                         t.emit(buf, got, true, |ext| write_reth(ext, base, rkey, 0))
-                    });
+                    }) {
+                        s.qp.record(got, tx.frame(tx.len() - 1));
+                    }
                     c.frames += 1;
                 }
+            }
+            if s.qp.resend_pending() {
+                // Resends go out before this store's timers emit new frames.
+                let n = s.qp.retransmit(now, tx, s.dest, off);
+                if n > 0 {
+                    c.frames += n as u64;
+                    if let Some(b) = self.buckets[s.collector].as_mut() {
+                        b.charge(now, n as u64);
+                    }
+                }
+                self.resending |= s.qp.resend_pending();
             }
             match &s.state {
                 StoreState::Append(_) => append_timeouts(s, now, off, tx, c),
                 StoreState::Postcard(_) => postcard_timeouts(s, now, off, tx, c),
                 _ => {}
             }
+        }
+        if self.resending {
+            self.retransmit(now, tx);
         }
         self.drain_backlog(now, tx);
     }
@@ -1202,6 +1307,25 @@ impl Pipeline {
             }
         }
         t
+    }
+
+    /// Frames sent and not yet confirmed by the collectors (still held for retransmission), on
+    /// QPs that are not broken. After [`Pipeline::confirm_promptly`], polling drives this to 0
+    /// on a working link: a clean shutdown waits for it.
+    pub fn unconfirmed_frames(&self) -> u64 {
+        self.stores
+            .iter()
+            .filter(|s| !s.qp.is_broken())
+            .map(|s| s.qp.unconfirmed() as u64)
+            .sum()
+    }
+
+    /// Makes every QP ask about its unconfirmed frames at once (shutdown): a lost last frame is
+    /// then resent within a round trip instead of a few RTOs.
+    pub fn confirm_promptly(&mut self) {
+        for s in &mut self.stores {
+            s.qp.confirm_promptly();
+        }
     }
 
     /// Writes every partial Append batch and postcard entry now (clean shutdown).
@@ -1276,7 +1400,7 @@ fn emit_write(
         (None, _) => &t.write,
     };
     let ok = tx.push_with(dest, off, |buf| {
-        tmpl.emit(buf, psn, ack_req, |ext| {
+        let n = tmpl.emit(buf, psn, ack_req, |ext| {
             write_reth(ext, va, rkey, pl as u32);
             let mut o = RETH_LEN;
             if let Some(v) = imm {
@@ -1284,7 +1408,9 @@ fn emit_write(
                 o += 4;
             }
             ext[o..o + pl].copy_from_slice(payload);
-        })
+        });
+        qp.record(psn, &buf[..n]);
+        n
     });
     debug_assert!(ok, "tx room is checked per report");
     c.frames += 1;
@@ -1305,7 +1431,10 @@ fn emit_replica(
     c: &mut TranslatorCounters,
 ) {
     let (psn, ack_req) = qp.take(now);
-    let ok = tx.push_copy_of_last(|f| t.replica.patch(f, psn, ack_req, va));
+    let ok = tx.push_copy_of_last(|f| {
+        t.replica.patch(f, psn, ack_req, va);
+        qp.record(psn, f);
+    });
     debug_assert!(ok, "tx room is checked per report");
     c.frames += 1;
 }
