@@ -72,10 +72,27 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
     cfg.reliability.ack_every = 4;
     cfg.collectors = vec![CollectorSection::with_cm("c", c_addr, vec![1400])];
     let t = Translator::start(cfg).expect("two workers connect over RDMA_CM");
-    let reporters: Vec<std::net::UdpSocket> = (0..8)
+    // 32 reporters on ephemeral ports, so that "both workers received reports" holds whatever
+    // hash spreads them (8 failed about once in six runs). With the dispatcher its hash is
+    // known: reporters are added until each worker has some.
+    let mut reporters: Vec<std::net::UdpSocket> = (0..32)
         .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
         .collect();
-    let per = 200u64;
+    let served = |rs: &[std::net::UdpSocket], w: usize| {
+        rs.iter().any(|s| {
+            let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
+                unreachable!("bound to IPv4")
+            };
+            dta_translator::run::dispatch_worker(a, 2) == w
+        })
+    };
+    if report == ReportSteering::Dispatcher {
+        while !(served(&reporters, 0) && served(&reporters, 1)) {
+            reporters.remove(0);
+            reporters.push(std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+        }
+    }
+    let per = 50u64;
     let mut buf = [0u8; 64];
     for k in 0..per {
         for (r, s) in reporters.iter().enumerate() {
@@ -109,7 +126,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
         bth[5..8].copy_from_slice(&[0, 0x03, 0xFF]);
         junk.send_to(&bth, t.roce_addr).unwrap();
     }
-    let total = per * 8 * 4;
+    let total = per * reporters.len() as u64 * 4;
     assert!(
         t.wait_for(Duration::from_secs(10), |c| c.rx_datagrams >= total),
         "{:?}",
@@ -163,7 +180,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
     let layout = AppendLayout::new(AppendFormat::Sequenced, 4096, 8, 4).unwrap();
     for list in 0..4u64 {
         let mut r = ListReader::new(&s.region, layout, list * list_stride, Start::Seq(1));
-        let mut next = [0u64; 8];
+        let mut next = vec![0u64; reporters.len()];
         r.poll(&s.region, usize::MAX, |_, e| {
             let v = u64::from_le_bytes(e.try_into().unwrap());
             let (rep, k) = ((v >> 32) as usize, v & 0xffff_ffff);
