@@ -639,6 +639,7 @@ impl Pipeline {
             *atomic = FrameTemplate::new(&s.ep, op::RC_FETCH_ADD, qpb.remote_qpn, 0);
         }
         let frame_len = s.tmpl.max_frame_len(&s.state);
+        self.counters.frames_unconfirmed_at_reconnect += s.qp.unconfirmed() as u64;
         s.qp = QpTx::new(
             qpb.local_qpn,
             qpb.remote_qpn,
@@ -1756,4 +1757,66 @@ pub fn single_store_pipeline_with(
         )],
     };
     Pipeline::new(cfg, &[target]).expect("a valid single-store pipeline")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dta_proto::hash::HashProfile;
+    use dta_proto::wire::report::{Profile, ReportHeader};
+    use dta_proto::Value;
+
+    #[test]
+    fn a_reconnection_counts_the_frames_it_abandons() {
+        let mut p = single_store_pipeline(StoreKind::KeyWrite {
+            slots: 1024,
+            slot_size: 32,
+            hash: HashProfile::Independent,
+        });
+        let hdr = ReportHeader {
+            profile: Profile::Extended,
+            immediate: false,
+            retransmittable: false,
+            seq: Some(0),
+            priority: Priority::Medium,
+        };
+        let bufs: Vec<Vec<u8>> = (0..5u32)
+            .map(|i| {
+                let r = Report {
+                    header: hdr,
+                    primitive: Primitive::KeyWrite {
+                        redundancy: 2,
+                        key: Key::new(&i.to_be_bytes()).unwrap(),
+                        value: Value::new(&[7; 8]).unwrap(),
+                    },
+                };
+                let mut b = vec![0u8; 64];
+                let n = r.emit(Profile::Extended, &mut b).unwrap();
+                b.truncate(n);
+                b
+            })
+            .collect();
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+        let burst: Vec<Datagram<'_>> = bufs
+            .iter()
+            .map(|b| Datagram {
+                src,
+                dst,
+                ip: None,
+                payload: b,
+            })
+            .collect();
+        let mut tx = TxBatch::new(256, 2048);
+        assert_eq!(p.handle_reports(1, &burst, &mut tx), 5);
+        assert_eq!(p.counters().frames, 10);
+        let qpb = QpBinding {
+            local_qpn: Qpn::new(0x200),
+            remote_qpn: Qpn::new(0x22),
+            start_psn: Psn::new(100),
+        };
+        assert!(p.rebind("s", qpb, None));
+        assert_eq!(p.counters().frames_unconfirmed_at_reconnect, 10);
+        assert_eq!(p.unconfirmed_frames(), 0, "the new QP starts empty");
+    }
 }

@@ -79,6 +79,9 @@ dta_proto::define_counters!(
         drop_qp_paused,
         /// Dropped: hand-off ring to the owning worker full.
         drop_handoff_full,
+        /// RoCEv2 frames still unconfirmed when a reconnection replaced their QP: the old QP
+        /// may or may not have delivered them, and they are not resent on the new one.
+        frames_unconfirmed_at_reconnect,
         /// RoCEv2 responses received (ACK, NAK, atomic ACK).
         roce_rx,
         /// RoCEv2 responses that were malformed or named an unknown QP.
