@@ -253,7 +253,7 @@ impl ShortCrc {
     ///
     /// # Panics
     /// If `len` is above 16.
-    #[inline]
+    #[inline(always)]
     pub fn checksum_padded(&self, block: &[u8; MULTI_MAX_LEN], len: usize) -> u32 {
         debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
         let rows = &*self.rows;
