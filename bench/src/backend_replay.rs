@@ -733,8 +733,7 @@ pub fn bare_rx_dpdk_child(ns: &str, iface: &str, idle: Duration) -> Result<Strin
     ])
     .expect("two ports");
     let mut b = DpdkBackend::open(c).map_err(|e| format!("DPDK: {e}"))?;
-    // SAFETY: gettid has no preconditions.
-    println!("READY {}", unsafe { libc::gettid() });
+    println!("READY {}", crate::sys::gettid());
     let _ = std::io::stdout().flush();
     let start = Instant::now();
     let mut first: Option<(Instant, u64)> = None;
@@ -972,8 +971,7 @@ fn bare_counting_thread<B: Backend + 'static>(
                 return;
             }
         };
-        // SAFETY: gettid has no preconditions.
-        let _ = rtx.send(Ok(unsafe { libc::gettid() } as u64));
+        let _ = rtx.send(Ok(crate::sys::gettid()));
         let (mut n, mut bursts) = (0u64, 0u64);
         while !stop.load(Ordering::Relaxed) {
             if let Ok(k) = b.recv_with(Duration::from_millis(5), &mut |burst| {
@@ -1457,8 +1455,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (s2, n2) = (stop.clone(), spins.clone());
         let th = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u64).unwrap();
+            tx.send(crate::sys::gettid()).unwrap();
             while !s2.load(Ordering::Relaxed) {
                 n2.fetch_add(1, Ordering::Relaxed);
             }

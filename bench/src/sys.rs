@@ -105,6 +105,12 @@ pub fn task_cpu_ns(tid: u64) -> Option<u64> {
     Some(ticks * 1_000_000_000 / hz)
 }
 
+/// The calling thread's kernel thread ID (for `/proc/self/task/TID` and the cgroup freezer).
+pub fn gettid() -> u64 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u64 }
+}
+
 /// Pins the calling thread to core `i` (modulo the cores available); false if it could not.
 pub fn pin_to(i: usize) -> bool {
     match core_affinity::get_core_ids() {
@@ -145,8 +151,7 @@ mod tests {
         let me = std::thread::current().name().unwrap_or("").to_string();
         let _ = me;
         // This thread's own task is found under its kernel TID.
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u64;
+        let tid = gettid();
         assert!(task_cpu_ns(tid).is_some());
     }
 }
