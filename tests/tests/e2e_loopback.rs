@@ -206,14 +206,25 @@ fn keywrite_memory_byte_for_byte_and_queries() {
     assert!(correct as f64 >= 0.97 * keys as f64, "{correct} of {keys}");
     let k = sys.collector.counters();
     assert_eq!(
-        (
-            k.bad_icrc,
-            k.out_of_seq_request,
-            k.duplicate_request,
-            k.rkey_violation
-        ),
-        (0, 0, 0, 0),
+        (k.bad_icrc, k.out_of_seq_request, k.rkey_violation),
+        (0, 0, 0),
         "{k:?}"
+    );
+    // Duplicates only from frames the translator sent again (an ACK slower than the
+    // retransmission timeout on a loaded machine); the responder ignores them.
+    let resent: u64 = sys
+        .translator
+        .snapshots()
+        .iter()
+        .flat_map(|s| {
+            s.qps
+                .iter()
+                .map(|(_, _, q)| q.retransmitted_frames + q.probes)
+        })
+        .sum();
+    assert!(
+        k.duplicate_request <= resent,
+        "duplicates without retransmissions: {k:?}, resent {resent}"
     );
 }
 
