@@ -816,22 +816,26 @@ pub fn compare_dpdk(
         serde_json::from_str(line.trim()).map_err(|e| format!("bare DPDK loop: {e}: {line:?}"))?;
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
     let bare = Side::new("dpdk rx", f("packets") as u64, f("secs"), f("cpu_secs"));
+    with_dpdk_translator(net, |configure| {
+        translator_netns("dpdk", net, sc, trace, o, configure, bare)
+    })
+}
+
+/// Runs `run` with the configuration of a translator on DPDK (net_af_packet on veth B, an EAL
+/// file prefix of its own), then removes the EAL's runtime directory: without `--in-memory`
+/// (which `--no-huge` excludes) the EAL leaves it behind.
+#[cfg(feature = "dpdk")]
+fn with_dpdk_translator<R>(
+    net: &Netns,
+    run: impl FnOnce(Box<dyn FnOnce(&mut TranslatorConfig)>) -> R,
+) -> R {
     let prefix = format!("dta-replay-{}", std::process::id());
     let args = dpdk_eal_args(&net.if_b, &prefix);
-    let r = translator_netns(
-        "dpdk",
-        net,
-        sc,
-        trace,
-        o,
-        move |cfg| {
-            cfg.translator.backend = BackendKind::Dpdk;
-            cfg.dpdk.eal_args = args;
-            cfg.dpdk.ports = vec!["net_af_packet0".into()];
-        },
-        bare,
-    );
-    // Without --in-memory (which --no-huge excludes) the EAL leaves its runtime directory.
+    let r = run(Box::new(move |cfg: &mut TranslatorConfig| {
+        cfg.translator.backend = BackendKind::Dpdk;
+        cfg.dpdk.eal_args = args;
+        cfg.dpdk.ports = vec!["net_af_packet0".into()];
+    }));
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
     r
 }
@@ -1359,24 +1363,9 @@ pub fn compare_dpdk_prefilled(
     let bare = sum_rounds("dpdk rx", p.rounds, || {
         bare_dpdk_child_round(exe, net, p.packets, freezer, &send)
     })?;
-    let prefix = format!("dta-replay-{}", std::process::id());
-    let args = dpdk_eal_args(&net.if_b, &prefix);
-    let r = translator_netns_prefilled(
-        "dpdk",
-        net,
-        sc,
-        trace,
-        p,
-        freezer,
-        move |cfg| {
-            cfg.translator.backend = BackendKind::Dpdk;
-            cfg.dpdk.eal_args = args;
-            cfg.dpdk.ports = vec!["net_af_packet0".into()];
-        },
-        bare,
-    );
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
-    r
+    with_dpdk_translator(net, |configure| {
+        translator_netns_prefilled("dpdk", net, sc, trace, p, freezer, configure, bare)
+    })
 }
 
 /// One pre-filled round of the bare DPDK loop in a child process (`exe bare-rx-dpdk`): the
