@@ -10,9 +10,12 @@
 # Names and addresses come from the environment (defaults shown):
 #   NS_A=dta-a  IF_A=dta-va  ADDR_A=10.77.0.1  MAC_A=02:00:00:77:00:01   (the sender side)
 #   NS_B=dta-b  IF_B=dta-vb  ADDR_B=10.77.0.2  MAC_B=02:00:00:77:00:02   (the backend side)
-#   PREFIX=24   NEIGH=1 (static neighbour entries; NEIGH=0 leaves ARP to do its job)
+#   PREFIX_LEN=24   NEIGH=1 (static neighbour entries; NEIGH=0 leaves ARP to do its job)
 #   OFFLOAD=0   (0 turns off TX checksum offload and GRO on both veths, so frames seen by raw
 #                backends carry complete UDP checksums; 1 leaves the defaults)
+#   THREADED=0  (1 receives on veth A in a NAPI kernel thread (GRO on, threaded NAPI), not in
+#                the context of whoever sends to it: a benchmark of namespace B's sender, e.g.
+#                the translator, is then not charged for namespace A's receive)
 # On success the last lines are KEY=VALUE pairs describing the topology, and the exit code
 # is 0; with SKIP the topology is absent.
 set -u
@@ -25,9 +28,10 @@ ADDR_A=${ADDR_A:-10.77.0.1}
 ADDR_B=${ADDR_B:-10.77.0.2}
 MAC_A=${MAC_A:-02:00:00:77:00:01}
 MAC_B=${MAC_B:-02:00:00:77:00:02}
-PREFIX=${PREFIX:-24}
+PREFIX_LEN=${PREFIX_LEN:-24}
 NEIGH=${NEIGH:-1}
 OFFLOAD=${OFFLOAD:-0}
+THREADED=${THREADED:-0}
 
 skip() {
     echo "SKIP: netns: $*"
@@ -50,8 +54,8 @@ up() {
     ip netns add "$NS_B" || { down; skip "cannot create network namespaces"; }
     ip link add "$IF_A" netns "$NS_A" address "$MAC_A" type veth \
         peer name "$IF_B" netns "$NS_B" address "$MAC_B" || { down; skip "cannot create veth pair"; }
-    ip -n "$NS_A" addr add "$ADDR_A/$PREFIX" dev "$IF_A" &&
-        ip -n "$NS_B" addr add "$ADDR_B/$PREFIX" dev "$IF_B" &&
+    ip -n "$NS_A" addr add "$ADDR_A/$PREFIX_LEN" dev "$IF_A" &&
+        ip -n "$NS_B" addr add "$ADDR_B/$PREFIX_LEN" dev "$IF_B" &&
         ip -n "$NS_A" link set lo up &&
         ip -n "$NS_B" link set lo up &&
         ip -n "$NS_A" link set "$IF_A" up &&
@@ -67,6 +71,14 @@ up() {
         else
             echo "netns: no ethtool: TX checksum offload stays on (raw backends should skip the UDP checksum check)"
         fi
+    fi
+    if [ "$THREADED" = 1 ]; then
+        # veth has NAPI instances only with GRO or an XDP program: GRO stays on for veth A
+        # (it merges nothing for sockets without UDP_GRO, and XDP runs before it), so every
+        # frame to namespace A is received by A's NAPI kernel thread, not by its sender.
+        ip netns exec "$NS_A" sh -c "ethtool -K $IF_A gro on >/dev/null &&
+            echo 1 > /sys/class/net/$IF_A/threaded" ||
+            echo "netns: cannot enable threaded NAPI on $IF_A"
     fi
     echo "NS_A=$NS_A"
     echo "NS_B=$NS_B"

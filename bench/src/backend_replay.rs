@@ -443,7 +443,12 @@ fn netns_script() -> PathBuf {
 impl Netns {
     /// Creates the topology with names starting with `prefix` (e.g. "dtr"). Err(reason) when
     /// it cannot (not root, no `ip`): the caller prints SKIP.
-    pub fn up(prefix: &str) -> Result<Netns, String> {
+    ///
+    /// `collector_rx_thread` runs veth A's receive (the software RNIC's side) in its own NAPI
+    /// kernel thread. Otherwise veth delivers a frame in the context of the thread that sends
+    /// it, so the translator's worker would pay for the collector's receive as well: work a
+    /// real NIC does on the collector's host, not on the translator's.
+    pub fn up(prefix: &str, collector_rx_thread: bool) -> Result<Netns, String> {
         let (ns_a, ns_b) = (format!("{prefix}-a"), format!("{prefix}-b"));
         let if_b = format!("{prefix}-vb");
         let if_a = format!("{prefix}-va");
@@ -452,6 +457,10 @@ impl Netns {
             ("NS_B", ns_b.clone()),
             ("IF_A", if_a.clone()),
             ("IF_B", if_b.clone()),
+            (
+                "THREADED",
+                if collector_rx_thread { "1" } else { "0" }.into(),
+            ),
         ];
         let out = std::process::Command::new("bash")
             .arg(netns_script())
@@ -1170,6 +1179,64 @@ pub fn compare_udp_prefilled(
         ..Comparison::default()
     }
     .finish())
+}
+
+/// Kernel UDP on the veth pair, pre-filled: like [`compare_udp_prefilled`], but the bare
+/// `recvmmsg` loop and the translator listen in namespace B and the software RNIC runs in
+/// namespace A, so with [`Netns::up`]'s `collector_rx_thread` the RNIC's receive is not charged
+/// to the translator's worker (on loopback it always is: the kernel delivers in the sender's
+/// context).
+pub fn compare_udp_netns_prefilled(
+    net: &Netns,
+    sc: &Scenario,
+    trace: &Trace,
+    p: Prefill,
+    freezer: &Freezer,
+) -> Result<Comparison, String> {
+    use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
+    const BUFFER: usize = 64 << 20;
+    let port = dta_proto::consts::DTA_PORT;
+    let target = SocketAddrV4::new(ADDR_B, port);
+    let sock = in_netns(&net.ns_b, move || {
+        UdpSocket::bind(
+            target,
+            &UdpOptions {
+                rcvbuf: BUFFER,
+                sndbuf: 1 << 20,
+                reuse_port: false,
+            },
+        )
+        .map_err(|e| format!("bind {target} in the backend namespace: {e}"))
+    })?;
+    let (rx, tx) = sock.split();
+    let ns_a = net.ns_a.clone();
+    let send = |n: u64, _warm: bool| {
+        let (t, ns) = (trace.clone(), ns_a.clone());
+        in_netns(&ns, move || {
+            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
+            send_n(&mut s, &t, n)
+        })
+    };
+    let bare = bare_prefilled(
+        "recvmmsg",
+        freezer,
+        p,
+        move || Ok(UdpBackend::new(vec![rx], tx)),
+        &send,
+    )?;
+    translator_netns_prefilled(
+        "udp",
+        net,
+        sc,
+        trace,
+        p,
+        freezer,
+        |cfg| {
+            cfg.translator.backend = BackendKind::Udp;
+            cfg.translator.socket_buffer = BUFFER;
+        },
+        bare,
+    )
 }
 
 /// The translator of a raw backend on veth B (namespace B), software RNIC in namespace A,

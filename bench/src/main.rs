@@ -151,6 +151,13 @@ enum Cmd {
         /// With --prefill: freeze-fill-drain rounds per side (figures are summed over them).
         #[arg(long, default_value_t = 3)]
         rounds: u32,
+        /// Where the collector's side of the veth pair receives the translator's frames.
+        /// `thread`: in its own NAPI kernel thread, as a collector on another host would; with
+        /// --prefill the kernel UDP comparison then also runs on the veth pair. `inline`: in the
+        /// sending thread (veth's default), so the translator's worker is also charged for the
+        /// collector's receive; kernel UDP runs on loopback.
+        #[arg(long, value_enum, default_value = "thread")]
+        collector_rx: CollectorRx,
     },
     /// Run a benchmark sweep and write FIGURE.json and FIGURE.svg.
     Bench {
@@ -276,6 +283,14 @@ enum ReplayPath {
     Udp,
     /// Both.
     Both,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum CollectorRx {
+    /// veth A's receive in a NAPI kernel thread.
+    Thread,
+    /// veth A's receive in the sender's context.
+    Inline,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -457,6 +472,7 @@ fn backend_cmd(
     port: Option<u16>,
     rate: u64,
     (prefill, rounds): (u64, u32),
+    collector_rx: CollectorRx,
     out: Option<&std::path::Path>,
 ) -> Result<(), String> {
     use dta_bench::backend_replay::{self as br, CompareOptions};
@@ -488,10 +504,11 @@ fn backend_cmd(
     let mut memory = Vec::new();
     #[allow(unused_mut, unused_variables)]
     let mut net: Option<br::Netns> = None;
+    let rx_thread = collector_rx == CollectorRx::Thread;
     #[allow(dead_code)]
-    fn netns(net: &mut Option<br::Netns>) -> Result<&br::Netns, String> {
+    fn netns(net: &mut Option<br::Netns>, rx_thread: bool) -> Result<&br::Netns, String> {
         if net.is_none() {
-            *net = Some(br::Netns::up("dtr")?);
+            *net = Some(br::Netns::up("dtr", rx_thread)?);
         }
         Ok(net.as_ref().expect("just set"))
     }
@@ -523,6 +540,9 @@ fn backend_cmd(
                 continue;
             }
             BackendArg::Udp => match &prefilled {
+                Some((f, p)) if rx_thread => {
+                    br::compare_udp_netns_prefilled(netns(&mut net, rx_thread)?, &sc, &t, *p, f)
+                }
                 Some((f, p)) => br::compare_udp_prefilled(&sc, &t, *p, f),
                 None => br::compare_udp(&sc, &t, &o),
             },
@@ -530,8 +550,10 @@ fn backend_cmd(
             BackendArg::AfXdp => {
                 #[cfg(feature = "af_xdp")]
                 match &prefilled {
-                    Some((f, p)) => br::compare_af_xdp_prefilled(netns(&mut net)?, &sc, &t, *p, f),
-                    None => br::compare_af_xdp(netns(&mut net)?, &sc, &t, &o),
+                    Some((f, p)) => {
+                        br::compare_af_xdp_prefilled(netns(&mut net, rx_thread)?, &sc, &t, *p, f)
+                    }
+                    None => br::compare_af_xdp(netns(&mut net, rx_thread)?, &sc, &t, &o),
                 }
                 #[cfg(not(feature = "af_xdp"))]
                 Err("af_xdp is not compiled in: build dta with --features af_xdp".to_string())
@@ -541,10 +563,15 @@ fn backend_cmd(
                 {
                     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
                     match &prefilled {
-                        Some((f, p)) => {
-                            br::compare_dpdk_prefilled(&exe, netns(&mut net)?, &sc, &t, *p, f)
-                        }
-                        None => br::compare_dpdk(&exe, netns(&mut net)?, &sc, &t, &o),
+                        Some((f, p)) => br::compare_dpdk_prefilled(
+                            &exe,
+                            netns(&mut net, rx_thread)?,
+                            &sc,
+                            &t,
+                            *p,
+                            f,
+                        ),
+                        None => br::compare_dpdk(&exe, netns(&mut net, rx_thread)?, &sc, &t, &o),
                     }
                 }
                 #[cfg(not(feature = "dpdk"))]
@@ -750,6 +777,7 @@ fn main() {
             backend,
             prefill,
             rounds,
+            collector_rx,
         } => {
             let port = (port != 0).then_some(port);
             if !backend.is_empty() {
@@ -761,6 +789,7 @@ fn main() {
                     port,
                     rate,
                     (prefill, rounds),
+                    collector_rx,
                     json.as_deref(),
                 ) {
                     eprintln!("dta replay: {e}");

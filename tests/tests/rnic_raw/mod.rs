@@ -106,7 +106,7 @@ pub fn run(
     skip_if: &[&str],
     config: impl FnOnce(&str) -> CollectorConfig,
 ) {
-    let net = match Netns::up(prefix) {
+    let net = match Netns::up(prefix, false) {
         Ok(n) => n,
         Err(e) => return skip(backend, &e),
     };

@@ -62,6 +62,8 @@ fn main() {
         .allowlist_function("rte_eal_cleanup")
         .allowlist_function("rte_strerror")
         .allowlist_function("rte_socket_id")
+        .allowlist_function("rte_thread_register")
+        .allowlist_function("rte_thread_unregister")
         .allowlist_function("rte_eth_dev_count_avail")
         .allowlist_function("rte_eth_dev_get_port_by_name")
         .allowlist_function("rte_eth_dev_info_get")

@@ -11,6 +11,11 @@
 //! frames in place in the mbufs, hands the datagrams over and frees the mbufs in bulk.
 //! `send_batch` allocates mbufs in bulk, copies each frame in and transmits in bursts; frames the
 //! PMD refuses after a few retries are freed and counted.
+//!
+//! Both register the calling thread with the EAL once ([`ensure_lcore`]): a worker spawned by
+//! `std::thread` is not an EAL thread, and without an lcore ID every mbuf allocation and free
+//! bypasses the mempool's per-lcore cache and goes to the shared ring, which hands out mbufs
+//! in FIFO order across the whole pool: a cache miss on every mbuf header.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -27,6 +32,64 @@ use crate::frame::{parse_udp_frame, FrameFilter, FrameStats, PeerMacs};
 pub const MAX_BURST: usize = 256;
 
 static EAL: OnceLock<Result<Vec<String>, String>> = OnceLock::new();
+
+/// `LCORE_ID_ANY`: the lcore ID of a thread the EAL does not know.
+const LCORE_ID_ANY: u32 = u32::MAX;
+
+/// The calling thread's registration with the EAL, released when the thread exits.
+struct Lcore {
+    registered: bool,
+}
+
+impl Lcore {
+    fn register() -> Lcore {
+        // SAFETY: rte_lcore_id reads the EAL's per-thread lcore ID (LCORE_ID_ANY when unset).
+        if unsafe { sys::dta_lcore_id() } != LCORE_ID_ANY {
+            return Lcore { registered: false };
+        }
+        // SAFETY: the EAL is initialised (a backend exists); registering a non-EAL thread
+        // assigns it a free lcore ID or fails with -1, leaving it as it was.
+        let registered = unsafe { sys::rte_thread_register() } == 0;
+        if registered {
+            // SAFETY: as above.
+            let id = unsafe { sys::dta_lcore_id() };
+            log::debug!("dpdk: thread registered with the EAL as lcore {id}");
+        } else {
+            log::warn!(
+                "dpdk: cannot register this thread with the EAL (no free lcore ID): its mbufs \
+                 bypass the mempool cache"
+            );
+        }
+        Lcore { registered }
+    }
+}
+
+impl Drop for Lcore {
+    fn drop(&mut self) {
+        if self.registered {
+            // SAFETY: this thread registered itself in `register` and is exiting.
+            unsafe { sys::rte_thread_unregister() };
+        }
+    }
+}
+
+thread_local! {
+    static LCORE: Lcore = Lcore::register();
+}
+
+/// The calling thread's EAL lcore ID, if it has one (an EAL thread, or one registered by
+/// [`ensure_lcore`]).
+pub fn current_lcore() -> Option<u32> {
+    // SAFETY: reads the per-thread lcore ID.
+    let id = unsafe { sys::dta_lcore_id() };
+    (id != LCORE_ID_ANY).then_some(id)
+}
+
+/// Registers the calling thread with the EAL the first time it touches a port, so the mempool
+/// cache serves its mbufs. Returns whether the thread has an lcore ID.
+pub fn ensure_lcore() -> bool {
+    LCORE.with(|l| l.registered) || current_lcore().is_some()
+}
 
 fn rte_error(what: &str, code: i32) -> io::Error {
     // SAFETY: rte_strerror returns a pointer to a static or thread-local NUL-terminated string.
@@ -271,6 +334,7 @@ impl Backend for DpdkBackend {
         timeout: Duration,
         f: &mut dyn FnMut(&[Datagram<'_>]),
     ) -> io::Result<usize> {
+        ensure_lcore();
         let mut n = self.rx_burst();
         if n == 0 {
             let start = Instant::now();
@@ -336,6 +400,7 @@ impl Backend for DpdkBackend {
     }
 
     fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
+        ensure_lcore();
         let mut sent = 0;
         let mut i = 0;
         while i < batch.len() {

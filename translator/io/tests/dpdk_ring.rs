@@ -32,7 +32,7 @@ fn net_ring_loopback_round_trip() {
         Some("net_ring0"),
     );
     cfg.filter = FrameFilter::ports(&[40000, 4791]).unwrap();
-    let mut be = match DpdkBackend::open(cfg) {
+    let be = match DpdkBackend::open(cfg) {
         Ok(b) => b,
         Err(e) => {
             common::remove_dpdk_runtime(&name);
@@ -40,6 +40,37 @@ fn net_ring_loopback_round_trip() {
             return;
         }
     };
+    // The backend runs on a thread the EAL did not start, as a translator worker does: its
+    // first transmit registers it as an lcore, so its mbufs come from the mempool cache.
+    let (s, be) = std::thread::spawn(move || {
+        let mut be = be;
+        assert_eq!(
+            dta_io::dpdk::current_lcore(),
+            None,
+            "a fresh thread has no lcore"
+        );
+        let s = round_trip(&mut be);
+        let id = dta_io::dpdk::current_lcore();
+        assert!(id.is_some_and(|id| id != 0), "worker lcore {id:?}");
+        (s, be)
+    })
+    .join()
+    .expect("worker thread");
+    // Each thread gives its lcore back when it exits: more threads than RTE_MAX_LCORE (128)
+    // register one after another.
+    for i in 0..160 {
+        std::thread::spawn(move || {
+            assert!(dta_io::dpdk::ensure_lcore(), "thread {i} got no lcore");
+        })
+        .join()
+        .expect("lcore thread");
+    }
+    drop(be);
+    common::remove_dpdk_runtime(&name);
+    assert_eq!((s.tx_packets, s.rx_packets, s.rx_dropped), (60, 40, 20));
+}
+
+fn round_trip(be: &mut DpdkBackend) -> dta_io::backend::BackendStats {
     let a = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 1000);
     let mut batch = TxBatch::new(64, 256);
     for i in 0..60u16 {
@@ -83,8 +114,5 @@ fn net_ring_loopback_round_trip() {
         assert_eq!(payload, &ident.to_be_bytes());
     }
     assert_eq!(be.frame_stats().filtered, 20);
-    let s = be.stats();
-    drop(be);
-    common::remove_dpdk_runtime(&name);
-    assert_eq!((s.tx_packets, s.rx_packets, s.rx_dropped), (60, 40, 20));
+    be.stats()
 }

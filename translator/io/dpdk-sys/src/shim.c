@@ -60,3 +60,8 @@ int dta_errno(void)
 {
 	return rte_errno;
 }
+
+unsigned int dta_lcore_id(void)
+{
+	return rte_lcore_id();
+}

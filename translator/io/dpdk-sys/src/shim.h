@@ -20,3 +20,4 @@ uint16_t dta_pktmbuf_data_len(const struct rte_mbuf *m);
 uint32_t dta_pktmbuf_pkt_len(const struct rte_mbuf *m);
 uint16_t dta_pktmbuf_nb_segs(const struct rte_mbuf *m);
 int dta_errno(void);
+unsigned int dta_lcore_id(void);
