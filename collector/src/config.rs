@@ -9,6 +9,7 @@
 //!
 //! [rnic]                         # the software RNIC's packet I/O
 //! backend = "udp"                # or "af_xdp" / "dpdk" (cargo features of the same names)
+//! rx_coalesce_us = 100           # wait after a short receive (interrupt moderation); 0: off
 //!
 //! [af_xdp]                       # backend = "af_xdp": the same section as the translator's
 //! interface = "eth1"
@@ -74,6 +75,7 @@ impl From<ConfigFile> for CollectorConfig {
             backend: f.rnic.backend,
             af_xdp: f.af_xdp,
             dpdk: f.dpdk,
+            rx_coalesce_us: f.rnic.rx_coalesce_us,
         };
         CollectorConfig {
             collector: f.collector,
@@ -90,6 +92,7 @@ impl From<CollectorConfig> for ConfigFile {
             collector: c.collector,
             rnic: RnicSection {
                 backend: io.backend,
+                rx_coalesce_us: io.rx_coalesce_us,
             },
             af_xdp: io.af_xdp,
             dpdk: io.dpdk,
@@ -100,7 +103,7 @@ impl From<CollectorConfig> for ConfigFile {
 }
 
 /// The software RNIC's packet I/O: `[rnic] backend` and the raw backends' sections.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RnicIo {
     /// `[rnic] backend`.
     pub backend: RnicBackend,
@@ -108,6 +111,24 @@ pub struct RnicIo {
     pub af_xdp: dta_io::config::AfXdpSection,
     /// `[dpdk]` (the translator's section).
     pub dpdk: dta_io::config::DpdkSection,
+    /// `[rnic] rx_coalesce_us`.
+    pub rx_coalesce_us: u32,
+}
+
+/// `[rnic] rx_coalesce_us` by default: like a NIC's default interrupt moderation. Measured on
+/// the baselines' end-to-end run (9k frames/s): 100 µs cut the RNIC's CPU per report from
+/// 143–179 ns to 47–49 ns; 50 µs to 66 ns.
+pub const DEFAULT_RX_COALESCE_US: u32 = 100;
+
+impl Default for RnicIo {
+    fn default() -> Self {
+        RnicIo {
+            backend: RnicBackend::default(),
+            af_xdp: Default::default(),
+            dpdk: Default::default(),
+            rx_coalesce_us: DEFAULT_RX_COALESCE_US,
+        }
+    }
 }
 
 /// `[collector]`.
@@ -181,11 +202,25 @@ pub enum Backend {
 }
 
 /// `[rnic]`: how the software RNIC (`[collector] backend = "software"`) moves packets.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RnicSection {
     /// Packet I/O backend: "udp" (default), "af_xdp" or "dpdk".
     pub backend: RnicBackend,
+    /// Receive coalescing (µs), like a NIC's interrupt moderation: after a receive that found
+    /// only a few packets, the RNIC waits this long before it looks again, so a trickle of
+    /// frames is taken in bursts instead of one wake-up per frame. Adds at most this much to
+    /// an ACK's and a write's latency; under load (full bursts) it never waits. 0: off.
+    pub rx_coalesce_us: u32,
+}
+
+impl Default for RnicSection {
+    fn default() -> Self {
+        RnicSection {
+            backend: RnicBackend::default(),
+            rx_coalesce_us: DEFAULT_RX_COALESCE_US,
+        }
+    }
 }
 
 /// `[rnic] backend`: the software RNIC's packet I/O.

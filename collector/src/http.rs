@@ -536,6 +536,8 @@ fn stats_json(state: &ControlState) -> Value {
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
         "http_requests": state.requests.load(Ordering::Relaxed),
         "immediate_events": p.immediate_events,
+        "rx_bursts": p.rx_bursts,
+        "rx_coalesce_waits": p.rx_coalesce_waits,
         "recent_immediate": p.recent_events.iter().rev().filter_map(|c| match c {
             crate::rnic::responder::Completion::WriteWithImm { qpn, imm, len } => {
                 Some(json!({ "qpn": qpn.value(), "imm": imm, "len": len }))
@@ -605,7 +607,7 @@ type EstimateField = fn(&crate::query::estimate::Estimate) -> f64;
 
 /// The `/metrics` page (Prometheus text exposition format 0.0.4).
 pub fn metrics(state: &ControlState) -> String {
-    let (counters, per_qp, imm, cm, conns) = {
+    let (counters, per_qp, imm, cm, conns, wakes) = {
         let p = state.published.lock().expect("publisher lock");
         (
             p.counters,
@@ -613,6 +615,7 @@ pub fn metrics(state: &ControlState) -> String {
             p.immediate_events,
             p.cm,
             p.connections.len(),
+            (p.rx_bursts, p.rx_coalesce_waits),
         )
     };
     let mut out = String::with_capacity(16 << 10);
@@ -644,6 +647,20 @@ pub fn metrics(state: &ControlState) -> String {
         "WRITE with Immediate completions turned into events (the papers' push notifications).",
     )
     .sample(&[], imm as f64);
+    family(
+        &mut out,
+        "rnic_rx_bursts_total",
+        "counter",
+        "Receive calls of the software RNIC that returned packets (one wake-up each).",
+    )
+    .sample(&[], wakes.0 as f64);
+    family(
+        &mut out,
+        "rnic_rx_coalesce_waits_total",
+        "counter",
+        "Waits of [rnic] rx_coalesce_us after a short receive (receive interrupt moderation).",
+    )
+    .sample(&[], wakes.1 as f64);
     for (i, info) in crate::rnic::cm::CmCounters::INFO.iter().enumerate() {
         let mut f = family(
             &mut out,

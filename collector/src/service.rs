@@ -55,7 +55,16 @@ pub struct Published {
     pub cm: CmCounters,
     /// RDMA_CM connections: (store port, peer, our QPN, established).
     pub connections: Vec<(u16, SocketAddrV4, u32, bool)>,
+    /// Receive calls of the software RNIC that returned packets (packets ÷ this: the mean
+    /// burst; one wake-up each).
+    pub rx_bursts: u64,
+    /// Waits of `[rnic] rx_coalesce_us` after a short receive.
+    pub rx_coalesce_waits: u64,
 }
+
+/// A receive of fewer packets than this is short: with `[rnic] rx_coalesce_us` the RNIC waits
+/// before the next one.
+pub const COALESCE_BELOW: usize = 16;
 
 /// A running collector.
 pub struct Collector {
@@ -190,6 +199,7 @@ impl Collector {
             let published = published.clone();
             let stop = stop.clone();
             let recv_credits = dev.recv_credits;
+            let coalesce = Duration::from_micros(dev.rnic.rx_coalesce_us as u64);
             std::thread::Builder::new()
                 .name("dta-rnic".into())
                 .spawn(move || {
@@ -197,6 +207,7 @@ impl Collector {
                     let mut tx = TxBatch::new(dta_io::udp::MAX_BURST * 4, 9216);
                     let mut last_pub = Instant::now();
                     let mut imm_events = 0u64;
+                    let (mut rx_bursts, mut coalesce_waits) = (0u64, 0u64);
                     let mut recent = std::collections::VecDeque::new();
                     while !stop.load(Ordering::Relaxed) {
                         let now = epoch.elapsed().as_nanos() as u64;
@@ -210,10 +221,14 @@ impl Collector {
                                 }
                             }
                         });
-                        if let Err(e) = r {
-                            log::error!("software RNIC receive failed: {e}");
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
+                        let got = match r {
+                            Ok(n) => n,
+                            Err(e) => {
+                                log::error!("software RNIC receive failed: {e}");
+                                std::thread::sleep(Duration::from_millis(100));
+                                0
+                            }
+                        };
                         if !tx.is_empty() {
                             let _ = backend.send_batch(&tx);
                             tx.clear();
@@ -244,6 +259,14 @@ impl Collector {
                                 RnicCommand::DestroyQp(q) => responder.destroy_qp(q),
                             }
                         }
+                        // Interrupt moderation: a short receive means frames trickle in; let
+                        // some gather before the next one (its ACKs are sent above). An idle
+                        // RNIC still blocks in the receive and wakes for the first frame.
+                        rx_bursts += (got > 0) as u64;
+                        if got > 0 && got < COALESCE_BELOW && !coalesce.is_zero() {
+                            coalesce_waits += 1;
+                            std::thread::sleep(coalesce);
+                        }
                         if last_pub.elapsed() >= Duration::from_millis(50)
                             || stop.load(Ordering::Relaxed)
                         {
@@ -256,6 +279,8 @@ impl Collector {
                                 .filter_map(|q| responder.qp_counters(q).map(|c| (q.value(), c)))
                                 .collect();
                             p.immediate_events = imm_events;
+                            p.rx_bursts = rx_bursts;
+                            p.rx_coalesce_waits = coalesce_waits;
                             p.cm = cm.counters;
                             p.connections = cm
                                 .connections()

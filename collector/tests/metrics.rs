@@ -382,3 +382,47 @@ slots = 1024
     assert!(!dir.join("collector.json").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `[rnic] rx_coalesce_us`: a trickle of datagrams (one every 200 µs) is taken in a few bursts
+/// when the RNIC waits 5 ms after a short receive, and in one wake-up per datagram when it does
+/// not wait; both are visible in `/metrics`.
+#[test]
+fn receive_coalescing_takes_a_trickle_in_bursts() {
+    fn trickle(coalesce_us: u32) -> (u64, u64, String) {
+        let cfg = CONFIG.replace(
+            "hugepages = false\n",
+            &format!("hugepages = false\n\n[rnic]\nrx_coalesce_us = {coalesce_us}\n"),
+        );
+        let cfg = CollectorConfig::from_toml(&cfg).unwrap();
+        assert_eq!(cfg.collector.rnic.rx_coalesce_us, coalesce_us);
+        let c = Collector::start(cfg).unwrap();
+        let addr = c.control_addr().unwrap().to_string();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..100u8 {
+            // Not RoCEv2: counted as malformed, but received like any frame.
+            sock.send_to(&[i; 8], c.roce).unwrap();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        c.wait_for(Duration::from_secs(5), |k| k.malformed >= 100);
+        std::thread::sleep(Duration::from_millis(120));
+        let (bursts, waits) = c.with_published(|p| (p.rx_bursts, p.rx_coalesce_waits));
+        assert_eq!(c.counters().malformed, 100);
+        let (_, metrics) = get(&addr, "/metrics");
+        c.shutdown();
+        (bursts, waits, metrics)
+    }
+    let (bursts, waits, metrics) = trickle(5000);
+    assert!(waits > 0, "no coalescing wait");
+    assert!(
+        bursts <= 40,
+        "100 datagrams over 20 ms in {bursts} receives with a 5 ms coalescing wait"
+    );
+    assert!(
+        metrics.contains(&format!("rnic_rx_bursts_total {bursts}")),
+        "{metrics}"
+    );
+    assert!(metrics.contains(&format!("rnic_rx_coalesce_waits_total {waits}")));
+    let (bursts, waits, _) = trickle(0);
+    assert_eq!(waits, 0, "rx_coalesce_us = 0 never waits");
+    assert!(bursts > 0);
+}
