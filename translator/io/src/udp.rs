@@ -946,8 +946,13 @@ mod tests {
         plan.extend((0..5).map(|_| (c_addr, 300)));
         plan.extend((0..3).map(|_| (b_addr, 700)));
         plan.extend((0..4).map(|i| (if i % 2 == 0 { b_addr } else { c_addr }, 64)));
-        for gso in [true, false] {
+        // The third round's socket refuses GSO (SO_NO_CHECK: no UDP checksum, which GSO
+        // needs): its first GSO send fails and it falls back to one datagram per message.
+        for (gso, refuse) in [(true, false), (false, false), (true, true)] {
             let a = bind();
+            if refuse {
+                setsockopt(a.as_raw_fd(), libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).unwrap();
+            }
             let (_, mut tx) = a.split();
             if gso && !tx.set_gso(true) {
                 eprintln!("SKIP: no UDP GSO on this kernel");
@@ -964,7 +969,10 @@ mod tests {
             assert_eq!(tx.send_batch(&batch).unwrap(), plan.len());
             let st = tx.stats();
             assert_eq!(st.datagrams, plan.len() as u64);
-            if gso {
+            if refuse {
+                assert_eq!((st.gso_fallbacks, st.gso_segments), (1, 0), "{st:?}");
+                assert!(!tx.gso());
+            } else if gso {
                 // 64 to b (one call's iovecs), then 36 + the shorter one to b, 5 to c, 3 + the
                 // next, shorter one to b; the rest alternate destinations.
                 assert_eq!(st.gso_segments, 64 + 37 + 5 + 4, "{st:?}");
