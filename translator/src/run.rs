@@ -689,11 +689,17 @@ impl Worker {
     fn publish(&self) {
         let mut s = self.snapshots[self.index].lock().expect("snapshot lock");
         s.counters = *self.pipeline.counters();
-        s.qps = self
-            .pipeline
-            .qp_stats()
-            .map(|(n, q, st)| (n.to_string(), q.value(), st))
-            .collect();
+        // In place: no allocation per publication once the QP list is stable.
+        let mut i = 0;
+        for (n, q, st) in self.pipeline.qp_stats() {
+            match s.qps.get_mut(i) {
+                Some(e) if e.0 == n => (e.1, e.2) = (q.value(), st),
+                Some(e) => *e = (n.to_string(), q.value(), st),
+                None => s.qps.push((n.to_string(), q.value(), st)),
+            }
+            i += 1;
+        }
+        s.qps.truncate(i);
         s.pending = self.pipeline.pending_reports();
         let b = self.backend.stats();
         s.socket_drops = b.rx_dropped;
