@@ -155,10 +155,6 @@ pub struct Section {
     pub retransmit_window: u32,
     /// Kernel socket buffer size (bytes) for the report and RoCEv2 sockets.
     pub socket_buffer: usize,
-    /// Kernel UDP backend: send runs of equal-sized frames to one collector as one UDP GSO
-    /// message (`UDP_SEGMENT`), segmented at the device or by the NIC. Falls back to one
-    /// datagram per message when the kernel or the route cannot.
-    pub udp_gso: bool,
     /// How often (milliseconds, 1..=1000) each worker publishes its counters for /metrics,
     /// /stats and `Translator::counters` (a lock and a copy per period, never per packet).
     pub stats_interval_ms: u64,
@@ -264,7 +260,6 @@ impl Default for Section {
             max_reporters: 4096,
             retransmit_window: 1024,
             socket_buffer: 16 << 20,
-            udp_gso: true,
             stats_interval_ms: 20,
             report_steering: ReportSteering::default(),
             roce_steering: RoceSteering::default(),

@@ -41,8 +41,6 @@ pub struct WorkerSnapshot {
     pub tx_ios: u64,
     /// Datagrams the kernel refused to send.
     pub tx_errors: u64,
-    /// Frames sent as segments of UDP GSO sends (kernel UDP backend).
-    pub tx_gso_segments: u64,
     /// RDMA_CM reconnections started after a QP broke.
     pub reconnects: u64,
     /// RDMA_CM initiator counters (all collectors).
@@ -710,7 +708,6 @@ impl Worker {
         }
         s.tx_ios = b.tx_ios;
         s.tx_errors = b.tx_errors;
-        s.tx_gso_segments = b.tx_gso_segments;
         s.reconnects = self.reconnects;
         let mut cm = crate::control::cm::CmClientCounters::default();
         for (c, _) in &self.initiators {
@@ -1047,10 +1044,7 @@ impl Translator {
                 );
             }
             for (w, qs) in roce_socks.into_iter().enumerate() {
-                let (qrx, mut qtx) = qs.split();
-                if t.udp_gso && !qtx.set_gso(true) && w == 0 {
-                    log::info!("UDP GSO is not available on this kernel: one datagram per message");
-                }
+                let (qrx, qtx) = qs.split();
                 let mut rxs = Vec::new();
                 if let Some(r) = report_rxs.get_mut(w).and_then(Option::take) {
                     rxs.push(r);

@@ -33,8 +33,6 @@ pub struct BackendStats {
     pub tx_ios: u64,
     /// Packets that could not be transmitted.
     pub tx_errors: u64,
-    /// Packets transmitted as segments of a UDP GSO send (kernel UDP only).
-    pub tx_gso_segments: u64,
 }
 
 /// A packet I/O backend.

@@ -355,18 +355,7 @@ pub struct TxStats {
     pub ios: u64,
     /// Datagrams the kernel refused (buffer full after retries, unreachable, ...).
     pub errors: u64,
-    /// Datagrams sent as segments of a UDP GSO send (`UDP_SEGMENT`).
-    pub gso_segments: u64,
-    /// Times a GSO send was refused (e.g. no checksum offload on the route's device) and the
-    /// socket went back to one datagram per message.
-    pub gso_fallbacks: u64,
 }
-
-/// Most datagrams in one UDP GSO send (the kernel's `UDP_MAX_SEGMENTS` is 64 before Linux 6.9
-/// and 128 after).
-pub const GSO_MAX_SEGMENTS: usize = 64;
-/// Most payload bytes in one UDP GSO send (an IPv4 datagram's limit, with room for headers).
-pub const GSO_MAX_BYTES: usize = 65_000;
 
 /// The sending half.
 pub struct UdpTx {
@@ -375,11 +364,6 @@ pub struct UdpTx {
     names: Vec<libc::sockaddr_in>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
-    /// Datagrams in each message of the call being built (1 without GSO).
-    groups: Vec<usize>,
-    /// One `UDP_SEGMENT` control message per message.
-    ctrl: Vec<[u64; 4]>,
-    gso: bool,
     stats: TxStats,
 }
 
@@ -402,87 +386,8 @@ impl UdpTx {
             names: vec![zero_sa; MAX_BURST],
             iovs: vec![zero_iov; MAX_BURST],
             hdrs: vec![zero_hdr; MAX_BURST],
-            groups: vec![0; MAX_BURST],
-            ctrl: vec![[0; 4]; MAX_BURST],
-            gso: false,
             stats: TxStats::default(),
         }
-    }
-
-    /// Sends runs of datagrams to one destination whose sizes are equal (the last may be
-    /// shorter) as one UDP GSO message (`UDP_SEGMENT`): the kernel takes them through its
-    /// stack once and segments them at the device, or in the NIC. Needs Linux ≥ 4.18 and
-    /// checksum offload on the route's device; when a GSO send is refused the socket goes back
-    /// to one datagram per message (`gso_fallbacks`). Returns whether GSO is now on.
-    pub fn set_gso(&mut self, on: bool) -> bool {
-        // The socket option exists from Linux 4.18: probing it tells whether the kernel has GSO.
-        self.gso = on && getsockopt(self.fd.as_raw_fd(), libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
-        self.gso
-    }
-
-    /// Whether sends use UDP GSO.
-    pub fn gso(&self) -> bool {
-        self.gso
-    }
-
-    /// Fills message `m` with the frames `first..first + g` of `batch` (iovecs from `v`).
-    fn build_message(&mut self, batch: &TxBatch, m: usize, v: usize, first: usize, g: usize) {
-        for k in 0..g {
-            let p = batch.payload(first + k);
-            self.iovs[v + k] = libc::iovec {
-                iov_base: p.as_ptr() as *mut libc::c_void,
-                iov_len: p.len(),
-            };
-        }
-        self.names[m] = to_sockaddr(batch.dest(first));
-        self.groups[m] = g;
-        let h = &mut self.hdrs[m].msg_hdr;
-        h.msg_name = &mut self.names[m] as *mut libc::sockaddr_in as *mut libc::c_void;
-        h.msg_namelen = size_of::<libc::sockaddr_in>() as u32;
-        h.msg_iov = &mut self.iovs[v];
-        h.msg_iovlen = g;
-        h.msg_flags = 0;
-        if g > 1 {
-            let seg = batch.payload(first).len() as u16;
-            let buf = &mut self.ctrl[m];
-            h.msg_control = buf.as_mut_ptr() as *mut libc::c_void;
-            // SAFETY: CMSG_SPACE of a u16 is 24 bytes, within the 32-byte, 8-aligned buffer;
-            // CMSG_FIRSTHDR of a header whose control buffer is that large is non-null and
-            // CMSG_DATA points inside it.
-            unsafe {
-                h.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
-                let c = libc::CMSG_FIRSTHDR(h);
-                (*c).cmsg_level = libc::SOL_UDP;
-                (*c).cmsg_type = libc::UDP_SEGMENT;
-                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
-                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg);
-            }
-        } else {
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
-        }
-    }
-
-    /// How many frames from `first` go into one GSO message: the same destination and size
-    /// (a shorter frame may end the run), within the kernel's segment and byte limits.
-    fn gso_run(batch: &TxBatch, first: usize, room: usize) -> usize {
-        let dest = batch.dest(first);
-        let seg = batch.payload(first).len();
-        let mut bytes = seg;
-        let mut g = 1;
-        let limit = room.min(GSO_MAX_SEGMENTS);
-        while first + g < batch.len() && g < limit && batch.dest(first + g) == dest {
-            let l = batch.payload(first + g).len();
-            if l > seg || l == 0 || bytes + l > GSO_MAX_BYTES {
-                break;
-            }
-            bytes += l;
-            g += 1;
-            if l < seg {
-                break;
-            }
-        }
-        g
     }
 
     /// The bound address (the source of everything sent).
@@ -503,25 +408,30 @@ impl UdpTx {
         let mut i = 0;
         let mut stalls = 0;
         while i < batch.len() {
-            // Up to MAX_BURST messages over up to MAX_BURST frames (iovecs).
-            let (mut m, mut v) = (0, 0);
-            while i + v < batch.len() && m < MAX_BURST && v < MAX_BURST {
-                let g = if self.gso {
-                    Self::gso_run(batch, i + v, MAX_BURST - v)
-                } else {
-                    1
+            let n = (batch.len() - i).min(MAX_BURST);
+            for k in 0..n {
+                let p = batch.payload(i + k);
+                self.names[k] = to_sockaddr(batch.dest(i + k));
+                self.iovs[k] = libc::iovec {
+                    iov_base: p.as_ptr() as *mut libc::c_void,
+                    iov_len: p.len(),
                 };
-                self.build_message(batch, m, v, i + v, g);
-                m += 1;
-                v += g;
+                let h = &mut self.hdrs[k].msg_hdr;
+                h.msg_name = &mut self.names[k] as *mut libc::sockaddr_in as *mut libc::c_void;
+                h.msg_namelen = size_of::<libc::sockaddr_in>() as u32;
+                h.msg_iov = &mut self.iovs[k];
+                h.msg_iovlen = 1;
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+                h.msg_flags = 0;
             }
-            // SAFETY: the first m headers point at live payloads of `batch` (borrowed for the
-            // duration of this call) and at our own sockaddr/iovec/control arrays.
+            // SAFETY: the first n headers point at live payloads of `batch` (borrowed for the
+            // duration of this call) and at our own sockaddr/iovec arrays.
             let r = unsafe {
                 libc::sendmmsg(
                     self.fd.as_raw_fd(),
                     self.hdrs.as_mut_ptr(),
-                    m as u32,
+                    n as u32,
                     libc::MSG_DONTWAIT,
                 )
             };
@@ -534,41 +444,21 @@ impl UdpTx {
                         wait_writable(self.fd.as_raw_fd());
                         continue;
                     }
-                    _ if self.groups[0] > 1
-                        && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) =>
-                    {
-                        // The route cannot take GSO (no checksum offload, an MTU below the
-                        // segment): one datagram per message from now on.
-                        log::warn!(
-                            "UDP GSO refused ({e}) on {}: sending one datagram per message",
-                            self.local
-                        );
-                        self.gso = false;
-                        self.stats.gso_fallbacks += 1;
-                        continue;
-                    }
                     _ => {
-                        // Skip the message that failed (e.g. ECONNREFUSED from an earlier ICMP).
-                        self.stats.errors += self.groups[0] as u64;
-                        i += self.groups[0];
+                        // Skip the frame that failed (e.g. ECONNREFUSED from an earlier ICMP).
+                        self.stats.errors += 1;
+                        i += 1;
                         continue;
                     }
                 }
             }
-            let mut frames = 0;
-            for k in 0..r as usize {
-                let g = self.groups[k];
-                if g > 1 {
-                    self.stats.gso_segments += g as u64;
-                }
-                frames += g;
-            }
-            for k in 0..frames {
+            let r = r as usize;
+            for k in 0..r {
                 self.stats.bytes += batch.payload(i + k).len() as u64;
             }
-            self.stats.datagrams += frames as u64;
-            sent += frames;
-            i += frames;
+            self.stats.datagrams += r as u64;
+            sent += r;
+            i += r;
         }
         Ok(sent)
     }
@@ -890,7 +780,6 @@ impl crate::backend::Backend for UdpBackend {
         s.tx_bytes = t.bytes;
         s.tx_ios = t.ios;
         s.tx_errors = t.errors;
-        s.tx_gso_segments = t.gso_segments;
         s
     }
 }
@@ -919,92 +808,6 @@ impl UdpBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Frames sent with UDP GSO arrive as the same datagrams, in order, as without it: runs of
-    /// equal sizes to one destination (longer than one GSO message, ended by a shorter frame),
-    /// interleaved destinations and a size change.
-    #[test]
-    fn gso_sends_arrive_as_separate_datagrams() {
-        let bind = || {
-            UdpSocket::bind(
-                SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-                &UdpOptions {
-                    rcvbuf: 4 << 20,
-                    ..UdpOptions::default()
-                },
-            )
-            .unwrap()
-        };
-        let (b, c) = (bind(), bind());
-        let (b_addr, c_addr) = (b.local_addr(), c.local_addr());
-        let (mut brx, _) = b.split();
-        let (mut crx, _) = c.split();
-        // (destination, size) of each frame, with its index in the first two bytes.
-        let mut plan: Vec<(SocketAddrV4, usize)> = Vec::new();
-        plan.extend((0..100).map(|_| (b_addr, 300)));
-        plan.push((b_addr, 120));
-        plan.extend((0..5).map(|_| (c_addr, 300)));
-        plan.extend((0..3).map(|_| (b_addr, 700)));
-        plan.extend((0..4).map(|i| (if i % 2 == 0 { b_addr } else { c_addr }, 64)));
-        // The third round's socket refuses GSO (SO_NO_CHECK: no UDP checksum, which GSO
-        // needs): its first GSO send fails and it falls back to one datagram per message.
-        for (gso, refuse) in [(true, false), (false, false), (true, true)] {
-            let a = bind();
-            if refuse {
-                setsockopt(a.as_raw_fd(), libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).unwrap();
-            }
-            let (_, mut tx) = a.split();
-            if gso && !tx.set_gso(true) {
-                eprintln!("SKIP: no UDP GSO on this kernel");
-                continue;
-            }
-            let mut batch = TxBatch::new(plan.len(), 1024);
-            for (i, &(to, len)) in plan.iter().enumerate() {
-                assert!(batch.push_with(to, 0, |out| {
-                    out[..len].fill(i as u8);
-                    out[..2].copy_from_slice(&(i as u16).to_be_bytes());
-                    len
-                }));
-            }
-            assert_eq!(tx.send_batch(&batch).unwrap(), plan.len());
-            let st = tx.stats();
-            assert_eq!(st.datagrams, plan.len() as u64);
-            if refuse {
-                assert_eq!((st.gso_fallbacks, st.gso_segments), (1, 0), "{st:?}");
-                assert!(!tx.gso());
-            } else if gso {
-                // 64 to b (one call's iovecs), then 36 + the shorter one to b, 5 to c, 3 + the
-                // next, shorter one to b; the rest alternate destinations.
-                assert_eq!(st.gso_segments, 64 + 37 + 5 + 4, "{st:?}");
-                assert_eq!(st.ios, 2);
-            } else {
-                assert_eq!(st.gso_segments, 0);
-            }
-            for (rx, addr) in [(&mut brx, b_addr), (&mut crx, c_addr)] {
-                let want: Vec<usize> = (0..plan.len()).filter(|&i| plan[i].0 == addr).collect();
-                let mut got = Vec::new();
-                while got.len() < want.len() {
-                    let n = rx
-                        .recv_with(Duration::from_secs(2), |burst| {
-                            for d in burst {
-                                let i = u16::from_be_bytes([d.payload[0], d.payload[1]]) as usize;
-                                assert_eq!(d.payload.len(), plan[i].1, "frame {i} (gso {gso})");
-                                assert!(d.payload[2..].iter().all(|&x| x == i as u8));
-                                got.push(i);
-                            }
-                        })
-                        .unwrap();
-                    assert!(
-                        n > 0,
-                        "gso {gso}: {} of {} datagrams",
-                        got.len(),
-                        want.len()
-                    );
-                }
-                assert_eq!(got, want, "gso {gso}");
-            }
-        }
-    }
 
     #[test]
     fn loopback_burst_round_trip() {

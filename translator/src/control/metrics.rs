@@ -124,7 +124,7 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
         fn(&WorkerSnapshot) -> u64,
         PromKind,
     );
-    let gauges: [Field; 6] = [
+    let gauges: [Field; 5] = [
         (
             "dta_translator_pending_reports",
             "Reports held in Append batches, postcard caches and the backlog.",
@@ -153,12 +153,6 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
             "dta_translator_tx_errors",
             "Frames the kernel refused to send.",
             |s| s.tx_errors,
-            PromKind::Counter,
-        ),
-        (
-            "dta_translator_tx_gso_segments",
-            "Frames sent as segments of UDP GSO sends (kernel UDP backend, translator.udp_gso).",
-            |s| s.tx_gso_segments,
             PromKind::Counter,
         ),
     ];
