@@ -105,12 +105,29 @@ impl Comparison {
         self
     }
 
+    /// Whether the software RNIC took what the translator sent: at least 90% of the frames
+    /// (the rest are resends of frames it already executed). A translator whose frames the
+    /// RNIC rejects (e.g. a bad ICRC) does less work than a correct one, so its ratio means
+    /// nothing. Always true for the pcap comparison, which runs no RNIC.
+    pub fn rnic_accepted(&self) -> bool {
+        self.backend == "pcap" || self.rnic_executed as f64 >= 0.9 * self.frames as f64
+    }
+
     /// One line for the terminal.
     pub fn line(&self) -> String {
+        let warning = if self.rnic_accepted() {
+            String::new()
+        } else {
+            format!(
+                " | INVALID: the RNIC executed only {} of {} frames",
+                self.rnic_executed, self.frames
+            )
+        };
         format!(
             "{:>7}: bare {:>9.0} pkt/s wall, {:>9.0} pkt/CPU-s | translator {:>9.0} pkt/s wall, \
              {:>9.0} pkt/CPU-s | ratio per CPU-s {:.2}, wall {:.2} | translated {} dropped {} \
-             frames {} | pkts/burst bare {:.1} translator {:.1} | took bare {} translator {}",
+             frames {} executed {} | pkts/burst bare {:.1} translator {:.1} | took bare {} \
+             translator {}{warning}",
             self.backend,
             self.bare.per_sec,
             self.bare.per_cpu_sec,
@@ -121,6 +138,7 @@ impl Comparison {
             self.translated,
             self.dropped,
             self.frames,
+            self.rnic_executed,
             self.bare.packets as f64 / self.bare.bursts.max(1) as f64,
             self.translator.packets as f64 / self.translator.bursts.max(1) as f64,
             self.bare.packets,

@@ -199,6 +199,14 @@ fn kernel_bypass_backends_smoke() {
         assert_eq!(n("translated") + n("dropped"), 3000, "{f}: {c}");
         assert!(n("translated") >= 2990, "{f}: {c}");
         assert!(n("frames") > 0 && n("rnic_executed") > 0, "{f}: {c}");
+        // The RNIC accepted what was sent (resends of executed frames aside): a translator
+        // whose frames fail the RNIC's checks would otherwise just look fast.
+        assert!(
+            n("rnic_executed") * 10 >= n("frames") * 9,
+            "{f}: the RNIC executed {} of {} frames: {c}",
+            n("rnic_executed"),
+            n("frames")
+        );
     }
     // 3. The collector's software RNIC over each backend.
     {
