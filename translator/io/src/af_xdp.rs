@@ -18,7 +18,7 @@ use std::io::{self, Write};
 use std::num::NonZeroU32;
 use std::os::fd::AsRawFd;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dta_proto::batch::{Datagram, TxBatch};
 use xsk_rs::config::{
@@ -100,6 +100,14 @@ pub struct XskKernelStats {
     pub invalid_descs: u64,
 }
 
+/// Frames the kernel transmits per `sendto` in copy mode (`TX_BATCH_SIZE`, the default of
+/// `XDP_MAX_TX_SKB_BUDGET`).
+pub const COPY_TX_BATCH: usize = 32;
+
+/// Copy mode: outstanding frames with no completion for this long since the last kick are
+/// kicked again.
+pub const REKICK_AFTER: Duration = Duration::from_micros(200);
+
 /// An AF_XDP socket as a [`Backend`].
 pub struct AfXdpBackend {
     // Field order is drop order: queues (and so the socket) before the UMEM, the steering
@@ -117,6 +125,10 @@ pub struct AfXdpBackend {
     cfg: AfXdpConfig,
     tx_frame_max: usize,
     in_flight: usize,
+    /// Copy mode: frames produced into the TX ring and not yet kicked.
+    unkicked: usize,
+    /// Copy mode: when the TX ring was last kicked.
+    last_kick: Instant,
     stats: BackendStats,
     drops: FrameStats,
     peer_macs: PeerMacs,
@@ -242,6 +254,8 @@ impl AfXdpBackend {
             umem,
             cfg,
             in_flight: 0,
+            unkicked: 0,
+            last_kick: Instant::now(),
             stats: BackendStats::default(),
             drops: FrameStats::default(),
             peer_macs: PeerMacs::default(),
@@ -311,21 +325,51 @@ impl AfXdpBackend {
             }
         }
         self.in_flight += self.tx_pending.len();
+        self.unkicked += self.tx_pending.len();
         self.tx_pending.clear();
         self.stats.tx_ios += 1;
         if self.cfg.zero_copy {
+            self.unkicked = 0;
             if self.tx.needs_wakeup() {
                 self.tx.wakeup()?;
             }
             return Ok(());
         }
-        // Copy mode transmits inside sendto, a bounded number of frames per call (32 on
-        // current kernels): kick until the ring is drained, one syscall per such slice.
-        let mut kicks = 0;
-        while self.in_flight > 0 && kicks < 4 + self.in_flight / 8 {
+        self.kick_copy_mode()
+    }
+
+    /// Copy mode transmits inside `sendto`, at most [`COPY_TX_BATCH`] frames per call: one
+    /// call per such slice of what was produced since the last kick. Completions are not
+    /// waited for: they arrive when the device frees each skb, which on veth with a threaded
+    /// peer (or a NIC's TX interrupt) is later, and kicking until they did cost up to six
+    /// `sendto` calls per flush where one sufficed. Frames a busy device left in the ring are
+    /// kicked again by [`AfXdpBackend::rekick_if_stuck`].
+    fn kick_copy_mode(&mut self) -> io::Result<()> {
+        for _ in 0..self.unkicked.div_ceil(COPY_TX_BATCH).max(1) {
             self.tx.wakeup()?;
-            self.reap_completions();
-            kicks += 1;
+        }
+        self.unkicked = 0;
+        self.last_kick = Instant::now();
+        self.reap_completions();
+        Ok(())
+    }
+
+    /// Copy mode: reaps completions, and kicks the TX ring again if frames are outstanding
+    /// and none completed for [`REKICK_AFTER`] since the last kick (the device refused some,
+    /// e.g. a full veth peer queue, and they still sit in the ring).
+    fn rekick_if_stuck(&mut self) -> io::Result<()> {
+        if self.in_flight == 0 || self.cfg.zero_copy {
+            return Ok(());
+        }
+        let before = self.in_flight;
+        self.reap_completions();
+        if self.in_flight == before
+            && self.in_flight > 0
+            && self.last_kick.elapsed() >= REKICK_AFTER
+        {
+            self.stats.tx_ios += 1;
+            self.tx.wakeup()?;
+            self.last_kick = Instant::now();
         }
         Ok(())
     }
@@ -345,12 +389,19 @@ impl Backend for AfXdpBackend {
         timeout: Duration,
         f: &mut dyn FnMut(&[Datagram<'_>]),
     ) -> io::Result<usize> {
+        self.rekick_if_stuck()?;
         // SAFETY: the RX ring hands back frames of this UMEM; descriptors go into our array.
         let mut n = unsafe { self.rx.consume(&mut self.rx_descs) };
         if n == 0 {
             if self.cfg.need_wakeup && self.fq.needs_wakeup() {
                 self.fq.wakeup(self.rx.fd_mut(), 0)?;
             }
+            // With frames outstanding, wake within a millisecond to check on them.
+            let timeout = if self.in_flight > 0 && !self.cfg.zero_copy {
+                timeout.min(Duration::from_millis(1))
+            } else {
+                timeout
+            };
             let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
             if !self.rx.poll(ms)? {
                 return Ok(0);
