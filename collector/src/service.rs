@@ -117,6 +117,11 @@ impl Collector {
             pmtu: dev.pmtu,
             l2_frames: backend.l2_frames(),
         });
+        // A fresh QPN range per start, so frames still addressed to a previous run's QPs
+        // cannot land on this run's (see Responder::set_qpn_base).
+        responder.set_qpn_base(
+            crate::rnic::responder::QPN_BASE + (dta_io::random::random_u32() % 0x8000) * 0x100,
+        );
         let mut stores = crate::store::build_stores(&config, &mut responder)?;
         for peer in &config.static_peers {
             let peer_mac: MacAddr = peer

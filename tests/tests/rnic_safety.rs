@@ -461,3 +461,42 @@ proptest! {
         }
     }
 }
+
+/// A collector numbers its QPs from a base of its own (random per start): a restarted
+/// collector's QPs do not take the QPNs a translator's old connections still send to. Once a
+/// QP exists, the base stays.
+#[test]
+fn qpn_base_moves_numbering_only_before_the_first_qp() {
+    use dta_collector::rnic::responder::{MAX_QPN_BASE, QPN_BASE};
+    let mut rnic = Responder::new(DeviceConfig {
+        local: SocketAddrV4::new(COLLECTOR, 4791),
+        local_mac: MacAddr([2, 0, 0, 0, 0, 0x51]),
+        pmtu: 1024,
+        l2_frames: false,
+    });
+    let qp = |rnic: &mut Responder, i: u32| {
+        rnic.create_qp(QpConfig {
+            peer: SocketAddrV4::new(PEERS[0], 4791),
+            peer_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            peer_qpn: Qpn::new(0x100 + i),
+            rq_psn: Psn::new(START_PSN),
+            sq_psn: Psn::new(0),
+            verify_icrc: true,
+            recv_credits: 16,
+        })
+    };
+    assert!(rnic.set_qpn_base(0x12_3400));
+    let a = qp(&mut rnic, 0);
+    let b = qp(&mut rnic, 1);
+    assert_eq!((a.value(), b.value()), (0x12_3400, 0x12_3401));
+    assert!(rnic.qp_state(a).is_some() && rnic.qp_state(b).is_some());
+    // The default numbering's first QPN is nobody's now.
+    assert_eq!(rnic.qp_state(Qpn::new(QPN_BASE)), None);
+    assert_eq!(rnic.expected_psn(Qpn::new(QPN_BASE)), None);
+    assert!(!rnic.set_qpn_base(0x40_0000), "QPs exist: the base stays");
+    assert_eq!(qp(&mut rnic, 2).value(), 0x12_3402);
+    // Out-of-range bases are clamped into the 24-bit QPN space.
+    let mut fresh = Responder::new(DeviceConfig::default());
+    assert!(fresh.set_qpn_base(u32::MAX));
+    assert_eq!(qp(&mut fresh, 0).value(), MAX_QPN_BASE);
+}

@@ -228,7 +228,13 @@ pub struct Responder {
     next_key: u8,
     cq: VecDeque<Completion>,
     counters: RnicCounters,
+    /// The QPN of slot 0 ([`QPN_BASE`] unless [`Responder::set_qpn_base`] moved it).
+    qpn_base: u32,
 }
+
+/// Highest QPN base [`Responder::set_qpn_base`] accepts: leaves room for 2^23 QPs below the
+/// 24-bit QPN limit.
+pub const MAX_QPN_BASE: u32 = 0x7F_FF00;
 
 /// Why a request failed (class C errors).
 enum Fault {
@@ -246,7 +252,22 @@ impl Responder {
             next_key: 0x5a,
             cq: VecDeque::with_capacity(CQ_DEPTH),
             counters: RnicCounters::default(),
+            qpn_base: QPN_BASE,
         }
+    }
+
+    /// Numbers this device's QPs from `base` (clamped to `QPN_BASE..=MAX_QPN_BASE`) instead of
+    /// [`QPN_BASE`]. Only before the first QP exists; returns whether it took effect.
+    ///
+    /// A collector picks a random base at start. Otherwise a restarted collector hands out the
+    /// QPNs of its previous run again. Frames that the translators still send to their old
+    /// connections would then land on new QPs: out of sequence, NAKed, or taken as duplicates.
+    pub fn set_qpn_base(&mut self, base: u32) -> bool {
+        if !self.qps.is_empty() {
+            return false;
+        }
+        self.qpn_base = base.clamp(QPN_BASE, MAX_QPN_BASE);
+        true
     }
 
     /// The device configuration.
@@ -297,7 +318,7 @@ impl Responder {
                 self.qps.push(None);
                 self.qps.len() - 1
             });
-        let qpn = Qpn::new(QPN_BASE + idx as u32);
+        let qpn = Qpn::new(self.qpn_base + idx as u32);
         let ep = RoceEndpoint {
             src_mac: self.dev.local_mac,
             dst_mac: cfg.peer_mac,
@@ -345,7 +366,7 @@ impl Responder {
     }
 
     fn qp_index(&self, qpn: Qpn) -> Option<usize> {
-        let i = qpn.value().checked_sub(QPN_BASE)? as usize;
+        let i = qpn.value().checked_sub(self.qpn_base)? as usize;
         self.qps.get(i).and_then(|q| q.as_ref()).map(|_| i)
     }
 
