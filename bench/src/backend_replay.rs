@@ -1209,6 +1209,17 @@ pub fn compare_udp_prefilled(
     .finish())
 }
 
+/// Sends `n` reports of `trace` from namespace A to the backend side (`ADDR_B`, the DTA port)
+/// as fast as the sender goes: the fill of a pre-filled round on the veth pair.
+fn send_from_a(net: &Netns, trace: &Trace, n: u64) -> Result<u64, String> {
+    let (t, ns) = (trace.clone(), net.ns_a.clone());
+    let target = SocketAddrV4::new(ADDR_B, dta_proto::consts::DTA_PORT);
+    in_netns(&ns, move || {
+        let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
+        send_n(&mut s, &t, n)
+    })
+}
+
 /// Kernel UDP on the veth pair, pre-filled: like [`compare_udp_prefilled`], but the bare
 /// `recvmmsg` loop and the translator listen in namespace B and the software RNIC runs in
 /// namespace A, so with [`Netns::up`]'s `collector_rx_thread` the RNIC's receive is not charged
@@ -1237,14 +1248,7 @@ pub fn compare_udp_netns_prefilled(
         .map_err(|e| format!("bind {target} in the backend namespace: {e}"))
     })?;
     let (rx, tx) = sock.split();
-    let ns_a = net.ns_a.clone();
-    let send = |n: u64, _warm: bool| {
-        let (t, ns) = (trace.clone(), ns_a.clone());
-        in_netns(&ns, move || {
-            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
-            send_n(&mut s, &t, n)
-        })
-    };
+    let send = |n: u64, _warm: bool| send_from_a(net, trace, n);
     let bare = bare_prefilled(
         "recvmmsg",
         freezer,
@@ -1281,7 +1285,6 @@ pub fn translator_netns_prefilled(
     bare: Side,
 ) -> Result<Comparison, String> {
     let port = dta_proto::consts::DTA_PORT;
-    let target = SocketAddrV4::new(ADDR_B, port);
     let dir = scratch_dir(name)?;
     let meta = dir.join("collector.json");
     let roce_t = SocketAddrV4::new(ADDR_B, dta_proto::consts::ROCEV2_PORT);
@@ -1334,14 +1337,7 @@ pub fn translator_netns_prefilled(
         .ok_or_else(|| "no worker thread".to_string());
     let c0 = tr.counters();
     let k0 = collector.counters();
-    let ns_a = net.ns_a.clone();
-    let send = |n: u64, _warm: bool| {
-        let (t, ns) = (trace.clone(), ns_a.clone());
-        in_netns(&ns, move || {
-            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
-            send_n(&mut s, &t, n)
-        })
-    };
+    let send = |n: u64, _warm: bool| send_from_a(net, trace, n);
     let side = tid.and_then(|tid| {
         translator_prefilled(&format!("translator/{name}"), freezer, p, &tr, tid, &send)
     });
@@ -1389,15 +1385,8 @@ pub fn compare_af_xdp_prefilled(
         packets: p.packets.min(PREFILL_XDP_FRAMES as u64 / 2 - 1024),
         ..p
     };
-    let target = SocketAddrV4::new(ADDR_B, dta_proto::consts::DTA_PORT);
-    let (ifb, ns_b, ns_a) = (net.if_b.clone(), net.ns_b.clone(), net.ns_a.clone());
-    let send = |n: u64, _warm: bool| {
-        let (t, ns) = (trace.clone(), ns_a.clone());
-        in_netns(&ns, move || {
-            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
-            send_n(&mut s, &t, n)
-        })
-    };
+    let (ifb, ns_b) = (net.if_b.clone(), net.ns_b.clone());
+    let send = |n: u64, _warm: bool| send_from_a(net, trace, n);
     let bare = bare_prefilled(
         "af_xdp rx",
         freezer,
@@ -1446,15 +1435,7 @@ pub fn compare_dpdk_prefilled(
         packets: p.packets.min(DPDK_FRAMECNT as u64 - 1024),
         ..p
     };
-    let target = SocketAddrV4::new(ADDR_B, dta_proto::consts::DTA_PORT);
-    let ns_a = net.ns_a.clone();
-    let send = |n: u64| {
-        let (t, ns) = (trace.clone(), ns_a.clone());
-        in_netns(&ns, move || {
-            let mut s = PacedSender::new_from(ADDR_A, target, 0)?;
-            send_n(&mut s, &t, n)
-        })
-    };
+    let send = |n: u64| send_from_a(net, trace, n);
     let bare = sum_rounds("dpdk rx", p.rounds, || {
         bare_dpdk_child_round(exe, net, p.packets, freezer, &send)
     })?;
