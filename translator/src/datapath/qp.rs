@@ -396,23 +396,11 @@ impl QpTx {
                 let Some(f) = ring.get(p).filter(|_| p.diff(self.confirmed) >= 0) else {
                     return 0;
                 };
-                let ok = tx.push_with(dest, off, |buf| {
-                    let b = &mut buf[..f.len()];
-                    b.copy_from_slice(f);
-                    set_ack_req(b);
-                    f.len()
-                });
-                if !ok {
+                if !push_resent(tx, dest, off, f, true) {
                     return 0;
                 }
                 self.stats.retransmitted_frames += 1;
-                self.probing = Some(Probe {
-                    psn: p,
-                    sent_at: now,
-                    before: last,
-                    kind: ProbeKind::Oldest,
-                });
-                self.silent_since.get_or_insert(now);
+                self.await_answer(p, now, last, ProbeKind::Oldest);
                 1
             }
             Resend::From(from) => {
@@ -432,16 +420,7 @@ impl QpTx {
                 let mut n = 0;
                 while cur != self.next_psn && tx.remaining() > 0 {
                     let f = ring.get(cur).expect("held: checked above");
-                    let ack_req = cur == last;
-                    let ok = tx.push_with(dest, off, |buf| {
-                        let b = &mut buf[..f.len()];
-                        b.copy_from_slice(f);
-                        if ack_req {
-                            set_ack_req(b);
-                        }
-                        f.len()
-                    });
-                    if !ok {
+                    if !push_resent(tx, dest, off, f, cur == last) {
                         break;
                     }
                     cur = cur.next();
@@ -454,13 +433,7 @@ impl QpTx {
                         // Everything was confirmed meanwhile: nothing to wait for.
                         return 0;
                     }
-                    self.probing = Some(Probe {
-                        psn: from,
-                        sent_at: now,
-                        before: last,
-                        kind: ProbeKind::Round,
-                    });
-                    self.silent_since.get_or_insert(now);
+                    self.await_answer(from, now, last, ProbeKind::Round);
                 } else {
                     self.resend = Resend::From(cur);
                 }
@@ -840,6 +813,18 @@ impl QpTx {
         })
     }
 
+    /// Waits for the answer to `psn` (sent at `now`; frames up to `before` were out), and
+    /// starts the silence clock if it is not running.
+    fn await_answer(&mut self, psn: Psn, now: u64, before: Psn, kind: ProbeKind) {
+        self.probing = Some(Probe {
+            psn,
+            sent_at: now,
+            before,
+            kind,
+        });
+        self.silent_since.get_or_insert(now);
+    }
+
     /// Records the probe `poll_timeout` asked for and returns its PSN (the oldest unconfirmed
     /// one). The send PSN is not touched: normal frames keep flowing.
     pub fn take_probe(&mut self, now: u64) -> Psn {
@@ -851,13 +836,7 @@ impl QpTx {
         } else {
             (self.confirmed, self.next_psn.sub(1))
         };
-        self.probing = Some(Probe {
-            psn,
-            sent_at: now,
-            before,
-            kind: ProbeKind::Probe,
-        });
-        self.silent_since.get_or_insert(now);
+        self.await_answer(psn, now, before, ProbeKind::Probe);
         self.stats.probes += 1;
         psn
     }
@@ -911,6 +890,19 @@ impl QpTx {
             (t, _) => t,
         }
     }
+}
+
+/// Queues a copy of the held frame `f` to `dest` (kernel-socket offset `off`), with AckReq set
+/// when `ack_req`; false when `tx` is full.
+fn push_resent(tx: &mut TxBatch, dest: SocketAddrV4, off: usize, f: &[u8], ack_req: bool) -> bool {
+    tx.push_with(dest, off, |buf| {
+        let b = &mut buf[..f.len()];
+        b.copy_from_slice(f);
+        if ack_req {
+            set_ack_req(b);
+        }
+        f.len()
+    })
 }
 
 /// An unconfirmed tail of frames without AckReq is asked about after this many RTOs of quiet.
