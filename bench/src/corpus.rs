@@ -740,19 +740,7 @@ impl Model {
                 (op::RC_FETCH_ADD, &[][..])
             }
         };
-        let bth = BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: true,
-            pad_count: 0,
-            tver: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::new(s.qp.remote_qpn),
-            ack_req,
-            psn: Psn::new(psn),
-        };
+        let bth = BthRepr::rc(opcode, Qpn::new(s.qp.remote_qpn), Psn::new(psn), ack_req);
         let mut buf = vec![0u8; frame_len(ext.len(), payload.len())];
         let n = build_frame(&ep, &bth, &ext, payload, &mut buf);
         buf.truncate(n);
