@@ -36,23 +36,27 @@ static EAL: OnceLock<Result<Vec<String>, String>> = OnceLock::new();
 /// `LCORE_ID_ANY`: the lcore ID of a thread the EAL does not know.
 const LCORE_ID_ANY: u32 = u32::MAX;
 
-/// The calling thread's registration with the EAL, released when the thread exits.
+/// The calling thread's lcore: its own (an EAL thread) or registered here, in which case it
+/// is released when the thread exits.
 struct Lcore {
+    /// This thread registered itself (and must unregister).
     registered: bool,
+    /// The thread has an lcore ID.
+    has_id: bool,
 }
 
 impl Lcore {
     fn register() -> Lcore {
-        // SAFETY: rte_lcore_id reads the EAL's per-thread lcore ID (LCORE_ID_ANY when unset).
-        if unsafe { sys::dta_lcore_id() } != LCORE_ID_ANY {
-            return Lcore { registered: false };
+        if current_lcore().is_some() {
+            return Lcore {
+                registered: false,
+                has_id: true,
+            };
         }
         // SAFETY: the EAL is initialised (a backend exists); registering a non-EAL thread
         // assigns it a free lcore ID or fails with -1, leaving it as it was.
         let registered = unsafe { sys::rte_thread_register() } == 0;
-        if registered {
-            // SAFETY: as above.
-            let id = unsafe { sys::dta_lcore_id() };
+        if let Some(id) = current_lcore().filter(|_| registered) {
             log::debug!("dpdk: thread registered with the EAL as lcore {id}");
         } else {
             log::warn!(
@@ -60,7 +64,10 @@ impl Lcore {
                  bypass the mempool cache"
             );
         }
-        Lcore { registered }
+        Lcore {
+            registered,
+            has_id: registered,
+        }
     }
 }
 
@@ -88,7 +95,7 @@ pub fn current_lcore() -> Option<u32> {
 /// Registers the calling thread with the EAL the first time it touches a port, so the mempool
 /// cache serves its mbufs. Returns whether the thread has an lcore ID.
 pub fn ensure_lcore() -> bool {
-    LCORE.with(|l| l.registered) || current_lcore().is_some()
+    LCORE.with(|l| l.has_id)
 }
 
 fn rte_error(what: &str, code: i32) -> io::Error {
