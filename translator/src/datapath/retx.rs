@@ -111,14 +111,10 @@ impl RetxRing {
     /// A frame longer than a slot cannot be kept: the ring restarts after it.
     #[inline]
     pub fn record(&mut self, psn: Psn, frame: &[u8]) {
-        if psn != self.end {
-            if psn.diff(self.end) < 0 {
-                return;
-            }
-            self.reset(psn);
-        }
+        let Some(at) = self.place(psn) else {
+            return;
+        };
         let len = frame.len();
-        let at = (psn.value() & self.mask) as usize * self.slot;
         if (HALF..=FAST).contains(&len) {
             // Frames of 64..=128 bytes (slots are at least 128): the first and the last 64
             // bytes, overlapping; two fixed-size copies the compiler inlines instead of a
@@ -149,16 +145,24 @@ impl RetxRing {
     /// PSN out of order.
     #[inline]
     pub fn slot_for(&mut self, psn: Psn) -> Option<&mut [u8]> {
+        let at = self.place(psn)?;
+        self.end = psn.next();
+        self.fill += 1;
+        self.buf.get_mut(at..at + self.slot)
+    }
+
+    /// Where the frame sent with `psn` goes: `None` for a PSN older than the newest held (a
+    /// probe standing in for an unconfirmed PSN is never kept); a PSN past the next expected
+    /// one starts the ring afresh there.
+    #[inline]
+    fn place(&mut self, psn: Psn) -> Option<usize> {
         if psn != self.end {
             if psn.diff(self.end) < 0 {
                 return None;
             }
             self.reset(psn);
         }
-        self.end = psn.next();
-        self.fill += 1;
-        let at = (psn.value() & self.mask) as usize * self.slot;
-        self.buf.get_mut(at..at + self.slot)
+        Some((psn.value() & self.mask) as usize * self.slot)
     }
 
     /// Drops every frame up to and including `psn` (the responder confirmed them).
