@@ -15,7 +15,7 @@ use dta_proto::batch::{Datagram, IpMeta, TxBatch};
 use dta_proto::meta::{QpMeta, StoreMeta};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
-use dta_proto::wire::report::{ParseConfig, Profile, Report};
+use dta_proto::wire::report::{ParseConfig, Priority, Profile, Report, ReportHeader};
 use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
 use dta_translator::datapath::pipeline::{
     CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
@@ -440,5 +440,17 @@ impl Harness {
             .collect();
         self.rnic_tx.clear();
         v
+    }
+}
+
+/// The header most tests give their reports: extended profile, no immediate, not
+/// retransmittable, medium priority, sequence number `seq`.
+pub fn extended_header(seq: u32) -> ReportHeader {
+    ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(seq),
+        priority: Priority::Medium,
     }
 }

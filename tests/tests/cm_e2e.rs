@@ -11,8 +11,9 @@ use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_collector::Collector;
 use dta_proto::hash::{HashProfile, KeyHasher, MAX_REDUNDANCY};
 use dta_proto::layout::{AppendFormat, CounterLayout, KeyWriteLayout};
-use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
+use dta_tests::harness::extended_header;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
@@ -22,16 +23,6 @@ fn free_port(ip: Ipv4Addr) -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
 }
 
 fn stores() -> Vec<StoreConfig> {
@@ -127,7 +118,7 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let kw: Vec<Report> = (0..200u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 2,
                 key: Key::new(&i.to_be_bytes()).unwrap(),
@@ -137,7 +128,7 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
         .collect();
     let ap: Vec<Report> = (0..64u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::Append {
                 list: i % 2,
                 value: Value::new(&i.to_le_bytes()).unwrap(),
@@ -146,7 +137,7 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
         .collect();
     let ctr: Vec<Report> = (0..300u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyIncrement {
                 redundancy: 1,
                 key: Key::new(&(i % 3).to_be_bytes()).unwrap(),
@@ -226,7 +217,7 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
     let col = collector(c_addr);
     let more: Vec<Report> = (1000..1400u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 1,
                 key: Key::new(&i.to_be_bytes()).unwrap(),
@@ -307,7 +298,7 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
             for list in 0..4u32 {
                 let v = ((r as u64) << 32) | k;
                 let rep = Report {
-                    header: hdr(),
+                    header: extended_header(0),
                     primitive: Primitive::Append {
                         list,
                         value: Value::new(&v.to_le_bytes()).unwrap(),
@@ -434,7 +425,7 @@ fn control_only_mode_and_metrics_endpoint() {
         &t,
         &sock,
         &[Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 2,
                 key: Key::new(b"m").unwrap(),

@@ -16,8 +16,9 @@ use dta_collector::Collector;
 use dta_proto::hash::{HashProfile, KeyHasher, MAX_REDUNDANCY};
 use dta_proto::layout::{AppendFormat, AppendLayout, KeyWriteLayout};
 use dta_proto::meta::StoreKind;
-use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
+use dta_tests::harness::extended_header;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
@@ -27,16 +28,6 @@ fn free_port(ip: Ipv4Addr) -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
 }
 
 struct System {
@@ -168,7 +159,7 @@ fn keywrite_memory_byte_for_byte_and_queries() {
             layout.encode_slot(cs, &value, &mut model[s as usize]);
         }
         reports.push(Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: N,
                 key,
@@ -266,7 +257,7 @@ fn append_entries_in_order_across_wraps() {
         let reports: Vec<Report> = (0..16)
             .flat_map(|k| (0..LISTS as u64).map(move |l| (l, chunk * 16 + k)))
             .map(|(l, k)| Report {
-                header: hdr(),
+                header: extended_header(0),
                 primitive: Primitive::Append {
                     list: 10 + l as u32,
                     value: Value::new(&entry(l, k)).unwrap(),

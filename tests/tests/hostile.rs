@@ -10,10 +10,10 @@ use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{opcode as op, AethRepr, BthRepr, NakCode, Psn, Qpn, Syndrome};
-use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::wire::roce::{build_frame, parse_frame, RoceEndpoint, L2L4_LEN};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{Harness, HarnessOptions, COLLECTOR, TRANSLATOR};
+use dta_tests::harness::{extended_header, Harness, HarnessOptions, COLLECTOR, TRANSLATOR};
 use proptest::prelude::*;
 
 fn stores() -> Vec<StoreConfig> {
@@ -50,16 +50,6 @@ fn memory_is_zero(h: &Harness) -> bool {
     })
 }
 
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(1),
-        priority: Priority::Medium,
-    }
-}
-
 #[test]
 fn hostile_reports_are_counted_and_write_nothing() {
     let mut h = Harness::new(
@@ -70,7 +60,7 @@ fn hostile_reports_are_counted_and_write_nothing() {
         },
     );
     let kw = |n: u8| Report {
-        header: hdr(),
+        header: extended_header(1),
         primitive: Primitive::KeyWrite {
             redundancy: n,
             key: Key::new(b"k").unwrap(),
@@ -103,7 +93,7 @@ fn hostile_reports_are_counted_and_write_nothing() {
     }
     // Unknown list IDs.
     let ap = |list: u32| Report {
-        header: hdr(),
+        header: extended_header(1),
         primitive: Primitive::Append {
             list,
             value: Value::new(b"abcd").unwrap(),
@@ -113,7 +103,7 @@ fn hostile_reports_are_counted_and_write_nothing() {
     // Value wider than the Key-Write slot (8-byte slots hold 4-byte values).
     h.send(
         &[Report {
-            header: hdr(),
+            header: extended_header(1),
             primitive: Primitive::KeyWrite {
                 redundancy: 1,
                 key: Key::new(b"k").unwrap(),

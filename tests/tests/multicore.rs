@@ -12,8 +12,9 @@ use dta_collector::query::append::{ListReader, Start};
 use dta_collector::Collector;
 use dta_proto::layout::{AppendFormat, AppendLayout};
 use dta_proto::meta::StoreKind;
-use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::Value;
+use dta_tests::harness::extended_header;
 use dta_translator::config::{CollectorSection, ReportSteering, RoceSteering, TranslatorConfig};
 use dta_translator::datapath::stats::TranslatorCounters;
 use dta_translator::Translator;
@@ -24,16 +25,6 @@ fn free_port(ip: Ipv4Addr) -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
 }
 
 fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Addr) {
@@ -99,7 +90,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
             for list in 0..4u32 {
                 let v = ((r as u64) << 32) | k;
                 let rep = Report {
-                    header: hdr(),
+                    header: extended_header(0),
                     primitive: Primitive::Append {
                         list,
                         value: Value::new(&v.to_le_bytes()).unwrap(),

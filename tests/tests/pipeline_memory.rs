@@ -3,19 +3,9 @@
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
-use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{Primitive, Priority, Profile, Report};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{Harness, HarnessOptions};
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
-}
+use dta_tests::harness::{extended_header, Harness, HarnessOptions};
 
 fn kw_store(slots: u32) -> StoreConfig {
     StoreConfig {
@@ -49,7 +39,7 @@ fn keywrite_lands_and_acks_flow() {
     let mut h = Harness::new(vec![kw_store(1 << 16)], HarnessOptions::default());
     let reports: Vec<Report> = (0..1000u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 2,
                 key: Key::new(&i.to_be_bytes()).unwrap(),
@@ -78,7 +68,7 @@ fn append_in_order_across_wraps() {
     let mut h = Harness::new(vec![append_store(2, 64, 4, 4)], HarnessOptions::default());
     let reports: Vec<Report> = (0..1000u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::Append {
                 list: i % 2,
                 value: Value::new(&i.to_le_bytes()).unwrap(),
@@ -153,7 +143,7 @@ fn postcards_for_paths_of_every_length_land_as_chunks() {
             let reports: Vec<Report> = (0..len)
                 .rev()
                 .map(|hop| Report {
-                    header: hdr(),
+                    header: extended_header(0),
                     primitive: Primitive::Postcard {
                         flow,
                         hop,
@@ -207,7 +197,7 @@ fn postcard_collision_flushes_the_old_flow_to_its_own_chunk() {
     let a = Key::new(b"flow-a-5tuple").unwrap();
     let b = Key::new(b"flow-b-5tuple").unwrap();
     let pc = |flow, hop, value| Report {
-        header: hdr(),
+        header: extended_header(0),
         primitive: Primitive::Postcard {
             flow,
             hop,
@@ -272,7 +262,7 @@ fn key_increment_sums_equal_sent_totals() {
         let delta = 1 + (i * 31) % 1500;
         *totals.entry(key).or_insert(0u64) += delta;
         reports.push(Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyIncrement {
                 redundancy: 1,
                 key: Key::new(&key.to_be_bytes()).unwrap(),
@@ -307,7 +297,7 @@ fn immediate_reports_raise_completions() {
         HarnessOptions::default(),
     );
     let mut r = Report {
-        header: hdr(),
+        header: extended_header(0),
         primitive: Primitive::KeyWrite {
             redundancy: 2,
             key: Key::new(b"k1").unwrap(),
@@ -316,7 +306,7 @@ fn immediate_reports_raise_completions() {
     };
     r.header.immediate = true;
     let mut a = Report {
-        header: hdr(),
+        header: extended_header(0),
         primitive: Primitive::Append {
             list: 0,
             value: Value::new(b"e").unwrap(),
@@ -347,7 +337,7 @@ fn sequence_gaps_are_nacked_with_the_missing_range() {
     let mut h = Harness::new(vec![kw_store(1 << 10)], HarnessOptions::default());
     let mk = |seq: u32| {
         let mut r = Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 1,
                 key: Key::new(b"k").unwrap(),
@@ -402,7 +392,7 @@ fn overload_sheds_low_priority_first_and_keeps_high() {
     );
     let mk = |i: u32, p: Priority| {
         let mut r = Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 1,
                 key: Key::new(&i.to_be_bytes()).unwrap(),
@@ -454,7 +444,7 @@ fn one_percent_loss_never_stalls_a_qp() {
     for round in 0..50u32 {
         let reports: Vec<Report> = (0..200u32)
             .map(|i| Report {
-                header: hdr(),
+                header: extended_header(0),
                 primitive: Primitive::KeyWrite {
                     redundancy: 1,
                     key: Key::new(&(round * 200 + i).to_be_bytes()).unwrap(),
@@ -472,7 +462,7 @@ fn one_percent_loss_never_stalls_a_qp() {
     let before = h.rnic.counters().writes;
     let reports: Vec<Report> = (0..200u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 1,
                 key: Key::new(&(900_000 + i).to_be_bytes()).unwrap(),
@@ -545,7 +535,7 @@ fn partial_append_batches_are_zero_padded() {
         HarnessOptions::default(),
     );
     let append = |v: &[u8]| Report {
-        header: hdr(),
+        header: extended_header(0),
         primitive: Primitive::Append {
             list: 0,
             value: Value::new(v).unwrap(),
@@ -614,7 +604,7 @@ fn reordering_and_duplication_never_double_count_or_stall() {
                 let delta = 1 + (n * 31) % 1500;
                 *totals.entry(key).or_insert(0u64) += delta;
                 Report {
-                    header: hdr(),
+                    header: extended_header(0),
                     primitive: Primitive::KeyIncrement {
                         redundancy: 1,
                         key: Key::new(&key.to_be_bytes()).unwrap(),
@@ -669,7 +659,7 @@ fn reordering_and_duplication_never_double_count_or_stall() {
     let before = h.rnic.counters().atomics;
     let reports: Vec<Report> = (0..200u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyIncrement {
                 redundancy: 1,
                 key: Key::new(&(1_000_000 + i).to_be_bytes()).unwrap(),
@@ -726,7 +716,7 @@ fn retransmitted_frames_are_the_frames_first_sent() {
         for i in 0..40u32 {
             let k = round * 40 + i;
             reports.push(Report {
-                header: hdr(),
+                header: extended_header(0),
                 primitive: match i % 3 {
                     0 => Primitive::KeyWrite {
                         redundancy: 3,

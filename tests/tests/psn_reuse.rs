@@ -6,19 +6,9 @@
 
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_proto::hash::HashProfile;
-use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::Key;
-use dta_tests::harness::{Harness, HarnessOptions};
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
-}
+use dta_tests::harness::{extended_header, Harness, HarnessOptions};
 
 #[test]
 fn lost_responses_never_cause_psn_reuse() {
@@ -46,7 +36,7 @@ fn lost_responses_never_cause_psn_reuse() {
         for round in 0..200u32 {
             let reports: Vec<Report> = (0..50u32)
                 .map(|i| Report {
-                    header: hdr(),
+                    header: extended_header(0),
                     primitive: Primitive::KeyIncrement {
                         redundancy: 2,
                         key: Key::new(&(round * 50 + i).to_be_bytes()).unwrap(),

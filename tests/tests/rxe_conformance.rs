@@ -22,9 +22,10 @@ use dta_proto::layout::{AppendFormat, AppendLayout, KeyWriteLayout};
 use dta_proto::meta::{QpMeta, StoreKind, StoreMeta};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{opcode as op, BthRepr, Psn, Qpn};
-use dta_proto::wire::report::{ParseConfig, Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{ParseConfig, Primitive, Profile, Report};
 use dta_proto::wire::roce::{build_frame, parse_frame, RoceEndpoint, L2L4_LEN};
 use dta_proto::{Key, Value};
+use dta_tests::harness::extended_header;
 use dta_tests::rxe_vm::{vm_available, Target, Vm, GUEST_IP, GUEST_MAC, HOST_IP, HOST_MAC};
 use dta_translator::datapath::pipeline::{
     CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
@@ -43,16 +44,6 @@ fn host() -> SocketAddrV4 {
 }
 fn guest() -> SocketAddrV4 {
     SocketAddrV4::new(GUEST_IP, 4791)
-}
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
 }
 
 /// A one-store pipeline writing into the target's memory region.
@@ -318,7 +309,7 @@ fn rxe_accepts_translator_frames_and_soft_rnic_agrees() {
     );
     let reports: Vec<Report> = (0..60u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 2,
                 key: Key::new(&(0x0a00_0000 + i).to_be_bytes()).unwrap(),
@@ -383,7 +374,7 @@ fn rxe_accepts_translator_frames_and_soft_rnic_agrees() {
     let mut p = pipeline_for(&t, kind);
     let reports: Vec<Report> = (0..50u64)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::Append {
                 list: 0,
                 value: Value::new(&(0xA000 + i).to_le_bytes()).unwrap(),

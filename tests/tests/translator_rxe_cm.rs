@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
-use dta_proto::wire::report::{ParseConfig, Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{ParseConfig, Primitive, Profile, Report};
 use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
 use dta_proto::{Key, Value};
+use dta_tests::harness::extended_header;
 use dta_tests::rdma_feature::{cpio, extra_guest_libs, feature_binaries, run_until};
 use dta_tests::rxe_vm::{vm_available, Vm, GUEST_IP, GUEST_MAC, HOST_IP, HOST_MAC};
 use dta_translator::control::cm::{CmEvent, CmInitiator};
@@ -60,16 +61,6 @@ kind = "keyincrement"
 slots = 1024
 port = 1339
 "#;
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
-}
 
 /// Moves frames between the host-side state machines and the VM until `done` or timeout.
 fn exchange(
@@ -267,7 +258,7 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
     for i in 0..20u32 {
         let key = Key::new(&(0xAB00 + i).to_be_bytes()).unwrap();
         reports.push(Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 2,
                 key,
@@ -275,7 +266,7 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
             },
         });
         reports.push(Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyIncrement {
                 redundancy: 2,
                 key,
@@ -285,7 +276,7 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
     }
     for j in 0..10u64 {
         reports.push(Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::Append {
                 list: (j % 2) as u32,
                 value: Value::new(&(0xE000 + j).to_le_bytes()).unwrap(),

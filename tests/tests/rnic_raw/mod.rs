@@ -22,8 +22,9 @@ use dta_collector::Collector;
 use dta_proto::hash::{HashProfile, KeyHasher};
 use dta_proto::layout::{AppendFormat, AppendLayout, KeyWriteLayout};
 use dta_proto::meta::StoreKind;
-use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
+use dta_tests::harness::extended_header;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
@@ -44,16 +45,6 @@ pub fn in_netns<T: Send + 'static>(
     })
     .join()
     .map_err(|_| "thread panicked".to_string())?
-}
-
-fn hdr() -> ReportHeader {
-    ReportHeader {
-        profile: Profile::Extended,
-        immediate: false,
-        retransmittable: false,
-        seq: Some(0),
-        priority: Priority::Medium,
-    }
 }
 
 const KW_SLOTS: u32 = 4096;
@@ -154,7 +145,7 @@ pub fn run(
 
     let mut reports: Vec<Report> = (0..300u32)
         .map(|i| Report {
-            header: hdr(),
+            header: extended_header(0),
             primitive: Primitive::KeyWrite {
                 redundancy: 2,
                 key: Key::new(&i.to_be_bytes()).unwrap(),
@@ -163,7 +154,7 @@ pub fn run(
         })
         .collect();
     reports.extend((0..64u32).map(|i| Report {
-        header: hdr(),
+        header: extended_header(0),
         primitive: Primitive::Append {
             list: i % 2,
             value: Value::new(&i.to_le_bytes()).unwrap(),
