@@ -923,19 +923,25 @@ mod tests {
     use super::*;
 
     fn qp() -> QpTx {
+        qp_with(Psn::new(0xFFFFFE), 0, 0)
+    }
+
+    /// A QP starting at `start` with a retransmission ring of `window` frames of `frame_len`
+    /// bytes (none for 0) and timers short enough to step through.
+    fn qp_with(start: Psn, window: u32, frame_len: usize) -> QpTx {
         QpTx::new(
             Qpn::new(0x100),
             Qpn::new(0x11),
-            Psn::new(0xFFFFFE),
+            start,
             QpTuning {
                 ack_every: 4,
                 ack_timeout_ns: 1000,
                 rto_min_ns: 500,
                 rto_max_ns: 8000,
                 broken_after_ns: 20_000,
-                retransmit_window: 0,
+                retransmit_window: window,
             },
-            0,
+            frame_len,
         )
     }
 
@@ -1224,20 +1230,7 @@ mod tests {
         }
 
         fn rqp(window: u32) -> QpTx {
-            QpTx::new(
-                Qpn::new(0x100),
-                Qpn::new(0x11),
-                Psn::new(START),
-                QpTuning {
-                    ack_every: 4,
-                    ack_timeout_ns: 1000,
-                    rto_min_ns: 500,
-                    rto_max_ns: 8000,
-                    broken_after_ns: 20_000,
-                    retransmit_window: window,
-                },
-                tmpl().frame_len(),
-            )
+            super::qp_with(Psn::new(START), window, tmpl().frame_len())
         }
 
         /// Takes a PSN, builds a WRITE carrying `tag` and records it, as the pipeline does.
