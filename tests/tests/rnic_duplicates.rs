@@ -73,25 +73,15 @@ impl Rig {
     }
 
     fn fetch_add(&self, psn: Psn, off: u64, add: u64) -> Vec<u8> {
-        let t = FrameTemplate::new(&self.ep, op::RC_FETCH_ADD, self.qpn, 0);
-        let mut b = vec![0u8; 256];
-        let n = t.emit_atomic(
-            &mut b,
-            psn,
-            false,
-            &AtomicEthRepr {
-                va: self.region.addr() + off,
-                rkey: self.rkey,
-                swap_add: add,
-                compare: 0,
-            },
-        );
-        b.truncate(n);
-        b
+        self.atomic(op::RC_FETCH_ADD, psn, off, 0, add)
     }
 
     fn cmp_swap(&self, psn: Psn, off: u64, compare: u64, swap: u64) -> Vec<u8> {
-        let t = FrameTemplate::new(&self.ep, op::RC_COMPARE_SWAP, self.qpn, 0);
+        self.atomic(op::RC_COMPARE_SWAP, psn, off, compare, swap)
+    }
+
+    fn atomic(&self, opcode: u8, psn: Psn, off: u64, compare: u64, swap_add: u64) -> Vec<u8> {
+        let t = FrameTemplate::new(&self.ep, opcode, self.qpn, 0);
         let mut b = vec![0u8; 256];
         let n = t.emit_atomic(
             &mut b,
@@ -100,7 +90,7 @@ impl Rig {
             &AtomicEthRepr {
                 va: self.region.addr() + off,
                 rkey: self.rkey,
-                swap_add: swap,
+                swap_add,
                 compare,
             },
         );
