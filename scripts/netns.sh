@@ -11,13 +11,14 @@
 #   NS_A=dta-a  IF_A=dta-va  ADDR_A=10.77.0.1  MAC_A=02:00:00:77:00:01   (the sender side)
 #   NS_B=dta-b  IF_B=dta-vb  ADDR_B=10.77.0.2  MAC_B=02:00:00:77:00:02   (the backend side)
 #   PREFIX_LEN=24   NEIGH=1 (static neighbour entries; NEIGH=0 leaves ARP to do its job)
-#   OFFLOAD=0   (0 turns off TX checksum offload and GRO on both veths, so frames seen by raw
-#                backends carry complete UDP checksums; 1 leaves the defaults)
+#   OFFLOAD=0   (0 turns off TX checksum offload and GRO on both veths with ethtool, so frames
+#                seen by raw backends carry complete UDP checksums; 1 leaves the defaults)
 #   THREADED=0  (1 receives on veth A in a NAPI kernel thread (GRO on, threaded NAPI), not in
 #                the context of whoever sends to it: a benchmark of namespace B's sender, e.g.
 #                the translator, is then not charged for namespace A's receive)
 # On success the last lines are KEY=VALUE pairs describing the topology, and the exit code
-# is 0; with SKIP the topology is absent.
+# is 0; with SKIP the topology is absent. CSUM=complete|partial says whether frames between the
+# namespaces carry complete UDP checksums (partial: offload is on, e.g. ethtool is missing).
 set -u
 
 NS_A=${NS_A:-dta-a}
@@ -64,13 +65,19 @@ up() {
         ip -n "$NS_A" neigh replace "$ADDR_B" lladdr "$MAC_B" dev "$IF_A" nud permanent
         ip -n "$NS_B" neigh replace "$ADDR_A" lladdr "$MAC_A" dev "$IF_B" nud permanent
     fi
+    # With TX checksum offload on (the veth default), a UDP socket's datagrams cross the pair
+    # with a partial checksum (pseudo-header only; the receiving stack trusts the skb's
+    # CHECKSUM_PARTIAL), so a raw backend that verifies UDP checksums drops every one of them.
+    # CSUM says what frames carry: "complete", or "partial" when offload could not be turned off.
+    csum=partial
     if [ "$OFFLOAD" = 0 ]; then
         if command -v ethtool >/dev/null 2>&1; then
-            ip netns exec "$NS_A" ethtool -K "$IF_A" tx off gro off >/dev/null 2>&1 || true
-            ip netns exec "$NS_B" ethtool -K "$IF_B" tx off gro off >/dev/null 2>&1 || true
-        else
-            echo "netns: no ethtool: TX checksum offload stays on (raw backends should skip the UDP checksum check)"
+            ip netns exec "$NS_A" ethtool -K "$IF_A" tx off gro off >/dev/null 2>&1 &&
+                ip netns exec "$NS_B" ethtool -K "$IF_B" tx off gro off >/dev/null 2>&1 &&
+                csum=complete
         fi
+        [ "$csum" = complete ] ||
+            echo "netns: cannot turn off TX checksum offload (needs ethtool: scripts/backend-deps.sh installs it); UDP checksums stay partial"
     fi
     if [ "$THREADED" = 1 ]; then
         # veth has NAPI instances only with GRO or an XDP program: GRO stays on for veth A
@@ -88,6 +95,7 @@ up() {
     echo "ADDR_B=$ADDR_B"
     echo "MAC_A=$MAC_A"
     echo "MAC_B=$MAC_B"
+    echo "CSUM=$csum"
 }
 
 case "${1:-up}" in

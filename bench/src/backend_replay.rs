@@ -493,6 +493,21 @@ impl Netns {
         if let Some(l) = text.lines().find(|l| l.starts_with("SKIP")) {
             return Err(l.to_string());
         }
+        if !text.lines().any(|l| l == "CSUM=complete") {
+            // The raw backends verify UDP checksums; with offload on, the kernel sender's
+            // datagrams carry partial ones and every frame would be dropped as bad.
+            let net = Netns {
+                env,
+                ns_a,
+                ns_b,
+                if_b,
+                if_a,
+            };
+            drop(net);
+            return Err("SKIP: netns: TX checksum offload stays on (no ethtool; \
+                        scripts/backend-deps.sh installs it): UDP checksums would be partial"
+                .into());
+        }
         // A freshly created veth pair takes a moment to carry traffic; a DPDK af_packet port
         // opened at once sometimes received nothing.
         std::thread::sleep(Duration::from_secs(1));

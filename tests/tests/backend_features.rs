@@ -87,6 +87,7 @@ fn kernel_bypass_backends_smoke() {
 
     // 1. dta-io's own backend tests.
     let mut c = cargo("test");
+    c.arg("--no-fail-fast");
     c.args(["-p", "dta-io", "--features", &features.join(",")]);
     if features.contains(&"af_xdp") {
         c.args(["--test", "af_xdp_netns"]);
@@ -212,6 +213,7 @@ fn kernel_bypass_backends_smoke() {
     {
         let t3 = Instant::now();
         let mut c = cargo("test");
+        c.arg("--no-fail-fast");
         c.args(["-p", "dta-tests", "--features"])
             .arg(features.join(","));
         for f in &features {

@@ -81,8 +81,11 @@ pub enum FrameDrop {
     NotUdp,
     /// UDP to a port the filter does not deliver.
     Filtered,
-    /// Truncated or inconsistent headers, a fragment, or a wrong checksum.
+    /// Truncated or inconsistent headers, or a fragment.
     Malformed,
+    /// A wrong IPv4 header or UDP checksum (a partial UDP checksum, from a sender with TX
+    /// checksum offload on a veth, looks like this).
+    BadChecksum,
 }
 
 /// Frames dropped by reason.
@@ -96,6 +99,8 @@ pub struct FrameStats {
     pub filtered: u64,
     /// Malformed frames.
     pub malformed: u64,
+    /// Frames with a wrong IPv4 or UDP checksum.
+    pub bad_checksum: u64,
 }
 
 impl FrameStats {
@@ -107,12 +112,13 @@ impl FrameStats {
             FrameDrop::NotUdp => self.not_udp += 1,
             FrameDrop::Filtered => self.filtered += 1,
             FrameDrop::Malformed => self.malformed += 1,
+            FrameDrop::BadChecksum => self.bad_checksum += 1,
         }
     }
 
     /// All drops.
     pub fn total(&self) -> u64 {
-        self.not_ipv4 + self.not_udp + self.filtered + self.malformed
+        self.not_ipv4 + self.not_udp + self.filtered + self.malformed + self.bad_checksum
     }
 }
 
@@ -140,10 +146,10 @@ pub fn parse_udp_frame<'a>(
         return Err(FrameDrop::Filtered);
     }
     if filter.verify_ip_checksum && !ip_view.verify_checksum() {
-        return Err(FrameDrop::Malformed);
+        return Err(FrameDrop::BadChecksum);
     }
     if filter.verify_udp_checksum && !udp_view.verify_checksum(ip.src, ip.dst) {
-        return Err(FrameDrop::Malformed);
+        return Err(FrameDrop::BadChecksum);
     }
     let payload = &l4[8..8 + udp.payload_len];
     Ok(Datagram {
@@ -477,7 +483,7 @@ mod tests {
         bad[last] ^= 1;
         assert_eq!(
             parse_udp_frame(&bad, &filt).unwrap_err(),
-            FrameDrop::Malformed
+            FrameDrop::BadChecksum
         );
         let lax = filt.with_checksums(true, false);
         assert!(parse_udp_frame(&bad, &lax).is_ok());

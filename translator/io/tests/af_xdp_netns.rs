@@ -32,12 +32,23 @@ fn run(mode: XdpMode, tag: &str) {
     let (addr_a, addr_b) = (topo.addr("ADDR_A"), topo.addr("ADDR_B"));
     let (mac_a, mac_b) = (MacAddr(topo.mac("MAC_A")), MacAddr(topo.mac("MAC_B")));
     let if_b = topo.get("IF_B").to_string();
+    // Precondition: complete UDP checksums on the veth (netns.sh turns TX checksum offload off
+    // with ethtool). Without it every datagram A's kernel sends arrives with a partial
+    // checksum; the test then checks delivery without verifying UDP checksums and says so.
+    let verify_udp = topo.checksums_complete();
+    if !verify_udp {
+        eprintln!(
+            "NOTE: veth TX checksum offload is on (ethtool missing? scripts/backend-deps.sh \
+             installs it): UDP checksums are partial, so this run does not verify them"
+        );
+    }
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
 
     let receiver = std::thread::spawn(move || -> Option<(usize, usize, bool, u64)> {
         enter_netns(&ns_b).unwrap();
         let mut cfg = AfXdpConfig::new(&if_b, &[REPORT_PORT, ROCE_PORT]);
         cfg.mode = mode;
+        cfg.filter.verify_udp_checksum = verify_udp;
         cfg.frame_count = 4096;
         cfg.ring_size = 2048;
         let mut be = match AfXdpBackend::open(cfg) {
@@ -95,8 +106,14 @@ fn run(mode: XdpMode, tag: &str) {
         }
         assert_eq!(be.send_batch(&batch).unwrap(), 100);
         let s = be.stats();
+        let drops = be.frame_stats();
+        assert_eq!(
+            drops.bad_checksum, 0,
+            "frames with a wrong checksum (a partial UDP checksum means TX checksum offload \
+             is on at the sender: ethtool -K IF tx off): {drops:?}"
+        );
         assert_eq!(s.tx_packets, 100);
-        assert_eq!(s.rx_packets as usize, reports + roce);
+        assert_eq!(s.rx_packets as usize, reports + roce, "{s:?} {drops:?}");
         assert!(s.rx_ios < s.rx_packets, "bursts batch: {s:?}");
         // Keep the socket alive until A has drained its receive side.
         std::thread::sleep(Duration::from_millis(500));

@@ -22,6 +22,13 @@ fn net_af_packet_receives_from_a_kernel_sender() {
     let (ns_a, ns_b) = (topo.get("NS_A").to_string(), topo.get("NS_B").to_string());
     let (addr_a, addr_b) = (topo.addr("ADDR_A"), topo.addr("ADDR_B"));
     let if_b = topo.get("IF_B").to_string();
+    // Complete UDP checksums need TX checksum offload off on the veth (netns.sh, ethtool).
+    let verify_udp = topo.checksums_complete();
+    if !verify_udp {
+        eprintln!(
+            "NOTE: veth TX checksum offload is on (ethtool missing?): UDP checksums not verified"
+        );
+    }
     // The af_packet socket is opened during EAL init, in the calling thread's namespace.
     let receiver = std::thread::spawn(move || -> Result<(usize, u64), String> {
         enter_netns(&ns_b).unwrap();
@@ -41,7 +48,9 @@ fn net_af_packet_receives_from_a_kernel_sender() {
             ],
             Some("net_af_packet0"),
         );
-        cfg.filter = FrameFilter::ports(&[PORT]).unwrap();
+        cfg.filter = FrameFilter::ports(&[PORT])
+            .unwrap()
+            .with_checksums(true, verify_udp);
         let mut be = DpdkBackend::open(cfg).map_err(|e| {
             common::remove_dpdk_runtime(&format!("dta-afp-{}", std::process::id()));
             e.to_string()
@@ -59,7 +68,8 @@ fn net_af_packet_receives_from_a_kernel_sender() {
             })
             .unwrap();
         }
-        let malformed = be.frame_stats().malformed;
+        let drops = be.frame_stats();
+        let malformed = drops.malformed + drops.bad_checksum;
         drop(be);
         common::remove_dpdk_runtime(&format!("dta-afp-{}", std::process::id()));
         Ok((n, malformed))

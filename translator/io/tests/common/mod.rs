@@ -78,6 +78,13 @@ impl Topology {
         m
     }
 
+    /// True if frames between the namespaces carry complete UDP checksums (netns.sh turned
+    /// TX checksum offload off). False means partial checksums: a raw backend that verifies
+    /// them drops every frame a kernel socket sent (as `FrameStats::bad_checksum`).
+    pub fn checksums_complete(&self) -> bool {
+        self.vars.get("CSUM").map(String::as_str) == Some("complete")
+    }
+
     /// `ip -n NS neigh show ADDR` in the sender's namespace.
     pub fn neigh_of_b_in_a(&self) -> String {
         let out = Command::new("ip")
