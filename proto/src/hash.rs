@@ -331,6 +331,15 @@ impl PostcardHasher {
         })
     }
 
+    /// The same hasher for a translator cache of `cache_slots` entries (a power of two,
+    /// 1..=2^31); `None` otherwise.
+    pub fn with_cache_slots(&self, cache_slots: u32) -> Option<Self> {
+        Some(PostcardHasher {
+            cache_mask: pow2_mask(cache_slots, 1)?,
+            ..*self
+        })
+    }
+
     /// The profile.
     #[inline]
     pub fn profile(&self) -> HashProfile {

@@ -14,6 +14,8 @@
 //!   Postcarding.
 //! - [`layout`]: collector memory layouts (Key-Write slot, Key-Increment counter, Append ring,
 //!   Postcarding chunk) with their byte orders.
+//! - [`geometry`]: a store's layout and hashers, validated once against its region
+//!   ([`geometry::StoreGeometry`]); every writer and reader derives its addresses from it.
 //! - [`analysis`]: the papers' success-probability formulas.
 //!
 //! # How data flows
@@ -36,6 +38,7 @@ pub mod analysis;
 pub mod batch;
 pub mod consts;
 pub mod crc;
+pub mod geometry;
 pub mod hash;
 pub mod icrc;
 pub mod layout;
