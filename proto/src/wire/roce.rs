@@ -546,6 +546,32 @@ impl FrameTemplate {
         })
     }
 
+    /// Emits an RDMA WRITE (Only, or Only with Immediate when `imm` is given; the template's
+    /// opcode decides) carrying `payload` to `reth`.
+    ///
+    /// Panics if the template's extension headers are not a RETH (and an ImmDt with `imm`) or
+    /// `payload` is not `payload_len()` bytes.
+    #[inline]
+    pub fn emit_write(
+        &self,
+        out: &mut [u8],
+        psn: Psn,
+        ack_req: bool,
+        reth: &RethRepr,
+        imm: Option<u32>,
+        payload: &[u8],
+    ) -> usize {
+        let ext = RETH_LEN + if imm.is_some() { IMMDT_LEN } else { 0 };
+        assert!(self.ext_len == ext && payload.len() == self.payload_len);
+        self.emit(out, psn, ack_req, |b| {
+            reth.emit(&mut Reth::new_unchecked(&mut b[..RETH_LEN]));
+            if let Some(v) = imm {
+                ImmDt::new_unchecked(&mut b[RETH_LEN..ext]).set_imm(v);
+            }
+            b[ext..].copy_from_slice(payload);
+        })
+    }
+
     /// Emits a Compare & Swap or Fetch & Add frame.
     ///
     /// Panics if the template's extension headers are not exactly one AtomicETH.
@@ -640,6 +666,102 @@ impl RethReplica {
             .first_chunk_mut::<4>()
             .expect("ICRC present");
         *icrc = (u32::from_le_bytes(*icrc) ^ fix).to_le_bytes();
+    }
+}
+
+/// A view of a complete RoCEv2 frame this host built (Ethernet, a 20-byte IPv4 header, UDP,
+/// BTH, ...): what a requester needs to hold frames for retransmission without storing their
+/// lengths, and to ask for an ACK on a frame it already sealed.
+///
+/// The buffer may be longer than the frame (a fixed-size slot); [`RoceFrame::len`] reads the
+/// frame's length from its IPv4 total length. Use [`RoceFrame::new_checked`] on bytes of
+/// unknown origin.
+#[derive(Debug, Clone, Copy)]
+pub struct RoceFrame<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+/// Frame offset of the IPv4 total length.
+const IP_TOTAL_LEN_OFFSET: usize = ethernet::HEADER_LEN + 2;
+
+impl<T: AsRef<[u8]>> RoceFrame<T> {
+    /// Wraps a buffer holding a frame built by [`FrameTemplate`] or [`build_frame`].
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> RoceFrame<T> {
+        RoceFrame { buffer }
+    }
+
+    /// Wraps `buffer` after checking that it holds a whole IPv4 (no options) RoCEv2 frame:
+    /// long enough for its headers and ICRC, and for the length its IPv4 header states.
+    pub fn new_checked(buffer: T) -> Result<RoceFrame<T>> {
+        let f = RoceFrame { buffer };
+        let b = f.buffer.as_ref();
+        if b.len() < HEADERS_WITH_BTH + ICRC_LEN {
+            return Err(Error::Truncated);
+        }
+        if b[ethernet::HEADER_LEN] != 0x45 {
+            return Err(Error::Malformed);
+        }
+        let len = f.len();
+        if len < HEADERS_WITH_BTH + ICRC_LEN || len > b.len() {
+            return Err(Error::Truncated);
+        }
+        Ok(f)
+    }
+
+    /// The frame's length (Ethernet header + IPv4 total length).
+    #[inline]
+    pub fn len(&self) -> usize {
+        let b = self.buffer.as_ref();
+        ethernet::HEADER_LEN
+            + u16::from_be_bytes([b[IP_TOTAL_LEN_OFFSET], b[IP_TOTAL_LEN_OFFSET + 1]]) as usize
+    }
+
+    /// True for a frame of no bytes (never, for a checked frame).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame's bytes (without any slack after it).
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        &self.buffer.as_ref()[..self.len()]
+    }
+
+    /// The BTH opcode.
+    #[inline]
+    pub fn opcode(&self) -> u8 {
+        Bth::new_unchecked(&self.buffer.as_ref()[BTH_OFFSET..]).opcode()
+    }
+
+    /// The BTH PSN.
+    #[inline]
+    pub fn psn(&self) -> Psn {
+        Bth::new_unchecked(&self.buffer.as_ref()[BTH_OFFSET..]).psn()
+    }
+
+    /// The BTH AckReq bit.
+    #[inline]
+    pub fn ack_req(&self) -> bool {
+        Bth::new_unchecked(&self.buffer.as_ref()[BTH_OFFSET..]).ack_req()
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> RoceFrame<T> {
+    /// Sets AckReq and reseals the ICRC (a no-op if it is already set).
+    pub fn set_ack_req(&mut self) {
+        if self.ack_req() {
+            return;
+        }
+        let len = self.len();
+        let psn = self.psn();
+        let b = &mut self.buffer.as_mut()[..len];
+        Bth::new_unchecked(&mut b[BTH_OFFSET..]).set_ack_req_psn(true, psn);
+        let icrc_at = len - ICRC_LEN;
+        let (ip, udp) = l3l4_headers(b);
+        let crc = icrc::icrc_ipv4(&ip, &udp, &b[L2L4_LEN..icrc_at]);
+        b[icrc_at..].copy_from_slice(&crc.to_le_bytes());
     }
 }
 
@@ -896,6 +1018,61 @@ mod tests {
             let _ = parse_frame(f);
             let _ = RocePacket::parse(f.get(L2L4_LEN..).unwrap_or(&[]));
             let _ = icrc::check_frame(f);
+        }
+    }
+
+    #[test]
+    fn roce_frame_view_reads_and_reseals_own_frames() {
+        let t = FrameTemplate::new(&ep(), opcode::RC_RDMA_WRITE_ONLY, Qpn::new(0x11), 8);
+        let mut slot = [0u8; 256];
+        let n = t.emit(&mut slot, Psn::new(77), false, |ext| ext.fill(0x5a));
+        let mut f = RoceFrame::new_checked(&mut slot[..]).expect("a whole frame");
+        assert_eq!((f.len(), f.psn(), f.ack_req()), (n, Psn::new(77), false));
+        assert_eq!(f.opcode(), opcode::RC_RDMA_WRITE_ONLY);
+        assert!(icrc::check_frame(f.bytes()));
+        f.set_ack_req();
+        let mut want = [0u8; 256];
+        let m = t.emit(&mut want, Psn::new(77), true, |ext| ext.fill(0x5a));
+        assert_eq!(
+            f.bytes(),
+            &want[..m],
+            "the same bytes as a frame built with AckReq"
+        );
+        let g = f.bytes().to_vec();
+        for cut in 0..g.len() {
+            assert!(RoceFrame::new_checked(&g[..cut]).is_err(), "cut {cut}");
+        }
+        let mut bad = g.clone();
+        bad[ethernet::HEADER_LEN] = 0x46;
+        assert!(RoceFrame::new_checked(&bad[..]).is_err(), "IPv4 options");
+    }
+
+    #[test]
+    fn typed_write_emitter_matches_the_field_layout() {
+        let reth = RethRepr {
+            va: 0x7f00_0000_1234,
+            rkey: Rkey(0x95),
+            dma_len: 8,
+        };
+        for (op, imm) in [
+            (opcode::RC_RDMA_WRITE_ONLY, None),
+            (opcode::RC_RDMA_WRITE_ONLY_IMM, Some(0xdead_beef)),
+        ] {
+            let t = FrameTemplate::new(&ep(), op, Qpn::new(0x11), 8);
+            let mut a = [0u8; 256];
+            let n = t.emit_write(
+                &mut a,
+                Psn::new(5),
+                true,
+                &reth,
+                imm,
+                &[1, 2, 3, 4, 5, 6, 7, 8],
+            );
+            let p = parse_frame(&a[..n]).unwrap();
+            assert_eq!(p.roce.reth, Some(reth));
+            assert_eq!(p.roce.imm, imm);
+            assert_eq!(p.roce.payload, &[1, 2, 3, 4, 5, 6, 7, 8]);
+            assert!(icrc::check_frame(&a[..n]));
         }
     }
 }
