@@ -260,13 +260,8 @@ impl Harness {
                     payload: p,
                 })
                 .collect();
-            let mut done = 0;
-            while done < burst.len() {
-                done += self
-                    .pipeline
-                    .handle_reports(self.now, &burst[done..], &mut self.tx);
-                self.pump();
-            }
+            self.pipeline.handle_reports(self.now, &burst, &mut self.tx);
+            self.pump();
         }
     }
 
@@ -319,7 +314,9 @@ impl Harness {
 
     /// Moves queued frames translator → responder → translator until both are quiet.
     pub fn pump(&mut self) {
-        for _ in 0..16 {
+        for _ in 0..100_000 {
+            // What the QPs hold for sending (queued, resent) joins what is in the batch.
+            self.pipeline.poll_transmit(self.now, &mut self.tx);
             if self.tx.is_empty() && self.rnic_tx.is_empty() {
                 return;
             }

@@ -93,8 +93,8 @@ pub struct DemoReport {
     pub rnic_writes: u64,
     /// RNIC drop and error counters (name, value), non-zero only.
     pub rnic_errors: Vec<(String, u64)>,
-    /// PSN resyncs.
-    pub psn_resyncs: u64,
+    /// Frames the translator sent again (go-back-N passes and resends after timeouts).
+    pub retransmitted: u64,
     /// ACK-timeout probes the translator sent (zero-length WRITEs; counted in `frames`).
     pub probes: u64,
     /// Frames the translator sent that the responder never executed (counted losses).
@@ -294,7 +294,11 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     for s in &snaps {
         c.merge(&s.counters);
         rep.socket_drops += s.socket_drops;
-        rep.psn_resyncs += s.qps.iter().map(|(_, _, q)| q.psn_resyncs).sum::<u64>();
+        rep.retransmitted += s
+            .qps
+            .iter()
+            .map(|(_, _, q)| q.retransmitted_frames)
+            .sum::<u64>();
         rep.probes += s.qps.iter().map(|(_, _, q)| q.probes).sum::<u64>();
         rep.psn_skipped += s.qps.iter().map(|(_, _, q)| q.psn_skipped).sum::<u64>();
     }
@@ -391,8 +395,8 @@ pub fn print(opts: &DemoOptions, r: &DemoReport) {
         r.frames as f64 / r.translated.max(1) as f64
     );
     println!(
-        "  RDMA messages executed  {:>12}   (PSN resyncs {}, ACK-timeout probes {} of the frames, frames lost in transit {})",
-        r.rnic_writes, r.psn_resyncs, r.probes, r.psn_skipped
+        "  RDMA messages executed  {:>12}   (frames resent {}, probes {}, frames lost in transit {})",
+        r.rnic_writes, r.retransmitted, r.probes, r.psn_skipped
     );
     println!(
         "  Key-Write queries       {:>12}   correct {:.2}%  empty {:.2}% (formula {:.2}%)  conflict {:.3}%  wrong {}",

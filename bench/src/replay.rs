@@ -378,13 +378,8 @@ impl Rig {
     /// Feeds one burst of reports at `now`, and moves every frame it produced.
     #[inline]
     pub fn feed(&mut self, now: u64, burst: &[Datagram<'_>]) {
-        let mut done = 0;
-        while done < burst.len() {
-            done += self
-                .pipeline
-                .handle_reports(now, &burst[done..], &mut self.tx);
-            self.pump(now);
-        }
+        self.pipeline.handle_reports(now, burst, &mut self.tx);
+        self.pump(now);
     }
 
     /// Fires due timers.
@@ -450,7 +445,8 @@ impl Rig {
                 .handle_responses(now, std::slice::from_ref(&d), &mut self.tx);
         }
         self.rnic_tx.clear();
-        // Responses may release backlog frames.
+        // Responses may release queued or resent frames.
+        self.pipeline.poll_transmit(now, &mut self.tx);
         if !self.tx.is_empty() {
             self.frames += self.tx.len() as u64;
             for i in 0..self.tx.len() {
@@ -1029,11 +1025,8 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
                 let j = (i + 64).min(trace.len());
                 views.clear();
                 views.extend((i..j).map(|k| trace.get(k)));
-                let mut done = 0;
-                while done < views.len() {
-                    done += p.handle_reports(1_000_000, &views[done..], &mut tx);
-                    keep(&mut tx, &mut frames);
-                }
+                p.handle_reports(1_000_000, &views, &mut tx);
+                keep(&mut tx, &mut frames);
                 i = j;
             }
         }

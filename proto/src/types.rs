@@ -64,6 +64,12 @@ const TAIL_MASKS: [[u8; MAX_KEY_LEN]; MAX_KEY_LEN + 1] = {
 };
 
 impl Key {
+    /// The empty key (a placeholder: no report carries one).
+    pub const EMPTY: Key = Key {
+        len: 0,
+        bytes: [0; MAX_KEY_LEN],
+    };
+
     /// A key from 1..=16 bytes; `None` if empty or too long.
     #[inline]
     pub fn new(bytes: &[u8]) -> Option<Key> {

@@ -152,7 +152,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
         for (name, qpn, st) in &s.qps {
             assert!(st.acks > 0, "{what}: worker {w} store {name}: {st:?}");
             assert_eq!(
-                (st.psn_resyncs, st.psn_skipped, st.nak_seq),
+                (st.retransmitted_frames, st.psn_skipped, st.nak_seq),
                 (0, 0, 0),
                 "{what}: worker {w} store {name}: {st:?}"
             );

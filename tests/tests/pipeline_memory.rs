@@ -57,7 +57,7 @@ fn keywrite_lands_and_acks_flow() {
     assert_eq!(k.duplicate_request, 0, "{k:?}");
     assert_eq!(k.out_of_seq_request, 0, "{k:?}");
     for (_, _, q) in h.pipeline.qp_stats() {
-        assert_eq!(q.psn_resyncs, 0, "{q:?}");
+        assert_eq!(q.retransmitted_frames, 0, "{q:?}");
         assert_eq!(q.probes, 0, "{q:?}");
         assert!(q.acks > 0, "{q:?}");
     }
@@ -493,11 +493,7 @@ fn one_percent_loss_never_stalls_a_qp() {
         "every write executed once: {:?} {q:?}",
         h.rnic.counters()
     );
-    assert_eq!(
-        (q.psn_skipped, q.retx_overruns, q.psn_resyncs),
-        (0, 0, 0),
-        "{q:?}"
-    );
+    assert_eq!((q.psn_skipped, q.retx_overruns), (0, 0), "{q:?}");
     // Memory never holds a malformed entry: every non-empty slot is one of ours.
     let layout = dta_proto::layout::KeyWriteLayout::new(1 << 10, 8).unwrap();
     let _ = layout;
@@ -517,7 +513,7 @@ fn one_percent_loss_never_stalls_a_qp() {
     }
     println!(
         "max recovery latency {} us; {} go-back-N rounds, {} frames resent",
-        q.resync_ns_max / 1000,
+        q.recovery_ns_max / 1000,
         q.retransmit_events,
         q.retransmitted_frames
     );
@@ -652,7 +648,7 @@ fn reordering_and_duplication_never_double_count_or_stall() {
         "reordering made the responder NAK, and the translator go back: {q:?}"
     );
     // Nothing skipped, nothing executed twice: every atomic executed exactly once.
-    assert_eq!((q.psn_skipped, q.psn_resyncs), (0, 0), "{q:?}");
+    assert_eq!((q.psn_skipped, q.retx_overruns), (0, 0), "{q:?}");
     assert_eq!(k.atomics, sent, "{k:?} {q:?}");
     assert_eq!(landed, totals.values().sum::<u64>());
     // A clean wire: the next round lands completely.
@@ -677,7 +673,7 @@ fn reordering_and_duplication_never_double_count_or_stall() {
     println!(
         "reorder 2 % + duplicate 2 %: {} go-back-N rounds (max {} us), {} frames resent, {} duplicates, {} atomic replays",
         q.retransmit_events,
-        q.resync_ns_max / 1000,
+        q.recovery_ns_max / 1000,
         q.retransmitted_frames,
         k.duplicate_request,
         k.atomic_replays

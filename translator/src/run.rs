@@ -454,38 +454,44 @@ impl Worker {
                         j += 1;
                     }
                     if is_report {
-                        let done = pipeline.handle_reports(t, &burst[i..j], txr);
-                        debug_assert_eq!(
-                            done,
-                            j - i,
-                            "the transmit batch is sized for a full burst"
-                        );
+                        pipeline.handle_reports(t, &burst[i..j], txr);
                     } else {
-                        for d in &burst[i..j] {
-                            match initiators.iter_mut().find(|(c, _)| c.wants(d)) {
-                                Some((c, names)) => {
-                                    if let Some(CmEvent::Ready {
-                                        port,
-                                        meta,
-                                        binding,
-                                    }) = c.handle(t, d, txr)
-                                    {
-                                        if let Some((_, name)) =
-                                            names.iter().find(|(p, _)| *p == port)
-                                        {
-                                            log::info!(
-                                                "store {name}: reconnected (QP {:#x})",
-                                                binding.local_qpn.value()
-                                            );
-                                            pipeline.rebind(name, binding, Some(&meta));
-                                            if let Some(h) = c.take_list_heads(port) {
-                                                pipeline.seed_append_heads(name, &h);
-                                            }
-                                        }
+                        // Responses go to the pipeline in runs (one call per run of
+                        // datagrams); RDMA_CM messages (QP 1) to their initiator.
+                        let run = &burst[i..j];
+                        let mut k = 0;
+                        while k < run.len() {
+                            let cm = initiators.iter().position(|(c, _)| c.wants(&run[k]));
+                            let Some(ci) = cm else {
+                                let mut e = k + 1;
+                                while e < run.len()
+                                    && !initiators.iter().any(|(c, _)| c.wants(&run[e]))
+                                {
+                                    e += 1;
+                                }
+                                pipeline.handle_responses(t, &run[k..e], txr);
+                                k = e;
+                                continue;
+                            };
+                            let (c, names) = &mut initiators[ci];
+                            if let Some(CmEvent::Ready {
+                                port,
+                                meta,
+                                binding,
+                            }) = c.handle(t, &run[k], txr)
+                            {
+                                if let Some((_, name)) = names.iter().find(|(p, _)| *p == port) {
+                                    log::info!(
+                                        "store {name}: reconnected (QP {:#x})",
+                                        binding.local_qpn.value()
+                                    );
+                                    pipeline.rebind(name, binding, Some(&meta));
+                                    if let Some(h) = c.take_list_heads(port) {
+                                        pipeline.seed_append_heads(name, &h);
                                     }
                                 }
-                                None => pipeline.handle_responses(t, std::slice::from_ref(d), txr),
                             }
+                            k += 1;
                         }
                     }
                     i = j;
@@ -504,10 +510,17 @@ impl Worker {
             let t = got_at.unwrap_or_else(now);
             n = t;
             self.take_dispatched(t, &mut tx);
-            self.pipeline.poll(t, &mut tx);
-            self.reconnect(t, &mut tx, &mut reconnect_at);
             if self.workers > 1 {
                 self.exchange_handoffs(t, &mut tx);
+            }
+            self.reconnect(t, &mut tx, &mut reconnect_at);
+            // Timers, then what the QPs hold for sending (queued frames, go-back-N passes),
+            // as far as the batch has room; a full batch goes out and the rest follows.
+            self.pipeline.poll(t, &mut tx);
+            while self.pipeline.poll_transmit(t, &mut tx) {
+                let _ = self.backend.send_batch(&tx);
+                tx.clear();
+                last_tx = t;
             }
             // While receives come back full (a queue is waiting), transmit once every few
             // bursts rather than after each: every backend pays a system call (and AF_XDP a
@@ -534,6 +547,11 @@ impl Worker {
                 while !self.pipeline.flush_all(now(), &mut tx) {
                     let _ = self.backend.send_batch(&tx);
                     tx.clear();
+                    // A QP that cannot take the rest waits for ACKs (its window) or breaks.
+                    self.pump_responses(epoch, Duration::from_millis(1), &mut tx);
+                    if stopping.is_some_and(|t: Instant| t.elapsed() > Duration::from_secs(1)) {
+                        break;
+                    }
                 }
                 let _ = self.backend.send_batch(&tx);
                 tx.clear();
@@ -596,14 +614,28 @@ impl Worker {
         state.retain(|(n, _, _)| self.pipeline.broken_stores().any(|b| b == n));
     }
 
+    /// Receives for up to `wait` and hands every RoCEv2 response to the pipeline (shutdown
+    /// flushing, where new reports are no longer taken), then polls it.
+    fn pump_responses(&mut self, epoch: Instant, wait: Duration, tx: &mut TxBatch) {
+        let pipeline = &mut self.pipeline;
+        let report_port = self.report_port;
+        let _ = self.backend.recv_with(wait, &mut |burst| {
+            let now = epoch.elapsed().as_nanos() as u64;
+            for d in burst {
+                if d.dst.port() != report_port {
+                    pipeline.handle_responses(now, std::slice::from_ref(d), tx);
+                }
+            }
+        });
+        let now = epoch.elapsed().as_nanos() as u64;
+        self.pipeline.poll(now, tx);
+    }
+
     /// Translates the bursts the dispatcher copied to us and gives the buffers back.
     fn take_dispatched(&mut self, now: u64, tx: &mut TxBatch) {
         let Some(d) = &self.dispatched else { return };
+        let per_report = self.pipeline.frames_per_report_max();
         while let Ok(b) = d.rx.try_recv() {
-            if !tx.is_empty() {
-                let _ = self.backend.send_batch(tx);
-                tx.clear();
-            }
             let mut burst = [Datagram {
                 src: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
                 dst: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
@@ -619,16 +651,12 @@ impl Worker {
                         payload: &b.data[at as usize..(at + len) as usize],
                     };
                 }
-                let mut done = 0;
-                while done < chunk.len() {
-                    done += self
-                        .pipeline
-                        .handle_reports(now, &burst[done..chunk.len()], tx);
-                    if done < chunk.len() {
-                        let _ = self.backend.send_batch(tx);
-                        tx.clear();
-                    }
+                // Frames that find no room wait in their QP; sending first keeps them few.
+                if tx.remaining() < chunk.len() * per_report {
+                    let _ = self.backend.send_batch(tx);
+                    tx.clear();
                 }
+                self.pipeline.handle_reports(now, &burst[..chunk.len()], tx);
             }
             let _ = d.back.try_send(b);
         }
@@ -667,15 +695,14 @@ impl Worker {
         if dropped > 0 {
             self.pipeline.count_handoff_drops(dropped);
         }
+        let per_report = self.pipeline.frames_per_report_max();
         while let Ok((from, mut v)) = self.links.from.try_recv() {
-            let mut i = 0;
-            while i < v.len() {
-                if self.pipeline.handle_handoff(now, &v[i], tx) {
-                    i += 1;
-                } else {
+            for h in &v {
+                if tx.remaining() < per_report {
                     let _ = self.backend.send_batch(tx);
                     tx.clear();
                 }
+                self.pipeline.handle_handoff(now, h, tx);
             }
             v.clear();
             if let Some(back) = self.links.give_back[from].as_ref() {

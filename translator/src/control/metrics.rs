@@ -24,87 +24,150 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
     type QpField = (
         &'static str,
         &'static str,
-        fn(&crate::datapath::qp::QpStats) -> u64,
+        PromKind,
+        fn(&crate::datapath::qp::QpStats) -> f64,
     );
-    let fields: [QpField; 19] = [
-        ("qp_frames", "RoCEv2 frames sent on the QP.", |q| q.frames),
-        ("qp_acks", "ACKs received.", |q| q.acks),
-        ("qp_nak_sequence", "NAK PSN sequence error received.", |q| {
-            q.nak_seq
-        }),
-        ("qp_nak_rnr", "RNR NAKs received.", |q| q.nak_rnr),
-        ("qp_nak_access", "NAK remote access error received.", |q| {
-            q.nak_access
-        }),
-        ("qp_nak_invalid", "NAK invalid request received.", |q| {
-            q.nak_invalid
-        }),
-        ("qp_nak_other", "Other NAKs received.", |q| q.nak_other),
+    const NS: f64 = 1e-9;
+    let fields: [QpField; 23] = [
         (
-            "qp_psn_resyncs",
-            "Times the send PSN was moved to where the responder expects it.",
-            |q| q.psn_resyncs,
+            "qp_frames",
+            "New RoCEv2 frames on the QP (PSNs taken, probes included).",
+            PromKind::Counter,
+            |q| q.frames as f64,
+        ),
+        ("qp_acks", "ACKs received.", PromKind::Counter, |q| {
+            q.acks as f64
+        }),
+        (
+            "qp_nak_sequence",
+            "NAK PSN sequence error received.",
+            PromKind::Counter,
+            |q| q.nak_seq as f64,
+        ),
+        ("qp_nak_rnr", "RNR NAKs received.", PromKind::Counter, |q| {
+            q.nak_rnr as f64
+        }),
+        (
+            "qp_nak_access",
+            "NAK remote access error received.",
+            PromKind::Counter,
+            |q| q.nak_access as f64,
+        ),
+        (
+            "qp_nak_invalid",
+            "NAK invalid request received.",
+            PromKind::Counter,
+            |q| q.nak_invalid as f64,
+        ),
+        (
+            "qp_nak_other",
+            "Other NAKs received.",
+            PromKind::Counter,
+            |q| q.nak_other as f64,
         ),
         (
             "qp_psn_skipped",
-            "Frames skipped by resyncs (sent but never executed: lost).",
-            |q| q.psn_skipped,
+            "Frames lost because they left the retransmission ring before they could be resent \
+             (each replaced on the wire by a zero-length WRITE at its PSN).",
+            PromKind::Counter,
+            |q| q.psn_skipped as f64,
         ),
         (
             "qp_retransmitted_frames",
             "Frames sent again, unchanged, from the QP's retransmission ring.",
-            |q| q.retransmitted_frames,
+            PromKind::Counter,
+            |q| q.retransmitted_frames as f64,
         ),
         (
             "qp_retransmit_events",
-            "Retransmissions started: go-back-N rounds after a NAK, an RNR NAK or a short \
-             answer, and ACK-timeout resends of the oldest unconfirmed frame.",
-            |q| q.retransmit_events,
+            "Retransmissions started: go-back-N passes from the PSN the collector named, and \
+             resends of the oldest unconfirmed frame after an unanswered probe.",
+            PromKind::Counter,
+            |q| q.retransmit_events as f64,
         ),
         (
             "qp_retx_overruns",
-            "Recoveries that found the frames asked for gone from the retransmission ring \
-             (window overrun) and fell back to a resync counted in qp_psn_skipped.",
-            |q| q.retx_overruns,
+            "Go-back-N passes that found frames gone from the retransmission ring (counted in \
+             qp_psn_skipped).",
+            PromKind::Counter,
+            |q| q.retx_overruns as f64,
         ),
         (
             "qp_ack_timeouts",
-            "ACK timeouts (silent loss detected).",
-            |q| q.ack_timeouts,
+            "Retransmission timeouts (an answer was due and none came).",
+            PromKind::Counter,
+            |q| q.ack_timeouts as f64,
         ),
-        ("qp_probes", "Zero-length probe writes sent.", |q| q.probes),
+        (
+            "qp_probes",
+            "Fresh frames sent with AckReq to ask where the collector stands (zero-length \
+             probes, queued frames sent ahead of the window).",
+            PromKind::Counter,
+            |q| q.probes as f64,
+        ),
         (
             "qp_stale_responses",
             "Responses matching no outstanding state.",
-            |q| q.stale_responses,
+            PromKind::Counter,
+            |q| q.stale_responses as f64,
         ),
         (
-            "qp_resync_ns",
-            "Total resync latency in nanoseconds.",
-            |q| q.resync_ns_total,
+            "qp_recoveries",
+            "Recoveries completed (from the first sign of loss to the answer showing the \
+             collector caught up).",
+            PromKind::Counter,
+            |q| q.recoveries as f64,
         ),
         (
-            "qp_resync_max_ns",
-            "Longest resync latency in nanoseconds (since the QP was connected).",
-            |q| q.resync_ns_max,
+            "qp_recovery_seconds",
+            "Total duration of the recoveries.",
+            PromKind::Counter,
+            |q| q.recovery_ns_total as f64 * NS,
+        ),
+        (
+            "qp_recovery_max_seconds",
+            "Longest recovery since the QP was connected.",
+            PromKind::Gauge,
+            |q| q.recovery_ns_max as f64 * NS,
+        ),
+        (
+            "qp_loss_events",
+            "Loss events (each halved the send window).",
+            PromKind::Counter,
+            |q| q.loss_events as f64,
+        ),
+        (
+            "qp_window_frames",
+            "The send window in frames (0: unlimited, no loss seen).",
+            PromKind::Gauge,
+            |q| q.window as f64,
+        ),
+        (
+            "qp_queued_frames",
+            "Frames waiting in the QP to be sent.",
+            PromKind::Gauge,
+            |q| q.queued as f64,
         ),
         (
             "qp_rtt_samples",
-            "Round-trip samples feeding the adaptive ACK timeout.",
-            |q| q.rtt_samples,
+            "Round-trip samples feeding the adaptive retransmission timeout.",
+            PromKind::Counter,
+            |q| q.rtt_samples as f64,
         ),
         (
-            "qp_silence_max_ns",
-            "Longest time without any ACK or NAK while one was due, that ended in an answer (ns).",
-            |q| q.silence_ns_max,
+            "qp_srtt_seconds",
+            "Smoothed round-trip time.",
+            PromKind::Gauge,
+            |q| q.srtt_ns as f64 * NS,
+        ),
+        (
+            "qp_silence_max_seconds",
+            "Longest time without any ACK or NAK while one was due, that ended in an answer.",
+            PromKind::Gauge,
+            |q| q.silence_ns_max as f64 * NS,
         ),
     ];
-    for (name, help, f) in fields {
-        let kind = if name.ends_with("max_ns") {
-            PromKind::Gauge
-        } else {
-            PromKind::Counter
-        };
+    for (name, help, kind, f) in fields {
         for (wi, s) in snaps.iter().enumerate() {
             for (store, qpn, q) in &s.qps {
                 let (ws, qs) = (wi.to_string(), format!("{qpn:#x}"));
@@ -113,7 +176,7 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
                     &format!("dta_translator_{name}"),
                     help,
                     &[("worker", &ws), ("store", store), ("qpn", &qs)],
-                    f(q) as f64,
+                    f(q),
                 );
             }
         }
@@ -202,8 +265,10 @@ pub fn render_json(snaps: &[WorkerSnapshot]) -> String {
                 "pending": s.pending,
                 "socket_drops": s.socket_drops,
                 "qps": s.qps.iter().map(|(n, q, st)| serde_json::json!({
-                    "store": n, "qpn": q, "frames": st.frames, "acks": st.acks, "psn_resyncs": st.psn_resyncs,
-                    "probes": st.probes, "ack_timeouts": st.ack_timeouts, "resync_max_ns": st.resync_ns_max,
+                    "store": n, "qpn": q, "frames": st.frames, "acks": st.acks,
+                    "probes": st.probes, "ack_timeouts": st.ack_timeouts,
+                    "recoveries": st.recoveries, "recovery_max_ns": st.recovery_ns_max,
+                    "loss_events": st.loss_events, "window": st.window, "queued": st.queued,
                     "psn_skipped": st.psn_skipped, "retransmitted_frames": st.retransmitted_frames,
                     "retransmit_events": st.retransmit_events, "retx_overruns": st.retx_overruns,
                     "srtt_ns": st.srtt_ns, "rto_ns": st.rto_ns, "silence_max_ns": st.silence_ns_max,

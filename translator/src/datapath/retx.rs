@@ -14,17 +14,14 @@
 //! oldest is overwritten: a later request for it cannot be served (an *overrun*; the QP then
 //! falls back to resynchronising and counts the frames as lost).
 
-use dta_proto::icrc::icrc_ipv4;
-use dta_proto::wire::ib::{Psn, ICRC_LEN};
-use dta_proto::wire::roce::L2L4_LEN;
+use dta_proto::wire::ib::Psn;
+use dta_proto::wire::roce::RoceFrame;
 
-/// Byte offset of the BTH word holding AckReq and the PSN in a full frame.
-const PSN_WORD: usize = L2L4_LEN + 8;
 /// Largest window: PSN comparisons need less than half the 24-bit PSN space.
 pub const MAX_WINDOW: u32 = 1 << 22;
 
 /// Unconfirmed frames of one QP, indexed by PSN (see the module documentation).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RetxRing {
     /// Bytes per slot.
     slot: usize,
@@ -37,6 +34,18 @@ pub struct RetxRing {
     /// Frames recorded and not released by an ACK (those beyond the capacity were
     /// overwritten; 64 bits never wrap).
     fill: u64,
+}
+
+impl std::fmt::Debug for RetxRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetxRing")
+            .field("start", &self.start())
+            .field("end", &self.end)
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .field("slot", &self.slot)
+            .finish()
+    }
 }
 
 impl RetxRing {
@@ -190,20 +199,39 @@ impl RetxRing {
         }
         let i = (psn.value() & self.mask) as usize;
         let f = &self.buf[i * self.slot..(i + 1) * self.slot];
-        Some(&f[..frame_len(f).min(self.slot)])
+        Some(&f[..RoceFrame::new_unchecked(f).len().min(self.slot)])
+    }
+
+    /// Holds, as the frame sent with `psn` (the next PSN in order), a copy of the frame held for
+    /// `from`, edited in place by `patch` (a replica with a new PSN and address). Returns false,
+    /// holding nothing, when `from` is not held or `psn` is out of order.
+    #[inline]
+    pub fn replicate(&mut self, from: Psn, psn: Psn, patch: impl FnOnce(&mut [u8])) -> bool {
+        if psn != self.end
+            || self.get(from).is_none()
+            || self.held() as usize == self.capacity() && from == self.start()
+        {
+            return false;
+        }
+        let len = {
+            let i = (from.value() & self.mask) as usize;
+            RoceFrame::new_unchecked(&self.buf[i * self.slot..(i + 1) * self.slot]).len()
+        };
+        let src = (from.value() & self.mask) as usize * self.slot;
+        let Some(dst) = self.place(psn) else {
+            return false;
+        };
+        self.buf.copy_within(src..src + len, dst);
+        patch(&mut self.buf[dst..dst + len]);
+        self.end = psn.next();
+        self.fill += 1;
+        true
     }
 }
 
 /// Shortest slot; frames of `HALF..=FAST` bytes are copied with two fixed-size copies.
 const FAST: usize = 128;
 const HALF: usize = FAST / 2;
-
-/// A complete frame's length from its IPv4 total length (the ring stores no lengths).
-#[inline]
-fn frame_len(f: &[u8]) -> usize {
-    const IP_LEN: usize = L2L4_LEN - 8 - 20 + 2;
-    14 + u16::from_be_bytes([f[IP_LEN], f[IP_LEN + 1]]) as usize
-}
 
 /// Copies a frame of 64..=128 bytes with fixed-size moves (no call to memcpy), others with
 /// `copy_from_slice`. `dst` must be at least as long as `src`.
@@ -225,34 +253,6 @@ pub fn copy_frame(dst: &mut [u8], src: &[u8]) {
     } else {
         dst.copy_from_slice(src);
     }
-}
-
-/// Sets AckReq in a complete RoCEv2/IPv4 frame (20-byte IPv4 header) and recomputes its
-/// ICRC. Returns false, leaving the frame as it was, when it is too short to be one.
-pub fn set_ack_req(frame: &mut [u8]) -> bool {
-    const UDP: usize = L2L4_LEN - 8;
-    const IP: usize = UDP - 20;
-    if frame.len() < PSN_WORD + 4 + ICRC_LEN {
-        return false;
-    }
-    if frame[PSN_WORD] & 0x80 != 0 {
-        return true;
-    }
-    frame[PSN_WORD] |= 0x80;
-    let icrc_at = frame.len() - ICRC_LEN;
-    let mut ip = [0u8; 20];
-    ip.copy_from_slice(&frame[IP..UDP]);
-    let mut udp = [0u8; 8];
-    udp.copy_from_slice(&frame[UDP..L2L4_LEN]);
-    let icrc = icrc_ipv4(&ip, &udp, &frame[L2L4_LEN..icrc_at]);
-    frame[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
-    true
-}
-
-/// Whether a frame carries AckReq.
-#[inline]
-pub fn has_ack_req(frame: &[u8]) -> bool {
-    frame.get(PSN_WORD).is_some_and(|b| b & 0x80 != 0)
 }
 
 #[cfg(test)]
@@ -322,34 +322,32 @@ mod tests {
     }
 
     #[test]
-    fn ack_req_patch_keeps_a_valid_icrc() {
-        use dta_proto::wire::ib::{opcode, Qpn};
-        use dta_proto::wire::roce::{FrameTemplate, RoceEndpoint};
-        let ep = RoceEndpoint {
-            src_mac: dta_proto::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 1]),
-            dst_mac: dta_proto::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 2]),
-            src_ip: std::net::Ipv4Addr::new(10, 0, 0, 1),
-            dst_ip: std::net::Ipv4Addr::new(10, 0, 0, 2),
-            src_port: 4791,
-            dst_port: 4791,
-            ttl: 64,
-            tos: 0,
-            ident: 0,
-        };
-        let t = FrameTemplate::new(&ep, opcode::RC_RDMA_WRITE_ONLY, Qpn::new(0x11), 8);
-        let mut buf = vec![0u8; 256];
-        let n = t.emit(&mut buf, Psn::new(77), false, |ext| ext.fill(0x5a));
-        let mut f = buf[..n].to_vec();
-        assert!(dta_proto::icrc::check_frame(&f) && !has_ack_req(&f));
-        assert!(set_ack_req(&mut f));
-        assert!(has_ack_req(&f) && dta_proto::icrc::check_frame(&f));
-        let mut want = vec![0u8; 256];
-        let m = t.emit(&mut want, Psn::new(77), true, |ext| ext.fill(0x5a));
+    fn replicate_copies_a_held_frame_to_the_next_psn() {
+        let mut r = RetxRing::new(4, 64, Psn::new(100)).unwrap();
+        r.record(Psn::new(100), &frame(1, 50));
+        assert!(r.replicate(Psn::new(100), Psn::new(101), |f| f[20] = 0xEE));
+        let mut want = frame(1, 50);
+        want[20] = 0xEE;
+        assert_eq!(r.get(Psn::new(101)).unwrap(), &want[..]);
         assert_eq!(
-            &f[..],
-            &want[..m],
-            "same bytes as a frame built with AckReq"
+            r.get(Psn::new(100)).unwrap(),
+            &frame(1, 50)[..],
+            "the source is kept"
         );
-        assert!(!set_ack_req(&mut [0u8; 10]));
+        assert!(
+            !r.replicate(Psn::new(100), Psn::new(105), |_| {}),
+            "out of order"
+        );
+        assert!(
+            !r.replicate(Psn::new(99), Psn::new(102), |_| {}),
+            "source not held"
+        );
+        // Full ring: the oldest slot is reused for the new frame, the source survives.
+        assert!(r.replicate(Psn::new(101), Psn::new(102), |_| {}));
+        assert!(r.replicate(Psn::new(102), Psn::new(103), |_| {}));
+        assert!(r.replicate(Psn::new(103), Psn::new(104), |f| f[21] = 0xAA));
+        assert!(r.get(Psn::new(100)).is_none());
+        assert_eq!(r.get(Psn::new(104)).unwrap()[21], 0xAA);
+        assert_eq!(r.get(Psn::new(103)).unwrap()[20], 0xEE);
     }
 }

@@ -37,6 +37,9 @@ dta_proto::define_counters!(
         postcard_timeouts,
         /// DTA NACKs sent to reporters.
         nacks_sent,
+        /// DTA NACKs not sent: the transmit batch was full (the reporter learns of the gap
+        /// from a later NACK or its own timeout).
+        nacks_unsent,
         /// Sequence gaps detected across all reporters.
         reporter_gaps,
         /// Reports named missing in NACKs.
@@ -75,8 +78,12 @@ dta_proto::define_counters!(
         drop_backlog_full,
         /// Dropped: the store's queue pair is broken (awaiting reconnection).
         drop_qp_broken,
-        /// Dropped: the store's queue pair is resynchronising or in RNR back-off.
-        drop_qp_paused,
+        /// Dropped: the store's queue pair holds as many frames not yet sent as its ring can
+        /// keep (a stalled collector, a window closed by loss, an RNR pause).
+        drop_qp_queue_full,
+        /// Dropped: a frame would have addressed bytes outside the store's region (never
+        /// expected: store geometry is validated when the pipeline is built).
+        drop_out_of_region,
         /// Dropped: hand-off ring to the owning worker full.
         drop_handoff_full,
         /// RoCEv2 frames still unconfirmed when a reconnection replaced their QP: the old QP
@@ -108,7 +115,8 @@ impl TranslatorCounters {
             + self.drop_overload_medium
             + self.drop_backlog_full
             + self.drop_qp_broken
-            + self.drop_qp_paused
+            + self.drop_qp_queue_full
+            + self.drop_out_of_region
             + self.drop_handoff_full
     }
 
@@ -142,8 +150,9 @@ mod tests {
             drop_overload_medium: 1 << 11,
             drop_backlog_full: 1 << 12,
             drop_qp_broken: 1 << 13,
-            drop_qp_paused: 1 << 14,
-            drop_handoff_full: 1 << 15,
+            drop_qp_queue_full: 1 << 14,
+            drop_out_of_region: 1 << 15,
+            drop_handoff_full: 1 << 16,
             translated: 1 << 20,
             rx_datagrams: 1 << 21,
             ..TranslatorCounters::default()
@@ -154,8 +163,8 @@ mod tests {
             .map(|(_, v)| v)
             .collect();
         // A new drop_* counter must be added to `dropped` (and here).
-        assert_eq!(drops.len(), 16, "drop counters changed");
+        assert_eq!(drops.len(), 17, "drop counters changed");
         assert_eq!(c.dropped(), drops.iter().sum::<u64>());
-        assert_eq!(c.dropped(), (1 << 16) - 1);
+        assert_eq!(c.dropped(), (1 << 17) - 1);
     }
 }

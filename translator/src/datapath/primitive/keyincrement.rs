@@ -1,0 +1,89 @@
+//! Key-Increment: a delta added to N counters chosen by N independent hashes of the key, with
+//! RDMA FETCH_ADD (the collector answers with the minimum of the N counters).
+
+use dta_proto::batch::TxBatch;
+use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
+use dta_proto::layout::CounterLayout;
+use dta_proto::wire::report::{Primitive, Report};
+
+use super::{Refusal, StorePrimitive};
+use crate::datapath::sender::QpSender;
+use crate::datapath::stats::TranslatorCounters;
+
+/// A Key-Increment store's translation state (stateless beyond its geometry).
+pub struct KeyIncrement {
+    layout: CounterLayout,
+    hasher: KeyHasher,
+}
+
+impl KeyIncrement {
+    /// Key-Increment into `layout`, hashed by `hasher`.
+    pub fn new(layout: CounterLayout, hasher: KeyHasher) -> KeyIncrement {
+        KeyIncrement { layout, hasher }
+    }
+}
+
+impl StorePrimitive for KeyIncrement {
+    #[inline]
+    fn admit(&self, r: &Report, max_redundancy: u8) -> Result<u64, Refusal> {
+        let Primitive::KeyIncrement { redundancy, .. } = &r.primitive else {
+            return Err(Refusal::WrongStore);
+        };
+        if *redundancy == 0 || *redundancy > max_redundancy {
+            return Err(Refusal::BadRedundancy);
+        }
+        Ok(*redundancy as u64 + r.header.immediate as u64)
+    }
+
+    #[inline(always)]
+    fn accept(
+        &mut self,
+        now: u64,
+        r: &Report,
+        _hint: u32,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) {
+        let Primitive::KeyIncrement {
+            redundancy,
+            key,
+            delta,
+        } = &r.primitive
+        else {
+            return;
+        };
+        let n = *redundancy as usize;
+        let mut slots = [0u32; MAX_REDUNDANCY];
+        self.hasher.slots(key, n, &mut slots);
+        for &slot in &slots[..n] {
+            out.fetch_add(now, tx, self.layout.slot_offset(slot), *delta, c);
+        }
+        if r.header.immediate {
+            // A zero-length WRITE with Immediate tells the collector's CPU which key changed.
+            let checksum = self.hasher.checksum(key);
+            out.write(now, tx, 0, &[], Some(checksum), c);
+        }
+        c.translated += 1;
+    }
+
+    fn poll(&mut self, _: u64, _: &mut QpSender, _: &mut TxBatch, _: &mut TranslatorCounters) {}
+
+    fn next_deadline(&self) -> Option<u64> {
+        None
+    }
+
+    fn pending(&self) -> u64 {
+        0
+    }
+
+    fn flush(
+        &mut self,
+        _: u64,
+        _: &mut QpSender,
+        _: &mut TxBatch,
+        _: &mut TranslatorCounters,
+    ) -> bool {
+        true
+    }
+}

@@ -1,0 +1,102 @@
+//! Key-Write: a value under a key, written to N slots chosen by N independent hashes, each slot
+//! holding the key's checksum and the value (the collector answers by a plurality vote).
+
+use dta_proto::batch::TxBatch;
+use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
+use dta_proto::layout::KeyWriteLayout;
+use dta_proto::wire::report::{Primitive, Report};
+
+use super::{Refusal, StorePrimitive};
+use crate::datapath::sender::QpSender;
+use crate::datapath::stats::TranslatorCounters;
+
+/// A Key-Write store's translation state (stateless beyond its geometry).
+pub struct KeyWrite {
+    layout: KeyWriteLayout,
+    hasher: KeyHasher,
+}
+
+impl KeyWrite {
+    /// Key-Write into `layout`, hashed by `hasher`.
+    pub fn new(layout: KeyWriteLayout, hasher: KeyHasher) -> KeyWrite {
+        KeyWrite { layout, hasher }
+    }
+}
+
+impl StorePrimitive for KeyWrite {
+    #[inline]
+    fn admit(&self, r: &Report, max_redundancy: u8) -> Result<u64, Refusal> {
+        let Primitive::KeyWrite {
+            redundancy, value, ..
+        } = &r.primitive
+        else {
+            return Err(Refusal::WrongStore);
+        };
+        if *redundancy == 0 || *redundancy > max_redundancy {
+            return Err(Refusal::BadRedundancy);
+        }
+        if value.len() > self.layout.value_width() {
+            return Err(Refusal::ValueTooLong);
+        }
+        Ok(*redundancy as u64)
+    }
+
+    #[inline(always)]
+    fn accept(
+        &mut self,
+        now: u64,
+        r: &Report,
+        _hint: u32,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) {
+        let Primitive::KeyWrite {
+            redundancy,
+            key,
+            value,
+        } = &r.primitive
+        else {
+            return;
+        };
+        let imm = r.header.immediate;
+        let n = *redundancy as usize;
+        let mut slots = [0u32; MAX_REDUNDANCY];
+        let checksum = self.hasher.checksum_and_slots(key, n, &mut slots);
+        let ss = self.layout.slot_size() as usize;
+        let mut payload = [0u8; 64];
+        self.layout
+            .encode_slot(checksum, value.as_bytes(), &mut payload[..ss]);
+        for (i, &slot) in slots[..n].iter().enumerate() {
+            let offset = self.layout.slot_offset(slot);
+            if i > imm as usize {
+                // The previous frame is a plain WRITE of the same payload.
+                out.replica(now, tx, offset, c);
+            } else {
+                let imm = (imm && i == 0).then_some(checksum);
+                out.write(now, tx, offset, &payload[..ss], imm, c);
+            }
+        }
+        c.translated += 1;
+    }
+
+    fn poll(&mut self, _: u64, _: &mut QpSender, _: &mut TxBatch, _: &mut TranslatorCounters) {}
+
+    fn next_deadline(&self) -> Option<u64> {
+        None
+    }
+
+    fn pending(&self) -> u64 {
+        0
+    }
+
+    fn flush(
+        &mut self,
+        _: u64,
+        _: &mut QpSender,
+        _: &mut TxBatch,
+        _: &mut TranslatorCounters,
+    ) -> bool {
+        true
+    }
+}

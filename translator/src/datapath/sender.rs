@@ -1,0 +1,378 @@
+//! [`QpSender`]: one store's queue pair with its frame templates and typed emitters.
+//!
+//! A primitive says *what* to write (an offset in the store's region, a payload, an immediate,
+//! an atomic operand); the sender turns it into a sealed RoCEv2 frame with the QP's next PSN,
+//! either straight into the caller's transmit batch or into the QP's ring to be sent by
+//! [`QpSender::poll_transmit`] (see [`QpTx`]). Every address is checked against the region
+//! the collector published, so no frame can target bytes outside it. Frames are written only
+//! through `dta_proto`'s typed emitters.
+
+use std::net::SocketAddrV4;
+
+use dta_proto::batch::TxBatch;
+use dta_proto::meta::StoreMeta;
+use dta_proto::wire::ib::{opcode as op, AtomicEthRepr, Psn, Qpn, RethRepr, Rkey};
+use dta_proto::wire::roce::{FrameTemplate, RethReplica, RoceEndpoint, L2L4_LEN};
+
+use super::pipeline::QpBinding;
+use super::qp::{QpEvent, QpTuning, QpTx, Take};
+use super::stats::TranslatorCounters;
+
+/// Precomputed frames of one QP.
+struct Templates {
+    write: FrameTemplate,
+    /// Turns a `write` frame into the next replica's (Key-Write and Postcarding redundancy).
+    replica: RethReplica,
+    write_imm: FrameTemplate,
+    /// Zero-length WRITE (probes, and the no-op that stands in for a frame lost to an overrun).
+    probe: FrameTemplate,
+    /// Zero-length WRITE with Immediate (notifications without data).
+    imm0: FrameTemplate,
+    /// FETCH_ADD (Key-Increment stores only).
+    atomic: Option<FrameTemplate>,
+}
+
+impl Templates {
+    fn new(ep: &RoceEndpoint, remote: Qpn, payload_len: usize, atomic: bool) -> Templates {
+        let write = FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len);
+        Templates {
+            replica: RethReplica::new(&write).expect("WRITE Only starts with a RETH"),
+            write,
+            write_imm: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, payload_len),
+            probe: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, 0),
+            imm0: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, 0),
+            atomic: atomic.then(|| FrameTemplate::new(ep, op::RC_FETCH_ADD, remote, 0)),
+        }
+    }
+
+    /// The longest frame these templates emit (the ring's slot size).
+    fn max_frame_len(&self) -> usize {
+        [&self.write, &self.write_imm, &self.probe, &self.imm0]
+            .into_iter()
+            .chain(self.atomic.as_ref())
+            .map(FrameTemplate::frame_len)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Where a store's frames go and the QP that numbers them.
+pub struct QpSender {
+    /// The requester QP.
+    pub qp: QpTx,
+    tmpl: Templates,
+    ep: RoceEndpoint,
+    /// The collector's RoCEv2 address.
+    pub dest: SocketAddrV4,
+    /// Kernel-socket offset of the frames (0 for raw backends, [`L2L4_LEN`] for UDP sockets).
+    off: usize,
+    base: u64,
+    region_len: u64,
+    rkey: Rkey,
+    payload_len: usize,
+    /// The previous frame of the report being written: its PSN and whether it went straight
+    /// into the transmit batch (the source of a replica).
+    last: Option<(Psn, bool)>,
+    tuning: QpTuning,
+    /// Index of the collector (its rate limit).
+    pub collector: usize,
+}
+
+/// What a [`QpSender`] is built from.
+pub struct SenderSpec<'a> {
+    /// RoCEv2 addressing towards the collector.
+    pub ep: &'a RoceEndpoint,
+    /// The collector's RoCEv2 address.
+    pub dest: SocketAddrV4,
+    /// Full Ethernet frames go to the backend (else UDP payloads).
+    pub l2_frames: bool,
+    /// The store's published region (address, length, R_Key).
+    pub meta: &'a StoreMeta,
+    /// The QP this worker uses for the store.
+    pub binding: QpBinding,
+    /// Reliability tuning.
+    pub tuning: QpTuning,
+    /// Bytes of a plain WRITE's payload (a Key-Write slot, an Append batch, a chunk).
+    pub payload_len: usize,
+    /// The store takes FETCH_ADD.
+    pub atomic: bool,
+    /// Index of the collector.
+    pub collector: usize,
+}
+
+impl QpSender {
+    /// A sender for `spec`; allocates the QP's ring.
+    pub fn new(spec: SenderSpec<'_>) -> QpSender {
+        let tmpl = Templates::new(
+            spec.ep,
+            spec.binding.remote_qpn,
+            spec.payload_len,
+            spec.atomic,
+        );
+        let qp = new_qp(spec.binding, spec.tuning, tmpl.max_frame_len());
+        QpSender {
+            qp,
+            tmpl,
+            ep: *spec.ep,
+            dest: spec.dest,
+            off: if spec.l2_frames { 0 } else { L2L4_LEN },
+            base: spec.meta.addr,
+            region_len: spec.meta.len,
+            rkey: Rkey(spec.meta.rkey),
+            payload_len: spec.payload_len,
+            last: None,
+            tuning: spec.tuning,
+            collector: spec.collector,
+        }
+    }
+
+    /// Replaces the QP after the control plane reconnected it (and the region, if the
+    /// collector published a new one). Returns the frames the old QP left unconfirmed.
+    pub fn rebind(&mut self, qpb: QpBinding, meta: Option<&StoreMeta>) -> u64 {
+        if let Some(m) = meta {
+            self.base = m.addr;
+            self.region_len = m.len;
+            self.rkey = Rkey(m.rkey);
+        }
+        self.tmpl = Templates::new(
+            &self.ep,
+            qpb.remote_qpn,
+            self.payload_len,
+            self.tmpl.atomic.is_some(),
+        );
+        let lost = self.qp.unconfirmed() as u64;
+        self.qp = new_qp(qpb, self.tuning, self.tmpl.max_frame_len());
+        self.last = None;
+        lost
+    }
+
+    /// True if a report needing up to `frames` frames can be written now or queued.
+    #[inline]
+    pub fn can_take(&self, frames: usize) -> bool {
+        self.qp.can_take(frames)
+    }
+
+    /// The RETH for `len` bytes at region offset `offset`; `None` if that is outside the region.
+    #[inline]
+    fn reth(&self, offset: u64, len: usize) -> Option<RethRepr> {
+        let end = offset.checked_add(len as u64)?;
+        (end <= self.region_len).then_some(RethRepr {
+            va: self.base + offset,
+            rkey: self.rkey,
+            dma_len: len as u32,
+        })
+    }
+
+    /// Writes `payload` at region offset `offset`, as WRITE with Immediate `imm` if given.
+    /// False (counted) if the address is outside the region or the QP cannot take a frame.
+    #[inline]
+    pub fn write(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        payload: &[u8],
+        imm: Option<u32>,
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        let Some(reth) = self.reth(offset, payload.len()) else {
+            c.drop_out_of_region += 1;
+            return false;
+        };
+        let Some(take) = self.qp.take(now, tx.remaining() > 0, false) else {
+            c.drop_qp_queue_full += 1;
+            return false;
+        };
+        let t = match (imm, payload.len()) {
+            (Some(_), 0) => &self.tmpl.imm0,
+            (Some(_), _) => &self.tmpl.write_imm,
+            (None, 0) => &self.tmpl.probe,
+            (None, _) => &self.tmpl.write,
+        };
+        match take {
+            Take::Direct { psn, ack_req } => {
+                let qp = &mut self.qp;
+                let ok = tx.push_with(self.dest, self.off, |buf| {
+                    let n = t.emit_write(buf, psn, ack_req, &reth, imm, payload);
+                    qp.record(psn, &buf[..n]);
+                    n
+                });
+                debug_assert!(ok, "room was checked");
+                c.frames += 1;
+                self.last = Some((psn, true));
+            }
+            Take::Queued { psn } => {
+                let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
+                t.emit_write(slot, psn, false, &reth, imm, payload);
+                self.last = Some((psn, false));
+            }
+        }
+        if imm.is_some() {
+            c.frames_imm += 1;
+        }
+        true
+    }
+
+    /// Writes the payload of the previous plain WRITE again, at region offset `offset` (the
+    /// next replica of a Key-Write or Postcarding report). Falls back to nothing (false) if
+    /// there is no previous frame to copy.
+    #[inline]
+    pub fn replica(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        let Some((prev, prev_direct)) = self.last else {
+            return false;
+        };
+        let Some(reth) = self.reth(offset, self.payload_len) else {
+            c.drop_out_of_region += 1;
+            return false;
+        };
+        let Some(take) = self.qp.take(now, prev_direct && tx.remaining() > 0, false) else {
+            c.drop_qp_queue_full += 1;
+            return false;
+        };
+        let replica = &self.tmpl.replica;
+        let ok = match take {
+            Take::Direct { psn, ack_req } => {
+                let qp = &mut self.qp;
+                let ok = tx.push_copy_of_last(|f| {
+                    replica.patch(f, psn, ack_req, reth.va);
+                    qp.record(psn, f);
+                });
+                if ok {
+                    c.frames += 1;
+                }
+                self.last = Some((psn, true));
+                ok
+            }
+            Take::Queued { psn } => {
+                let ok = self
+                    .qp
+                    .ring_replicate(prev, psn, |f| replica.patch(f, psn, false, reth.va));
+                self.last = Some((psn, false));
+                ok
+            }
+        };
+        debug_assert!(ok, "the previous frame is the last in the batch or held");
+        ok
+    }
+
+    /// Adds `delta` to the 8-byte counter at region offset `offset` (FETCH_ADD).
+    #[inline]
+    pub fn fetch_add(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        delta: u64,
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        let Some(reth) = self.reth(offset, 8) else {
+            c.drop_out_of_region += 1;
+            return false;
+        };
+        let Some(t) = self.tmpl.atomic.as_ref() else {
+            return false;
+        };
+        let Some(take) = self.qp.take(now, tx.remaining() > 0, true) else {
+            c.drop_qp_queue_full += 1;
+            return false;
+        };
+        let atomic = AtomicEthRepr {
+            va: reth.va,
+            rkey: reth.rkey,
+            swap_add: delta,
+            compare: 0,
+        };
+        match take {
+            Take::Direct { psn, ack_req } => {
+                let qp = &mut self.qp;
+                let ok = tx.push_with(self.dest, self.off, |buf| {
+                    let n = t.emit_atomic(buf, psn, ack_req, &atomic);
+                    qp.record(psn, &buf[..n]);
+                    n
+                });
+                debug_assert!(ok, "room was checked");
+                c.frames += 1;
+                self.last = Some((psn, true));
+            }
+            Take::Queued { psn } => {
+                let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
+                t.emit_atomic(slot, psn, false, &atomic);
+                self.last = Some((psn, false));
+            }
+        }
+        c.frames_atomic += 1;
+        true
+    }
+
+    /// Fires the QP's timers; queues the probe a timeout asked for.
+    pub fn poll(&mut self, now: u64, tx: &mut TxBatch, c: &mut TranslatorCounters) -> QpEvent {
+        let ev = self.qp.poll_timeout(now);
+        if self.qp.wants_probe() {
+            let psn = self.qp.take_probe();
+            let reth = RethRepr {
+                va: self.base,
+                rkey: self.rkey,
+                dma_len: 0,
+            };
+            let t = &self.tmpl.probe;
+            match self.qp.ring_slot(psn) {
+                Some(slot) => {
+                    t.emit_write(slot, psn, true, &reth, None, &[]);
+                }
+                None => {
+                    if tx.push_with(self.dest, self.off, |buf| {
+                        t.emit_write(buf, psn, true, &reth, None, &[])
+                    }) {
+                        c.frames += 1;
+                    }
+                    self.qp.probe_sent(psn, now);
+                }
+            }
+        }
+        ev
+    }
+
+    /// Sends what the QP queued or must resend, as far as `tx` has room. Returns (frames
+    /// pushed, of which resent).
+    pub fn poll_transmit(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> (usize, usize) {
+        if !self.qp.wants_transmit(now) {
+            return (0, 0);
+        }
+        let reth = RethRepr {
+            va: self.base,
+            rkey: self.rkey,
+            dma_len: 0,
+        };
+        let probe = &self.tmpl.probe;
+        let (n, resent) =
+            self.qp
+                .poll_transmit(now, tx, self.dest, self.off, |buf, psn, ack_req| {
+                    probe.emit_write(buf, psn, ack_req, &reth, None, &[])
+                });
+        c.frames += n as u64;
+        // A new report must not take a queued frame's place as replica source.
+        self.last = None;
+        (n, resent)
+    }
+}
+
+fn new_qp(qpb: QpBinding, tuning: QpTuning, frame_len: usize) -> QpTx {
+    QpTx::new(
+        qpb.local_qpn,
+        qpb.remote_qpn,
+        qpb.start_psn,
+        tuning,
+        frame_len,
+    )
+}
