@@ -28,7 +28,7 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
         fn(&crate::datapath::qp::QpStats) -> f64,
     );
     const NS: f64 = 1e-9;
-    let fields: [QpField; 23] = [
+    let fields: [QpField; 24] = [
         (
             "qp_frames",
             "New RoCEv2 frames on the QP (PSNs taken, probes included).",
@@ -91,6 +91,14 @@ pub fn render(snaps: &[WorkerSnapshot]) -> String {
              qp_psn_skipped).",
             PromKind::Counter,
             |q| q.retx_overruns as f64,
+        ),
+        (
+            "qp_noops_in_place",
+            "Zero-length WRITEs sent after a timeout at the oldest unconfirmed PSN, whose frame \
+             had left the retransmission ring: each replaced that frame (its data lost) or was \
+             a duplicate.",
+            PromKind::Counter,
+            |q| q.noops_in_place as f64,
         ),
         (
             "qp_ack_timeouts",
