@@ -48,6 +48,8 @@ pub struct Impairments {
     pub stall_drops: bool,
     /// Swap adjacent translator → collector frames.
     pub reorder: f64,
+    /// One-way delay of the wire in both directions (ns; 0 = delivered at once).
+    pub one_way_ns: u64,
 }
 
 /// A deterministic PRNG for impairments.
@@ -86,8 +88,14 @@ pub struct Harness {
     pub nacks: Vec<(SocketAddrV4, Vec<u8>)>,
     /// Frames dropped by the simulated wire.
     pub wire_drops: u64,
+    /// Translator → collector frames the simulated wire dropped.
+    pub frames_lost: u64,
     /// Frames waiting in a stalled collector's receive queue.
     held: Vec<Vec<u8>>,
+    /// Frames on the wire to the collector, with their arrival time.
+    to_rnic: std::collections::VecDeque<(u64, Vec<u8>)>,
+    /// Responses on the wire to the translator, with their arrival time.
+    to_translator: std::collections::VecDeque<(u64, Vec<u8>)>,
 }
 
 /// Pipeline settings a test may want to change.
@@ -231,7 +239,10 @@ impl Harness {
             sent_frames: None,
             nacks: Vec::new(),
             wire_drops: 0,
+            frames_lost: 0,
             held: Vec::new(),
+            to_rnic: Default::default(),
+            to_translator: Default::default(),
         }
     }
 
@@ -285,11 +296,21 @@ impl Harness {
         self.send_raw(&refs);
     }
 
-    /// Advances time by `ns`, firing the pipeline's timers, and moves frames.
+    /// Advances time by `ns`, firing the pipeline's timers and delivering what the wire
+    /// carries, in time order, and moves frames.
     pub fn advance(&mut self, ns: u64) {
         let end = self.now + ns;
         loop {
-            let next = self.pipeline.next_deadline().filter(|&d| d <= end);
+            let wire = [self.to_rnic.front(), self.to_translator.front()]
+                .into_iter()
+                .flatten()
+                .map(|(t, _)| *t)
+                .min();
+            let next = [self.pipeline.next_deadline(), wire]
+                .into_iter()
+                .flatten()
+                .min()
+                .filter(|&d| d <= end);
             match next {
                 Some(d) => {
                     self.now = self.now.max(d);
@@ -312,15 +333,16 @@ impl Harness {
         self.pump();
     }
 
-    /// Moves queued frames translator → responder → translator until both are quiet.
+    /// Moves frames translator → wire → responder → wire → translator until nothing more
+    /// is due at the current time (with a one-way delay, frames still on the wire arrive in a
+    /// later [`Harness::advance`]).
     pub fn pump(&mut self) {
+        let delay = self.imp.one_way_ns;
         for _ in 0..100_000 {
             // What the QPs hold for sending (queued, resent) joins what is in the batch.
             self.pipeline.poll_transmit(self.now, &mut self.tx);
-            if self.tx.is_empty() && self.rnic_tx.is_empty() {
-                return;
-            }
-            // Translator → collector.
+            let mut moved = false;
+            // Translator → wire.
             let mut frames: Vec<Vec<u8>> = Vec::new();
             for i in 0..self.tx.len() {
                 let f = self.tx.frame(i);
@@ -336,6 +358,7 @@ impl Harness {
                 }
                 frames.push(f.to_vec());
             }
+            moved |= !self.tx.is_empty();
             self.tx.clear();
             if let Some(rec) = self.sent_frames.as_mut() {
                 rec.extend(frames.iter().cloned());
@@ -344,6 +367,7 @@ impl Harness {
             for f in frames {
                 if self.rng.unit() < self.imp.loss {
                     self.wire_drops += 1;
+                    self.frames_lost += 1;
                     continue;
                 }
                 if self.rng.unit() < self.imp.duplicate {
@@ -358,27 +382,40 @@ impl Harness {
                     }
                 }
             }
-            if !self.imp.stalled {
-                for f in &wire {
-                    self.deliver_to_rnic(f);
+            let at = self.now + delay;
+            self.to_rnic.extend(wire.into_iter().map(|f| (at, f)));
+            // Wire → collector.
+            while self.to_rnic.front().is_some_and(|(t, _)| *t <= self.now) {
+                let (_, f) = self.to_rnic.pop_front().expect("checked");
+                moved = true;
+                if !self.imp.stalled {
+                    self.deliver_to_rnic(&f);
+                } else if self.imp.stall_drops {
+                    self.wire_drops += 1;
+                } else {
+                    self.held.push(f);
                 }
-            } else if self.imp.stall_drops {
-                self.wire_drops += wire.len() as u64;
-            } else {
-                self.held.extend(wire);
             }
-            // Collector → translator.
-            let mut responses: Vec<Vec<u8>> = Vec::new();
+            // Collector → wire.
             for i in 0..self.rnic_tx.len() {
                 if self.rng.unit() < self.imp.response_loss {
                     self.wire_drops += 1;
                     continue;
                 }
-                responses.push(self.rnic_tx.frame(i).to_vec());
+                self.to_translator
+                    .push_back((self.now + delay, self.rnic_tx.frame(i).to_vec()));
             }
+            moved |= !self.rnic_tx.is_empty();
             self.rnic_tx.clear();
-            for r in &responses {
-                if let Ok(p) = parse_frame(r) {
+            // Wire → translator.
+            while self
+                .to_translator
+                .front()
+                .is_some_and(|(t, _)| *t <= self.now)
+            {
+                let (_, r) = self.to_translator.pop_front().expect("checked");
+                moved = true;
+                if let Ok(p) = parse_frame(&r) {
                     let src = SocketAddrV4::new(p.ip.src, p.udp.src_port);
                     let dst = SocketAddrV4::new(p.ip.dst, p.udp.dst_port);
                     let d = Datagram {
@@ -389,6 +426,9 @@ impl Harness {
                     };
                     self.pipeline.handle_responses(self.now, &[d], &mut self.tx);
                 }
+            }
+            if !moved && self.tx.is_empty() {
+                return;
             }
         }
     }

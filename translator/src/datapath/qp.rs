@@ -247,8 +247,8 @@ pub struct QpTx {
     /// The PSN of the last NAK acted on (a repeat during its pass is ignored).
     last_nak: Option<Psn>,
     window: u32,
-    /// `high` at the last window reduction.
-    loss_mark: Option<Psn>,
+    /// When the window was last reduced.
+    last_loss: Option<u64>,
     /// Confirmed frames counted towards the next window increase.
     window_acc: u32,
     /// When the newest frame went on the wire.
@@ -294,7 +294,7 @@ impl QpTx {
             force_one: false,
             last_nak: None,
             window: UNLIMITED,
-            loss_mark: None,
+            last_loss: None,
             window_acc: 0,
             last_tx: 0,
             silent_since: None,
@@ -688,19 +688,21 @@ impl QpTx {
         }
     }
 
-    /// A loss event at `lost`: the window halves to the frames in flight / 2, once per window
-    /// of frames (losses of frames sent before the last reduction do not reduce it again).
-    /// Without a ring nothing is resent, so nothing is limited.
-    fn on_loss(&mut self, now: u64, lost: Psn) {
+    /// A loss event: the window halves to what was in flight / 2 (at least [`MIN_WINDOW`]),
+    /// once per round trip (the NAKs of one burst of losses arrive within one). A lost
+    /// retransmission halves it again a round trip later, so a link that loses much settles
+    /// on a small window. Without a ring nothing is resent, so nothing is limited.
+    fn on_loss(&mut self, now: u64) {
         self.loss_since.get_or_insert(now);
-        if self.ring.is_none() || self.loss_mark.is_some_and(|m| lost.diff(m) < 0) {
+        let rtt = self.rtt.srtt().unwrap_or(0);
+        if self.ring.is_none() || self.last_loss.is_some_and(|t| now.saturating_sub(t) < rtt) {
             return;
         }
         let in_flight = self.high.diff(self.acked).max(1) as u32;
-        let w = (in_flight / 2).max(MIN_WINDOW);
+        let w = (in_flight.min(self.window) / 2).max(MIN_WINDOW);
         self.window = self.window.min(w);
         self.window_acc = 0;
-        self.loss_mark = Some(self.high);
+        self.last_loss = Some(now);
         self.stats.loss_events += 1;
     }
 
@@ -795,7 +797,7 @@ impl QpTx {
                     self.timers.stop(Timer::Rto);
                     self.finish_recovery(now);
                 } else {
-                    self.on_loss(now, psn);
+                    self.on_loss(now);
                     self.last_nak = Some(psn);
                     self.go_back(psn);
                 }
@@ -883,7 +885,7 @@ impl QpTx {
                     // The resent frame was answered short of what was sent, and nothing more
                     // came within the RTO: the responder waits at `acked`.
                     let from = self.acked;
-                    self.on_loss(now, from);
+                    self.on_loss(now);
                     self.go_back(from);
                     self.timers.set(Timer::Rto, now + self.rtt.timeout());
                     return;
