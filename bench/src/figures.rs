@@ -175,6 +175,26 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
             with_rnic,
         });
     }
+    // Reporter demultiplexing: the same Append reports, retransmittable and sequenced, from
+    // one reporter and from 10,000 (each tracked for sequence gaps): per-report lookups are
+    // O(1), so the two rates must be within 10 %.
+    let sc = Scenario {
+        mix: Mix::only(Kind::Loss),
+        ..Scenario::default()
+    };
+    let base = trace_for(&sc, o.reports)?;
+    let mut reporters = Vec::new();
+    for n in [1u32, 10_000] {
+        let t = sequenced(&base, n)?;
+        let r = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
+        log(o, &format!("Append b=16, sequenced, {n} reporter(s)"), &r);
+        reporters.push(r);
+    }
+    let reporter_ratio =
+        reporters[1].reports_per_cpu_sec / reporters[0].reports_per_cpu_sec.max(1e-9);
+    if o.verbose {
+        eprintln!("  10,000 reporters / 1 reporter = {reporter_ratio:.3} (target >= 0.9)");
+    }
     // Scaling: the demo's mix (Key-Write N=2 paths and Append loss events) on 1 and 2 workers.
     let sc = Scenario {
         mix: Mix::parse("kw=1,loss=1").expect("valid mix"),
@@ -196,9 +216,37 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
         "loops": o.loops,
         "rows": rows,
         "scaling": { "one_worker": one, "two_workers": two, "ratio": ratio, "target": 1.7 },
+        "reporters": {
+            "one": reporters[0], "ten_thousand": reporters[1],
+            "ratio": reporter_ratio, "target": 0.9,
+        },
     });
     write(&o.out, "micro", &v)?;
     Ok(v)
+}
+
+/// `t`'s reports made retransmittable and sequenced, sent round-robin by `reporters`
+/// reporters (10.r.r.r:40041), each numbering its own reports from 1.
+fn sequenced(t: &Trace, reporters: u32) -> Result<Trace, String> {
+    let parse = dta_proto::wire::report::ParseConfig::default();
+    let mut out = Trace::with_capacity(t.len());
+    let mut next = vec![1u32; reporters as usize];
+    let mut buf = [0u8; 128];
+    for i in 0..t.len() {
+        let d = t.get(i);
+        let mut r = dta_proto::wire::report::parse_report(d.payload, &parse)
+            .map_err(|e| format!("report {i}: {e:?}"))?;
+        let who = i as u32 % reporters;
+        r.header.retransmittable = true;
+        r.header.seq = Some(next[who as usize]);
+        next[who as usize] += 1;
+        let n = r
+            .emit(r.header.profile, &mut buf)
+            .map_err(|e| format!("report {i}: {e:?}"))?;
+        let src = std::net::SocketAddrV4::new(std::net::Ipv4Addr::from(0x0a00_0000 + who), 40041);
+        out.push(src, d.dst, &buf[..n]);
+    }
+    Ok(out)
 }
 
 /// `append` (Fig. 10): Append reports/s against batch size.

@@ -81,6 +81,8 @@ pub struct MemOptions {
     pub append_flush_ns: u64,
     /// Postcard flush delay (ns).
     pub postcard_flush_ns: u64,
+    /// Reporters tracked for sequence gaps.
+    pub max_reporters: usize,
 }
 
 impl Default for MemOptions {
@@ -94,6 +96,7 @@ impl Default for MemOptions {
             verify_icrc: true,
             append_flush_ns: 1_000_000,
             postcard_flush_ns: 1_000_000,
+            max_reporters: 16_384,
         }
     }
 }
@@ -356,7 +359,7 @@ impl Rig {
             },
             rate: RateLimit::default(),
             backlog: 1024,
-            max_reporters: 1024,
+            max_reporters: o.max_reporters,
             route_keywrite: Route::Single(0),
             route_keyincrement: Route::Single(1),
             route_postcard: Route::Single(2),

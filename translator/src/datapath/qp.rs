@@ -58,7 +58,7 @@
 use std::net::SocketAddrV4;
 
 use dta_proto::batch::TxBatch;
-use dta_proto::wire::ib::{opcode, NakCode, Psn, Qpn, Syndrome};
+use dta_proto::wire::ib::{NakCode, Psn, Qpn, Syndrome};
 use dta_proto::wire::roce::RoceFrame;
 
 use super::retx::{copy_frame, RetxRing};
@@ -144,8 +144,8 @@ pub struct QpStats {
     pub retransmit_events: u64,
     /// Go-back-N passes that found frames gone from the ring (counted in `psn_skipped`).
     pub retx_overruns: u64,
-    /// Zero-length WRITEs sent, after a timeout, at the oldest unconfirmed PSN whose frame
-    /// had left the ring: each either replaced that frame (its data lost) or was a duplicate.
+    /// Zero-length WRITEs sent after a timeout (not a NAK) at PSNs whose frames had left the
+    /// ring: each either replaced that frame (its data lost) or was a duplicate.
     pub noops_in_place: u64,
     /// Loss events (each halved the window).
     pub loss_events: u64,
@@ -240,6 +240,10 @@ pub struct QpTx {
     loss_since: Option<u64>,
     /// Resend the frame at `acked` with AckReq on the next transmit.
     resend_oldest: bool,
+    /// The current pass was asked for by a NAK: the responder waits at its first PSN, so a
+    /// frame of it gone from the ring is lost for certain (`psn_skipped`), not possibly
+    /// (`noops_in_place`).
+    pass_certain: bool,
     /// A probe (zero-length WRITE on a fresh PSN) must be queued ([`QpTx::wants_probe`]).
     probe_wanted: bool,
     /// Send the frame at `send` with AckReq even if the window is closed.
@@ -258,6 +262,10 @@ pub struct QpTx {
     broken: bool,
     /// Shutdown: ask about an unconfirmed tail at once, every frame with AckReq.
     confirm_now: bool,
+    /// Nonzero while anything takes new frames off the fast path (broken, a probe wanted,
+    /// confirming promptly, a loss window, an RNR pause): one load instead of five per frame.
+    /// Recomputed by [`QpTx::regate`] wherever one of them changes.
+    gate: bool,
     /// Counters.
     pub stats: QpStats,
 }
@@ -290,6 +298,7 @@ impl QpTx {
             recovery: Recovery::Open,
             loss_since: None,
             resend_oldest: false,
+            pass_certain: true,
             probe_wanted: false,
             force_one: false,
             last_nak: None,
@@ -300,6 +309,7 @@ impl QpTx {
             silent_since: None,
             broken: false,
             confirm_now: false,
+            gate: false,
             stats: QpStats::default(),
         }
     }
@@ -328,6 +338,16 @@ impl QpTx {
         self.timers.get(Timer::Pause).is_some_and(|t| now < t)
     }
 
+    /// Recomputes [`QpTx::gate`].
+    #[inline]
+    fn regate(&mut self) {
+        self.gate = self.broken
+            || self.probe_wanted
+            || self.confirm_now
+            || self.window != UNLIMITED
+            || self.timers.get(Timer::Pause).is_some();
+    }
+
     /// True if the window lets the frame at `psn` go out.
     #[inline]
     fn in_window(&self, psn: Psn) -> bool {
@@ -336,8 +356,21 @@ impl QpTx {
 
     /// True if a report needing up to `frames` new frames can be taken now (straight to an
     /// output with room, or queued in the ring without overwriting a frame not yet sent).
-    #[inline]
+    #[inline(always)]
     pub fn can_take(&self, frames: usize) -> bool {
+        // Nothing waits to be sent and no loss is being recovered: frames go out at once.
+        if self.send == self.next
+            && self.window == UNLIMITED
+            && !self.broken
+            && !matches!(self.recovery, Recovery::GoBackN { .. })
+        {
+            return self.ring.as_ref().is_none_or(|r| frames <= r.capacity());
+        }
+        self.can_take_slow(frames)
+    }
+
+    #[inline(never)]
+    fn can_take_slow(&self, frames: usize) -> bool {
         if self.broken {
             return false;
         }
@@ -365,9 +398,30 @@ impl QpTx {
     /// Takes the PSN of a new frame: [`Take::Direct`] when it may go straight to a transmit
     /// batch that has room (`tx_room`), else [`Take::Queued`]. `None` when it can go nowhere:
     /// the QP is broken, or it has no ring and no room (check [`QpTx::can_take`] first).
-    /// `solicits`: the frame is answered whatever its AckReq (an atomic).
-    #[inline]
-    pub fn take(&mut self, now: u64, tx_room: bool, solicits: bool) -> Option<Take> {
+    /// Only AckReq'd frames are awaited (an atomic is answered anyway, but an AckReq'd frame
+    /// after it, or the tail probe, covers it).
+    #[inline(always)]
+    pub fn take(&mut self, now: u64, tx_room: bool) -> Option<Take> {
+        let psn = self.next;
+        // The common case first: nothing queued, no loss window, nothing special going on.
+        if tx_room && !self.gate && self.send == psn {
+            self.next = psn.next();
+            self.send = self.next;
+            self.high = self.next;
+            self.since_ackreq += 1;
+            let ack_req = self.since_ackreq >= self.tuning.ack_every;
+            if ack_req {
+                self.since_ackreq = 0;
+            }
+            self.stats.frames += 1;
+            self.on_transmit(psn, now, ack_req, true);
+            return Some(Take::Direct { psn, ack_req });
+        }
+        self.take_slow(now, tx_room)
+    }
+
+    #[inline(never)]
+    fn take_slow(&mut self, now: u64, tx_room: bool) -> Option<Take> {
         if self.broken {
             return None;
         }
@@ -389,7 +443,7 @@ impl QpTx {
                 self.since_ackreq = 0;
             }
             self.stats.frames += 1;
-            self.on_transmit(psn, now, ack_req || solicits, true);
+            self.on_transmit(psn, now, ack_req, true);
             return Some(Take::Direct { psn, ack_req });
         }
         self.ring.as_ref()?;
@@ -399,7 +453,7 @@ impl QpTx {
     }
 
     /// Keeps a copy of the frame just sent with `psn` (a [`Take::Direct`]) for retransmission.
-    #[inline]
+    #[inline(always)]
     pub fn record(&mut self, psn: Psn, frame: &[u8]) {
         if let Some(r) = &mut self.ring {
             r.record(psn, frame);
@@ -458,6 +512,7 @@ impl QpTx {
     /// (a clean shutdown wants every frame confirmed, or resent, quickly).
     pub fn confirm_promptly(&mut self) {
         self.confirm_now = true;
+        self.regate();
     }
 
     /// True if a probe must be queued: build a zero-length WRITE and queue it with
@@ -472,6 +527,7 @@ impl QpTx {
     /// [`QpTx::probe_sent`]).
     pub fn take_probe(&mut self) -> Psn {
         self.probe_wanted = false;
+        self.regate();
         let psn = self.next;
         self.next = psn.next();
         self.stats.frames += 1;
@@ -564,7 +620,11 @@ impl QpTx {
                 None => tx
                     .push_with(dest, off, |buf| filler(buf, psn, ack_req))
                     .then(|| {
-                        self.stats.psn_skipped += 1;
+                        if self.pass_certain {
+                            self.stats.psn_skipped += 1;
+                        } else {
+                            self.stats.noops_in_place += 1;
+                        }
                         ack_req
                     }),
             };
@@ -596,20 +656,38 @@ impl QpTx {
     }
 
     /// Bookkeeping for a frame put on the wire.
-    #[inline]
+    #[inline(always)]
     fn on_transmit(&mut self, psn: Psn, now: u64, solicits: bool, first: bool) {
         self.last_tx = now;
-        if !solicits {
-            return;
+        if solicits {
+            self.on_solicit(psn, now, first);
         }
-        if self.due.is_none_or(|d| psn.diff(d) > 0) {
-            self.due = Some(psn);
-        }
+    }
+
+    /// A frame that will be answered went out: it is due, and timed if nothing is.
+    #[inline(always)]
+    fn on_solicit(&mut self, psn: Psn, now: u64, first: bool) {
         if first && self.timed.is_none() {
             self.timed = Some((psn, now));
         }
-        let rto = self.rtt.timeout();
-        self.timers.set_if_idle(Timer::Rto, now + rto);
+        match self.due {
+            // Already waiting (so both timers run): the newer frame is due instead.
+            Some(d) => {
+                if psn.diff(d) > 0 {
+                    self.due = Some(psn);
+                }
+            }
+            None => self.start_waiting(psn, now),
+        }
+    }
+
+    /// An answer becomes due: the RTO and silence timers start if they are not running.
+    #[inline(never)]
+    fn start_waiting(&mut self, psn: Psn, now: u64) {
+        self.due = Some(psn);
+        if !self.timers.is_set(Timer::Rto) {
+            self.timers.set(Timer::Rto, now + self.rtt.timeout());
+        }
         if !self.timers.is_set(Timer::Silence) {
             self.timers
                 .set(Timer::Silence, now + self.tuning.broken_after_ns);
@@ -667,7 +745,9 @@ impl QpTx {
         }
         self.rtt.on_progress();
         if self.window != UNLIMITED {
-            self.window_acc += k as u32;
+            // Growth counts at most a window per answer (an ACK covering many frames after
+            // lost ACKs says nothing about a larger window).
+            self.window_acc += (k as u32).min(self.window);
             while self.window_acc >= self.window {
                 self.window_acc -= self.window;
                 self.window += 1;
@@ -675,6 +755,7 @@ impl QpTx {
             let cap = self.ring.as_ref().map_or(0, |r| r.capacity()) as u32;
             if self.window >= cap {
                 self.window = UNLIMITED;
+                self.regate();
             }
         }
         match self.due {
@@ -694,14 +775,25 @@ impl QpTx {
     /// on a small window. Without a ring nothing is resent, so nothing is limited.
     fn on_loss(&mut self, now: u64) {
         self.loss_since.get_or_insert(now);
-        let rtt = self.rtt.srtt().unwrap_or(0);
+        // One round trip (before the first sample, the RTO), at least the timer granularity.
+        let rtt = self
+            .rtt
+            .srtt()
+            .unwrap_or(self.rtt.rto())
+            .max(super::rtt::GRANULARITY_NS);
         if self.ring.is_none() || self.last_loss.is_some_and(|t| now.saturating_sub(t) < rtt) {
             return;
         }
-        let in_flight = self.high.diff(self.acked).max(1) as u32;
-        let w = (in_flight.min(self.window) / 2).max(MIN_WINDOW);
+        // What was in flight, but never more than the ring holds (beyond that, frames went
+        // out without retransmission cover: the window must bring them back under it).
+        let cap = self.ring.as_ref().map_or(0, |r| r.capacity()) as u32;
+        let in_flight = (self.high.diff(self.acked).max(1) as u32)
+            .min(self.window)
+            .min(cap);
+        let w = (in_flight / 2).max(MIN_WINDOW);
         self.window = self.window.min(w);
         self.window_acc = 0;
+        self.regate();
         self.last_loss = Some(now);
         self.stats.loss_events += 1;
     }
@@ -709,6 +801,7 @@ impl QpTx {
     /// Rewinds the send cursor to `from` for a go-back-N pass over everything sent after it.
     fn go_back(&mut self, from: Psn) {
         self.send = from;
+        self.pass_certain = true;
         self.recovery = Recovery::GoBackN {
             end: self.high.sub(1),
         };
@@ -774,8 +867,18 @@ impl QpTx {
                     Recovery::Asking { marker, .. } if psn.diff(marker) >= 0 => {
                         self.finish_recovery(now)
                     }
-                    // A short answer while asking may be a late ACK of an older frame: the
-                    // next timeout decides (see the module docs).
+                    // The resent oldest frame answered short of what was sent, on a link
+                    // that lost frames recently (the window is still reduced): the responder
+                    // waits at `acked` (its NAK was lost). Go back at once.
+                    Recovery::Asking { oldest: true, .. } if self.window != UNLIMITED => {
+                        let from = self.acked;
+                        self.on_loss(now);
+                        self.go_back(from);
+                        self.pass_certain = false;
+                    }
+                    // Otherwise a short answer while asking may be a late ACK of an older
+                    // frame (a collector that stalled): the next timeout decides (see the
+                    // module docs).
                     _ => {}
                 }
                 QpEvent::None
@@ -812,6 +915,7 @@ impl QpTx {
                 }
                 self.confirm(now, psn);
                 self.timers.set(Timer::Pause, now + rnr_timer_ns(timer));
+                self.regate();
                 if psn != self.high {
                     self.loss_since.get_or_insert(now);
                     self.go_back(psn);
@@ -838,6 +942,7 @@ impl QpTx {
     fn fail(&mut self) -> QpEvent {
         self.broken = true;
         self.timers.clear();
+        self.regate();
         QpEvent::Broken
     }
 
@@ -848,7 +953,7 @@ impl QpTx {
         }
         while let Some(t) = self.timers.expire(now) {
             match t {
-                Timer::Pause => {}
+                Timer::Pause => self.regate(),
                 Timer::Silence => return self.fail(),
                 Timer::Rto => {
                     self.stats.ack_timeouts += 1;
@@ -883,10 +988,13 @@ impl QpTx {
             } => {
                 if acked_then != self.acked {
                     // The resent frame was answered short of what was sent, and nothing more
-                    // came within the RTO: the responder waits at `acked`.
+                    // came within the RTO: the responder waits at `acked` (its NAK was lost).
+                    // Frames gone from the ring go as no-ops, counted as possibly lost (the
+                    // responder may be past some of them).
                     let from = self.acked;
                     self.on_loss(now);
                     self.go_back(from);
+                    self.pass_certain = false;
                     self.timers.set(Timer::Rto, now + self.rtt.timeout());
                     return;
                 }
@@ -915,6 +1023,7 @@ impl QpTx {
                 self.send
             } else {
                 self.probe_wanted = true;
+                self.regate();
                 self.next
             };
             self.recovery = Recovery::Asking {
@@ -968,8 +1077,8 @@ impl QpTx {
 }
 
 /// Queues a copy of the held frame `f` to `dest` (kernel-socket offset `off`), with AckReq set
-/// when `ack_req`. Returns whether it solicits an answer (AckReq, or an atomic), `None` when
-/// `tx` is full (nothing queued).
+/// when `ack_req`. Returns whether it asks for an answer (AckReq), `None` when `tx` is full
+/// (nothing queued).
 #[inline]
 fn push_frame(
     tx: &mut TxBatch,
@@ -978,18 +1087,17 @@ fn push_frame(
     f: &[u8],
     ack_req: bool,
 ) -> Option<bool> {
-    let mut solicits = false;
+    let mut asks = false;
     tx.push_with(dest, off, |buf| {
         copy_frame(buf, f);
         let mut fr = RoceFrame::new_unchecked(&mut buf[..f.len()]);
         if ack_req {
             fr.set_ack_req();
         }
-        solicits =
-            fr.ack_req() || matches!(fr.opcode(), opcode::RC_FETCH_ADD | opcode::RC_COMPARE_SWAP);
+        asks = fr.ack_req();
         f.len()
     })
-    .then_some(solicits)
+    .then_some(asks)
 }
 
 /// RNR NAK timer field to nanoseconds (IBA table 45).
@@ -1006,7 +1114,7 @@ pub fn rnr_timer_ns(code: u8) -> u64 {
 mod tests {
     use super::*;
     use dta_proto::icrc::check_frame;
-    use dta_proto::wire::ib::RethRepr;
+    use dta_proto::wire::ib::{opcode, RethRepr};
     use dta_proto::wire::roce::{FrameTemplate, RoceEndpoint, L2L4_LEN};
     use std::net::Ipv4Addr;
 
@@ -1054,7 +1162,7 @@ mod tests {
     /// Takes a frame carrying `tag` as the sender does: into `tx` if direct, else the ring.
     fn send(q: &mut QpTx, now: u64, tx: &mut TxBatch, tag: u8) -> Psn {
         let t = tmpl(8);
-        match q.take(now, tx.remaining() > 0, false).expect("takes") {
+        match q.take(now, tx.remaining() > 0).expect("takes") {
             Take::Direct { psn, ack_req } => {
                 assert!(tx.push_with(DEST, 0, |buf| {
                     let n = t.emit_write(buf, psn, ack_req, &reth(), None, &[tag; 8]);
@@ -1344,7 +1452,7 @@ mod tests {
         );
         assert_eq!(ev, QpEvent::Broken);
         assert!(q.is_broken() && q.next_deadline().is_none());
-        assert!(q.take(2, true, false).is_none());
+        assert!(q.take(2, true).is_none());
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl RetxRing {
     /// standing in for an unconfirmed PSN is never kept), a PSN past the next expected one
     /// starts the ring afresh there. When the ring is full the oldest frame is overwritten.
     /// A frame longer than a slot cannot be kept: the ring restarts after it.
-    #[inline]
+    #[inline(always)]
     pub fn record(&mut self, psn: Psn, frame: &[u8]) {
         let Some(at) = self.place(psn) else {
             return;
@@ -163,7 +163,7 @@ impl RetxRing {
     /// Where the frame sent with `psn` goes: `None` for a PSN older than the newest held (a
     /// probe standing in for an unconfirmed PSN is never kept); a PSN past the next expected
     /// one starts the ring afresh there.
-    #[inline]
+    #[inline(always)]
     fn place(&mut self, psn: Psn) -> Option<usize> {
         if psn != self.end {
             if psn.diff(self.end) < 0 {

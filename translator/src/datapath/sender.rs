@@ -163,10 +163,38 @@ impl QpSender {
         })
     }
 
-    /// Writes `payload` at region offset `offset`, as WRITE with Immediate `imm` if given.
-    /// False (counted) if the address is outside the region or the QP cannot take a frame.
+    /// Writes `payload` (the store's WRITE payload length) at region offset `offset`. False
+    /// (counted) if the address is outside the region or the QP cannot take a frame.
     #[inline]
     pub fn write(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        payload: &[u8],
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        self.emit(now, tx, offset, payload, None, c)
+    }
+
+    /// [`QpSender::write`] as WRITE with Immediate `imm` (an empty `payload`: a notification
+    /// without data).
+    #[inline]
+    pub fn write_imm(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        payload: &[u8],
+        imm: u32,
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        c.frames_imm += 1;
+        self.emit(now, tx, offset, payload, Some(imm), c)
+    }
+
+    #[inline(always)]
+    fn emit(
         &mut self,
         now: u64,
         tx: &mut TxBatch,
@@ -179,15 +207,15 @@ impl QpSender {
             c.drop_out_of_region += 1;
             return false;
         };
-        let Some(take) = self.qp.take(now, tx.remaining() > 0, false) else {
+        let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
             c.drop_qp_queue_full += 1;
             return false;
         };
-        let t = match (imm, payload.len()) {
-            (Some(_), 0) => &self.tmpl.imm0,
-            (Some(_), _) => &self.tmpl.write_imm,
-            (None, 0) => &self.tmpl.probe,
-            (None, _) => &self.tmpl.write,
+        let t = match (imm, payload.is_empty()) {
+            (None, false) => &self.tmpl.write,
+            (Some(_), false) => &self.tmpl.write_imm,
+            (Some(_), true) => &self.tmpl.imm0,
+            (None, true) => &self.tmpl.probe,
         };
         match take {
             Take::Direct { psn, ack_req } => {
@@ -206,9 +234,6 @@ impl QpSender {
                 t.emit_write(slot, psn, false, &reth, imm, payload);
                 self.last = Some((psn, false));
             }
-        }
-        if imm.is_some() {
-            c.frames_imm += 1;
         }
         true
     }
@@ -231,7 +256,7 @@ impl QpSender {
             c.drop_out_of_region += 1;
             return false;
         };
-        let Some(take) = self.qp.take(now, prev_direct && tx.remaining() > 0, false) else {
+        let Some(take) = self.qp.take(now, prev_direct && tx.remaining() > 0) else {
             c.drop_qp_queue_full += 1;
             return false;
         };
@@ -278,7 +303,7 @@ impl QpSender {
         let Some(t) = self.tmpl.atomic.as_ref() else {
             return false;
         };
-        let Some(take) = self.qp.take(now, tx.remaining() > 0, true) else {
+        let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
             c.drop_qp_queue_full += 1;
             return false;
         };

@@ -139,7 +139,11 @@ impl Append {
             }
             AppendFormat::Reference => bsz,
         };
-        out.write(now, tx, offset, &self.buf[start..start + len], imm, c);
+        let batch = &self.buf[start..start + len];
+        match imm {
+            Some(list) => out.write_imm(now, tx, offset, batch, list, c),
+            None => out.write(now, tx, offset, batch, c),
+        };
         c.translated += count as u64;
     }
 }

@@ -62,7 +62,7 @@ impl StorePrimitive for KeyIncrement {
         if r.header.immediate {
             // A zero-length WRITE with Immediate tells the collector's CPU which key changed.
             let checksum = self.hasher.checksum(key);
-            out.write(now, tx, 0, &[], Some(checksum), c);
+            out.write_imm(now, tx, 0, &[], checksum, c);
         }
         c.translated += 1;
     }

@@ -73,8 +73,11 @@ impl StorePrimitive for KeyWrite {
                 // The previous frame is a plain WRITE of the same payload.
                 out.replica(now, tx, offset, c);
             } else {
-                let imm = (imm && i == 0).then_some(checksum);
-                out.write(now, tx, offset, &payload[..ss], imm, c);
+                if imm && i == 0 {
+                    out.write_imm(now, tx, offset, &payload[..ss], checksum, c);
+                } else {
+                    out.write(now, tx, offset, &payload[..ss], c);
+                }
             }
         }
         c.translated += 1;

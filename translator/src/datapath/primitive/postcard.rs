@@ -126,14 +126,10 @@ impl Postcarding {
             if j > imm.is_some() as usize {
                 out.replica(now, tx, offset, c);
             } else {
-                out.write(
-                    now,
-                    tx,
-                    offset,
-                    &chunk[..cs],
-                    if j == 0 { imm } else { None },
-                    c,
-                );
+                match imm.filter(|_| j == 0) {
+                    Some(v) => out.write_imm(now, tx, offset, &chunk[..cs], v, c),
+                    None => out.write(now, tx, offset, &chunk[..cs], c),
+                };
             }
         }
         c.translated += translated;
