@@ -36,18 +36,20 @@
 //!   no duplicate); a NAK names the frame to go back to. If it goes unanswered (the
 //!   responder's one NAK was lost and it now drops everything), the next timeout resends the
 //!   oldest unconfirmed frame with AckReq, which the responder executes or re-ACKs with the
-//!   newest PSN it executed. That answer may also be a late ACK of an older frame, so it is not
-//!   acted on at once: if no further progress arrives within the (backed-off) RTO, the frames
-//!   from the newest confirmed PSN are resent. Timeouts back off exponentially.
+//!   newest PSN it executed; the timeout after that asks with a fresh frame again, which the
+//!   responder, once it has the frame it waited for, NAKs with the next PSN it needs. A
+//!   timeout alone never resends a whole window: only a NAK does (or, on a link that lost
+//!   frames within the last window, the short answer to a resent oldest frame). Timeouts
+//!   back off exponentially.
 //! - An unconfirmed tail of frames without AckReq (the end of a burst) is asked about with a
 //!   probe after [`TAIL_RTOS`] RTOs of quiet; this is not counted as a timeout.
 //!
 //! # Window
 //! While no loss was seen the window is unlimited (the ring may be overrun by unconfirmed
 //! frames, which only matters if one of them is then lost). Each loss event (a NAK naming a
-//! frame sent, or a go-back-N after a timeout) halves it to the frames then in flight / 2 (at
-//! least [`MIN_WINDOW`]); each window's worth of confirmed frames grows it by one, and it is
-//! unlimited again once it reaches the ring's capacity. Go-back-N resends what was in flight
+//! frame sent) halves it to the frames then in flight / 2, at most half the ring and at least
+//! [`MIN_WINDOW`], once per round trip; each window's worth of confirmed frames grows it by
+//! one, and it is unlimited again once it reaches the ring's capacity. Go-back-N resends what was in flight
 //! after the lost frame, so the window bounds the resends a loss costs.
 //!
 //! # Failure
@@ -206,6 +208,9 @@ enum Recovery {
         marker: Psn,
         oldest: bool,
         acked_then: Psn,
+        /// An earlier resend of the oldest frame in this episode was answered with progress:
+        /// the responder is alive.
+        answered: bool,
     },
 }
 
@@ -977,31 +982,37 @@ impl QpTx {
             self.timers.stop(Timer::Rto);
             return;
         }
-        let oldest = match self.recovery {
+        let (oldest, answered) = match self.recovery {
+            // A fresh frame went unanswered although the responder answered the resent oldest
+            // frame: it is alive, and drops what is out of order (its NAK was lost). Go back
+            // to where it waits; frames gone from the ring go as no-ops, counted as possibly
+            // lost (it may be past some of them).
+            Recovery::Asking {
+                oldest: false,
+                answered: true,
+                ..
+            } => {
+                let from = self.acked;
+                self.on_loss(now);
+                self.go_back(from);
+                self.pass_certain = false;
+                self.timers.set(Timer::Rto, now + self.rtt.timeout());
+                return;
+            }
             // The fresh frame went unanswered: the responder may be dropping everything after
             // a NAK that was lost. Resend the oldest unconfirmed frame.
-            Recovery::Asking { oldest: false, .. } => true,
+            Recovery::Asking { oldest: false, .. } => (true, false),
+            // The oldest frame was resent: whatever its answer said, a fresh frame asks next.
+            // If the responder waited for that frame, it executed it and now NAKs the fresh
+            // one with the PSN to go back to; if it is merely slow (a stalled collector), the
+            // fresh frame is answered once it catches up, and nothing is resent for nothing.
             Recovery::Asking {
                 oldest: true,
                 acked_then,
                 ..
-            } => {
-                if acked_then != self.acked {
-                    // The resent frame was answered short of what was sent, and nothing more
-                    // came within the RTO: the responder waits at `acked` (its NAK was lost).
-                    // Frames gone from the ring go as no-ops, counted as possibly lost (the
-                    // responder may be past some of them).
-                    let from = self.acked;
-                    self.on_loss(now);
-                    self.go_back(from);
-                    self.pass_certain = false;
-                    self.timers.set(Timer::Rto, now + self.rtt.timeout());
-                    return;
-                }
-                false
-            }
+            } => (false, acked_then != self.acked),
             // A fresh frame needs the cursor at the newest PSN sent (not rewound for a pass).
-            _ => self.send != self.high,
+            _ => (self.send != self.high, false),
         };
         if oldest || self.send != self.high {
             self.resend_oldest = true;
@@ -1014,6 +1025,7 @@ impl QpTx {
                 marker,
                 oldest: true,
                 acked_then: self.acked,
+                answered,
             };
         } else {
             self.stats.probes += 1;
@@ -1030,6 +1042,7 @@ impl QpTx {
                 marker,
                 oldest: false,
                 acked_then: self.acked,
+                answered,
             };
         }
         // What was due stays due (its answer may still come); the question is timed too.
@@ -1350,22 +1363,67 @@ mod tests {
             "the oldest unconfirmed, with AckReq"
         );
         // The responder executes it and ACKs s+2: short of what was sent, but maybe a late
-        // ACK: nothing happens until the next timeout shows no more progress.
+        // ACK: nothing is resent on that answer alone.
         ack(&mut q, 3200, s.add(2));
         assert!(!q.wants_transmit(3200));
+        // The next timeout asks with a fresh probe, which the responder (now waiting at s+3,
+        // its NAK flag cleared by s+2) NAKs: go back to s+3.
         let t = q.next_deadline().unwrap();
         q.poll_timeout(t);
-        let got = transmit(&mut q, t, 64);
+        let p2 = q.take_probe();
+        let slot = q.ring_slot(p2).unwrap();
+        filler(slot, p2, true);
+        assert_eq!(transmit(&mut q, t, 8).len(), 1);
+        nak(&mut q, t + 50, s.add(3));
+        let got = transmit(&mut q, t + 60, 64);
         let psns: Vec<Psn> = got.iter().map(|g| g.0).collect();
         assert_eq!(
             psns,
-            (3..9).map(|i| s.add(i)).collect::<Vec<_>>(),
-            "s+3 .. the probe"
+            (3..10).map(|i| s.add(i)).collect::<Vec<_>>(),
+            "s+3 .. both probes"
         );
         assert_eq!(q.stats.loss_events, 1);
-        ack(&mut q, t + 100, p);
+        ack(&mut q, t + 100, p2);
         assert_eq!(q.unconfirmed(), 0);
         assert_eq!(q.stats.psn_skipped, 0);
+    }
+
+    #[test]
+    fn a_responder_that_drops_fresh_frames_after_answering_is_gone_back_to() {
+        // The responder executed s..s+4 (their ACK was lost), lost s+5 and its NAK, and now
+        // drops everything out of order; our newest confirmed PSN is s+1.
+        let mut q = qp(64);
+        let mut tx = TxBatch::new(64, 256);
+        let s = Psn::new(START);
+        for i in 0..8 {
+            send(&mut q, 0, &mut tx, i);
+        }
+        ack(&mut q, 100, s.add(1));
+        let probe = |q: &mut QpTx, t: u64| {
+            let p = q.take_probe();
+            let slot = q.ring_slot(p).unwrap();
+            filler(slot, p, true);
+            transmit(q, t, 8);
+        };
+        // Timeout 1: a fresh probe, dropped.
+        q.poll_timeout(1100);
+        probe(&mut q, 1100);
+        // Timeout 2: the oldest (s+2) resent: a duplicate, re-ACKed with s+4.
+        q.poll_timeout(3100);
+        assert_eq!(transmit(&mut q, 3100, 8).len(), 1);
+        ack(&mut q, 3200, s.add(4));
+        assert!(!q.wants_transmit(3200), "no round on that answer alone");
+        // Timeout 3: a fresh probe again, dropped too (the responder still waits for s+5).
+        let t = q.next_deadline().unwrap();
+        q.poll_timeout(t);
+        probe(&mut q, t);
+        // Timeout 4: the responder is alive but drops fresh frames: go back to s+5.
+        let t = q.next_deadline().unwrap();
+        q.poll_timeout(t);
+        let got = transmit(&mut q, t, 64);
+        assert_eq!(got[0].0, s.add(5));
+        assert_eq!(got[0].2, 5, "the frame as first sent");
+        assert_eq!((q.stats.loss_events, q.stats.psn_skipped), (1, 0));
     }
 
     #[test]
