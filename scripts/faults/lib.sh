@@ -198,9 +198,10 @@ settled_identity() {
         sleep 0.2
     done
 }
-# tmetric NAME: the sum of a translator Prometheus family (max for *_max_ns).
+# tmetric NAME: the sum of a translator Prometheus family (max for *_max_ns and *_max_seconds;
+# seconds are printed as integer microseconds).
 tmetric() {
-    tcurl /metrics | awk -v n="$1" '$1 ~ "^"n"(_total)?([{]|$)" { v = $2 + 0; if (n ~ /max_ns$/) { if (v > m) m = v } else m += v } END { printf "%d\n", m }'
+    tcurl /metrics | awk -v n="$1" '$1 ~ "^"n"(_total)?([{]|$)" { v = $2 + 0; if (n ~ /_seconds/) v = v * 1e6; if (n ~ /max_(ns|seconds)$/) { if (v > m) m = v } else m += v } END { printf "%d\n", m }'
 }
 cmetric() {
     ccurl /metrics | awk -v n="$1" '$1 ~ "^"n"(_total)?([{]|$)" { m += $2 } END { printf "%d\n", m }'

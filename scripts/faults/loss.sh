@@ -3,7 +3,7 @@
 # link (nftables + tbf: this kernel has no sch_netem), then loss, reordering, duplication and delay
 # on the reporter→translator link (faultproxy.py).
 # Checks: QPs never stall (reports written after every fault is removed), recovery time
-# (translator qp_resync_max_ns), NACKs name exactly the reports the network dropped, the
+# (translator qp_recovery_max_seconds), frames resent per frame lost, NACKs name exactly the reports the network dropped, the
 # accounting identity rx = translated + dropped + pending (pending = 0 at the end), the
 # collector holds no malformed entry, and lost RDMA writes are retransmitted: no Append batch
 # is left unwritten (no hole) unless the QP's retransmission window was overrun
@@ -61,7 +61,7 @@ FAULTS=(
 [ "$QUICK" = --quick ] && FAULTS=("loss 1%|10|0|0" "loss 5%|50|0|0" "duplicate 5%|0|50|0")
 for f in "${FAULTS[@]}"; do
     IFS='|' read -r label loss dup delay <<<"$f"
-    r0=$(tmetric dta_translator_qp_psn_resyncs); to0=$(tmetric dta_translator_qp_ack_timeouts)
+    r0=$(tmetric dta_translator_qp_recoveries); to0=$(tmetric dta_translator_qp_ack_timeouts)
     rt0=$(tmetric dta_translator_qp_retransmitted_frames); re0=$(tmetric dta_translator_qp_retransmit_events)
     tr0=$(tstat 'c["translated"]'); d0=$(tstat 's["dropped"]')
     fault "$NS_T" "$IF_TC" "$loss" "$dup" "$delay"
@@ -71,12 +71,14 @@ for f in "${FAULTS[@]}"; do
     fault_clear "$NS_T" "$IF_TC"; fault_clear "$NS_C" "$IF_CT"
     read -r rec ms < <(recovered)
     sleep 0.3
-    r1=$(tmetric dta_translator_qp_psn_resyncs); to1=$(tmetric dta_translator_qp_ack_timeouts)
+    r1=$(tmetric dta_translator_qp_recoveries); to1=$(tmetric dta_translator_qp_ack_timeouts)
     rt1=$(tmetric dta_translator_qp_retransmitted_frames); re1=$(tmetric dta_translator_qp_retransmit_events)
     tr1=$(tstat 'c["translated"]'); d1=$(tstat 's["dropped"]')
-    mx=$(tmetric dta_translator_qp_resync_max_ns)
+    mx=$(tmetric dta_translator_qp_recovery_max_seconds)
     id=$(identity)
-    echo "FIGURE T<->C [$label]: $fc; translated=$((tr1 - tr0)) dropped=$((d1 - d0)) psn_resyncs=$((r1 - r0)) retransmit_events=$((re1 - re0)) retransmitted_frames=$((rt1 - rt0)) ack_timeouts=$((to1 - to0)) resync_max_ns(so far)=$mx recovered=$rec/500 in ${ms}ms"
+    lost=$(echo "$fc" | awk '{print $3}')
+    ratio=$(awk -v r="$((rt1 - rt0))" -v l="$lost" 'BEGIN { if (l > 0) printf "%.2f", r / l; else print "-" }')
+    echo "FIGURE T<->C [$label]: $fc; translated=$((tr1 - tr0)) dropped=$((d1 - d0)) recoveries=$((r1 - r0)) retransmit_events=$((re1 - re0)) retransmitted_frames=$((rt1 - rt0)) (resent/lost=$ratio) ack_timeouts=$((to1 - to0)) recovery_max_us(so far)=$mx recovered=$rec/500 in ${ms}ms"
     check "T<->C [$label]: QP recovers after the fault" "$([ "$rec" -ge 450 ]; echo $?)" "$rec of 500 written ${ms} ms after removal"
     check "T<->C [$label]: identity" "$([[ $id == ok* ]]; echo $?)" "$id"
 done
@@ -148,5 +150,5 @@ if [ "${RETX_WINDOW:-1024}" = 0 ]; then
 else
     check "lost RDMA writes are retransmitted: no Append hole without a window overrun" "$([ "$holes" -eq 0 ] || [ "$overruns" -gt 0 ]; echo $?)" "holes=$holes overruns=$overruns skipped=$skipped"
 fi
-echo "FIGURE resync_max_ns=$(tmetric dta_translator_qp_resync_max_ns) psn_resyncs=$(tmetric dta_translator_qp_psn_resyncs) ack_timeouts=$(tmetric dta_translator_qp_ack_timeouts) reconnects=$(tmetric dta_translator_reconnects) late=$(tstat 'c["reporter_late"]') nacks_sent=$(tstat 'c["nacks_sent"]')"
+echo "FIGURE recovery_max_us=$(tmetric dta_translator_qp_recovery_max_seconds) recoveries=$(tmetric dta_translator_qp_recoveries) ack_timeouts=$(tmetric dta_translator_qp_ack_timeouts) reconnects=$(tmetric dta_translator_reconnects) late=$(tstat 'c["reporter_late"]') nacks_sent=$(tstat 'c["nacks_sent"]')"
 finish
