@@ -100,7 +100,7 @@ impl TxBatch {
     /// `offset` is where the part a kernel socket should send begins (e.g. 42 to skip the
     /// Ethernet, IPv4 and UDP headers of a RoCEv2 frame; 0 for a bare UDP payload). Returns
     /// `false` (and queues nothing) when the batch is full or `write` returned 0.
-    #[inline]
+    #[inline(always)]
     pub fn push_with<F: FnOnce(&mut [u8]) -> usize>(
         &mut self,
         dest: SocketAddrV4,
@@ -121,27 +121,6 @@ impl TxBatch {
             offset: offset as u16,
             dest,
         });
-        true
-    }
-
-    /// Appends a copy of the last frame (same destination and offset) that `patch` then edits
-    /// in place; the frame keeps its length. Returns `false` (and queues nothing) when the batch
-    /// is empty or full. Replicas that differ from their predecessor in a few bytes cost a copy.
-    #[inline]
-    pub fn push_copy_of_last<F: FnOnce(&mut [u8])>(&mut self, patch: F) -> bool {
-        let Some(&last) = self.frames.last() else {
-            return false;
-        };
-        if self.is_full() {
-            return false;
-        }
-        let i = self.frames.len();
-        let len = last.len as usize;
-        let (prev, next) = self.buf.split_at_mut(i * self.slot);
-        let frame = &mut next[..len];
-        frame.copy_from_slice(&prev[(i - 1) * self.slot..(i - 1) * self.slot + len]);
-        patch(frame);
-        self.frames.push(last);
         true
     }
 
@@ -194,21 +173,17 @@ mod tests {
             1
         }));
         assert!(b.is_full());
-        assert!(!b.push_with(d, 0, |_| 1));
-        assert!(!b.push_copy_of_last(|_| ()), "no room");
+        assert!(!b.push_with(d, 0, |_| 1), "no room");
         assert_eq!(b.frame(0), b"abc");
         assert_eq!(b.payload(0), b"bc");
         assert_eq!(b.payload(1), &[7]);
         b.clear();
         assert!(b.is_empty());
-        assert!(!b.push_copy_of_last(|_| ()), "nothing to copy");
         let e = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
         assert!(b.push_with(e, 1, |buf| {
             buf[..3].copy_from_slice(b"xyz");
             3
         }));
-        assert!(b.push_copy_of_last(|f| f[2] = b'Z'));
-        assert_eq!((b.frame(0), b.frame(1)), (&b"xyz"[..], &b"xyZ"[..]));
-        assert_eq!((b.dest(1), b.payload(1)), (e, &b"yZ"[..]));
+        assert_eq!((b.dest(0), b.payload(0)), (e, &b"yz"[..]));
     }
 }

@@ -526,6 +526,78 @@ impl FrameTemplate {
         len
     }
 
+    /// [`FrameTemplate::emit`] into two buffers at once (the frame to send and the copy a
+    /// requester keeps for retransmission): every field is stored to both and the ICRC is
+    /// computed once. Cheaper than emitting and then copying the frame, whose just-written
+    /// bytes a wide load cannot take from the store buffer. `fill` is called once per buffer.
+    #[inline(always)]
+    pub fn emit_twice<F: Fn(&mut [u8])>(
+        &self,
+        out: &mut [u8],
+        copy: &mut [u8],
+        psn: Psn,
+        ack_req: bool,
+        fill: F,
+    ) -> usize {
+        let len = self.frame_len;
+        let (out, copy) = (&mut out[..len], &mut copy[..len]);
+        let icrc_at = len - ICRC_LEN;
+        let body_end = HEADERS_WITH_BTH + self.ext_len + self.payload_len;
+        let word = ((ack_req as u32) << 31 | psn.value()).to_be_bytes();
+        for b in [&mut *out, &mut *copy] {
+            b[..HEADERS_WITH_BTH].copy_from_slice(&self.headers);
+            fill(&mut b[HEADERS_WITH_BTH..body_end]);
+            b[body_end..body_end + 4].copy_from_slice(&[0; 4]);
+            b[PSN_WORD_OFFSET..HEADERS_WITH_BTH].copy_from_slice(&word);
+        }
+        let crc = (!IEEE.update(self.prefix_state, &out[PSN_WORD_OFFSET..icrc_at])).to_le_bytes();
+        out[icrc_at..].copy_from_slice(&crc);
+        copy[icrc_at..].copy_from_slice(&crc);
+        len
+    }
+
+    /// [`FrameTemplate::emit_write`] into two buffers at once (see
+    /// [`FrameTemplate::emit_twice`]).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn emit_write_twice(
+        &self,
+        out: &mut [u8],
+        copy: &mut [u8],
+        psn: Psn,
+        ack_req: bool,
+        reth: &RethRepr,
+        imm: Option<u32>,
+        payload: &[u8],
+    ) -> usize {
+        let ext = RETH_LEN + if imm.is_some() { IMMDT_LEN } else { 0 };
+        assert!(self.ext_len == ext && payload.len() == self.payload_len);
+        self.emit_twice(out, copy, psn, ack_req, |b| {
+            reth.emit(&mut Reth::new_unchecked(&mut b[..RETH_LEN]));
+            if let Some(v) = imm {
+                ImmDt::new_unchecked(&mut b[RETH_LEN..ext]).set_imm(v);
+            }
+            b[ext..].copy_from_slice(payload);
+        })
+    }
+
+    /// [`FrameTemplate::emit_atomic`] into two buffers at once (see
+    /// [`FrameTemplate::emit_twice`]).
+    #[inline(always)]
+    pub fn emit_atomic_twice(
+        &self,
+        out: &mut [u8],
+        copy: &mut [u8],
+        psn: Psn,
+        ack_req: bool,
+        atomic: &AtomicEthRepr,
+    ) -> usize {
+        assert!(self.ext_len == ATOMIC_ETH_LEN && self.payload_len == 0);
+        self.emit_twice(out, copy, psn, ack_req, |b| {
+            atomic.emit(&mut AtomicEth::new_unchecked(b));
+        })
+    }
+
     /// Emits an RDMA WRITE/READ-request frame whose only extension header is a RETH.
     ///
     /// Panics if the template's extension headers are not exactly one RETH or `payload` is not
@@ -551,7 +623,7 @@ impl FrameTemplate {
     ///
     /// Panics if the template's extension headers are not a RETH (and an ImmDt with `imm`) or
     /// `payload` is not `payload_len()` bytes.
-    #[inline]
+    #[inline(always)]
     pub fn emit_write(
         &self,
         out: &mut [u8],
@@ -575,7 +647,7 @@ impl FrameTemplate {
     /// Emits a Compare & Swap or Fetch & Add frame.
     ///
     /// Panics if the template's extension headers are not exactly one AtomicETH.
-    #[inline]
+    #[inline(always)]
     pub fn emit_atomic(
         &self,
         out: &mut [u8],
@@ -587,85 +659,6 @@ impl FrameTemplate {
         self.emit(out, psn, ack_req, |b| {
             atomic.emit(&mut AtomicEth::new_unchecked(b));
         })
-    }
-}
-
-/// Turns a frame a [`FrameTemplate`] with a leading RETH emitted into the same frame with another
-/// PSN, AckReq and virtual address, fixing its ICRC from the changed bytes alone: Key-Write and
-/// Postcarding replicas differ only there, so a replica costs a copy and a few table lookups
-/// instead of a CRC over the whole tail.
-///
-/// CRC-32 is affine: for equal-length inputs from the same register, `crc(a) ^ crc(b)` is the
-/// zero-initialised CRC of `a ^ b`. The changed bytes (PSN word and VA) are contiguous, so that
-/// is the CRC of 12 bytes followed by the shift through the `z` zero bytes up to the ICRC, which
-/// is linear in the 32-bit register and tabulated here per byte of the register (4 KiB).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RethReplica {
-    shift: Box<[[u32; 256]; 4]>,
-    frame_len: usize,
-}
-
-/// Bytes the replica patch changes: the BTH's AckReq/PSN word and the RETH's virtual address.
-const REPLICA_DELTA_LEN: usize = 4 + 8;
-
-impl RethReplica {
-    /// A patcher for `t`'s frames; `None` unless `t`'s extension headers start with a RETH
-    /// (RDMA WRITE First/Only, with or without Immediate, and READ requests).
-    pub fn new(t: &FrameTemplate) -> Option<RethReplica> {
-        let info = opcode_info(t.opcode())?;
-        if !info.reth {
-            return None;
-        }
-        let icrc_at = t.frame_len - ICRC_LEN;
-        let zeros = icrc_at - (PSN_WORD_OFFSET + REPLICA_DELTA_LEN);
-        // The image of each register bit after `zeros` zero bytes; tables by linearity.
-        let mut basis = [0u32; 32];
-        for (bit, b) in basis.iter_mut().enumerate() {
-            let mut reg = 1u32 << bit;
-            for _ in 0..zeros {
-                reg = IEEE.update_byte(reg, 0);
-            }
-            *b = reg;
-        }
-        let mut shift = Box::new([[0u32; 256]; 4]);
-        for (k, table) in shift.iter_mut().enumerate() {
-            for (v, out) in table.iter_mut().enumerate() {
-                *out = (0..8)
-                    .filter(|bit| v & (1 << bit) != 0)
-                    .fold(0, |acc, bit| acc ^ basis[8 * k + bit]);
-            }
-        }
-        Some(RethReplica {
-            shift,
-            frame_len: t.frame_len,
-        })
-    }
-
-    /// Rewrites `frame` (a complete frame of this patcher's template) to carry `psn`, `ack_req`
-    /// and virtual address `va`, and fixes its ICRC. Panics if `frame` is not that long.
-    #[inline]
-    pub fn patch(&self, frame: &mut [u8], psn: Psn, ack_req: bool, va: u64) {
-        let frame = &mut frame[..self.frame_len];
-        let icrc_at = self.frame_len - ICRC_LEN;
-        let word = ((ack_req as u32) << 31 | psn.value()).to_be_bytes();
-        let va = va.to_be_bytes();
-        let mut delta = [0u8; REPLICA_DELTA_LEN];
-        let old = &mut frame[PSN_WORD_OFFSET..PSN_WORD_OFFSET + REPLICA_DELTA_LEN];
-        for (i, (d, o)) in delta.iter_mut().zip(old.iter_mut()).enumerate() {
-            let new = if i < 4 { word[i] } else { va[i - 4] };
-            *d = *o ^ new;
-            *o = new;
-        }
-        let r = IEEE.update(0, &delta);
-        let s = &self.shift;
-        let fix = s[0][(r & 0xFF) as usize]
-            ^ s[1][((r >> 8) & 0xFF) as usize]
-            ^ s[2][((r >> 16) & 0xFF) as usize]
-            ^ s[3][(r >> 24) as usize];
-        let icrc = frame[icrc_at..]
-            .first_chunk_mut::<4>()
-            .expect("ICRC present");
-        *icrc = (u32::from_le_bytes(*icrc) ^ fix).to_le_bytes();
     }
 }
 
@@ -855,46 +848,51 @@ mod tests {
     }
 
     proptest! {
-        /// A patched replica is byte for byte the frame the template emits for it.
+        /// Emitting into two buffers at once gives the frame a single emit gives, twice.
         #[test]
-        fn reth_replica_patch_equals_fresh_emit(
-            imm in any::<bool>(),
+        fn emit_twice_equals_emit(
+            imm in proptest::option::of(any::<u32>()),
             payload in proptest::collection::vec(any::<u8>(), 0..600),
-            (psn1, psn2) in (0u32..1 << 24, 0u32..1 << 24),
-            (ack1, ack2) in (any::<bool>(), any::<bool>()),
-            (va1, va2) in (any::<u64>(), any::<u64>()),
+            psn in 0u32..1 << 24,
+            ack in any::<bool>(),
+            va in any::<u64>(),
             rkey in any::<u32>(),
         ) {
-            let op = if imm { opcode::RC_RDMA_WRITE_ONLY_IMM } else { opcode::RC_RDMA_WRITE_ONLY };
-            let t = FrameTemplate::new(&ep(), op, Qpn::new(0x11), payload.len());
-            let r = RethReplica::new(&t).unwrap();
-            let fill = |va: u64| {
-                let payload = &payload;
-                move |b: &mut [u8]| {
-                    b[..8].copy_from_slice(&va.to_be_bytes());
-                    b[8..12].copy_from_slice(&rkey.to_be_bytes());
-                    b[12..16].copy_from_slice(&(payload.len() as u32).to_be_bytes());
-                    let o = if imm { 20 } else { 16 };
-                    b[16..o].fill(0xEE);
-                    b[o..].copy_from_slice(payload);
-                }
+            let op = if imm.is_some() {
+                opcode::RC_RDMA_WRITE_ONLY_IMM
+            } else {
+                opcode::RC_RDMA_WRITE_ONLY
             };
-            let mut first = vec![0u8; t.frame_len()];
-            t.emit(&mut first, Psn::new(psn1), ack1, fill(va1));
-            let mut fresh = vec![0u8; t.frame_len()];
-            t.emit(&mut fresh, Psn::new(psn2), ack2, fill(va2));
-            r.patch(&mut first, Psn::new(psn2), ack2, va2);
-            prop_assert_eq!(&first, &fresh);
-            prop_assert!(crate::icrc::check_frame(&first));
+            let t = FrameTemplate::new(&ep(), op, Qpn::new(0x11), payload.len());
+            let reth = RethRepr { va, rkey: Rkey(rkey), dma_len: payload.len() as u32 };
+            let mut one = vec![0xAAu8; t.frame_len()];
+            t.emit_write(&mut one, Psn::new(psn), ack, &reth, imm, &payload);
+            let (mut a, mut b) = (vec![0x55u8; t.frame_len()], vec![0x33u8; t.frame_len() + 9]);
+            let n = t.emit_write_twice(&mut a, &mut b, Psn::new(psn), ack, &reth, imm, &payload);
+            prop_assert_eq!(n, t.frame_len());
+            prop_assert_eq!(&a, &one);
+            prop_assert_eq!(&b[..n], &one[..]);
+            prop_assert!(crate::icrc::check_frame(&a));
         }
     }
 
     #[test]
-    fn reth_replica_needs_a_reth() {
-        let t = FrameTemplate::new(&ep(), opcode::RC_FETCH_ADD, Qpn::new(1), 0);
-        assert!(RethReplica::new(&t).is_none());
-        let t = FrameTemplate::new(&ep(), opcode::RC_SEND_ONLY, Qpn::new(1), 8);
-        assert!(RethReplica::new(&t).is_none());
+    fn atomic_emit_twice_equals_emit() {
+        let t = FrameTemplate::new(&ep(), opcode::RC_FETCH_ADD, Qpn::new(0x11), 0);
+        let atomic = AtomicEthRepr {
+            va: 0x7f00_0000_0040,
+            rkey: Rkey(9),
+            swap_add: 12345,
+            compare: 0,
+        };
+        let mut one = [0u8; 128];
+        let n = t.emit_atomic(&mut one, Psn::new(3), true, &atomic);
+        let (mut a, mut b) = ([0u8; 128], [0u8; 128]);
+        assert_eq!(
+            t.emit_atomic_twice(&mut a, &mut b, Psn::new(3), true, &atomic),
+            n
+        );
+        assert_eq!((&a[..n], &b[..n]), (&one[..n], &one[..n]));
     }
 
     #[test]

@@ -169,14 +169,15 @@ pub enum QpEvent {
 /// Where a new frame goes ([`QpTx::take`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Take {
-    /// Into the transmit batch now, with this PSN and AckReq; record it with [`QpTx::record`].
+    /// Into the transmit batch now, with this PSN and AckReq; its copy goes to
+    /// [`QpTx::direct_slot`].
     Direct {
         /// The frame's PSN.
         psn: Psn,
         /// Whether it carries AckReq.
         ack_req: bool,
     },
-    /// Into the ring only ([`QpTx::ring_slot`] or [`QpTx::ring_replicate`]); sent later.
+    /// Into the ring only ([`QpTx::ring_slot`]); sent later by [`QpTx::poll_transmit`].
     Queued {
         /// The frame's PSN.
         psn: Psn,
@@ -457,27 +458,17 @@ impl QpTx {
         Some(Take::Queued { psn })
     }
 
-    /// Keeps a copy of the frame just sent with `psn` (a [`Take::Direct`]) for retransmission.
+    /// The ring slot that keeps the copy of the [`Take::Direct`] frame `psn`, built at the same
+    /// time as the frame itself (instead of [`QpTx::record`]); `None` without a ring.
     #[inline(always)]
-    pub fn record(&mut self, psn: Psn, frame: &[u8]) {
-        if let Some(r) = &mut self.ring {
-            r.record(psn, frame);
-        }
+    pub fn direct_slot(&mut self, psn: Psn) -> Option<&mut [u8]> {
+        self.ring.as_mut().and_then(|r| r.slot_for(psn))
     }
 
     /// The ring slot to build the frame of a [`Take::Queued`] `psn` in.
     #[inline]
     pub fn ring_slot(&mut self, psn: Psn) -> Option<&mut [u8]> {
         self.ring.as_mut().and_then(|r| r.slot_for(psn))
-    }
-
-    /// Builds the frame of a [`Take::Queued`] `psn` as a copy of the frame held for `from`,
-    /// edited by `patch` (replicas). False if `from` is not held.
-    #[inline]
-    pub fn ring_replicate(&mut self, from: Psn, psn: Psn, patch: impl FnOnce(&mut [u8])) -> bool {
-        self.ring
-            .as_mut()
-            .is_some_and(|r| r.replicate(from, psn, patch))
     }
 
     /// Frames sent or queued and not yet confirmed.
@@ -1177,10 +1168,10 @@ mod tests {
         let t = tmpl(8);
         match q.take(now, tx.remaining() > 0).expect("takes") {
             Take::Direct { psn, ack_req } => {
-                assert!(tx.push_with(DEST, 0, |buf| {
-                    let n = t.emit_write(buf, psn, ack_req, &reth(), None, &[tag; 8]);
-                    q.record(psn, &buf[..n]);
-                    n
+                assert!(tx.push_with(DEST, 0, |buf| match q.direct_slot(psn) {
+                    Some(copy) =>
+                        t.emit_write_twice(buf, copy, psn, ack_req, &reth(), None, &[tag; 8]),
+                    None => t.emit_write(buf, psn, ack_req, &reth(), None, &[tag; 8]),
                 }));
                 psn
             }

@@ -201,32 +201,6 @@ impl RetxRing {
         let f = &self.buf[i * self.slot..(i + 1) * self.slot];
         Some(&f[..RoceFrame::new_unchecked(f).len().min(self.slot)])
     }
-
-    /// Holds, as the frame sent with `psn` (the next PSN in order), a copy of the frame held for
-    /// `from`, edited in place by `patch` (a replica with a new PSN and address). Returns false,
-    /// holding nothing, when `from` is not held or `psn` is out of order.
-    #[inline]
-    pub fn replicate(&mut self, from: Psn, psn: Psn, patch: impl FnOnce(&mut [u8])) -> bool {
-        if psn != self.end
-            || self.get(from).is_none()
-            || self.held() as usize == self.capacity() && from == self.start()
-        {
-            return false;
-        }
-        let len = {
-            let i = (from.value() & self.mask) as usize;
-            RoceFrame::new_unchecked(&self.buf[i * self.slot..(i + 1) * self.slot]).len()
-        };
-        let src = (from.value() & self.mask) as usize * self.slot;
-        let Some(dst) = self.place(psn) else {
-            return false;
-        };
-        self.buf.copy_within(src..src + len, dst);
-        patch(&mut self.buf[dst..dst + len]);
-        self.end = psn.next();
-        self.fill += 1;
-        true
-    }
 }
 
 /// Shortest slot; frames of `HALF..=FAST` bytes are copied with two fixed-size copies.
@@ -319,35 +293,5 @@ mod tests {
         r.record(Psn::new(8), &frame(0, 129));
         assert!(r.is_empty() && r.holds_from(Psn::new(9)) && !r.holds_from(Psn::new(8)));
         assert!(RetxRing::new(0, 64, Psn::new(0)).is_none());
-    }
-
-    #[test]
-    fn replicate_copies_a_held_frame_to_the_next_psn() {
-        let mut r = RetxRing::new(4, 64, Psn::new(100)).unwrap();
-        r.record(Psn::new(100), &frame(1, 50));
-        assert!(r.replicate(Psn::new(100), Psn::new(101), |f| f[20] = 0xEE));
-        let mut want = frame(1, 50);
-        want[20] = 0xEE;
-        assert_eq!(r.get(Psn::new(101)).unwrap(), &want[..]);
-        assert_eq!(
-            r.get(Psn::new(100)).unwrap(),
-            &frame(1, 50)[..],
-            "the source is kept"
-        );
-        assert!(
-            !r.replicate(Psn::new(100), Psn::new(105), |_| {}),
-            "out of order"
-        );
-        assert!(
-            !r.replicate(Psn::new(99), Psn::new(102), |_| {}),
-            "source not held"
-        );
-        // Full ring: the oldest slot is reused for the new frame, the source survives.
-        assert!(r.replicate(Psn::new(101), Psn::new(102), |_| {}));
-        assert!(r.replicate(Psn::new(102), Psn::new(103), |_| {}));
-        assert!(r.replicate(Psn::new(103), Psn::new(104), |f| f[21] = 0xAA));
-        assert!(r.get(Psn::new(100)).is_none());
-        assert_eq!(r.get(Psn::new(104)).unwrap()[21], 0xAA);
-        assert_eq!(r.get(Psn::new(103)).unwrap()[20], 0xEE);
     }
 }

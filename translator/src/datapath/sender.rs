@@ -11,8 +11,8 @@ use std::net::SocketAddrV4;
 
 use dta_proto::batch::TxBatch;
 use dta_proto::meta::StoreMeta;
-use dta_proto::wire::ib::{opcode as op, AtomicEthRepr, Psn, Qpn, RethRepr, Rkey};
-use dta_proto::wire::roce::{FrameTemplate, RethReplica, RoceEndpoint, L2L4_LEN};
+use dta_proto::wire::ib::{opcode as op, AtomicEthRepr, Qpn, RethRepr, Rkey};
+use dta_proto::wire::roce::{FrameTemplate, RoceEndpoint, L2L4_LEN};
 
 use super::pipeline::QpBinding;
 use super::qp::{QpEvent, QpTuning, QpTx, Take};
@@ -21,8 +21,6 @@ use super::stats::TranslatorCounters;
 /// Precomputed frames of one QP.
 struct Templates {
     write: FrameTemplate,
-    /// Turns a `write` frame into the next replica's (Key-Write and Postcarding redundancy).
-    replica: RethReplica,
     write_imm: FrameTemplate,
     /// Zero-length WRITE (probes, and the no-op that stands in for a frame lost to an overrun).
     probe: FrameTemplate,
@@ -34,10 +32,8 @@ struct Templates {
 
 impl Templates {
     fn new(ep: &RoceEndpoint, remote: Qpn, payload_len: usize, atomic: bool) -> Templates {
-        let write = FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len);
         Templates {
-            replica: RethReplica::new(&write).expect("WRITE Only starts with a RETH"),
-            write,
+            write: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len),
             write_imm: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, payload_len),
             probe: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, 0),
             imm0: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, 0),
@@ -70,9 +66,6 @@ pub struct QpSender {
     region_len: u64,
     rkey: Rkey,
     payload_len: usize,
-    /// The previous frame of the report being written: its PSN and whether it went straight
-    /// into the transmit batch (the source of a replica).
-    last: Option<(Psn, bool)>,
     tuning: QpTuning,
     /// Index of the collector (its rate limit).
     pub collector: usize,
@@ -120,7 +113,6 @@ impl QpSender {
             region_len: spec.meta.len,
             rkey: Rkey(spec.meta.rkey),
             payload_len: spec.payload_len,
-            last: None,
             tuning: spec.tuning,
             collector: spec.collector,
         }
@@ -142,7 +134,6 @@ impl QpSender {
         );
         let lost = self.qp.unconfirmed() as u64;
         self.qp = new_qp(qpb, self.tuning, self.tmpl.max_frame_len());
-        self.last = None;
         lost
     }
 
@@ -165,7 +156,7 @@ impl QpSender {
 
     /// Writes `payload` (the store's WRITE payload length) at region offset `offset`. False
     /// (counted) if the address is outside the region or the QP cannot take a frame.
-    #[inline]
+    #[inline(always)]
     pub fn write(
         &mut self,
         now: u64,
@@ -179,7 +170,7 @@ impl QpSender {
 
     /// [`QpSender::write`] as WRITE with Immediate `imm` (an empty `payload`: a notification
     /// without data).
-    #[inline]
+    #[inline(always)]
     pub fn write_imm(
         &mut self,
         now: u64,
@@ -220,74 +211,23 @@ impl QpSender {
         match take {
             Take::Direct { psn, ack_req } => {
                 let qp = &mut self.qp;
-                let ok = tx.push_with(self.dest, self.off, |buf| {
-                    let n = t.emit_write(buf, psn, ack_req, &reth, imm, payload);
-                    qp.record(psn, &buf[..n]);
-                    n
+                let ok = tx.push_with(self.dest, self.off, |buf| match qp.direct_slot(psn) {
+                    Some(copy) => t.emit_write_twice(buf, copy, psn, ack_req, &reth, imm, payload),
+                    None => t.emit_write(buf, psn, ack_req, &reth, imm, payload),
                 });
                 debug_assert!(ok, "room was checked");
                 c.frames += 1;
-                self.last = Some((psn, true));
             }
             Take::Queued { psn } => {
                 let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
                 t.emit_write(slot, psn, false, &reth, imm, payload);
-                self.last = Some((psn, false));
             }
         }
         true
     }
 
-    /// Writes the payload of the previous plain WRITE again, at region offset `offset` (the
-    /// next replica of a Key-Write or Postcarding report). Falls back to nothing (false) if
-    /// there is no previous frame to copy.
-    #[inline]
-    pub fn replica(
-        &mut self,
-        now: u64,
-        tx: &mut TxBatch,
-        offset: u64,
-        c: &mut TranslatorCounters,
-    ) -> bool {
-        let Some((prev, prev_direct)) = self.last else {
-            return false;
-        };
-        let Some(reth) = self.reth(offset, self.payload_len) else {
-            c.drop_out_of_region += 1;
-            return false;
-        };
-        let Some(take) = self.qp.take(now, prev_direct && tx.remaining() > 0) else {
-            c.drop_qp_queue_full += 1;
-            return false;
-        };
-        let replica = &self.tmpl.replica;
-        let ok = match take {
-            Take::Direct { psn, ack_req } => {
-                let qp = &mut self.qp;
-                let ok = tx.push_copy_of_last(|f| {
-                    replica.patch(f, psn, ack_req, reth.va);
-                    qp.record(psn, f);
-                });
-                if ok {
-                    c.frames += 1;
-                }
-                self.last = Some((psn, true));
-                ok
-            }
-            Take::Queued { psn } => {
-                let ok = self
-                    .qp
-                    .ring_replicate(prev, psn, |f| replica.patch(f, psn, false, reth.va));
-                self.last = Some((psn, false));
-                ok
-            }
-        };
-        debug_assert!(ok, "the previous frame is the last in the batch or held");
-        ok
-    }
-
     /// Adds `delta` to the 8-byte counter at region offset `offset` (FETCH_ADD).
-    #[inline]
+    #[inline(always)]
     pub fn fetch_add(
         &mut self,
         now: u64,
@@ -316,19 +256,16 @@ impl QpSender {
         match take {
             Take::Direct { psn, ack_req } => {
                 let qp = &mut self.qp;
-                let ok = tx.push_with(self.dest, self.off, |buf| {
-                    let n = t.emit_atomic(buf, psn, ack_req, &atomic);
-                    qp.record(psn, &buf[..n]);
-                    n
+                let ok = tx.push_with(self.dest, self.off, |buf| match qp.direct_slot(psn) {
+                    Some(copy) => t.emit_atomic_twice(buf, copy, psn, ack_req, &atomic),
+                    None => t.emit_atomic(buf, psn, ack_req, &atomic),
                 });
                 debug_assert!(ok, "room was checked");
                 c.frames += 1;
-                self.last = Some((psn, true));
             }
             Take::Queued { psn } => {
                 let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
                 t.emit_atomic(slot, psn, false, &atomic);
-                self.last = Some((psn, false));
             }
         }
         c.frames_atomic += 1;
@@ -386,8 +323,6 @@ impl QpSender {
                     probe.emit_write(buf, psn, ack_req, &reth, None, &[])
                 });
         c.frames += n as u64;
-        // A new report must not take a queued frame's place as replica source.
-        self.last = None;
         (n, resent)
     }
 }

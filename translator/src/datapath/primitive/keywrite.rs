@@ -69,15 +69,10 @@ impl StorePrimitive for KeyWrite {
             .encode_slot(checksum, value.as_bytes(), &mut payload[..ss]);
         for (i, &slot) in slots[..n].iter().enumerate() {
             let offset = self.layout.slot_offset(slot);
-            if i > imm as usize {
-                // The previous frame is a plain WRITE of the same payload.
-                out.replica(now, tx, offset, c);
+            if imm && i == 0 {
+                out.write_imm(now, tx, offset, &payload[..ss], checksum, c);
             } else {
-                if imm && i == 0 {
-                    out.write_imm(now, tx, offset, &payload[..ss], checksum, c);
-                } else {
-                    out.write(now, tx, offset, &payload[..ss], c);
-                }
+                out.write(now, tx, offset, &payload[..ss], c);
             }
         }
         c.translated += 1;

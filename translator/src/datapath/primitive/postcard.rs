@@ -123,14 +123,10 @@ impl Postcarding {
         let translated = e.count as u64;
         for (j, &chunk_idx) in d.chunk[..n].iter().enumerate() {
             let offset = self.layout.chunk_offset(chunk_idx);
-            if j > imm.is_some() as usize {
-                out.replica(now, tx, offset, c);
-            } else {
-                match imm.filter(|_| j == 0) {
-                    Some(v) => out.write_imm(now, tx, offset, &chunk[..cs], v, c),
-                    None => out.write(now, tx, offset, &chunk[..cs], c),
-                };
-            }
+            match imm.filter(|_| j == 0) {
+                Some(v) => out.write_imm(now, tx, offset, &chunk[..cs], v, c),
+                None => out.write(now, tx, offset, &chunk[..cs], c),
+            };
         }
         c.translated += translated;
     }
