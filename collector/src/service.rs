@@ -245,6 +245,12 @@ impl Collector {
                             let _ = backend.send_batch(&tx);
                             tx.clear();
                         }
+                        // A READ larger than the batch continues as soon as it was sent.
+                        while responder.has_pending_output() {
+                            responder.poll(now, &mut tx);
+                            let _ = backend.send_batch(&tx);
+                            tx.clear();
+                        }
                         while let Some(c) = responder.poll_completion() {
                             if let Completion::WriteWithImm { qpn, .. } = &c {
                                 imm_events += 1;

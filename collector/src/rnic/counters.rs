@@ -61,5 +61,8 @@ dta_proto::define_counters!(
         cq_overflow,
         /// Frames that did not fit in the transmit batch and were dropped.
         tx_dropped,
+        /// Requests dropped because the QP was still sending an earlier READ's responses and
+        /// the transmit batch had no room (the requester resends them, as after any loss).
+        read_busy_drops,
     }
 );

@@ -4,7 +4,10 @@
 //! COMPARE_SWAP, SEND and WRITE-with-Immediate against registered [`Region`]s and queues its
 //! answers (ACK, NAK, READ responses, atomic ACKs) in a caller-owned [`TxBatch`]. Nothing here
 //! blocks, sleeps or allocates per packet (SEND payloads, a control-plane path, are the one
-//! exception).
+//! exception). A READ's responses go out as the batch has room: the QP keeps its place in the
+//! response stream and [`Responder::poll`] (or its next packet) continues it, as rxe's
+//! responder does; while it streams, new requests on that QP wait behind it (dropped and
+//! counted if the batch is full: the requester resends them).
 //!
 //! The rules follow `drivers/infiniband/sw/rxe/rxe_resp.c` (anchors §C.1), checked against a
 //! real rxe in `tests/`:
@@ -29,9 +32,12 @@ use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::icrc::{self, IcrcVerdict, ReconstructedHeader};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{
-    opcode as op, AethRepr, NakCode, Psn, Qpn, Rkey, Syndrome, AETH_LEN, ATOMIC_ACK_ETH_LEN,
+    opcode as op, Aeth, AethRepr, AtomicAckEth, AtomicAckEthRepr, BthRepr, NakCode, Psn, Qpn, Rkey,
+    Syndrome, AETH_LEN,
 };
+use dta_proto::wire::ipv4::{Ipv4Packet, Ipv4Repr, PROTO_UDP};
 use dta_proto::wire::roce::{build_frame, FrameTemplate, RoceEndpoint, RocePacket, L2L4_LEN};
+use dta_proto::wire::udp::{UdpPacket, UdpRepr};
 
 use super::counters::RnicCounters;
 use crate::memory::Region;
@@ -155,6 +161,14 @@ struct ReadRes {
     len: u32,
 }
 
+/// A READ whose responses are being sent: the request's saved result and the next response
+/// packet (0-based).
+#[derive(Debug, Clone, Copy)]
+struct ReadOut {
+    res: ReadRes,
+    next: u32,
+}
+
 struct Qp {
     qpn: Qpn,
     cfg: QpConfig,
@@ -168,6 +182,8 @@ struct Qp {
     atomic_res: [AtomicRes; MAX_RD_ATOMIC],
     read_res: [ReadRes; MAX_RD_ATOMIC],
     res_next: usize,
+    /// The READ whose responses are still being sent.
+    read_out: Option<ReadOut>,
     ep: RoceEndpoint,
     sq_psn: Psn,
     pending_sends: VecDeque<PendingSend>,
@@ -346,6 +362,7 @@ impl Responder {
             atomic_res: [AtomicRes::default(); MAX_RD_ATOMIC],
             read_res: [ReadRes::default(); MAX_RD_ATOMIC],
             res_next: 0,
+            read_out: None,
             ep,
             sq_psn: cfg_sq_psn,
             pending_sends: VecDeque::new(),
@@ -462,9 +479,21 @@ impl Responder {
         true
     }
 
-    /// Retransmits unacknowledged SENDs whose timer expired.
+    /// True while a QP has READ responses waiting for room in a transmit batch: call
+    /// [`Responder::poll`] again as soon as the batch was sent.
+    pub fn has_pending_output(&self) -> bool {
+        self.qps.iter().flatten().any(|q| q.read_out.is_some())
+    }
+
+    /// Continues READ responses that did not fit, and retransmits unacknowledged SENDs whose
+    /// timer expired.
     pub fn poll(&mut self, now: u64, tx: &mut TxBatch) {
         let off = tx_offset(&self.dev);
+        for qp in self.qps.iter_mut().flatten() {
+            if qp.read_out.is_some() {
+                pump_read(qp, &self.dev, &self.mrs, tx);
+            }
+        }
         for qp in self.qps.iter_mut().flatten() {
             let Some(p) = qp.pending_sends.front_mut() else {
                 continue;
@@ -544,6 +573,11 @@ impl Responder {
         }
         if qp.state == QpState::Error {
             qp.counters.qp_error_drops += 1;
+            return;
+        }
+        if qp.read_out.is_some() && !pump_read(qp, &self.dev, &self.mrs, tx) {
+            // Responses are ordered: nothing overtakes the READ still being answered.
+            qp.counters.read_busy_drops += 1;
             return;
         }
         qp.counters.rcvd_pkts += 1;
@@ -671,19 +705,24 @@ fn check_with_ip(
         return false;
     };
     let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[1] = tos;
-    ip[2..4].copy_from_slice(&((20 + 8 + transport.len()) as u16).to_be_bytes());
-    ip[4..6].copy_from_slice(&ident.to_be_bytes());
-    ip[6..8].copy_from_slice(&(if df { 0x4000u16 } else { 0 }).to_be_bytes());
-    ip[8] = ttl;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&h.src_ip.octets());
-    ip[16..20].copy_from_slice(&h.dst_ip.octets());
+    Ipv4Repr {
+        src: h.src_ip,
+        dst: h.dst_ip,
+        protocol: PROTO_UDP,
+        ttl,
+        tos,
+        ident,
+        dont_frag: df,
+        payload_len: 8 + transport.len(),
+    }
+    .emit(&mut Ipv4Packet::new_unchecked(&mut ip[..]));
     let mut udp = [0u8; 8];
-    udp[0..2].copy_from_slice(&h.src_port.to_be_bytes());
-    udp[2..4].copy_from_slice(&h.dst_port.to_be_bytes());
-    udp[4..6].copy_from_slice(&((8 + transport.len()) as u16).to_be_bytes());
+    UdpRepr {
+        src_port: h.src_port,
+        dst_port: h.dst_port,
+        payload_len: transport.len(),
+    }
+    .emit(&mut UdpPacket::new_unchecked(&mut udp[..]));
     let want = u32::from_le_bytes(transport[body_len..].try_into().expect("4 bytes"));
     icrc::icrc_ipv4(&ip, &udp, &transport[..body_len]) == want
 }
@@ -938,7 +977,8 @@ fn execute(
             };
             qp.read_res[r] = res;
             qp.atomic_res[r].valid = false;
-            send_read_response(qp, dev, mrs, tx, &res, 0);
+            qp.read_out = Some(ReadOut { res, next: 0 });
+            pump_read(qp, dev, mrs, tx);
             Ok(Step::Advanced(npsn))
         }
         op::RC_SEND_ONLY | op::RC_SEND_ONLY_IMM | op::RC_SEND_FIRST => {
@@ -1051,14 +1091,21 @@ fn duplicate(
             }
         }
         op::RC_RDMA_READ_REQUEST => {
+            // Replay the saved READ from the PSN asked for (a requester that lost some of the
+            // responses asks again from the first one it misses), as rxe does.
             let psn = pkt.bth.psn;
             if let Some(r) = qp
                 .read_res
                 .iter()
-                .find(|r| r.valid && r.first == psn.value())
+                .find(|r| {
+                    let k = psn.diff(Psn::new(r.first));
+                    r.valid && k >= 0 && (k as u32) < r.npsn
+                })
                 .copied()
             {
-                send_read_response(qp, dev, mrs, tx, &r, 0);
+                let next = psn.diff(Psn::new(r.first)) as u32;
+                qp.read_out = Some(ReadOut { res: r, next });
+                pump_read(qp, dev, mrs, tx);
             }
         }
         _ => {
@@ -1086,8 +1133,7 @@ fn send_ack(qp: &mut Qp, dev: &DeviceConfig, tx: &mut TxBatch, syn: Syndrome, ps
     let tmpl = &qp.ack_tmpl;
     let ok = tx.push_with(qp.cfg.peer, off, |buf| {
         tmpl.emit(buf, psn, false, |ext| {
-            ext[0] = aeth.syndrome.to_byte();
-            ext[1..4].copy_from_slice(&aeth.msn.to_be_bytes()[1..]);
+            aeth.emit(&mut Aeth::new_unchecked(ext))
         })
     });
     count_tx(&mut qp.counters, ok);
@@ -1100,80 +1146,80 @@ fn send_ack(qp: &mut Qp, dev: &DeviceConfig, tx: &mut TxBatch, syn: Syndrome, ps
 }
 
 fn send_atomic_ack(qp: &mut Qp, dev: &DeviceConfig, tx: &mut TxBatch, psn: Psn, orig: u64) {
-    let syn = Syndrome::Ack { credits: 0x1f }.to_byte();
-    let msn = qp.msn;
+    let aeth = AethRepr {
+        syndrome: Syndrome::Ack { credits: 0x1f },
+        msn: qp.msn,
+    };
     let off = tx_offset(dev);
     let tmpl = &qp.atomic_ack_tmpl;
     let ok = tx.push_with(qp.cfg.peer, off, |buf| {
         tmpl.emit(buf, psn, false, |ext| {
-            ext[0] = syn;
-            ext[1..4].copy_from_slice(&msn.to_be_bytes()[1..]);
-            ext[AETH_LEN..AETH_LEN + ATOMIC_ACK_ETH_LEN].copy_from_slice(&orig.to_be_bytes());
+            let (a, rest) = ext.split_at_mut(AETH_LEN);
+            aeth.emit(&mut Aeth::new_unchecked(a));
+            AtomicAckEthRepr { orig }.emit(&mut AtomicAckEth::new_unchecked(rest));
         })
     });
     count_tx(&mut qp.counters, ok);
 }
 
-fn send_read_response(
-    qp: &mut Qp,
-    dev: &DeviceConfig,
-    mrs: &[Option<Mr>],
-    tx: &mut TxBatch,
-    r: &ReadRes,
-    _from: u32,
-) {
+/// Sends the responses of the READ the QP is answering, from where it stopped, as far as
+/// `tx` has room. Reads the region straight into the batch (no buffer per READ). Returns true
+/// once every response went out (the READ is done).
+fn pump_read(qp: &mut Qp, dev: &DeviceConfig, mrs: &[Option<Mr>], tx: &mut TxBatch) -> bool {
+    let Some(mut ro) = qp.read_out else {
+        return true;
+    };
     let pmtu = dev.pmtu as usize;
-    let mut chunk = vec![0u8; pmtu];
-    let n = r.npsn;
-    for i in 0..n {
+    let r = ro.res;
+    let off = tx_offset(dev);
+    while ro.next < r.npsn {
+        if tx.remaining() == 0 {
+            qp.read_out = Some(ro);
+            return false;
+        }
+        let i = ro.next;
         let start = i as usize * pmtu;
         let len = (r.len as usize).saturating_sub(start).min(pmtu);
-        if len > 0 {
-            let Some(mr) = mrs.get(r.mr).and_then(|m| m.as_ref()) else {
-                return;
-            };
-            if mr
-                .region
-                .read(r.offset + start as u64, &mut chunk[..len])
-                .is_err()
-            {
-                return;
-            }
-        }
-        let opcode = match (n, i) {
+        let opcode = match (r.npsn, i) {
             (1, _) => op::RC_RDMA_READ_RESPONSE_ONLY,
             (_, 0) => op::RC_RDMA_READ_RESPONSE_FIRST,
-            (_, x) if x == n - 1 => op::RC_RDMA_READ_RESPONSE_LAST,
+            (n, x) if x == n - 1 => op::RC_RDMA_READ_RESPONSE_LAST,
             _ => op::RC_RDMA_READ_RESPONSE_MIDDLE,
         };
-        let mut ext = [0u8; AETH_LEN];
-        let ext_len = if opcode == op::RC_RDMA_READ_RESPONSE_MIDDLE {
-            0
-        } else {
-            ext[0] = Syndrome::Ack { credits: 0x1f }.to_byte();
-            ext[1..4].copy_from_slice(&qp.msn.to_be_bytes()[1..]);
-            AETH_LEN
-        };
-        let bth = dta_proto::wire::ib::BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: true,
-            pad_count: ((4 - len % 4) % 4) as u8,
-            tver: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: qp.cfg.peer_qpn,
-            ack_req: false,
-            psn: Psn::new(r.first.wrapping_add(i)),
-        };
-        let ep = qp.ep;
-        let off = tx_offset(dev);
-        let ok = tx.push_with(qp.cfg.peer, off, |buf| {
-            build_frame(&ep, &bth, &ext[..ext_len], &chunk[..len], buf)
+        let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE).then_some(AethRepr {
+            syndrome: Syndrome::Ack { credits: 0x1f },
+            msn: qp.msn,
         });
+        let psn = Psn::new(r.first.wrapping_add(i));
+        let bth = BthRepr::rc(opcode, qp.cfg.peer_qpn, psn, false);
+        let tmpl = FrameTemplate::with_bth(&qp.ep, &bth, len);
+        let region = mrs.get(r.mr).and_then(|m| m.as_ref()).map(|m| &m.region);
+        let mut read_ok = len == 0;
+        let ok = tx.push_with(qp.cfg.peer, off, |buf| {
+            tmpl.emit(buf, psn, false, |ext| {
+                let payload = match aeth {
+                    Some(a) => {
+                        let (h, p) = ext.split_at_mut(AETH_LEN);
+                        a.emit(&mut Aeth::new_unchecked(h));
+                        p
+                    }
+                    None => ext,
+                };
+                if let Some(region) = region.filter(|_| len > 0) {
+                    read_ok = region.read(r.offset + start as u64, payload).is_ok();
+                }
+            })
+        });
+        if !read_ok {
+            // The region went away (deregistered) mid-READ: stop answering it.
+            qp.read_out = None;
+            return true;
+        }
         count_tx(&mut qp.counters, ok);
+        ro.next += 1;
     }
+    qp.read_out = None;
+    true
 }
 
 fn count_tx(c: &mut RnicCounters, ok: bool) {
