@@ -5,9 +5,11 @@
 //! when the operator wants the data to survive a collector restart.
 //!
 //! The same bytes are written by the software RNIC's thread (or, with a real RNIC, by DMA) and
-//! read by query threads at the same time. All access from Rust therefore goes through
-//! word-sized relaxed atomics ("atomic memcpy"), which is sound under concurrent writers and
-//! never tears an aligned 8-byte word. Ordering between a payload and the word that publishes
+//! read by query threads at the same time. All access from Rust therefore goes through relaxed
+//! atomics of one size, 8 bytes, on aligned words ("atomic memcpy"; a partial word is merged
+//! with compare-and-exchange), which is sound under concurrent writers, never tears an aligned
+//! 8-byte word, and never mixes access sizes on the same bytes (which the Rust memory model
+//! does not define). Ordering between a payload and the word that publishes
 //! it (the Append trailer) is provided by [`Region::store_u64_release`] and
 //! [`Region::load_u64_acquire`].
 //!
@@ -18,7 +20,7 @@ use std::fs::OpenOptions;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Size of the huge pages we ask for (x86-64 default).
 pub const HUGE_PAGE: usize = 2 << 20;
@@ -216,7 +218,8 @@ impl Region {
     #[inline]
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), OutOfBounds> {
         let off = self.check(off, data.len())?;
-        // SAFETY: [off, off + len) is inside the mapping (checked above).
+        // SAFETY: [off, off + len) is inside the region (checked above); the mapping is page
+        // aligned and page-rounded, so the 8-aligned words containing it are mapped too.
         unsafe { atomic_copy_in(self.ptr.as_ptr().add(off), data) };
         Ok(())
     }
@@ -225,7 +228,7 @@ impl Region {
     #[inline]
     pub fn read(&self, off: u64, out: &mut [u8]) -> Result<(), OutOfBounds> {
         let off = self.check(off, out.len())?;
-        // SAFETY: [off, off + len) is inside the mapping (checked above).
+        // SAFETY: as in `write`.
         unsafe { atomic_copy_out(self.ptr.as_ptr().add(off), out) };
         Ok(())
     }
@@ -319,56 +322,96 @@ impl std::fmt::Debug for Region {
     }
 }
 
-/// Copies `src` to `dst` with relaxed atomic stores: bytes up to 8-byte alignment, then
-/// whole words, then the tail.
+/// Copies `src` to `dst` with relaxed atomic accesses of one size only, 8 bytes: whole words
+/// are stored; a partial word at either end is merged into the aligned word that contains it
+/// with a compare-and-exchange loop, so no byte outside `dst..dst + src.len()` changes.
+///
+/// Every access to region memory goes through an `AtomicU64` of an 8-aligned word: the Rust
+/// memory model leaves racing atomic accesses of different sizes to the same bytes undefined
+/// (the `std::sync::atomic` module docs, "Memory model for atomic accesses": "it is not allowed
+/// to perform ... atomic accesses of different sizes" that race), so byte-sized stores next to
+/// the readers' word loads would be a data race in Rust's eyes even where the hardware is fine.
 ///
 /// # Safety
-/// `dst..dst + src.len()` must be inside a live mapping that is only accessed atomically.
+/// The 8-aligned words containing `dst..dst + src.len()` must be inside a live mapping that is
+/// only accessed through 8-byte atomics.
 #[inline]
 unsafe fn atomic_copy_in(dst: *mut u8, src: &[u8]) {
-    let mut i = 0;
     let n = src.len();
-    while i < n && (dst as usize + i) % 8 != 0 {
-        // SAFETY: in bounds per the contract; AtomicU8 has no alignment requirement.
-        unsafe { AtomicU8::from_ptr(dst.add(i)).store(src[i], Ordering::Relaxed) };
-        i += 1;
+    if n == 0 {
+        return;
+    }
+    let addr = dst as usize;
+    let mut i = 0;
+    let head = addr % 8;
+    if head != 0 {
+        let k = (8 - head).min(n);
+        // SAFETY: the aligned word containing dst is inside the mapping per the contract.
+        let w = unsafe { AtomicU64::from_ptr(dst.sub(head) as *mut u64) };
+        merge(w, head, &src[..k]);
+        i = k;
     }
     while i + 8 <= n {
-        let w = u64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
+        let v = u64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
         // SAFETY: dst + i is 8-aligned here and in bounds per the contract.
-        unsafe { AtomicU64::from_ptr(dst.add(i) as *mut u64).store(w, Ordering::Relaxed) };
+        unsafe { AtomicU64::from_ptr(dst.add(i) as *mut u64).store(v, Ordering::Relaxed) };
         i += 8;
     }
-    while i < n {
-        // SAFETY: as above.
-        unsafe { AtomicU8::from_ptr(dst.add(i)).store(src[i], Ordering::Relaxed) };
-        i += 1;
+    if i < n {
+        // SAFETY: dst + i is 8-aligned; its word is inside the mapping per the contract.
+        let w = unsafe { AtomicU64::from_ptr(dst.add(i) as *mut u64) };
+        merge(w, 0, &src[i..]);
     }
 }
 
-/// Copies from `src` into `dst` with relaxed atomic loads (see [`atomic_copy_in`]).
+/// Replaces bytes `at..at + bytes.len()` of the word `w` (native byte order), leaving the others.
+#[inline]
+fn merge(w: &AtomicU64, at: usize, bytes: &[u8]) {
+    let mut cur = w.load(Ordering::Relaxed);
+    loop {
+        let mut b = cur.to_ne_bytes();
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+        let new = u64::from_ne_bytes(b);
+        match w.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// Copies from `src` into `dst` with relaxed 8-byte atomic loads (see [`atomic_copy_in`]): a
+/// partial word at either end is loaded whole and the wanted bytes taken from it.
 ///
 /// # Safety
-/// `src..src + dst.len()` must be inside a live mapping that is only accessed atomically.
+/// The 8-aligned words containing `src..src + dst.len()` must be inside a live mapping that is
+/// only accessed through 8-byte atomics.
 #[inline]
 unsafe fn atomic_copy_out(src: *const u8, dst: &mut [u8]) {
-    let mut i = 0;
     let n = dst.len();
-    while i < n && (src as usize + i) % 8 != 0 {
-        // SAFETY: in bounds per the contract.
-        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i) as *mut u8).load(Ordering::Relaxed) };
-        i += 1;
+    if n == 0 {
+        return;
+    }
+    let addr = src as usize;
+    let mut i = 0;
+    let head = addr % 8;
+    if head != 0 {
+        let k = (8 - head).min(n);
+        // SAFETY: the aligned word containing src is inside the mapping per the contract.
+        let v = unsafe { AtomicU64::from_ptr(src.sub(head) as *mut u64).load(Ordering::Relaxed) };
+        dst[..k].copy_from_slice(&v.to_ne_bytes()[head..head + k]);
+        i = k;
     }
     while i + 8 <= n {
         // SAFETY: src + i is 8-aligned and in bounds.
-        let w = unsafe { AtomicU64::from_ptr(src.add(i) as *mut u64).load(Ordering::Relaxed) };
-        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+        let v = unsafe { AtomicU64::from_ptr(src.add(i) as *mut u64).load(Ordering::Relaxed) };
+        dst[i..i + 8].copy_from_slice(&v.to_ne_bytes());
         i += 8;
     }
-    while i < n {
-        // SAFETY: in bounds per the contract.
-        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i) as *mut u8).load(Ordering::Relaxed) };
-        i += 1;
+    if i < n {
+        // SAFETY: src + i is 8-aligned; its word is inside the mapping per the contract.
+        let v = unsafe { AtomicU64::from_ptr(src.add(i) as *mut u64).load(Ordering::Relaxed) };
+        let k = n - i;
+        dst[i..].copy_from_slice(&v.to_ne_bytes()[..k]);
     }
 }
 
@@ -465,5 +508,78 @@ mod tests {
         assert_eq!(&out, b"persist");
         drop(r);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unaligned_copies_of_every_length_and_offset_touch_only_their_bytes() {
+        let r = Region::anonymous(256, false).unwrap();
+        let bg: Vec<u8> = (0..256).map(|i| (i as u8) ^ 0xA5).collect();
+        for off in 0..8u64 {
+            for len in 1..=64usize {
+                r.write(0, &bg).unwrap();
+                let data: Vec<u8> = (0..len)
+                    .map(|i| (i as u8).wrapping_mul(13) ^ off as u8)
+                    .collect();
+                r.write(64 + off, &data).unwrap();
+                let mut got = vec![0u8; 256];
+                r.read(0, &mut got).unwrap();
+                let mut want = bg.clone();
+                want[64 + off as usize..64 + off as usize + len].copy_from_slice(&data);
+                assert_eq!(got, want, "offset {off} length {len}");
+                let mut part = vec![0u8; len];
+                r.read(64 + off, &mut part).unwrap();
+                assert_eq!(part, data);
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_unaligned_writers_and_a_reader_never_tear_or_clobber() {
+        // Two writers own interleaved 3-byte fields that share words; a reader loads the
+        // region all along. Every field ends with its writer's last value (a merge never
+        // clobbers the neighbour's bytes), and a field within one word is never seen torn
+        // (fields across a word boundary may be: only aligned words are atomic, as in RDMA).
+        let r = std::sync::Arc::new(Region::anonymous(96, false).unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..2u8)
+            .map(|w| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    for round in 0..20_000u32 {
+                        let v = (round as u8).wrapping_mul(2).wrapping_add(w);
+                        for f in (w as u64..32).step_by(2) {
+                            r.write(f * 3, &[v; 3]).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let reader = {
+            let (r, stop) = (r.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut b = [0u8; 96];
+                while !stop.load(Ordering::Relaxed) {
+                    r.read(0, &mut b).unwrap();
+                    for (i, f) in b.chunks(3).enumerate() {
+                        if (i * 3) / 8 == (i * 3 + 2) / 8 {
+                            assert!(f[0] == f[1] && f[1] == f[2], "a torn field: {f:?}");
+                        }
+                    }
+                }
+            })
+        };
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap();
+        let mut b = [0u8; 96];
+        r.read(0, &mut b).unwrap();
+        for (f, chunk) in b.chunks(3).enumerate() {
+            let last = (19_999u32 as u8)
+                .wrapping_mul(2)
+                .wrapping_add((f % 2) as u8);
+            assert_eq!(chunk, [last; 3], "field {f}");
+        }
     }
 }
