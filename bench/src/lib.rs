@@ -9,11 +9,9 @@
 
 pub mod backend_replay;
 pub mod baseline;
-pub mod corpus;
 pub mod demo;
 pub mod figures;
 pub mod gen;
-pub mod p4gen;
 pub mod pcapcheck;
 pub mod replay;
 pub mod sender;

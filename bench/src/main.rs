@@ -503,12 +503,15 @@ fn backend_cmd(
     let mut results = Vec::new();
     let mut memory = Vec::new();
     #[allow(unused_mut, unused_variables)]
-    let mut net: Option<br::Netns> = None;
+    let mut net: Option<dta_io::netns::Netns> = None;
     let rx_thread = collector_rx == CollectorRx::Thread;
     #[allow(dead_code)]
-    fn netns(net: &mut Option<br::Netns>, rx_thread: bool) -> Result<&br::Netns, String> {
+    fn netns(
+        net: &mut Option<dta_io::netns::Netns>,
+        rx_thread: bool,
+    ) -> Result<&dta_io::netns::Netns, String> {
         if net.is_none() {
-            *net = Some(br::Netns::up("dtr", rx_thread)?);
+            *net = Some(dta_io::netns::Netns::up("dtr", rx_thread)?);
         }
         Ok(net.as_ref().expect("just set"))
     }
@@ -662,7 +665,7 @@ fn bench_cmd(fig: Figure, o: &FigOptions, profile: ReportFormat) -> Result<(), S
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match Cli::parse().cmd {
-        Cmd::P4Constants => print!("{}", dta_bench::p4gen::render()),
+        Cmd::P4Constants => print!("{}", dta_p4_constants::render()),
         #[allow(unused_variables)]
         Cmd::BareRxDpdk { ns, iface, idle_ms } => {
             #[cfg(feature = "dpdk")]
@@ -706,7 +709,7 @@ fn main() {
                 std::process::exit(2);
             }
         },
-        Cmd::Corpus { out } => match dta_bench::corpus::write_corpus(&out) {
+        Cmd::Corpus { out } => match dta_conformance::write_corpus(&out) {
             Ok(n) => println!("wrote {n} cases to {}", out.display()),
             Err(e) => {
                 eprintln!("dta corpus: {e}");

@@ -119,20 +119,6 @@ pub fn pin_to(i: usize) -> bool {
     }
 }
 
-/// Moves the calling thread into the network namespace `/var/run/netns/NAME` (threads it
-/// spawns afterwards inherit it). Needs CAP_SYS_ADMIN.
-pub fn enter_netns(name: &str) -> Result<(), String> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(format!("/var/run/netns/{name}"))
-        .map_err(|e| format!("netns {name}: {e}"))?;
-    // SAFETY: setns on a valid, open namespace fd; it changes only this thread's namespace.
-    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r != 0 {
-        return Err(format!("setns {name}: {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

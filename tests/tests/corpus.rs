@@ -8,10 +8,12 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
-use dta_bench::corpus::{self, CaseFile, COLLECTOR, COLLECTOR_MAC, TRANSLATOR, TRANSLATOR_MAC};
 use dta_collector::config::{CollectorConfig, DeviceSection};
 use dta_collector::rnic::responder::{DeviceConfig, QpConfig, Responder};
 use dta_collector::store::build_stores;
+use dta_conformance::{
+    self as corpus, CaseFile, COLLECTOR, COLLECTOR_MAC, TRANSLATOR, TRANSLATOR_MAC,
+};
 use dta_proto::batch::{Datagram, IpMeta, TxBatch};
 use dta_proto::wire::dta::BaseVariant;
 use dta_proto::wire::ib::{Psn, Qpn};

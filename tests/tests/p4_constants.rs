@@ -6,9 +6,9 @@ use std::path::Path;
 #[test]
 fn checked_in_p4_constants_are_fresh() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = root.join(dta_bench::p4gen::OUTPUT_PATH);
+    let path = root.join(dta_p4_constants::OUTPUT_PATH);
     let have = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let want = dta_bench::p4gen::render();
+    let want = dta_p4_constants::render();
     if have != want {
         let line = have
             .lines()
@@ -20,7 +20,7 @@ fn checked_in_p4_constants_are_fresh() {
              `cargo run -p dta-bench -- p4-constants > {}`",
             path.display(),
             line + 1,
-            dta_bench::p4gen::OUTPUT_PATH
+            dta_p4_constants::OUTPUT_PATH
         );
     }
 }

@@ -14,11 +14,11 @@ use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use dta_bench::backend_replay::{Netns, ADDR_A, ADDR_B, MAC_B};
 use dta_collector::config::{CollectorConfig, DeviceSection, RnicIo, StoreConfig, StoreKindConfig};
 use dta_collector::query::append::{ListReader, Start};
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_collector::Collector;
+use dta_io::netns::{Netns, ADDR_A, ADDR_B, MAC_B};
 use dta_proto::hash::{HashProfile, KeyHasher};
 use dta_proto::layout::{AppendFormat, AppendLayout, KeyWriteLayout};
 use dta_proto::meta::StoreKind;
@@ -40,7 +40,7 @@ pub fn in_netns<T: Send + 'static>(
 ) -> Result<T, String> {
     let ns = ns.to_string();
     std::thread::spawn(move || {
-        dta_bench::sys::enter_netns(&ns)?;
+        dta_io::netns::enter_netns(&ns)?;
         f()
     })
     .join()

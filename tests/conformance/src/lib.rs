@@ -1,4 +1,4 @@
-//! `dta corpus`: the shared conformance corpus (`tests/corpus/`), one folder per case:
+//! The conformance model behind `dta corpus` and the shared conformance corpus (`tests/corpus/`), one folder per case:
 //!
 //! - `case.json`: the collector stores, the translator knobs and the *canonical* RDMA
 //!   coordinates (addresses, R_Keys, QPNs, start PSNs) every translator under test must use;

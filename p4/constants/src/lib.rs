@@ -1,4 +1,4 @@
-//! `dta p4-constants`: the P4 include file every Tofino program of `p4/` reads, generated from
+//! The P4 include file (`dta p4-constants` prints it) every Tofino program of `p4/` reads, generated from
 //! `dta_proto` so the hardware and the software translator cannot drift apart.
 //!
 //! The output is deterministic (no dates, no paths): `p4/include/dta_constants.p4` is checked in

@@ -14,7 +14,7 @@ pub fn skip(why: &str) {
 }
 
 fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns.sh")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns.sh")
 }
 
 /// The pair; removed on drop.

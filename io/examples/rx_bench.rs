@@ -39,7 +39,7 @@ impl Topo {
             ("IF_A", "dtab-va".to_string()),
             ("IF_B", "dtab-vb".to_string()),
         ];
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns.sh");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns.sh");
         let out = Command::new("bash")
             .args([script, "up"])
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -56,7 +56,7 @@ impl Topo {
 
 impl Drop for Topo {
     fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns.sh");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns.sh");
         let _ = Command::new("bash")
             .args([script, "down"])
             .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))

@@ -27,6 +27,7 @@ pub mod config;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod frame;
+pub mod netns;
 pub mod pcap;
 pub mod random;
 pub mod reuseport;
