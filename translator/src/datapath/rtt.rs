@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn back_off_doubles_until_progress() {
-        let mut r = RttEstimator::new(4 * MS, 1 * MS, 50 * MS);
+        let mut r = RttEstimator::new(4 * MS, MS, 50 * MS);
         assert_eq!(r.timeout(), 4 * MS);
         r.on_timeout();
         assert_eq!(r.timeout(), 8 * MS);
