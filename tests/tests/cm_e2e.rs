@@ -452,7 +452,8 @@ fn control_only_mode_and_metrics_endpoint() {
 }
 
 /// A restarted translator (a new process: a new CA GUID in its REQs) reconnects from the same
-/// RoCEv2 address with new QPs, and the collector drops the old process's QPs, while QPs of
+/// RoCEv2 address with new QPs, and the collector drops the old process's QPs (that one never
+/// sent a DREQ: it crashed, or left its QPs to a Tofino), while QPs of
 /// sibling workers of one process (same GUID) are kept (`tests/multicore.rs`).
 #[test]
 fn translator_restart_replaces_the_old_qps() {
@@ -481,10 +482,11 @@ fn translator_restart_replaces_the_old_qps() {
         }
         col.with_published(|p| p.cm)
     };
-    let t = Translator::start(cfg.clone()).expect("first translator connects");
+    // A process that connected and vanished without a DREQ (control-only mode leaves its
+    // QPs to a Tofino; a crashed translator leaves them too).
+    dta_translator::run::control_only(&cfg).expect("first process connects");
     let cm = established(3);
     assert_eq!((cm.cm_established, cm.cm_replaced), (3, 0), "{cm:?}");
-    t.shutdown();
     let t = Translator::start(cfg).expect("restarted translator connects");
     let cm = established(6);
     assert_eq!(cm.cm_established, 6, "{cm:?}");
@@ -492,5 +494,82 @@ fn translator_restart_replaces_the_old_qps() {
         cm.cm_replaced, 3,
         "the old process's QPs are dropped: {cm:?}"
     );
+    assert_eq!(col.with_published(|p| p.connections.len()), 3);
     t.shutdown();
+}
+
+/// A translator that stops sends a DREQ for each of its connections and waits for the DREPs:
+/// the collector destroys the QPs, and their per-QP metric series go with them. Before, the
+/// translator never disconnected and the collector kept every dead QP (`cm_dreq_total 0`).
+#[test]
+fn a_stopping_translator_disconnects_and_the_collector_forgets_its_qps() {
+    let c_addr = SocketAddrV4::new(
+        Ipv4Addr::new(127, 0, 0, 1),
+        free_port(Ipv4Addr::new(127, 0, 0, 1)),
+    );
+    let col = Collector::start(CollectorConfig {
+        collector: DeviceSection {
+            roce: c_addr,
+            hugepages: false,
+            control: Some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
+            ..DeviceSection::default()
+        },
+        static_peers: vec![],
+        stores: stores(),
+    })
+    .expect("collector starts");
+    let t_ip = Ipv4Addr::new(127, 0, 0, 5);
+    let mut cfg = TranslatorConfig::default();
+    cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+    cfg.translator.roce = SocketAddrV4::new(t_ip, free_port(t_ip));
+    cfg.collectors = vec![CollectorSection::with_cm(
+        "c",
+        c_addr,
+        vec![1337, 1338, 1339],
+    )];
+    cfg.routing.keywrite = "single:kw".into();
+    cfg.routing.keyincrement = "single:ctr".into();
+    let t = Translator::start(cfg).expect("translator connects");
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let reports: Vec<Report> = (0..50u32)
+        .map(|i| Report {
+            header: extended_header(0),
+            primitive: Primitive::KeyWrite {
+                redundancy: 2,
+                key: Key::new(&i.to_be_bytes()).unwrap(),
+                value: Value::new(&[7; 12]).unwrap(),
+            },
+        })
+        .collect();
+    send(&t, &sock, &reports);
+    let metrics = || http_get(col.control_addr().expect("control API"), "/metrics");
+    let series = |body: &str| body.lines().filter(|l| l.contains("qpn=\"")).count();
+    let wait = |pred: &dyn Fn() -> bool| {
+        let t0 = std::time::Instant::now();
+        while !pred() && t0.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait(&|| series(&metrics()) > 0);
+    assert!(series(&metrics()) > 0, "per-QP series while connected");
+    assert_eq!(col.with_published(|p| p.connections.len()), 3);
+
+    let snaps = t.shutdown();
+    let dreq_sent: u64 = snaps.iter().map(|s| s.cm.cm_dreq_sent).sum();
+    let drep: u64 = snaps.iter().map(|s| s.cm.cm_drep).sum();
+    assert_eq!(
+        drep, 3,
+        "every connection confirmed closed ({dreq_sent} DREQs sent)"
+    );
+    wait(&|| col.with_published(|p| p.connections.is_empty() && p.per_qp.is_empty()));
+    let (cm, conns, qps) = col.with_published(|p| (p.cm, p.connections.len(), p.per_qp.len()));
+    assert_eq!(cm.cm_dreq, 3, "{cm:?}");
+    assert_eq!((conns, qps), (0, 0), "the collector keeps no dead QP");
+    let body = metrics();
+    assert_eq!(series(&body), 0, "no series of a dead QP");
+    assert!(
+        body.contains("cm_dreq_total 3"),
+        "cm_dreq_total in /metrics"
+    );
+    assert!(body.contains("cm_connections 0"));
 }

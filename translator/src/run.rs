@@ -570,8 +570,45 @@ impl Worker {
                     && (self.pipeline.unconfirmed_frames() == 0
                         || t.elapsed() > Duration::from_secs(1))
             }) {
+                self.disconnect(epoch, &mut tx);
                 self.publish();
                 break;
+            }
+        }
+    }
+
+    /// Closes every RDMA_CM connection (DREQ) and waits, bounded by the DREQ retries, for the
+    /// collectors' DREPs, so they release our QPs instead of keeping them forever.
+    fn disconnect(&mut self, epoch: Instant, tx: &mut TxBatch) {
+        use crate::control::cm::{DREQ_TIMEOUT_NS, DREQ_TRIES};
+        let now = || epoch.elapsed().as_nanos() as u64;
+        for (cm, _) in &mut self.initiators {
+            cm.disconnect_all(now(), tx);
+        }
+        let limit = Duration::from_nanos(DREQ_TIMEOUT_NS * DREQ_TRIES as u64 + 20_000_000);
+        let t0 = Instant::now();
+        loop {
+            if !tx.is_empty() {
+                let _ = self.backend.send_batch(tx);
+                tx.clear();
+            }
+            if !self.initiators.iter().any(|(cm, _)| cm.closing()) || t0.elapsed() > limit {
+                break;
+            }
+            let initiators = &mut self.initiators;
+            let txr = &mut *tx;
+            let _ = self
+                .backend
+                .recv_with(Duration::from_millis(5), &mut |burst| {
+                    let t = epoch.elapsed().as_nanos() as u64;
+                    for d in burst {
+                        if let Some((cm, _)) = initiators.iter_mut().find(|(c, _)| c.wants(d)) {
+                            let _ = cm.handle(t, d, txr);
+                        }
+                    }
+                });
+            for (cm, _) in &mut self.initiators {
+                let _ = cm.poll(now(), tx);
             }
         }
     }

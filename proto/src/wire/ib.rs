@@ -1005,6 +1005,14 @@ impl AethRepr {
         h.set_syndrome(self.syndrome);
         h.set_msn(self.msn);
     }
+
+    /// The header as bytes (for callers that assemble a frame from parts).
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; AETH_LEN] {
+        let mut b = [0u8; AETH_LEN];
+        self.emit(&mut Aeth::new_unchecked(&mut b[..]));
+        b
+    }
 }
 
 fixed_view!(

@@ -11,6 +11,10 @@
 //!   ─▶ Ready: the data-path QP starts writing at S (the REQ's PSN, as IB CM defines it; the
 //!      reference used the REP's PSN and began out of sequence)
 //!   REJ ─▶ Rejected (the caller backs off and retries)
+//!
+//!   disconnect / reconnection of a port ─▶ DREQ, retransmitted until the DREP (or given up
+//!   after DREQ_TRIES): the collector destroys the QP and drops its metrics
+//!   DREQ from the collector ─▶ DREP; the store's connection is reported Failed
 //! ```
 //!
 //! A duplicate metadata SEND (our ACK was lost) is ACKed again. Everything unexpected is
@@ -22,10 +26,13 @@ use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::meta::StoreMeta;
 use dta_proto::wire::cm::{build_cm_frame, is_gsi, parse_cm};
 use dta_proto::wire::ethernet::MacAddr;
-use dta_proto::wire::ib::{opcode as op, BthRepr, Psn, Qpn};
+use dta_proto::wire::ib::{
+    opcode as op, AethRepr, Bth, BthRepr, Psn, Qpn, RethRepr, Rkey, Syndrome,
+};
 use dta_proto::wire::listheads::{HeadsAssembly, ListHeads};
 use dta_proto::wire::mad::{
-    ipv4_gid, rdma_cm_service_id, CmMessage, CmPrivateIp, CmReq, CmRtu, MadHeaderRepr, TRANSPORT_RC,
+    ipv4_gid, rdma_cm_service_id, CmDrep, CmDreq, CmMessage, CmPrivateIp, CmReq, CmRtu,
+    MadHeaderRepr, TRANSPORT_RC,
 };
 use dta_proto::wire::metarec::MetaRecord;
 use dta_proto::wire::roce::{build_frame, RoceEndpoint, RocePacket, L2L4_LEN};
@@ -38,6 +45,10 @@ pub const REQ_TIMEOUT_NS: u64 = 250_000_000;
 pub const REQ_TRIES: u32 = 8;
 /// How long the list-head messages may take to arrive after the metadata record (ns).
 pub const HEADS_TIMEOUT_NS: u64 = REQ_TIMEOUT_NS * REQ_TRIES as u64;
+/// DREQ retransmission interval (ns).
+pub const DREQ_TIMEOUT_NS: u64 = 100_000_000;
+/// DREQ transmissions before a disconnection is given up (the collector is gone).
+pub const DREQ_TRIES: u32 = 5;
 /// Most lists whose heads an initiator collects for one store (a larger store is refused).
 pub const MAX_HEAD_LISTS: u32 = 1 << 22;
 
@@ -103,6 +114,26 @@ enum State {
         meta_psn: Psn,
         last_psn: Psn,
     },
+    /// DREQ sent (the connection was replaced or the translator stops); waiting for the DREP.
+    Closing {
+        remote_qpn: Qpn,
+        sent_at: u64,
+        tries: u32,
+    },
+}
+
+impl State {
+    /// The collector's QPN once the REP named it.
+    fn remote_qpn(&self) -> Option<Qpn> {
+        match self {
+            State::ReqSent { .. } => None,
+            State::AwaitMeta { remote_qpn, .. }
+            | State::AwaitHeads { remote_qpn, .. }
+            | State::Syncing { remote_qpn, .. }
+            | State::Ready { remote_qpn, .. }
+            | State::Closing { remote_qpn, .. } => Some(*remote_qpn),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -138,6 +169,14 @@ dta_proto::define_counters!(
         cm_list_heads,
         /// List-head messages that did not parse or did not fit the store (not ACKed).
         cm_list_heads_invalid,
+        /// DREQs sent (including retransmissions): connections replaced or closed at stop.
+        cm_dreq_sent,
+        /// DREPs received for our DREQs (the collector released the QP).
+        cm_drep,
+        /// Disconnections given up after DREQ_TRIES DREQs without a DREP.
+        cm_dreq_timeouts,
+        /// DREQs received from a collector (answered with a DREP; the store reconnects).
+        cm_dreq_received,
         /// CM or control packets that did not parse or matched no connection.
         cm_invalid,
     }
@@ -232,7 +271,7 @@ impl CmInitiator {
     pub fn take_list_heads(&mut self, port: u16) -> Option<Vec<u64>> {
         self.conns
             .iter_mut()
-            .find(|c| c.port == port)
+            .find(|c| c.port == port && !matches!(c.state, State::Closing { .. }))
             .and_then(|c| c.heads.take())
     }
 
@@ -240,16 +279,79 @@ impl CmInitiator {
     pub fn busy(&self) -> bool {
         self.conns
             .iter()
-            .any(|c| !matches!(c.state, State::Ready { .. }))
+            .any(|c| !matches!(c.state, State::Ready { .. } | State::Closing { .. }))
     }
 
-    /// True if `qpn` is one of ours that is still waiting for its metadata SEND.
+    /// True while a DREQ waits for its DREP.
+    pub fn closing(&self) -> bool {
+        self.conns
+            .iter()
+            .any(|c| matches!(c.state, State::Closing { .. }))
+    }
+
+    /// True if `qpn` is one of ours that is connecting or connected (not being closed).
     pub fn owns_qp(&self, qpn: Qpn) -> bool {
-        self.conns.iter().any(|c| c.local_qpn == qpn)
+        self.conns
+            .iter()
+            .any(|c| c.local_qpn == qpn && !matches!(c.state, State::Closing { .. }))
+    }
+
+    /// Closes every connection (DREQ, retransmitted by [`CmInitiator::poll`] until the DREP);
+    /// attempts the collector never answered are forgotten. The collector destroys the QPs.
+    pub fn disconnect_all(&mut self, now: u64, tx: &mut TxBatch) {
+        let mut i = 0;
+        while i < self.conns.len() {
+            if !self.close(i, now, tx) {
+                self.conns.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Turns connection `i` into a closing one and sends its DREQ; false if the collector
+    /// never named its side (no REP yet: nothing to release).
+    fn close(&mut self, i: usize, now: u64, tx: &mut TxBatch) -> bool {
+        let c = &self.conns[i];
+        if matches!(c.state, State::Closing { .. }) {
+            return true;
+        }
+        let Some(remote_qpn) = c.state.remote_qpn() else {
+            return false;
+        };
+        self.conns[i].heads = None;
+        self.conns[i].state = State::Closing {
+            remote_qpn,
+            sent_at: now,
+            tries: 1,
+        };
+        self.send_dreq(i, tx);
+        true
+    }
+
+    fn send_dreq(&mut self, i: usize, tx: &mut TxBatch) {
+        let c = &self.conns[i];
+        let Some(remote_qpn) = c.state.remote_qpn() else {
+            return;
+        };
+        let msg = CmMessage::Dreq(CmDreq {
+            local_comm_id: c.local_comm_id,
+            remote_comm_id: c.remote_comm_id,
+            remote_qpn_eecn: remote_qpn.value(),
+            ..CmDreq::default()
+        });
+        let hdr = MadHeaderRepr::cm_send(c.tid, 0);
+        let ep = self.ep();
+        if tx.push_with(self.collector, self.off(), |b| {
+            build_cm_frame(&ep, Psn::new(0), &hdr, &msg, b)
+        }) {
+            self.counters.cm_dreq_sent += 1;
+        }
     }
 
     /// Starts connecting our QP `local_qpn` (first PSN `start_psn`) to the store listening on
-    /// rdma_cm `port`. A previous connection for the same port is forgotten.
+    /// rdma_cm `port`. A previous connection for the same port is closed (DREQ), so the
+    /// collector does not keep its QP.
     pub fn connect(
         &mut self,
         port: u16,
@@ -258,7 +360,16 @@ impl CmInitiator {
         now: u64,
         tx: &mut TxBatch,
     ) {
-        self.conns.retain(|c| c.port != port);
+        let mut i = 0;
+        while i < self.conns.len() {
+            if self.conns[i].port == port && !matches!(self.conns[i].state, State::Closing { .. }) {
+                if !self.close(i, now, tx) {
+                    self.conns.remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
         let local_comm_id = self.next_comm_id;
         self.next_comm_id = self.next_comm_id.wrapping_add(2);
         self.next_tid += 1;
@@ -332,12 +443,11 @@ impl CmInitiator {
         if is_gsi(d.payload) {
             return true;
         }
-        let p = d.payload;
-        if p.len() < 12 {
+        let Ok(bth) = Bth::new_checked(d.payload) else {
             return false;
-        }
-        let qpn = Qpn::new(u32::from_be_bytes([0, p[5], p[6], p[7]]));
-        match p[0] {
+        };
+        let qpn = bth.dest_qp();
+        match bth.opcode() {
             op::RC_SEND_ONLY => self.owns_qp(qpn),
             // Answers to the PSN-synchronisation probe.
             op::RC_ACKNOWLEDGE => self
@@ -357,11 +467,9 @@ impl CmInitiator {
             self.counters.cm_invalid += 1;
             return None;
         };
-        let Some(i) = self
-            .conns
-            .iter()
-            .position(|c| c.local_qpn == pkt.bth.dest_qp)
-        else {
+        let Some(i) = self.conns.iter().position(|c| {
+            c.local_qpn == pkt.bth.dest_qp && !matches!(c.state, State::Closing { .. })
+        }) else {
             self.counters.cm_invalid += 1;
             return None;
         };
@@ -490,10 +598,8 @@ impl CmInitiator {
                     return None;
                 };
                 let expected = match aeth.syndrome {
-                    dta_proto::wire::ib::Syndrome::Ack { .. } => pkt.bth.psn.next(),
-                    dta_proto::wire::ib::Syndrome::Nak(
-                        dta_proto::wire::ib::NakCode::PsnSequenceError,
-                    ) => pkt.bth.psn,
+                    Syndrome::Ack { .. } => pkt.bth.psn.next(),
+                    Syndrome::Nak(dta_proto::wire::ib::NakCode::PsnSequenceError) => pkt.bth.psn,
                     _ => {
                         self.counters.cm_invalid += 1;
                         return None;
@@ -548,9 +654,12 @@ impl CmInitiator {
     fn send_sync_probe(&self, remote_qpn: Qpn, psn: Psn, meta: &StoreMeta, tx: &mut TxBatch) {
         let ep = self.ep();
         let bth = BthRepr::rc(op::RC_RDMA_WRITE_ONLY, remote_qpn, psn, true);
-        let mut reth = [0u8; 16];
-        reth[0..8].copy_from_slice(&meta.addr.to_be_bytes());
-        reth[8..12].copy_from_slice(&meta.rkey.to_be_bytes());
+        let reth = RethRepr {
+            va: meta.addr,
+            rkey: Rkey(meta.rkey),
+            dma_len: 0,
+        }
+        .to_bytes();
         tx.push_with(self.collector, self.off(), |b| {
             build_frame(&ep, &bth, &reth, &[], b)
         });
@@ -559,8 +668,12 @@ impl CmInitiator {
     fn ack(&self, remote_qpn: Qpn, psn: Psn, tx: &mut TxBatch) {
         let ep = self.ep();
         let bth = BthRepr::rc(op::RC_ACKNOWLEDGE, remote_qpn, psn, false);
-        // AETH: ACK with "invalid credits" (as rxe sends), MSN 1.
-        let aeth = [0x1f, 0, 0, 1];
+        // ACK with "invalid credits" (as rxe sends), MSN 1.
+        let aeth = AethRepr {
+            syndrome: Syndrome::Ack { credits: 0x1f },
+            msn: 1,
+        }
+        .to_bytes();
         tx.push_with(self.collector, self.off(), |b| {
             build_frame(&ep, &bth, &aeth, &[], b)
         });
@@ -630,7 +743,51 @@ impl CmInitiator {
                     reason: Some(rej.reason),
                 })
             }
-            CmMessage::Drep(_) => None,
+            CmMessage::Drep(drep) => {
+                let Some(i) = self.conns.iter().position(|c| {
+                    c.local_comm_id == drep.remote_comm_id
+                        && matches!(c.state, State::Closing { .. })
+                }) else {
+                    // A DREP again (our retransmitted DREQ crossed it): nothing left to close.
+                    self.counters.cm_invalid += 1;
+                    return None;
+                };
+                self.counters.cm_drep += 1;
+                self.conns.remove(i);
+                None
+            }
+            CmMessage::Dreq(dreq) => {
+                // The collector released the QP (it stops, or an operator closed it): confirm,
+                // and let the worker reconnect the store.
+                self.counters.cm_dreq_received += 1;
+                let drep = CmMessage::Drep(CmDrep {
+                    local_comm_id: dreq.remote_comm_id,
+                    remote_comm_id: dreq.local_comm_id,
+                    ..CmDrep::default()
+                });
+                let ep = self.ep();
+                let hdr = MadHeaderRepr::cm_send(p.hdr.tid, 0);
+                tx.push_with(self.collector, self.off(), |b| {
+                    build_cm_frame(&ep, Psn::new(0), &hdr, &drep, b)
+                });
+                let i = self
+                    .conns
+                    .iter()
+                    .position(|c| c.local_comm_id == dreq.remote_comm_id)?;
+                let c = self.conns.remove(i);
+                if matches!(c.state, State::Closing { .. }) {
+                    return None;
+                }
+                log::warn!(
+                    "RDMA_CM: collector {} disconnected port {}",
+                    self.collector,
+                    c.port
+                );
+                Some(CmEvent::Failed {
+                    port: c.port,
+                    reason: None,
+                })
+            }
             _ => {
                 self.counters.cm_invalid += 1;
                 None
@@ -638,9 +795,31 @@ impl CmInitiator {
         }
     }
 
-    /// Retransmits overdue REQs; reports attempts that ran out of tries.
+    /// Retransmits overdue REQs and DREQs; reports attempts that ran out of tries.
     pub fn poll(&mut self, now: u64, tx: &mut TxBatch) -> Option<CmEvent> {
-        for i in 0..self.conns.len() {
+        let mut i = 0;
+        while i < self.conns.len() {
+            if let State::Closing { sent_at, tries, .. } = self.conns[i].state {
+                if now.saturating_sub(sent_at) >= DREQ_TIMEOUT_NS {
+                    if tries >= DREQ_TRIES {
+                        let c = self.conns.remove(i);
+                        self.counters.cm_dreq_timeouts += 1;
+                        log::warn!(
+                            "RDMA_CM: collector {} never confirmed closing port {} (no DREP)",
+                            self.collector,
+                            c.port
+                        );
+                        continue;
+                    }
+                    self.send_dreq(i, tx);
+                    if let State::Closing { sent_at, tries, .. } = &mut self.conns[i].state {
+                        *sent_at = now;
+                        *tries += 1;
+                    }
+                }
+                i += 1;
+                continue;
+            }
             if let State::AwaitHeads { since, .. } = self.conns[i].state {
                 if now.saturating_sub(since) >= HEADS_TIMEOUT_NS {
                     let c = self.conns.remove(i);
@@ -699,6 +878,7 @@ impl CmInitiator {
                     };
                 }
             }
+            i += 1;
         }
         None
     }
@@ -712,6 +892,7 @@ impl CmInitiator {
                     Some(sent_at + REQ_TIMEOUT_NS)
                 }
                 State::AwaitHeads { since, .. } => Some(since + HEADS_TIMEOUT_NS),
+                State::Closing { sent_at, .. } => Some(sent_at + DREQ_TIMEOUT_NS),
                 _ => None,
             })
             .min()
