@@ -362,11 +362,11 @@ impl CmInitiator {
     ) {
         let mut i = 0;
         while i < self.conns.len() {
-            if self.conns[i].port == port && !matches!(self.conns[i].state, State::Closing { .. }) {
-                if !self.close(i, now, tx) {
-                    self.conns.remove(i);
-                    continue;
-                }
+            let replaced =
+                self.conns[i].port == port && !matches!(self.conns[i].state, State::Closing { .. });
+            if replaced && !self.close(i, now, tx) {
+                self.conns.remove(i);
+                continue;
             }
             i += 1;
         }
