@@ -18,12 +18,11 @@ use dta_collector::config::{
     CollectorConfig, DeviceSection, StaticPeer, StoreConfig, StoreKindConfig,
 };
 use dta_collector::query::append::{ListReader, Start};
-use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
+use dta_collector::query::keywrite::{KeyWriteAnswer, Vote};
 use dta_collector::Collector;
 use dta_proto::analysis::keywrite_p_empty;
-use dta_proto::hash::{HashProfile, KeyHasher};
-use dta_proto::layout::{AppendFormat, AppendLayout, KeyWriteLayout};
-use dta_proto::meta::StoreKind;
+use dta_proto::hash::HashProfile;
+use dta_proto::layout::AppendFormat;
 use dta_proto::wire::report::Profile;
 use dta_proto::Key;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
@@ -185,34 +184,13 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     };
 
     // Tail readers follow the lists while they are written.
-    let (append_layout, list_stride, region) = {
+    let (append, region) = {
         let s = collector.store("losses").ok_or("no losses store")?;
-        let StoreKind::Append {
-            capacity,
-            entry_size,
-            batch,
-            format,
-            list_stride,
-            ..
-        } = s.meta.kind
-        else {
-            return Err("losses is not an Append store".into());
-        };
-        (
-            AppendLayout::new(format, capacity, entry_size, batch).map_err(|e| e.to_string())?,
-            list_stride,
-            s.region.clone(),
-        )
+        let a = s.append().ok_or("losses is not an Append store")?;
+        (a, s.region.clone())
     };
     let mut readers: Vec<ListReader> = (0..opts.lists)
-        .map(|l| {
-            ListReader::new(
-                &region,
-                append_layout,
-                l as u64 * list_stride,
-                Start::Seq(1),
-            )
-        })
+        .map(|l| ListReader::new(&region, append.layout, append.list_offset(l), Start::Seq(1)))
         .collect();
     // Expected per-list entry order: the j-th loss events in send order.
     let mut expect_next: Vec<u64> = vec![0; opts.lists as usize];
@@ -327,19 +305,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
 
     // Query every flow.
     let s = collector.store(kw_store()).ok_or("no paths store")?;
-    let StoreKind::KeyWrite {
-        slots,
-        slot_size,
-        hash,
-    } = s.meta.kind
-    else {
-        return Err("paths is not a Key-Write store".into());
-    };
-    let view = KeyWriteView {
-        region: &s.region,
-        layout: KeyWriteLayout::new(slots, slot_size).map_err(|e| e.to_string())?,
-        hasher: KeyHasher::new(hash, slots).ok_or("bad hasher")?,
-    };
+    let view = s.keywrite().ok_or("paths is not a Key-Write store")?;
     let mut predicted = 0.0;
     for i in 0..opts.keywrite {
         let key = Key::new(&wl.flows.tuple(i)).expect("13-byte key");
@@ -356,7 +322,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
             KeyWriteAnswer::Empty => rep.kw_empty += 1,
             KeyWriteAnswer::Conflict { .. } => rep.kw_conflict += 1,
         }
-        let alpha = (opts.keywrite - 1 - i) as f64 / slots as f64;
+        let alpha = (opts.keywrite - 1 - i) as f64 / view.layout.slots() as f64;
         predicted += keywrite_p_empty(alpha, opts.redundancy as u32, 32);
     }
     rep.kw_predicted_empty = predicted / opts.keywrite.max(1) as f64;

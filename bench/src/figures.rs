@@ -12,12 +12,9 @@
 
 use std::path::{Path, PathBuf};
 
-use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
+use dta_collector::query::keywrite::{KeyWriteAnswer, Vote};
 use dta_proto::analysis::keywrite_p_empty;
 use dta_proto::batch::Datagram;
-use dta_proto::hash::KeyHasher;
-use dta_proto::layout::KeyWriteLayout;
-use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportFormat, ReportHeader};
 use dta_proto::{Key, Value};
 use serde::Serialize;
@@ -405,19 +402,7 @@ pub fn query_point(n: u8, slots_log2: u32, keys: u64, seed: u64) -> Result<Query
     }
     rig.flush(1_000_000 + keys);
     let st = rig.store("paths").ok_or("no paths store")?;
-    let StoreKind::KeyWrite {
-        slots,
-        slot_size,
-        hash,
-    } = st.meta.kind
-    else {
-        return Err("paths is not Key-Write".into());
-    };
-    let view = KeyWriteView {
-        region: &st.region,
-        layout: KeyWriteLayout::new(slots, slot_size).map_err(|e| e.to_string())?,
-        hasher: KeyHasher::new(hash, slots).ok_or("bad hasher")?,
-    };
+    let view = st.keywrite().ok_or("paths is not Key-Write")?;
     let (mut ok, mut empty, mut conflict, mut wrong, mut predicted) = (0u64, 0u64, 0u64, 0u64, 0.0);
     for i in 0..keys {
         let key = Key::new(&flows.tuple(i)).expect("13 bytes");
@@ -432,12 +417,16 @@ pub fn query_point(n: u8, slots_log2: u32, keys: u64, seed: u64) -> Result<Query
             KeyWriteAnswer::Empty => empty += 1,
             KeyWriteAnswer::Conflict { .. } => conflict += 1,
         }
-        predicted += keywrite_p_empty((keys - 1 - i) as f64 / slots as f64, n as u32, 32);
+        predicted += keywrite_p_empty(
+            (keys - 1 - i) as f64 / view.layout.slots() as f64,
+            n as u32,
+            32,
+        );
     }
     let k = keys.max(1) as f64;
     Ok(QueryPoint {
         n,
-        load: keys as f64 / slots as f64,
+        load: keys as f64 / view.layout.slots() as f64,
         keys,
         success: ok as f64 / k,
         empty: empty as f64 / k,

@@ -407,7 +407,7 @@ fn tail(
     let id: u32 = list
         .parse()
         .map_err(|_| Reply::error(400, format!("list {list:?} is not a number")))?;
-    let local = a.local(id).ok_or_else(|| {
+    let local = a.local_list(id).ok_or_else(|| {
         Reply::error(
             404,
             format!(
@@ -421,7 +421,7 @@ fn tail(
     let max = num::<usize>(p, "max")?
         .unwrap_or(MAX_TAIL_BATCHES)
         .clamp(1, MAX_TAIL_BATCHES);
-    let base = a.list_base(local);
+    let base = a.list_offset(local);
     let start = match p.get("from").map(String::as_str) {
         None | Some("oldest") => Start::Oldest,
         Some("newest") => Start::Newest,
@@ -742,7 +742,7 @@ pub fn metrics(state: &ControlState) -> String {
     for s in &state.stores {
         if let Some(a) = s.append() {
             for l in 0..a.lists.min(MAX_LIST_SERIES) {
-                let r = ListReader::new(&s.region, a.layout, a.list_base(l), Start::Seq(1));
+                let r = ListReader::new(&s.region, a.layout, a.list_offset(l), Start::Seq(1));
                 let id = (a.first_list as u64 + l as u64).to_string();
                 f.sample(
                     &[("store", s.name()), ("list", &id)],

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use dta_proto::hash::{KeyHasher, PostcardHasher};
-use dta_proto::layout::{AppendLayout, CounterLayout, KeyWriteLayout, PostcardLayout};
+use dta_proto::geometry::{AppendGeometry, StoreGeometry};
+use dta_proto::layout::AppendLayout;
 use dta_proto::meta::{StoreKind, StoreMeta};
 
 use crate::config::{CollectorConfig, StoreConfig, StoreKindConfig};
@@ -33,44 +33,34 @@ pub struct Store {
     pub epochs: Arc<Epochs>,
     /// The value set V of a Postcarding store (empty for the other kinds).
     pub values: Arc<ValueSet>,
+    /// Its layout and hashers, derived from `meta` and validated against the region.
+    pub geometry: StoreGeometry,
 }
 
-/// The layout a store's configuration implies, and its region length.
+/// The layout a store's configuration implies, and its region length (validated by
+/// [`StoreGeometry::of_kind`], the derivation the translator and the queries use too).
 pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
     let bad = |what: &str| format!("store {:?}: {what}", cfg.name);
-    Ok(match &cfg.kind {
+    let (kind, hint) = match &cfg.kind {
         StoreKindConfig::KeyWrite {
             slots,
             slot_size,
             hash,
-        } => {
-            let l = KeyWriteLayout::new(*slots, *slot_size).map_err(|e| {
-                bad(&format!(
-                    "slots must be a power of two and slot_size one of 8, 16, 32, 64: {e}"
-                ))
-            })?;
-            KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
-            (
-                StoreKind::KeyWrite {
-                    slots: *slots,
-                    slot_size: *slot_size,
-                    hash: *hash,
-                },
-                l.region_len(),
-            )
-        }
-        StoreKindConfig::KeyIncrement { slots, hash, .. } => {
-            let l = CounterLayout::new(*slots)
-                .map_err(|e| bad(&format!("slots must be a power of two: {e}")))?;
-            KeyHasher::new(*hash, *slots).ok_or_else(|| bad("unsupported slot count"))?;
-            (
-                StoreKind::KeyIncrement {
-                    slots: *slots,
-                    hash: *hash,
-                },
-                l.region_len(),
-            )
-        }
+        } => (
+            StoreKind::KeyWrite {
+                slots: *slots,
+                slot_size: *slot_size,
+                hash: *hash,
+            },
+            "slots must be a power of two and slot_size one of 8, 16, 32, 64",
+        ),
+        StoreKindConfig::KeyIncrement { slots, hash, .. } => (
+            StoreKind::KeyIncrement {
+                slots: *slots,
+                hash: *hash,
+            },
+            "slots must be a power of two",
+        ),
         StoreKindConfig::Append {
             lists,
             first_list,
@@ -79,15 +69,9 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
             batch,
             format,
         } => {
-            if *lists == 0 {
-                return Err(bad("lists must be at least 1"));
-            }
+            let hint = "capacity must be a positive multiple of batch (1..=16), entry_size 1..=32, lists at least 1";
             let l = AppendLayout::new(*format, *capacity, *entry_size, *batch)
-                .map_err(|e| bad(&format!("capacity must be a positive multiple of batch (1..=16), entry_size 1..=32: {e}")))?;
-            let stride = l.region_len().div_ceil(LIST_ALIGN) * LIST_ALIGN;
-            let len = stride
-                .checked_mul(*lists as u64)
-                .ok_or_else(|| bad("too large"))?;
+                .map_err(|e| bad(&format!("{hint}: {e}")))?;
             (
                 StoreKind::Append {
                     lists: *lists,
@@ -96,9 +80,9 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
                     entry_size: *entry_size,
                     batch: *batch,
                     format: *format,
-                    list_stride: stride,
+                    list_stride: l.region_len().div_ceil(LIST_ALIGN) * LIST_ALIGN,
                 },
-                len,
+                hint,
             )
         }
         StoreKindConfig::Postcard {
@@ -109,23 +93,26 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
             ..
         } => {
             ValueSet::new(values, *hash).map_err(|e| bad(&e))?;
-            let l = PostcardLayout::new(*chunks, *hops).map_err(|e| {
-                bad(&format!(
-                    "chunks must be a power of two and hops 1..=16: {e}"
-                ))
-            })?;
-            PostcardHasher::new(*hash, *chunks, 2, *hops)
-                .ok_or_else(|| bad("the reference hash profile needs hops = 5"))?;
             (
                 StoreKind::Postcard {
                     chunks: *chunks,
                     hops: *hops,
                     hash: *hash,
                 },
-                l.region_len(),
+                "chunks must be a power of two and hops 1..=16 (5 with the reference hash profile)",
             )
         }
-    })
+    };
+    let g = StoreGeometry::of_kind(&kind).map_err(|e| bad(&format!("{hint}: {e}")))?;
+    let len = match (&g, &kind) {
+        // Every list gets its whole stride, the last one included.
+        (StoreGeometry::Append(a), _) => a
+            .list_stride
+            .checked_mul(a.lists as u64)
+            .ok_or_else(|| bad("too large"))?,
+        _ => g.used_len(),
+    };
+    Ok((kind, len))
 }
 
 impl Store {
@@ -141,15 +128,11 @@ impl Store {
 
     /// A Key-Write query view, if this is a Key-Write store.
     pub fn keywrite(&self) -> Option<KeyWriteView<'_>> {
-        match self.meta.kind {
-            StoreKind::KeyWrite {
-                slots,
-                slot_size,
-                hash,
-            } => Some(KeyWriteView {
+        match &self.geometry {
+            StoreGeometry::KeyWrite { layout, hasher } => Some(KeyWriteView {
                 region: &self.region,
-                layout: KeyWriteLayout::new(slots, slot_size).ok()?,
-                hasher: KeyHasher::new(hash, slots)?,
+                layout: *layout,
+                hasher: *hasher,
             }),
             _ => None,
         }
@@ -157,11 +140,11 @@ impl Store {
 
     /// A Key-Increment query view, if this is a Key-Increment store.
     pub fn counter(&self) -> Option<CounterView<'_>> {
-        match self.meta.kind {
-            StoreKind::KeyIncrement { slots, hash } => Some(CounterView {
+        match &self.geometry {
+            StoreGeometry::KeyIncrement { layout, hasher } => Some(CounterView {
                 region: &self.region,
-                layout: CounterLayout::new(slots).ok()?,
-                hasher: KeyHasher::new(hash, slots)?,
+                layout: *layout,
+                hasher: *hasher,
             }),
             _ => None,
         }
@@ -169,11 +152,11 @@ impl Store {
 
     /// A Postcarding query view, if this is a Postcarding store.
     pub fn postcard(&self) -> Option<PostcardView<'_>> {
-        match self.meta.kind {
-            StoreKind::Postcard { chunks, hops, hash } => Some(PostcardView {
+        match &self.geometry {
+            StoreGeometry::Postcard { layout, hasher } => Some(PostcardView {
                 region: &self.region,
-                layout: PostcardLayout::new(chunks, hops).ok()?,
-                hasher: PostcardHasher::new(hash, chunks, 1, hops)?,
+                layout: *layout,
+                hasher: *hasher,
                 values: &self.values,
             }),
             _ => None,
@@ -189,22 +172,9 @@ impl Store {
     }
 
     /// The Append layout and list stride, if this is an Append store.
-    pub fn append(&self) -> Option<AppendStore> {
-        match self.meta.kind {
-            StoreKind::Append {
-                lists,
-                first_list,
-                capacity,
-                entry_size,
-                batch,
-                format,
-                list_stride,
-            } => Some(AppendStore {
-                layout: AppendLayout::new(format, capacity, entry_size, batch).ok()?,
-                lists,
-                first_list,
-                list_stride,
-            }),
+    pub fn append(&self) -> Option<AppendGeometry> {
+        match &self.geometry {
+            StoreGeometry::Append(a) => Some(*a),
             _ => None,
         }
     }
@@ -238,7 +208,7 @@ impl Store {
         let step = (a.lists / lists).max(1);
         let (mut fill, mut wrapped, mut used) = (0.0, 0u32, 0u32);
         for l in (0..a.lists).step_by(step as usize).take(lists as usize) {
-            let r = ListReader::new(&self.region, a.layout, a.list_base(l), Start::Seq(1));
+            let r = ListReader::new(&self.region, a.layout, a.list_offset(l), Start::Seq(1));
             let head = r.newest_seq(&self.region);
             let slots = a.layout.batch_slots() as f64;
             fill += head as f64 / slots;
@@ -247,31 +217,6 @@ impl Store {
         }
         let l = lists.max(1) as f64;
         estimate::append(used as f64 / l, fill / l, wrapped as f64 / l)
-    }
-}
-
-/// An Append store's geometry.
-#[derive(Debug, Clone, Copy)]
-pub struct AppendStore {
-    /// Layout of every list.
-    pub layout: AppendLayout,
-    /// Number of lists.
-    pub lists: u32,
-    /// Global ID of the first list.
-    pub first_list: u32,
-    /// Bytes between list starts.
-    pub list_stride: u64,
-}
-
-impl AppendStore {
-    /// Byte offset of local list `l` (0-based within the store).
-    pub fn list_base(&self, l: u32) -> u64 {
-        l as u64 * self.list_stride
-    }
-
-    /// The local index of global list ID `id`, if this store holds it.
-    pub fn local(&self, id: u32) -> Option<u32> {
-        id.checked_sub(self.first_list).filter(|&l| l < self.lists)
     }
 }
 
@@ -328,6 +273,8 @@ pub fn build_stores_with(
             qps: Vec::new(),
             kind,
         };
+        let geometry =
+            StoreGeometry::try_from(&meta).map_err(|e| format!("store {:?}: {e}", sc.name))?;
         let (epoch_secs, values) = match &sc.kind {
             StoreKindConfig::KeyIncrement { epoch_secs, .. } => (*epoch_secs, ValueSet::default()),
             StoreKindConfig::Postcard { values, hash, .. } => (0, ValueSet::new(values, *hash)?),
@@ -340,6 +287,7 @@ pub fn build_stores_with(
             region,
             epochs: Arc::new(Epochs::new(epoch_secs)),
             values: Arc::new(values),
+            geometry,
         });
     }
     Ok(stores)

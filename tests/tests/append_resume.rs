@@ -109,7 +109,7 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
     let a = store.append().unwrap();
     let mut readers: Vec<ListReader> = WRITTEN
         .iter()
-        .map(|&l| ListReader::new(&store.region, a.layout, a.list_base(l), Start::Oldest))
+        .map(|&l| ListReader::new(&store.region, a.layout, a.list_offset(l), Start::Oldest))
         .collect();
     let mut got: Vec<Vec<u32>> = vec![Vec::new(); WRITTEN.len()];
     let read = |readers: &mut Vec<ListReader>, got: &mut Vec<Vec<u32>>| {
@@ -163,7 +163,7 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
     }
     // A reader that starts now from the oldest batch sees the same, so nothing was overwritten.
     for l in WRITTEN {
-        let mut r = ListReader::new(&store.region, a.layout, a.list_base(l), Start::Oldest);
+        let mut r = ListReader::new(&store.region, a.layout, a.list_offset(l), Start::Oldest);
         let mut all = Vec::new();
         r.poll(&store.region, 1024, |_, e| {
             all.push(u32::from_le_bytes(e[4..8].try_into().unwrap()))

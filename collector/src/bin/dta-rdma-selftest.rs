@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
-use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
+use dta_collector::query::keywrite::{KeyWriteAnswer, Vote};
 use dta_collector::rdma::client::Connection;
 use dta_collector::rnic::responder::Completion;
 use dta_collector::{Collector, CollectorConfig};
-use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
-use dta_proto::layout::{CounterLayout, KeyWriteLayout};
+use dta_proto::geometry::StoreGeometry;
+use dta_proto::hash::MAX_REDUNDANCY;
 use dta_proto::meta::StoreKind;
 use dta_proto::wire::metarec::MetaRecord;
 use dta_proto::Key;
@@ -108,21 +108,20 @@ fn print_meta(m: &MetaRecord) {
     );
 }
 
+/// The store's geometry as the metadata record describes it (validated against its region).
+fn geometry(m: &MetaRecord) -> Result<StoreGeometry, String> {
+    StoreGeometry::try_from(&m.to_store_meta(String::new()))
+        .map_err(|e| format!("the metadata record describes no usable store: {e}"))
+}
+
 /// The key's replica slots and checksum, and one encoded slot holding `value`.
 fn keywrite_slots(m: &MetaRecord, key: &Key, value: &[u8]) -> Result<(Vec<u64>, Vec<u8>), String> {
-    let StoreKind::KeyWrite {
-        slots,
-        slot_size,
-        hash,
-    } = m.kind
-    else {
+    let StoreGeometry::KeyWrite { layout, hasher } = geometry(m)? else {
         return Err("not a Key-Write store".into());
     };
-    let layout = KeyWriteLayout::new(slots, slot_size).map_err(|e| format!("{e:?}"))?;
-    let hasher = KeyHasher::new(hash, slots).ok_or("bad slot count")?;
     let mut s = [0u32; MAX_REDUNDANCY];
     let checksum = hasher.checksum_and_slots(key, N, &mut s);
-    let mut bytes = vec![0u8; slot_size as usize];
+    let mut bytes = vec![0u8; layout.slot_size() as usize];
     let w = layout.value_width().min(value.len());
     layout.encode_slot(checksum, &value[..w], &mut bytes);
     Ok((
@@ -132,11 +131,9 @@ fn keywrite_slots(m: &MetaRecord, key: &Key, value: &[u8]) -> Result<(Vec<u64>, 
 }
 
 fn counter_offsets(m: &MetaRecord, key: &Key) -> Result<Vec<u64>, String> {
-    let StoreKind::KeyIncrement { slots, hash } = m.kind else {
+    let StoreGeometry::KeyIncrement { layout, hasher } = geometry(m)? else {
         return Err("not a Key-Increment store".into());
     };
-    let layout = CounterLayout::new(slots).map_err(|e| format!("{e:?}"))?;
-    let hasher = KeyHasher::new(hash, slots).ok_or("bad slot count")?;
     let mut s = [0u32; MAX_REDUNDANCY];
     hasher.slots(key, N, &mut s);
     Ok(s[..N].iter().map(|&x| layout.slot_offset(x)).collect())
@@ -214,19 +211,12 @@ fn loopback(
             ),
         );
         exercise(&mut c, &key, r)?;
-        match &st.meta.kind {
-            StoreKind::KeyWrite {
-                slots,
-                slot_size,
-                hash,
-            } => {
+        match &st.geometry {
+            StoreGeometry::KeyWrite { .. } => {
                 writes += 1;
-                let view = KeyWriteView {
-                    region: &st.region,
-                    layout: KeyWriteLayout::new(*slots, *slot_size)
-                        .map_err(|e| format!("{e:?}"))?,
-                    hasher: KeyHasher::new(*hash, *slots).ok_or("bad slot count")?,
-                };
+                let view = st
+                    .keywrite()
+                    .ok_or("a Key-Write store has a Key-Write view")?;
                 let a = view.query(&key, N, Vote::Plurality);
                 let ok = matches!(&a, KeyWriteAnswer::Value { value, votes, .. }
                     if value.as_bytes()[..4] == [0xC0, 0xFF, 0xEE, 0x42] && *votes == N as u8);
@@ -235,9 +225,7 @@ fn loopback(
                     &format!("store {:?}: query answers {a:?}", st.meta.name),
                 );
             }
-            StoreKind::KeyIncrement { slots, hash } => {
-                let layout = CounterLayout::new(*slots).map_err(|e| format!("{e:?}"))?;
-                let hasher = KeyHasher::new(*hash, *slots).ok_or("bad slot count")?;
+            StoreGeometry::KeyIncrement { layout, hasher } => {
                 let mut s = [0u32; MAX_REDUNDANCY];
                 hasher.slots(&key, N, &mut s);
                 let min = s[..N]

@@ -25,7 +25,7 @@ use crate::rnic::cm::list_heads;
 use crate::rnic::counters::RnicCounters;
 use crate::rnic::responder::Completion;
 use crate::service::Published;
-use crate::store::AppendStore;
+use dta_proto::geometry::AppendGeometry;
 
 /// Bytes per receive buffer (a SEND larger than this is answered with a NAK by the NIC).
 const RECV_SLOT: usize = 256;
@@ -57,7 +57,7 @@ struct StoreSpec {
     record: MetaRecord,
     /// A sequenced Append store's geometry: the record announces list heads, and they are
     /// read from the region and sent after it (so a restarted translator resumes each list).
-    heads: Option<AppendStore>,
+    heads: Option<AppendGeometry>,
 }
 
 impl StoreSpec {

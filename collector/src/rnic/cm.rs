@@ -48,7 +48,7 @@ use dta_proto::wire::roce::{RoceEndpoint, L2L4_LEN};
 use super::responder::{QpConfig, Responder};
 use crate::memory::Region;
 use crate::query::append::{ListReader, Start};
-use crate::store::AppendStore;
+use dta_proto::geometry::AppendGeometry;
 
 /// How long to wait for the RTU before resending the REP (ns).
 pub const REP_TIMEOUT_NS: u64 = 200_000_000;
@@ -98,15 +98,15 @@ pub struct Service {
     pub record: [u8; 64],
     /// A sequenced Append store's memory and geometry: its lists' heads are read and sent
     /// after the record (which must then carry the list-heads flag). `None` otherwise.
-    pub heads: Option<(Arc<Region>, AppendStore)>,
+    pub heads: Option<(Arc<Region>, AppendGeometry)>,
 }
 
 /// The next batch number of every list of an Append store: its newest trailer's number + 1
 /// (1 for a list never written). Reads every trailer of every list once.
-pub fn list_heads(region: &Region, a: &AppendStore) -> Vec<u64> {
+pub fn list_heads(region: &Region, a: &AppendGeometry) -> Vec<u64> {
     (0..a.lists)
         .map(|l| {
-            let r = ListReader::new(region, a.layout, a.list_base(l), Start::Seq(1));
+            let r = ListReader::new(region, a.layout, a.list_offset(l), Start::Seq(1));
             (r.newest_seq(region) + 1).min(dta_proto::layout::AppendLayout::MAX_SEQ)
         })
         .collect()

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_collector::store::layout_of;
+use dta_proto::geometry::StoreGeometry;
 use dta_proto::hash::{HashProfile, KeyHasher, PostcardHasher, MAX_HOPS};
 use dta_proto::layout::{
     AppendFormat, AppendLayout, CounterLayout, KeyWriteLayout, PostcardLayout,
@@ -1120,44 +1121,7 @@ fn model(spec: Spec) -> Result<Modelled, String> {
     for (i, sc) in spec.stores.iter().enumerate() {
         let (kind, len) = layout_of(sc)?;
         let qp = canonical_qp(i, spec.first_psn);
-        let state = match &kind {
-            StoreKind::KeyWrite {
-                slots,
-                slot_size,
-                hash,
-            } => State::KeyWrite(
-                KeyHasher::new(*hash, *slots).ok_or("slots")?,
-                KeyWriteLayout::new(*slots, *slot_size).map_err(|e| e.to_string())?,
-            ),
-            StoreKind::KeyIncrement { slots, hash } => State::KeyIncrement(
-                KeyHasher::new(*hash, *slots).ok_or("slots")?,
-                CounterLayout::new(*slots).map_err(|e| e.to_string())?,
-            ),
-            StoreKind::Append {
-                lists,
-                first_list,
-                capacity,
-                entry_size,
-                batch,
-                format,
-                list_stride,
-            } => State::Append {
-                layout: AppendLayout::new(*format, *capacity, *entry_size, *batch)
-                    .map_err(|e| e.to_string())?,
-                first: *first_list,
-                stride: *list_stride,
-                pending: vec![Vec::new(); *lists as usize],
-                imm: vec![false; *lists as usize],
-                written: vec![0; *lists as usize],
-            },
-            StoreKind::Postcard { chunks, hops, hash } => State::Postcard {
-                hasher: PostcardHasher::new(*hash, *chunks, spec.cache_slots, *hops)
-                    .ok_or("postcard hasher")?,
-                layout: PostcardLayout::new(*chunks, *hops).map_err(|e| e.to_string())?,
-                cache: (0..spec.cache_slots).map(|_| None).collect(),
-            },
-        };
-        metas.push(StoreMeta {
+        let meta = StoreMeta {
             name: sc.name.clone(),
             addr: qp.addr,
             len,
@@ -1168,7 +1132,29 @@ fn model(spec: Spec) -> Result<Modelled, String> {
                 peer_qpn: qp.local_qpn,
             }],
             kind,
-        });
+        };
+        let geometry =
+            StoreGeometry::try_from(&meta).map_err(|e| format!("store {:?}: {e}", sc.name))?;
+        let state = match geometry {
+            StoreGeometry::KeyWrite { layout, hasher } => State::KeyWrite(hasher, layout),
+            StoreGeometry::KeyIncrement { layout, hasher } => State::KeyIncrement(hasher, layout),
+            StoreGeometry::Append(a) => State::Append {
+                layout: a.layout,
+                first: a.first_list,
+                stride: a.list_stride,
+                pending: vec![Vec::new(); a.lists as usize],
+                imm: vec![false; a.lists as usize],
+                written: vec![0; a.lists as usize],
+            },
+            StoreGeometry::Postcard { layout, hasher } => State::Postcard {
+                hasher: hasher
+                    .with_cache_slots(spec.cache_slots)
+                    .ok_or("postcard cache slots")?,
+                layout,
+                cache: (0..spec.cache_slots).map(|_| None).collect(),
+            },
+        };
+        metas.push(meta);
         stores.push(ModelStore {
             qp,
             psn: qp.psn,
