@@ -151,7 +151,7 @@ pub struct Section {
     /// after a NAK or an ACK timeout; rounded up to a power of two, at most 4194304). Memory:
     /// this many slots of the store's longest frame per QP (1024 × ~400 B for Append batches
     /// of 16 × 20 B). 0 disables retransmission: lost frames are then only counted
-    /// (`qp_psn_skipped`) and the PSN resynchronised.
+    /// (`qp_psn_skipped`) and their PSNs filled with zero-length WRITEs (a PSN is never reused).
     pub retransmit_window: u32,
     /// Kernel socket buffer size (bytes) for the report and RoCEv2 sockets.
     pub socket_buffer: usize,

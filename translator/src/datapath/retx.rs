@@ -11,8 +11,9 @@
 //! at 2²⁴ needs no special case) of `slot` bytes each (the longest frame the store emits).
 //! Recording a frame is one fixed-size copy into its slot and never allocates. Frames leave
 //! the ring when an ACK confirms them, or, when the window is full of unconfirmed frames, the
-//! oldest is overwritten: a later request for it cannot be served (an *overrun*; the QP then
-//! falls back to resynchronising and counts the frames as lost).
+//! oldest is overwritten: a later request for it cannot be served (an *overrun*, counted in
+//! `retx_overruns`; the QP sends a zero-length WRITE at that PSN instead and counts the frame
+//! as lost, so the PSN sequence continues without reusing a PSN).
 
 use dta_proto::wire::ib::Psn;
 use dta_proto::wire::roce::RoceFrame;
