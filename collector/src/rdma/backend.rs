@@ -531,6 +531,10 @@ impl Backend {
             | RDMA_CM_EVENT_REJECTED
             | RDMA_CM_EVENT_UNREACHABLE
             | RDMA_CM_EVENT_CONNECT_ERROR => {
+                // Completions the peer's disconnect overtook (the metadata SEND's among them:
+                // a client that reads the record and leaves at once) are taken first, so they
+                // are counted and logged instead of destroyed with the QP.
+                self.on_cq_event(key);
                 if let Some(c) = self.conns.remove(&key) {
                     log::info!(
                         "rdma: store {:?}: connection from {} (QPN {:#x}) closed: {} (status {})",
