@@ -151,8 +151,19 @@ pub const MULTI_MAX_LEN: usize = 16;
 /// compiler uses vector XORs), instead of eight table-driven passes over the key. Tables are
 /// 128 KiB, built once.
 pub struct MultiCrc<const L: usize = LANES> {
-    rows: Box<[[[u32; L]; 256]; MULTI_MAX_LEN]>,
+    rows: Box<[Row<L>; MULTI_MAX_LEN]>,
     base: [[u32; L]; MULTI_MAX_LEN + 1],
+}
+
+/// One key position's table, followed by a cache line of padding: a row is a multiple of
+/// 4 KiB, so without it the entry for a byte value sat in the same L1 set in every row, and a
+/// key with repeated bytes (zeros in addresses, equal octets) made up to 16 loads compete for
+/// one 8-way set on every report.
+#[derive(Clone)]
+#[repr(C)]
+struct Row<const L: usize> {
+    t: [[u32; L]; 256],
+    _pad: [u8; 64],
 }
 
 impl<const L: usize> MultiCrc<L> {
@@ -162,9 +173,12 @@ impl<const L: usize> MultiCrc<L> {
     /// If more than `L` polynomials are given.
     pub fn new(polys: &[u32]) -> MultiCrc<L> {
         assert!(polys.len() <= L, "too many lanes");
-        let rows: Box<[[[u32; L]; 256]]> = vec![[[0u32; L]; 256]; MULTI_MAX_LEN].into_boxed_slice();
-        let mut rows: Box<[[[u32; L]; 256]; MULTI_MAX_LEN]> =
-            rows.try_into().expect("sixteen rows");
+        let empty = Row {
+            t: [[0u32; L]; 256],
+            _pad: [0; 64],
+        };
+        let rows: Box<[Row<L>]> = vec![empty; MULTI_MAX_LEN].into_boxed_slice();
+        let mut rows: Box<[Row<L>; MULTI_MAX_LEN]> = rows.try_into().ok().expect("sixteen rows");
         let mut base = [[0u32; L]; MULTI_MAX_LEN + 1];
         let r = &mut *rows;
         for (lane, &poly) in polys.iter().enumerate() {
@@ -174,7 +188,7 @@ impl<const L: usize> MultiCrc<L> {
                 // Row k serves a byte at distance MULTI_MAX_LEN - 1 - k from the end, so a
                 // `len`-byte input uses rows `MULTI_MAX_LEN - len..` in input order.
                 for row in r.iter_mut().rev() {
-                    row[b][lane] = reg;
+                    row.t[b][lane] = reg;
                     reg = c.update_byte(reg, 0);
                 }
             }
@@ -197,7 +211,7 @@ impl<const L: usize> MultiCrc<L> {
         let mut acc = self.base[len];
         let rows = &self.rows[MULTI_MAX_LEN - len..];
         for (&b, row) in data.iter().zip(rows) {
-            let t = &row[b as usize];
+            let t = &row.t[b as usize];
             for l in 0..L {
                 acc[l] ^= t[l];
             }
