@@ -658,10 +658,19 @@ impl Worker {
         let report_port = self.report_port;
         let _ = self.backend.recv_with(wait, &mut |burst| {
             let now = epoch.elapsed().as_nanos() as u64;
-            for d in burst {
-                if d.dst.port() != report_port {
-                    pipeline.handle_responses(now, std::slice::from_ref(d), tx);
+            // Runs of responses go over in one call each (reports are no longer taken).
+            let mut i = 0;
+            while i < burst.len() {
+                if burst[i].dst.port() == report_port {
+                    i += 1;
+                    continue;
                 }
+                let mut j = i + 1;
+                while j < burst.len() && burst[j].dst.port() != report_port {
+                    j += 1;
+                }
+                pipeline.handle_responses(now, &burst[i..j], tx);
+                i = j;
             }
         });
         let now = epoch.elapsed().as_nanos() as u64;
