@@ -101,21 +101,52 @@ impl Region {
             );
         }
         let map_len = round_up(len, page_size());
+        // Transparent huge pages back only the 2 MiB-aligned stretches of a mapping, and mmap
+        // returns page-aligned addresses: a region of a few MiB got huge pages (fewer TLB
+        // misses for every RNIC write) or not by luck of placement. Reserve 2 MiB more,
+        // start the region on a 2 MiB boundary, and give the slack back.
+        let reserve = if map_len >= THP_SIZE {
+            map_len + THP_SIZE
+        } else {
+            map_len
+        };
         // SAFETY: as above, without MAP_HUGETLB. Not populated yet: the hugepage advice must
         // come before the first touch for the kernel to back the range with huge pages.
-        let p = unsafe {
+        let raw = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                map_len,
+                reserve,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
-        if p == libc::MAP_FAILED {
+        if raw == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
+        let head = if reserve > map_len {
+            round_up(raw as usize, THP_SIZE) - raw as usize
+        } else {
+            0
+        };
+        let tail = reserve - map_len - head;
+        // SAFETY: both ranges lie inside the fresh mapping `raw..raw + reserve` and outside
+        // the region `raw + head..raw + head + map_len`; they are page aligned (head is a
+        // difference of page-aligned addresses) and unmapping a zero-length range is skipped.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap(
+                    (raw as *mut u8).add(head + map_len) as *mut libc::c_void,
+                    tail,
+                );
+            }
+        }
+        // SAFETY: head <= reserve - map_len, so the region is inside the mapping.
+        let p = unsafe { (raw as *mut u8).add(head) } as *mut libc::c_void;
         // SAFETY: advice on our own fresh mapping; failure is harmless and ignored.
         unsafe {
             libc::madvise(p, map_len, libc::MADV_HUGEPAGE);
@@ -415,6 +446,9 @@ unsafe fn atomic_copy_out(src: *const u8, dst: &mut [u8]) {
     }
 }
 
+/// The transparent huge page size on x86-64 and most arm64 kernels.
+const THP_SIZE: usize = 2 << 20;
+
 fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
@@ -460,6 +494,24 @@ pub fn hugepage_status() -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regions of 2 MiB and more start on a 2 MiB boundary (so transparent huge pages can back
+    /// all of them); every byte of them, and of smaller ones, is usable.
+    #[test]
+    fn large_ordinary_regions_are_huge_page_aligned() {
+        for len in [4096usize, 100_000, 2 << 20, (5 << 20) + 123] {
+            let r = Region::anonymous(len, false).unwrap();
+            if len >= 2 << 20 {
+                assert_eq!(r.addr() % (2 << 20), 0, "len {len}");
+            }
+            r.write(0, &[1]).unwrap();
+            r.write(len as u64 - 1, &[2]).unwrap();
+            let mut b = [0u8; 1];
+            r.read(len as u64 - 1, &mut b).unwrap();
+            assert_eq!(b, [2]);
+            assert!(r.write(len as u64, &[3]).is_err());
+        }
+    }
 
     #[test]
     fn write_read_bounds() {
