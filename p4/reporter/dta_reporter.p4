@@ -136,19 +136,30 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
         pkt.extract(hdr.udp_rest);
         transition select(hdr.ports.dst_port) { INT_PORT: parse_int; default: accept; }
     }
+    /* One state per stack entry, each entry extracted in exactly one state (a chain that
+     * reached the same `.next` from several states wrote int_hops[0] in more than one state,
+     * which bf-p4c rejects). Stacks deeper than INT_MAX_HOPS keep their first entries. */
     state parse_int {
         pkt.extract(hdr.int_shim);
-        transition select(hdr.int_shim.hops) {
-            0: accept;
-            1: parse_int1; 2: parse_int2; 3: parse_int3; 4: parse_int4;
-            default: parse_int5;
-        }
+        transition select(hdr.int_shim.hops) { 0: accept; default: parse_int_h0; }
     }
-    state parse_int1 { pkt.extract(hdr.int_hops.next); transition accept; }
-    state parse_int2 { pkt.extract(hdr.int_hops.next); transition parse_int1; }
-    state parse_int3 { pkt.extract(hdr.int_hops.next); transition parse_int2; }
-    state parse_int4 { pkt.extract(hdr.int_hops.next); transition parse_int3; }
-    state parse_int5 { pkt.extract(hdr.int_hops.next); transition parse_int4; }
+    state parse_int_h0 {
+        pkt.extract(hdr.int_hops[0]);
+        transition select(hdr.int_shim.hops) { 1: accept; default: parse_int_h1; }
+    }
+    state parse_int_h1 {
+        pkt.extract(hdr.int_hops[1]);
+        transition select(hdr.int_shim.hops) { 2: accept; default: parse_int_h2; }
+    }
+    state parse_int_h2 {
+        pkt.extract(hdr.int_hops[2]);
+        transition select(hdr.int_shim.hops) { 3: accept; default: parse_int_h3; }
+    }
+    state parse_int_h3 {
+        pkt.extract(hdr.int_hops[3]);
+        transition select(hdr.int_shim.hops) { 4: accept; default: parse_int_h4; }
+    }
+    state parse_int_h4 { pkt.extract(hdr.int_hops[4]); transition accept; }
 }
 
 control Ingress(inout headers_t hdr, inout ig_md_t md,
@@ -225,7 +236,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
 
 control IgDeparser(packet_out pkt, inout headers_t hdr, in ig_md_t md,
                    in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
-    Mirror(MIRROR_REPORT) mirror;
+    /* The session-type form `Mirror(MIRROR_REPORT)` makes bf-p4c (p4c 34b86e9) report
+     * "Inconsistent mirror selectors"; the plain form with the explicit mirror_type test below
+     * compiles. */
+    Mirror() mirror;
     Checksum() ipv4_csum;
     apply {
         hdr.ipv4.checksum = ipv4_csum.update({
@@ -272,19 +286,30 @@ parser EgParser(packet_in pkt, out headers_t hdr, out eg_md_t md,
         pkt.extract(hdr.udp_rest);
         transition select(hdr.ports.dst_port) { INT_PORT: parse_int; default: accept; }
     }
+    /* One state per stack entry, each entry extracted in exactly one state (a chain that
+     * reached the same `.next` from several states wrote int_hops[0] in more than one state,
+     * which bf-p4c rejects). Stacks deeper than INT_MAX_HOPS keep their first entries. */
     state parse_int {
         pkt.extract(hdr.int_shim);
-        transition select(hdr.int_shim.hops) {
-            0: accept;
-            1: parse_int1; 2: parse_int2; 3: parse_int3; 4: parse_int4;
-            default: parse_int5;
-        }
+        transition select(hdr.int_shim.hops) { 0: accept; default: parse_int_h0; }
     }
-    state parse_int1 { pkt.extract(hdr.int_hops.next); transition accept; }
-    state parse_int2 { pkt.extract(hdr.int_hops.next); transition parse_int1; }
-    state parse_int3 { pkt.extract(hdr.int_hops.next); transition parse_int2; }
-    state parse_int4 { pkt.extract(hdr.int_hops.next); transition parse_int3; }
-    state parse_int5 { pkt.extract(hdr.int_hops.next); transition parse_int4; }
+    state parse_int_h0 {
+        pkt.extract(hdr.int_hops[0]);
+        transition select(hdr.int_shim.hops) { 1: accept; default: parse_int_h1; }
+    }
+    state parse_int_h1 {
+        pkt.extract(hdr.int_hops[1]);
+        transition select(hdr.int_shim.hops) { 2: accept; default: parse_int_h2; }
+    }
+    state parse_int_h2 {
+        pkt.extract(hdr.int_hops[2]);
+        transition select(hdr.int_shim.hops) { 3: accept; default: parse_int_h3; }
+    }
+    state parse_int_h3 {
+        pkt.extract(hdr.int_hops[3]);
+        transition select(hdr.int_shim.hops) { 4: accept; default: parse_int_h4; }
+    }
+    state parse_int_h4 { pkt.extract(hdr.int_hops[4]); transition accept; }
 }
 
 control Egress(inout headers_t hdr, inout eg_md_t md,
