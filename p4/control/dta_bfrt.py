@@ -60,6 +60,28 @@ def mac_int(s):
     return int("".join(parts), 16)
 
 
+# The program adds 64-bit addresses as a 32-bit low half plus a chosen high half; offsets and
+# the carry threshold must stay below 2^31 for the sign test (dta_translator.p4, `addr_carry`).
+NO_CARRY = 0x7FFFFFFF
+
+
+def addr_parts(base, max_off, what):
+    """The four action parameters of a 64-bit base address: high and low halves, the high half
+    + 1, and the first offset whose low-half add carries (NO_CARRY when none up to max_off)."""
+    if max_off >= NO_CARRY:
+        raise ConfigError(f"{what}: offsets up to {max_off} do not fit the program's 31-bit "
+                          "address offsets (regions of at most 2 GiB)")
+    lo, hi = base & 0xFFFFFFFF, (base >> 32) & 0xFFFFFFFF
+    to_carry = (1 << 32) - lo
+    return {"base_hi": hi, "base_lo": lo, "base_hi1": (hi + 1) & 0xFFFFFFFF,
+            "carry_at": to_carry if to_carry <= max_off else NO_CARRY}
+
+
+def psn_cell(psn):
+    """psn_reg holds PSN << 8 (one 32-bit add steps it and wraps at 2^24)."""
+    return (psn & 0xFFFFFF) << 8
+
+
 def split_addr(s):
     host, port = s.rsplit(":", 1)
     return host, int(port)
@@ -193,7 +215,7 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
 
     tables = {n: [] for n in ("Egress.tbl_qp", "Ingress.tbl_resp_qp", "Ingress.tbl_kv_route",
                               "Ingress.tbl_ap_list", "Ingress.tbl_pc_route", "Ingress.tbl_pc_hop")}
-    regs = {n: [] for n in ("Egress.psn_reg", "Egress.ackreq_reg", "Egress.window_reg",
+    regs = {n: [] for n in ("Egress.psn_reg", "Egress.nak_reg", "Egress.ackreq_reg", "Egress.window_reg",
                             "Ingress.ap_pos_reg", "Ingress.ap_off_reg", "Ingress.ap_seq_reg",
                             "Ingress.ap_imm_reg")}
     nodes, groups = [], []
@@ -215,23 +237,30 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
         kind = s["kind"]
         if kind in ("keywrite", "keyincrement"):
             mask = s["slots"] - 1
+            max_off = mask * 8 + 7
             if kind == "keywrite" and s["slot_size"] != 4 + k["value_len"]:
                 raise ConfigError(f"store {s['name']}: slot_size {s['slot_size']} but the "
                                   f"program writes {4 + k['value_len']}-byte slots")
         elif kind == "postcard":
             mask = s["chunks"] - 1
+            chunk = 1 << (4 * k["pc_hops"] - 1).bit_length()   # bytes, a power of two
+            max_off = mask * chunk + chunk - 1
             if s["hops"] != k["pc_hops"]:
                 raise ConfigError(f"store {s['name']}: {s['hops']} hops but DTA_PC_HOPS is {k['pc_hops']}")
         else:
-            mask = 0
+            mask, max_off = 0, 0
         tables["Egress.tbl_qp"].append(("set_qp", {"qp": qp}, {
             "src_mac": mac_int(t["mac"]), "dst_mac": mac_int(s["mac"]),
             "src_ip": ip_int(src_ip), "dst_ip": ip_int(s["roce_ip"]), "src_port": src_port,
-            "remote_qpn": s["remote_qpn"], "rkey": s["rkey"], "base": s["addr"],
+            "remote_qpn": s["remote_qpn"], "rkey": s["rkey"],
+            **addr_parts(s["addr"], max_off, f"store {s['name']}"),
             "slot_mask": mask, "ack_every_m1": ack_every - 1, "window": resync_window}))
         tables["Ingress.tbl_resp_qp"].append(("resp_qp", {
             "src": ip_int(s["roce_ip"]), "dest_qp": s["local_qpn"]}, {"qp": qp, "port": s["port"]}))
-        regs["Egress.psn_reg"].append((qp, s["psn"] & 0xFFFFFF))
+        regs["Egress.psn_reg"].append((qp, psn_cell(s["psn"])))
+        # The last NAK that moved the PSN: "one before the start", so a NAK naming the start
+        # PSN is fresh and any older one is stale.
+        regs["Egress.nak_reg"].append((qp, psn_cell(s["psn"] - 1)))
         regs["Egress.ackreq_reg"].append((qp, 0))
         regs["Egress.window_reg"].append((qp, 0))
 
@@ -270,7 +299,8 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
                 bit = 1 << hop
                 tables["Ingress.tbl_pc_hop"].append(("pc_hop", {"hop": hop, "path_len": path_len}, {
                     "hop_bit": bit, "full": full, "full_xor_bit": full ^ bit,
-                    "start_mask": 0 if want == 1 else bit}))
+                    "start_mask": 0 if want == 1 else bit,
+                    "start_complete": 1 if want == 1 else 0}))
 
     list_idx = 0
     for qp, s in enumerate(stores):
@@ -285,7 +315,8 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
         for l in range(s["lists"]):
             tables["Ingress.tbl_ap_list"].append(("ap_list", {"list_id": s["first_list"] + l}, {
                 "list_idx": list_idx, "qp": qp, "port": s["port"],
-                "list_base": s["addr"] + l * s["list_stride"],
+                **addr_parts(s["addr"] + l * s["list_stride"], (slots - 1) * stride,
+                             f"store {s['name']} list {l}"),
                 "last_off": (slots - 1) * stride}))
             for r in ("Ingress.ap_pos_reg", "Ingress.ap_off_reg", "Ingress.ap_seq_reg",
                       "Ingress.ap_imm_reg"):

@@ -94,6 +94,32 @@ class ControlPlaneTest(unittest.TestCase):
         plan = dta_bfrt.run(Fake(log), self.cfg, {"c1": 8}, connections, window)
         return log, plan
 
+    @staticmethod
+    def base(params):
+        """The 64-bit base address an action gets as (base_hi, base_lo, base_hi1, carry_at)."""
+        hi, lo = params["base_hi"], params["base_lo"]
+        assert params["base_hi1"] == (hi + 1) & 0xFFFFFFFF
+        return (hi << 32) | lo
+
+    def test_address_halves_and_carry_threshold(self):
+        """The program computes base + offset as base_lo + offset (32 bits) and takes base_hi
+        + 1 when offset >= carry_at; checked here against 64-bit arithmetic at and around the
+        carry for a region that straddles a 4 GiB boundary and one that does not."""
+        def va(p, off):
+            lo = (p["base_lo"] + off) & 0xFFFFFFFF
+            d = (off - p["carry_at"]) & 0xFFFFFFFF
+            hi = p["base_hi"] if d >> 31 else p["base_hi1"]
+            return (hi << 32) | lo
+        for base, max_off in ((0x7F00FFFFFF00, 0x1000), (0x7F0000001000, 0x1000),
+                              (0x0000FFFFFFF8, 0x7FFFFFFE), (0xFFFFFFFF, 8)):
+            p = dta_bfrt.addr_parts(base, max_off, "t")
+            self.assertLess(p["carry_at"], 1 << 31)
+            for off in sorted({0, 1, 7, 8, 0xF8, 0x100, max_off - 1, max_off,
+                               min(max_off, p["carry_at"]), min(max_off, p["carry_at"] - 1)}):
+                self.assertEqual(va(p, off), base + off, (hex(base), off))
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.addr_parts(0x1000, 1 << 31, "too large")
+
     def calls(self, log, suffix):
         return [kw for path, _, kw in log if path.endswith(suffix)]
 
@@ -105,7 +131,7 @@ class ControlPlaneTest(unittest.TestCase):
             self.assertEqual(q["qp"], i)
             self.assertEqual(q["remote_qpn"], store["qps"][0]["qpn"])
             self.assertEqual(q["rkey"], store["rkey"])
-            self.assertEqual(q["base"], store["addr"])
+            self.assertEqual(self.base(q), store["addr"])
             self.assertEqual(q["dst_ip"], ip("10.0.0.51"))
             self.assertEqual(q["src_ip"], ip("10.0.0.101"))
             self.assertEqual(q["src_port"], 4791)
@@ -114,8 +140,12 @@ class ControlPlaneTest(unittest.TestCase):
             self.assertEqual(q["window"], 100)
         self.assertEqual([q["slot_mask"] for q in qps], [0xFFFF, 0x3FF, 0, 0x3FF])
         psn = self.calls(log, "Egress.psn_reg.mod")
-        self.assertEqual([(c["REGISTER_INDEX"], c["f1"]) for c in psn],
+        self.assertEqual([(c["REGISTER_INDEX"], c["f1"] >> 8) for c in psn],
                          [(0, 0xABC000), (1, 0x10), (2, 0xFFFFFF), (3, 5)])
+        self.assertTrue(all(c["f1"] & 0xFF == 0 for c in psn))
+        # The last NAK that moved the PSN starts one before the start PSN (wrapping at 2^24).
+        nak = self.calls(log, "Egress.nak_reg.mod")
+        self.assertEqual([c["f1"] >> 8 for c in nak], [0xABBFFF, 0xF, 0xFFFFFE, 4])
         resp = self.calls(log, "Ingress.tbl_resp_qp.add_with_resp_qp")
         self.assertEqual([(r["src"], r["dest_qp"], r["qp"], r["port"]) for r in resp],
                          [(ip("10.0.0.51"), 0x100 + i, i, 8) for i in range(4)])
@@ -145,7 +175,7 @@ class ControlPlaneTest(unittest.TestCase):
         ap = self.calls(log, "Ingress.tbl_ap_list.add_with_ap_list")
         self.assertEqual([a["list_id"] for a in ap], [10, 11, 12])
         self.assertEqual([a["list_idx"] for a in ap], [0, 1, 2])
-        self.assertEqual([a["list_base"] for a in ap],
+        self.assertEqual([self.base(a) for a in ap],
                          [0x7f2000000000 + l * 24 * 64 for l in range(3)])
         self.assertTrue(all(a["last_off"] == (256 // 4 - 1) * 24 and a["qp"] == 2 for a in ap))
         for r in ("ap_pos_reg", "ap_off_reg", "ap_seq_reg", "ap_imm_reg"):
@@ -161,6 +191,8 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual(hop[(2, 3)]["full_xor_bit"], 0b011)
         self.assertEqual(hop[(0, 1)]["start_mask"], 0)  # a 1-hop path completes at once
         self.assertEqual(hop[(1, 2)]["start_mask"], 0b10)
+        self.assertEqual(hop[(0, 1)]["start_complete"], 1)
+        self.assertEqual(hop[(1, 2)]["start_complete"], 0)
         self.assertNotIn((3, 2), hop)  # hop beyond the path length: a miss, counted as bad hop
 
     def test_connections_override_static_qps(self):
@@ -171,8 +203,8 @@ class ControlPlaneTest(unittest.TestCase):
                         "kind": "keywrite", "slots": 1 << 16, "slot_size": 8}], f)
         log, _ = self.run_fake(connections=conn)
         q = self.calls(log, "Egress.tbl_qp.add_with_set_qp")[0]
-        self.assertEqual((q["remote_qpn"], q["rkey"], q["base"]), (0x77, 0xBEEF, 0x1000))
-        self.assertEqual(self.calls(log, "Egress.psn_reg.mod")[0]["f1"], 0x123456)
+        self.assertEqual((q["remote_qpn"], q["rkey"], self.base(q)), (0x77, 0xBEEF, 0x1000))
+        self.assertEqual(self.calls(log, "Egress.psn_reg.mod")[0]["f1"], 0x123456 << 8)
         self.assertEqual(self.calls(log, "Ingress.tbl_resp_qp.add_with_resp_qp")[0]["dest_qp"], 0x900)
 
     def test_unsupported_configurations_are_refused(self):
@@ -204,7 +236,7 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual(rc, 0)
         p = json.loads(out.getvalue())
         self.assertEqual(len(p["tables"]["Egress.tbl_qp"]), 4)
-        self.assertEqual(p["registers"]["Egress.psn_reg"][0], [0, 0xABC000])
+        self.assertEqual(p["registers"]["Egress.psn_reg"][0], [0, 0xABC000 << 8])
 
 
 class CorpusSetupTest(unittest.TestCase):
@@ -229,10 +261,11 @@ class CorpusSetupTest(unittest.TestCase):
                 qps = p["tables"]["Egress.tbl_qp"]
                 self.assertEqual(len(qps), len(case["metas"]), case["name"])
                 for (_, key, params), q, m in zip(qps, case["qps"], case["metas"]):
-                    self.assertEqual((params["remote_qpn"], params["rkey"], params["base"]),
+                    base = (params["base_hi"] << 32) | params["base_lo"]
+                    self.assertEqual((params["remote_qpn"], params["rkey"], base),
                                      (q["remote_qpn"], q["rkey"], q["addr"]), case["name"])
                     self.assertEqual(params["ack_every_m1"], case["ack_every"] - 1)
-                self.assertEqual([v for _, v in p["registers"]["Egress.psn_reg"]],
+                self.assertEqual([v >> 8 for _, v in p["registers"]["Egress.psn_reg"]],
                                  [q["psn"] for q in case["qps"]], case["name"])
                 planned += 1
         self.assertGreaterEqual(planned, 30)

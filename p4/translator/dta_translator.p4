@@ -153,15 +153,19 @@ header bth_h {
     bit<24> psn;
 }
 header aeth_h { bit<8> syndrome; bit<24> msn; }
-header reth_h { bit<64> va; bit<32> rkey; bit<32> dma_len; }
-header atomic_eth_h { bit<64> va; bit<32> rkey; bit<64> add; bit<64> compare; }
+/* 64-bit addresses as two 32-bit halves: Tofino-1 adds at most 32 bits per operation (the
+ * low half is added, the high half chosen by the carry; see `addr_carry`). Same bytes. */
+header reth_h { bit<32> va_hi; bit<32> va_lo; bit<32> rkey; bit<32> dma_len; }
+header atomic_eth_h { bit<32> va_hi; bit<32> va_lo; bit<32> rkey; bit<64> add; bit<64> compare; }
 header immdt_h { bit<32> imm; }
 header kw_payload_h { bit<32> checksum_le; bit<32> value; }
 header word_h { bit<32> w; }
 header ap_trailer_h { bit<64> trailer_le; }
 header icrc_h { bit<32> icrc_le; }
 
-/* Ingress -> egress. Fixed layout; fields unused by a kind are zero. */
+/* Ingress -> egress: a common part, then one part per kind, so the egress parser's longest
+ * path (Append batch 16 with its trailer) stays within Tofino-1's 160-byte parse depth: one
+ * fixed bridge carrying every kind's fields made it 167 B (175 B sequenced). */
 header bridge_h {
     bit<8> kind;
     qp_idx_t qp;
@@ -169,15 +173,25 @@ header bridge_h {
     bit<7> pad0;
     bit<1> immediate;
     bit<32> key;         /* memory-ready key bytes, or the chunk's flow */
+}
+header bridge_kv_h {     /* Key-Write, Key-Increment */
     bit<32> value;       /* memory-ready value bytes */
     bit<64> delta;       /* Key-Increment */
-    bit<64> va;          /* Append: the batch's address */
-    bit<32> list_id;     /* Append: global list ID (immediate data) */
-    bit<8> present;      /* Postcarding: hops present in the chunk */
+}
+header bridge_ap_h {     /* Append */
+    bit<32> va_hi;       /* the batch's address */
+    bit<32> va_lo;
+    bit<32> list_id;     /* global list ID (immediate data) */
+}
+header bridge_pc_h {     /* Postcarding */
+    bit<8> present;      /* hops present in the chunk */
 }
 
 struct headers_t {
     bridge_h bridge;
+    bridge_kv_h bridge_kv;
+    bridge_ap_h bridge_ap;
+    bridge_pc_h bridge_pc;
     ethernet_h ethernet;
     ipv4_h ipv4;
     udp_h udp;
@@ -205,6 +219,7 @@ struct headers_t {
 
 struct ig_md_t {
     bit<8> op;           /* DTA opcode, 0 = not a report */
+    bit<8> kind;         /* the bridged kind the report becomes (KIND_*) */
     bit<8> n;
     bit<1> immediate;
     bit<32> key;
@@ -215,7 +230,11 @@ struct ig_md_t {
     bit<8> path_len;     /* 0 = unknown */
     bit<8> drop_reason;
     list_idx_t lidx;
-    bit<64> list_base;
+    bit<32> list_base_hi;
+    bit<32> list_base_lo;
+    bit<32> list_base_hi1;   /* list_base_hi + 1, used when the low half carries */
+    bit<32> list_carry_at;   /* smallest batch offset whose address carries into the high half */
+    bit<32> ap_carry_d;      /* ap_off - list_carry_at: bit 31 set = no carry */
     bit<32> last_off;
     bit<8> ap_pos;
     bit<8> ap_imm;
@@ -223,6 +242,9 @@ struct ig_md_t {
     bit<32> ap_seq;
     pc_idx_t pc_idx;
     bit<32> pc_old_flow;
+    bit<32> pc_flow_diff;    /* old flow XOR key: 0 = the entry is this flow's */
+    bit<16> pc_mask_diff;    /* old mask XOR (full XOR bit): 0 = this hop completes the path */
+    bit<1> pc_start_complete;  /* a fresh entry is already complete (single-hop path) */
     bit<1> pc_collision;
     bit<16> pc_bit;
     bit<16> pc_full;
@@ -239,11 +261,20 @@ struct eg_md_t {
     bit<16> rid;
     bit<32> slot;
     bit<32> checksum;
-    bit<64> base;
+    bit<32> base_hi;
+    bit<32> base_lo;
+    bit<32> base_hi1;    /* base_hi + 1 */
+    bit<32> carry_at;    /* smallest offset whose low-half add carries (2^30 if none) */
+    bit<32> off;         /* byte offset of the slot or chunk */
+    bit<32> carry_d;     /* off - carry_at: bit 31 set = no carry */
+    bit<32> va_hi;
+    bit<32> va_lo;
+    bit<32> nak_psn;     /* the NAK's PSN << 8 */
+    bit<1> nak_fresh;
     bit<32> slot_mask;
     bit<32> ack_every_m1;
     bit<32> window;
-    bit<32> psn;
+    bit<32> psn;         /* PSN << 8 (psn_reg's representation) */
     bit<1> ack_req;
     bit<1> in_window;
     bit<32> payload_len;
@@ -266,7 +297,8 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         md.op = 0; md.n = 0; md.immediate = 0; md.key = 0; md.value = 0; md.delta = 0;
-        md.list_id = 0; md.hop = 0; md.path_len = 0; md.drop_reason = 0;
+        md.list_id = 0; md.hop = 0; md.path_len = 0; md.drop_reason = 0; md.kind = 0;
+        md.pc_collision = 0; md.pc_evict = 0; md.pc_complete = 0;
         transition parse_ethernet;
     }
     state parse_ethernet {
@@ -294,9 +326,14 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
             DTA_EXT_MAGIC_VERSION: parse_ext;
 #endif
             DTA_OP_KEY_WRITE &&& 0xF0: parse_ref;   /* 0x00..0x0F: reference opcodes */
-            default: accept;                          /* 0xD0, 0xD2..: counted in ingress */
+            default: bad_version;                     /* 0xD0, 0xD2..: counted */
         }
     }
+    /* Report validation happens here, in the parser's match units, instead of in ingress
+     * gateways (bf-p4c rejected the boolean expressions and comparisons of the earlier
+     * ingress checks): PROTOCOL.md section 6.3, exactly one report per datagram, so the UDP
+     * length must be the report's; extended reserved bits and bytes zero, priority 3 invalid.
+     * A state that rejects a report records the reason and accepts; ingress drops and counts. */
     state parse_ref {
         pkt.extract(hdr.ref);
         transition select(hdr.ref.opcode) {
@@ -304,27 +341,90 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
             DTA_OP_KEY_INCREMENT: parse_ref_ki;
             DTA_OP_APPEND: parse_ref_ap;
             DTA_OP_POSTCARD: parse_ref_pc;
-            default: accept;
+            default: bad_version;
         }
     }
-    state parse_ref_kw { pkt.extract(hdr.ref_kw); transition accept; }
-    state parse_ref_ki { pkt.extract(hdr.ref_ki); transition accept; }
-    state parse_ref_ap { pkt.extract(hdr.ref_ap); transition accept; }
-    state parse_ref_pc { pkt.extract(hdr.ref_pc); transition accept; }
+    state parse_ref_kw {
+        pkt.extract(hdr.ref_kw);
+        transition select(hdr.udp.len) {
+            UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KW_LEN: accept;
+            default: malformed;
+        }
+    }
+    state parse_ref_ki {
+        pkt.extract(hdr.ref_ki);
+        transition select(hdr.udp.len) {
+            UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KI_LEN: accept;
+            default: malformed;
+        }
+    }
+    state parse_ref_ap {
+        pkt.extract(hdr.ref_ap);
+        transition select(hdr.udp.len) {
+            UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_AP_LEN: accept;
+            default: malformed;
+        }
+    }
+    state parse_ref_pc {
+        pkt.extract(hdr.ref_pc);
+        transition select(hdr.udp.len, hdr.ref_pc.hop_num) {
+            (UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_PC_LEN, 0): malformed;
+            (UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_PC_LEN, _): accept;
+            default: malformed;
+        }
+    }
     state parse_ext {
         pkt.extract(hdr.ext);
-        transition select(hdr.ext.opcode) {
-            DTA_OP_KEY_WRITE: parse_ext_kw;
-            DTA_OP_KEY_INCREMENT: parse_ext_ki;
-            DTA_OP_APPEND: parse_ext_ap;
-            DTA_OP_POSTCARD: parse_ext_pc;
-            default: accept;
+        transition select(hdr.ext.prio, hdr.ext.reserved, hdr.ext.reserved2, hdr.ext.opcode) {
+            (3, _, _, _): malformed;
+            (_, 0, 0, DTA_OP_KEY_WRITE): parse_ext_kw;
+            (_, 0, 0, DTA_OP_KEY_INCREMENT): parse_ext_ki;
+            (_, 0, 0, DTA_OP_APPEND): parse_ext_ap;
+            (_, 0, 0, DTA_OP_POSTCARD): parse_ext_pc;
+            (_, 0, 0, _): bad_version;
+            default: malformed;
         }
     }
-    state parse_ext_kw { pkt.extract(hdr.ext_kw); transition accept; }
-    state parse_ext_ki { pkt.extract(hdr.ext_ki); transition accept; }
-    state parse_ext_ap { pkt.extract(hdr.ext_ap); transition accept; }
-    state parse_ext_pc { pkt.extract(hdr.ext_pc); transition accept; }
+    /* Keys and values are 4 bytes here (the file header); other lengths: DROP_EXT_LENGTH. */
+    state parse_ext_kw {
+        pkt.extract(hdr.ext_kw);
+        transition select(hdr.ext_kw.reserved, hdr.ext_kw.key_len, hdr.ext_kw.val_len, hdr.udp.len) {
+            (0, 4, DTA_VALUE_LEN, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN): accept;
+            (0, _, _, _): ext_length;
+            default: malformed;
+        }
+    }
+    state parse_ext_ki {
+        pkt.extract(hdr.ext_ki);
+        transition select(hdr.ext_ki.reserved, hdr.ext_ki.key_len, hdr.udp.len) {
+            (0, 4, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4): accept;
+            (0, _, _): ext_length;
+            default: malformed;
+        }
+    }
+    state parse_ext_ap {
+        pkt.extract(hdr.ext_ap);
+        transition select(hdr.ext_ap.reserved, hdr.ext_ap.val_len, hdr.udp.len) {
+            (0, DTA_VALUE_LEN, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN): accept;
+            (0, _, _): ext_length;
+            default: malformed;
+        }
+    }
+    /* Path length at most DTA_EXT_MAX_PATH_LEN (16): 0..15 and 16. A hop at or beyond the
+     * path length has no tbl_pc_hop entry (DROP_BAD_HOP). */
+    state parse_ext_pc {
+        pkt.extract(hdr.ext_pc);
+        transition select(hdr.ext_pc.reserved, hdr.ext_pc.path_len, hdr.ext_pc.key_len, hdr.udp.len) {
+            (0, 0x00 &&& 0xF0, 4, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4): accept;
+            (0, DTA_EXT_MAX_PATH_LEN, 4, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4): accept;
+            (0, 0x00 &&& 0xF0, _, _): ext_length;
+            (0, DTA_EXT_MAX_PATH_LEN, _, _): ext_length;
+            default: malformed;
+        }
+    }
+    state malformed { md.drop_reason = DROP_MALFORMED; transition accept; }
+    state ext_length { md.drop_reason = DROP_EXT_LENGTH; transition accept; }
+    state bad_version { md.drop_reason = DROP_BAD_VERSION; transition accept; }
     state parse_bth {
         pkt.extract(hdr.bth);
         transition select(hdr.bth.opcode) {
@@ -367,12 +467,14 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     /* ---- normalisation: every profile becomes (op, n, key, value, ...) ---- */
     /* Reference Key-Write / Key-Increment keys are hashed byte-reversed (§4.3 of PROTOCOL). */
     action norm_ref_kw() {
+        md.kind = KIND_KEYWRITE;
         md.op = DTA_OP_KEY_WRITE; md.n = hdr.ref_kw.n;
         md.key = hdr.ref_kw.key[7:0] ++ hdr.ref_kw.key[15:8] ++ hdr.ref_kw.key[23:16] ++ hdr.ref_kw.key[31:24];
         md.value = hdr.ref_kw.data;
         md.immediate = hdr.ref.immediate;
     }
     action norm_ref_ki() {
+        md.kind = KIND_KEYINC;
         md.op = DTA_OP_KEY_INCREMENT; md.n = hdr.ref_ki.n;
         md.key = hdr.ref_ki.key[7:0] ++ hdr.ref_ki.key[15:8] ++ hdr.ref_ki.key[23:16] ++ hdr.ref_ki.key[31:24];
         md.delta = hdr.ref_ki.counter;
@@ -380,29 +482,35 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     }
     /* Reference Append data is byte-reversed into memory. */
     action norm_ref_ap() {
+        md.kind = KIND_APPEND;
         md.op = DTA_OP_APPEND; md.list_id = hdr.ref_ap.list_id;
         md.value = hdr.ref_ap.data[7:0] ++ hdr.ref_ap.data[15:8] ++ hdr.ref_ap.data[23:16] ++ hdr.ref_ap.data[31:24];
         md.immediate = hdr.ref.immediate;
     }
     /* Reference postcards: flow as received, hopNum 1-based, no path length. */
     action norm_ref_pc() {
+        md.kind = KIND_POSTCARD;
         md.op = DTA_OP_POSTCARD; md.key = hdr.ref_pc.flow;
         md.hop = hdr.ref_pc.hop_num - 1; md.path_len = 0; md.value = hdr.ref_pc.data;
         md.immediate = hdr.ref.immediate;
     }
     action norm_ext_kw() {
+        md.kind = KIND_KEYWRITE;
         md.op = DTA_OP_KEY_WRITE; md.n = hdr.ext_kw.n; md.key = hdr.ext_kw.key;
         md.value = hdr.ext_kw.value; md.immediate = hdr.ext.immediate;
     }
     action norm_ext_ki() {
+        md.kind = KIND_KEYINC;
         md.op = DTA_OP_KEY_INCREMENT; md.n = hdr.ext_ki.n; md.key = hdr.ext_ki.key;
         md.delta = hdr.ext_ki.delta; md.immediate = hdr.ext.immediate;
     }
     action norm_ext_ap() {
+        md.kind = KIND_APPEND;
         md.op = DTA_OP_APPEND; md.list_id = hdr.ext_ap.list_id; md.value = hdr.ext_ap.value;
         md.immediate = hdr.ext.immediate;
     }
     action norm_ext_pc() {
+        md.kind = KIND_POSTCARD;
         md.op = DTA_OP_POSTCARD; md.key = hdr.ext_pc.key; md.hop = hdr.ext_pc.hop;
         md.path_len = hdr.ext_pc.path_len; md.value = hdr.ext_pc.value;
         md.immediate = hdr.ext.immediate;
@@ -421,9 +529,18 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     }
 
     /* ---- Append ---- */
-    action ap_list(list_idx_t list_idx, qp_idx_t qp, PortId_t port, bit<64> list_base, bit<32> last_off) {
+    /* The list's base address comes as two halves plus the high half + 1 and the first batch
+     * offset whose low half carries (the control plane computes them: `carry_at` is
+     * 2^32 - base_lo, or 2^30 when no offset of the list reaches it). */
+    action ap_list(list_idx_t list_idx, qp_idx_t qp, PortId_t port, bit<32> base_hi,
+                   bit<32> base_lo, bit<32> base_hi1, bit<32> carry_at, bit<32> last_off) {
         md.lidx = list_idx; hdr.bridge.qp = qp; md.port = port;
-        md.list_base = list_base; md.last_off = last_off;
+        md.list_base_hi = base_hi; md.list_base_lo = base_lo; md.list_base_hi1 = base_hi1;
+        md.list_carry_at = carry_at; md.last_off = last_off;
+    }
+    action ap_addr() {
+        hdr.bridge_ap.va_lo = md.list_base_lo + md.ap_off;
+        md.ap_carry_d = md.ap_off - md.list_carry_at;
     }
     table tbl_ap_list {
         key = { md.list_id : exact; }
@@ -499,9 +616,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     /* Per (hop, path length): the hop's bit, the mask of a complete path, and the mask a fresh
      * entry starts with (0 when the path is a single hop: it completes at once). Filled by the
      * control plane for hop < DTA_PC_HOPS and path_len <= DTA_PC_HOPS; a miss is a bad hop. */
-    action pc_hop(bit<16> hop_bit, bit<16> full, bit<16> full_xor_bit, bit<16> start_mask) {
+    action pc_hop(bit<16> hop_bit, bit<16> full, bit<16> full_xor_bit, bit<16> start_mask,
+                  bit<1> start_complete) {
         md.pc_bit = hop_bit; md.pc_full = full; md.pc_full_xor_bit = full_xor_bit;
-        md.pc_start_mask = start_mask;
+        md.pc_start_mask = start_mask; md.pc_start_complete = start_complete;
     }
     table tbl_pc_hop {
         key = { md.hop : exact; md.path_len : exact; }
@@ -546,39 +664,58 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     RegisterAction<bit<32>, pc_idx_t, bit<32>>(pc_v##I##_reg) pc_v##I##_take = { \
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = 0; } \
     };
-/* Hop I's cell: the reporting hop stores its value (returning the old flow's word on an
- * eviction, or handing its own value straight to the chunk on completion); other hops are read
- * and cleared when the entry is emitted. */
-#define PC_HOP_APPLY(I) \
-    hdr.pc_words[I].setValid(); \
-    if (md.hop == I) { \
-        if (md.pc_complete == 1 && md.pc_evict == 0) { pc_v##I##_take.execute(md.pc_idx); hdr.pc_words[I].w = md.value; } \
-        else { hdr.pc_words[I].w = pc_v##I##_swap.execute(md.pc_idx); } \
-    } else if (md.pc_evict == 1 || md.pc_complete == 1) { \
-        hdr.pc_words[I].w = pc_v##I##_take.execute(md.pc_idx); \
+/* Hop I's cell, chosen by a constant ternary table on (hop, complete, evict) instead of nested
+ * gateways (bf-p4c: "gateway condition too complex"): the reporting hop stores its value
+ * (returning the old flow's word on an eviction, or handing its own value straight to the
+ * chunk on completion); other hops are read and cleared when the entry is emitted. */
+#define PC_CELL(I) \
+    action pc_own_take_##I() { pc_v##I##_take.execute(md.pc_idx); hdr.pc_words[I].w = md.value; } \
+    action pc_own_swap_##I() { hdr.pc_words[I].w = pc_v##I##_swap.execute(md.pc_idx); } \
+    action pc_take_##I() { hdr.pc_words[I].w = pc_v##I##_take.execute(md.pc_idx); } \
+    action pc_none_##I() { hdr.pc_words[I].w = 0; } \
+    table tbl_pc_cell_##I { \
+        key = { md.hop : ternary; md.pc_complete : ternary; md.pc_evict : ternary; } \
+        actions = { pc_own_take_##I; pc_own_swap_##I; pc_take_##I; pc_none_##I; } \
+        const entries = { \
+            (I, 1, 0) : pc_own_take_##I(); \
+            (I, _, _) : pc_own_swap_##I(); \
+            (_, _, 1) : pc_take_##I(); \
+            (_, 1, _) : pc_take_##I(); \
+        } \
+        const default_action = pc_none_##I(); \
+        size = 4; \
     }
+#define PC_CELL_APPLY(I) hdr.pc_words[I].setValid(); tbl_pc_cell_##I.apply();
 
     PC_HOP(0)
+    PC_CELL(0)
 #if DTA_PC_HOPS > 1
     PC_HOP(1)
+    PC_CELL(1)
 #endif
 #if DTA_PC_HOPS > 2
     PC_HOP(2)
+    PC_CELL(2)
 #endif
 #if DTA_PC_HOPS > 3
     PC_HOP(3)
+    PC_CELL(3)
 #endif
 #if DTA_PC_HOPS > 4
     PC_HOP(4)
+    PC_CELL(4)
 #endif
 #if DTA_PC_HOPS > 5
     PC_HOP(5)
+    PC_CELL(5)
 #endif
 #if DTA_PC_HOPS > 6
     PC_HOP(6)
+    PC_CELL(6)
 #endif
 #if DTA_PC_HOPS > 7
     PC_HOP(7)
+    PC_CELL(7)
 #endif
 
     /* ---- collector responses: (collector IP, our QPN) -> QP; sent to egress for the PSN ---- */
@@ -597,58 +734,30 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.kind = KIND_FORWARD;
         hdr.bridge.qp = 0; hdr.bridge.n = 0; hdr.bridge.pad0 = 0; hdr.bridge.immediate = 0;
-        hdr.bridge.key = 0; hdr.bridge.value = 0; hdr.bridge.delta = 0; hdr.bridge.va = 0;
-        hdr.bridge.list_id = 0; hdr.bridge.present = 0;
+        hdr.bridge.key = 0;
 
-        /* Exactly one report per datagram (PROTOCOL.md §6.3): the UDP length must be the
-         * report's; extended reserved fields must be zero and the priority 0..2. */
-        bit<16> ulen = hdr.udp.len - UDP_HEADER_LEN;
-        bool ext_ok = true;
-        if (hdr.ext.isValid()) {
-            ext_ok = hdr.ext.reserved == 0 && hdr.ext.reserved2 == 0 && hdr.ext.prio != 3;
-        }
-        if (hdr.ref_kw.isValid()) {
-            if (ulen == DTA_REF_BASE_LEN + DTA_REF_KW_LEN) { norm_ref_kw(); } else { drop(DROP_MALFORMED); }
-        } else if (hdr.ref_ki.isValid()) {
-            if (ulen == DTA_REF_BASE_LEN + DTA_REF_KI_LEN) { norm_ref_ki(); } else { drop(DROP_MALFORMED); }
-        } else if (hdr.ref_ap.isValid()) {
-            if (ulen == DTA_REF_BASE_LEN + DTA_REF_AP_LEN) { norm_ref_ap(); } else { drop(DROP_MALFORMED); }
-        } else if (hdr.ref_pc.isValid()) {
-            if (ulen != DTA_REF_BASE_LEN + DTA_REF_PC_LEN || hdr.ref_pc.hop_num == 0) { drop(DROP_MALFORMED); }
-            else { norm_ref_pc(); }
-        } else if (hdr.ext_kw.isValid()) {
-            if (!ext_ok || hdr.ext_kw.reserved != 0) { drop(DROP_MALFORMED); }
-            else if (hdr.ext_kw.key_len == 4 && hdr.ext_kw.val_len == DTA_VALUE_LEN
-                     && ulen == DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN) { norm_ext_kw(); }
-            else { drop(DROP_EXT_LENGTH); }
-        } else if (hdr.ext_ki.isValid()) {
-            if (!ext_ok || hdr.ext_ki.reserved != 0) { drop(DROP_MALFORMED); }
-            else if (hdr.ext_ki.key_len == 4 && ulen == DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4) { norm_ext_ki(); }
-            else { drop(DROP_EXT_LENGTH); }
-        } else if (hdr.ext_ap.isValid()) {
-            if (!ext_ok || hdr.ext_ap.reserved != 0) { drop(DROP_MALFORMED); }
-            else if (hdr.ext_ap.val_len == DTA_VALUE_LEN
-                     && ulen == DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN) { norm_ext_ap(); }
-            else { drop(DROP_EXT_LENGTH); }
-        } else if (hdr.ext_pc.isValid()) {
-            if (!ext_ok || hdr.ext_pc.reserved != 0 || hdr.ext_pc.path_len > DTA_EXT_MAX_PATH_LEN
-                    || (hdr.ext_pc.path_len != 0 && hdr.ext_pc.hop >= hdr.ext_pc.path_len)) {
-                drop(DROP_MALFORMED);
-            } else if (hdr.ext_pc.key_len == 4 && ulen == DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4) {
-                norm_ext_pc();
-            } else { drop(DROP_EXT_LENGTH); }
-        } else if (hdr.udp.isValid() && hdr.udp.dst_port == DTA_PORT) {
-            drop(DROP_BAD_VERSION);   /* unknown opcode or unsupported version: counted */
-        }
+        /* The parser validated the report (length, reserved fields, priority) and recorded
+         * the reason of a rejection; here the report only becomes (op, n, key, value, ...). */
+        if (md.drop_reason != 0) {
+            ig_dprsr_md.drop_ctl = 1;
+        } else if (hdr.ref_kw.isValid()) { norm_ref_kw(); }
+        else if (hdr.ref_ki.isValid()) { norm_ref_ki(); }
+        else if (hdr.ref_ap.isValid()) { norm_ref_ap(); }
+        else if (hdr.ref_pc.isValid()) { norm_ref_pc(); }
+        else if (hdr.ext_kw.isValid()) { norm_ext_kw(); }
+        else if (hdr.ext_ki.isValid()) { norm_ext_ki(); }
+        else if (hdr.ext_ap.isValid()) { norm_ext_ap(); }
+        else if (hdr.ext_pc.isValid()) { norm_ext_pc(); }
 
         if (md.op == DTA_OP_KEY_WRITE || md.op == DTA_OP_KEY_INCREMENT) {
             if (md.n == 0 || md.n > DTA_MAX_N) {
                 drop(DROP_BAD_REDUNDANCY);
             } else {
                 tbl_kv_route.apply();
-                hdr.bridge.kind = (md.op == DTA_OP_KEY_WRITE) ? KIND_KEYWRITE : KIND_KEYINC;
-                hdr.bridge.n = md.n; hdr.bridge.immediate = md.immediate;
-                hdr.bridge.key = md.key; hdr.bridge.value = md.value; hdr.bridge.delta = md.delta;
+                hdr.bridge.kind = md.kind;
+                hdr.bridge.n = md.n; hdr.bridge.immediate = md.immediate; hdr.bridge.key = md.key;
+                hdr.bridge_kv.setValid();
+                hdr.bridge_kv.value = md.value; hdr.bridge_kv.delta = md.delta;
             }
         } else if (md.op == DTA_OP_APPEND) {
             if (tbl_ap_list.apply().hit) {
@@ -680,9 +789,13 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                         ++ md.ap_seq[31:24] ++ 8w0 ++ 8w0 ++ (bit<8>)DTA_AP_BATCH ++ 8w0;
 #endif
                     hdr.bridge.kind = KIND_APPEND;
-                    hdr.bridge.immediate = (bit<1>)(md.ap_imm != 0);
-                    hdr.bridge.va = md.list_base + (bit<64>)md.ap_off;
-                    hdr.bridge.list_id = md.list_id;
+                    if (md.ap_imm != 0) { hdr.bridge.immediate = 1; }
+                    hdr.bridge_ap.setValid();
+                    ap_addr();
+                    /* 64-bit address = high half (+1 when the low half carried) ++ low half. */
+                    if (md.ap_carry_d[31:31] == 1) { hdr.bridge_ap.va_hi = md.list_base_hi; }
+                    else { hdr.bridge_ap.va_hi = md.list_base_hi1; }
+                    hdr.bridge_ap.list_id = md.list_id;
                     ig_tm_md.ucast_egress_port = md.port;
                 } else {
                     /* Held in the batch registers; consumes no PSN. */
@@ -697,44 +810,48 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     bit<32> cache_hash = pc_cache_hash.get({ md.key });
                     md.pc_idx = cache_hash[DTA_PC_CACHE_BITS - 1:0];
                     md.pc_old_flow = pc_flow_swap.execute(md.pc_idx);
-                    md.pc_collision = (bit<1>)(md.pc_old_flow != md.key);
+                    /* Comparisons of two fields become XORs tested against zero. */
+                    md.pc_flow_diff = md.pc_old_flow ^ md.key;
+                    if (md.pc_flow_diff != 0) { md.pc_collision = 1; }
                     md.pc_old_mask = pc_mask_update.execute(md.pc_idx);
-                    md.pc_evict = (bit<1>)(md.pc_collision == 1 && md.pc_old_mask != 0);
+                    md.pc_mask_diff = md.pc_old_mask ^ md.pc_full_xor_bit;
                     if (md.pc_collision == 1) {
-                        md.pc_complete = (bit<1>)(md.pc_start_mask == 0);
-                    } else {
-                        md.pc_complete = (bit<1>)(md.pc_old_mask == md.pc_full_xor_bit);
+                        md.pc_complete = md.pc_start_complete;
+                        if (md.pc_old_mask != 0) { md.pc_evict = 1; }
+                    } else if (md.pc_mask_diff == 0) {
+                        md.pc_complete = 1;
                     }
-                    PC_HOP_APPLY(0)
+                    PC_CELL_APPLY(0)
 #if DTA_PC_HOPS > 1
-                    PC_HOP_APPLY(1)
+                    PC_CELL_APPLY(1)
 #endif
 #if DTA_PC_HOPS > 2
-                    PC_HOP_APPLY(2)
+                    PC_CELL_APPLY(2)
 #endif
 #if DTA_PC_HOPS > 3
-                    PC_HOP_APPLY(3)
+                    PC_CELL_APPLY(3)
 #endif
 #if DTA_PC_HOPS > 4
-                    PC_HOP_APPLY(4)
+                    PC_CELL_APPLY(4)
 #endif
 #if DTA_PC_HOPS > 5
-                    PC_HOP_APPLY(5)
+                    PC_CELL_APPLY(5)
 #endif
 #if DTA_PC_HOPS > 6
-                    PC_HOP_APPLY(6)
+                    PC_CELL_APPLY(6)
 #endif
 #if DTA_PC_HOPS > 7
-                    PC_HOP_APPLY(7)
+                    PC_CELL_APPLY(7)
 #endif
+                    hdr.bridge_pc.setValid();
                     if (md.pc_evict == 1) {
                         /* The old flow's words go to the old flow's chunk. */
                         hdr.bridge.key = md.pc_old_flow;
-                        hdr.bridge.present = md.pc_old_mask[7:0];
+                        hdr.bridge_pc.present = md.pc_old_mask[7:0];
                         if (md.pc_complete == 1) { md.drop_reason = DROP_PC_SHORT_ON_EVICT; }
                     } else {
                         hdr.bridge.key = md.key;
-                        hdr.bridge.present = md.pc_full[7:0];
+                        hdr.bridge_pc.present = md.pc_full[7:0];
                     }
                     if (md.pc_evict == 1 || md.pc_complete == 1) {
                         hdr.bridge.kind = KIND_POSTCARD;
@@ -775,6 +892,9 @@ control IgDeparser(packet_out pkt, inout headers_t hdr, in ig_md_t md,
             qp_error.pack({ hdr.bridge.qp, hdr.aeth.syndrome, hdr.bth.psn });
         }
         pkt.emit(hdr.bridge);
+        pkt.emit(hdr.bridge_kv);
+        pkt.emit(hdr.bridge_ap);
+        pkt.emit(hdr.bridge_pc);
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.udp);
@@ -793,6 +913,18 @@ parser EgParser(packet_in pkt, out headers_t hdr, out eg_md_t md,
     state start {
         pkt.extract(eg_intr_md);
         pkt.extract(hdr.bridge);
+        transition select(hdr.bridge.kind) {
+            KIND_KEYWRITE: parse_bridge_kv;
+            KIND_KEYINC: parse_bridge_kv;
+            KIND_APPEND: parse_bridge_ap;
+            KIND_POSTCARD: parse_bridge_pc;
+            default: parse_ethernet;
+        }
+    }
+    state parse_bridge_kv { pkt.extract(hdr.bridge_kv); transition parse_ethernet; }
+    state parse_bridge_ap { pkt.extract(hdr.bridge_ap); transition parse_ethernet; }
+    state parse_bridge_pc { pkt.extract(hdr.bridge_pc); transition parse_ethernet; }
+    state parse_ethernet {
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) { ETHERTYPE_IPV4: parse_ipv4; default: accept; }
     }
@@ -877,20 +1009,31 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
     Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS_AND_BYTES) qp_frames;
     Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_acks;
     Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_nak_seq;
+    Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_nak_stale;
     Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_nak_rnr;
     Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_nak_fatal;
     Counter<bit<32>, qp_idx_t>(DTA_QPS, CounterType_t.PACKETS) qp_window_drops;
 
     /* ---- per-QP coordinates (control plane, from the collector's metadata) ---- */
+    /* The region base comes as two halves plus the high half + 1 and the first offset whose
+     * low-half add carries (2^32 - base_lo, or 2^30 when no offset in the region reaches it):
+     * the address is base_lo + offset in one 32-bit add, and the high half is chosen by the
+     * sign of offset - carry_at (both below 2^31). */
     action set_qp(bit<48> src_mac, bit<48> dst_mac, bit<32> src_ip, bit<32> dst_ip,
-                  bit<16> src_port, bit<24> remote_qpn, bit<32> rkey, bit<64> base,
+                  bit<16> src_port, bit<24> remote_qpn, bit<32> rkey, bit<32> base_hi,
+                  bit<32> base_lo, bit<32> base_hi1, bit<32> carry_at,
                   bit<32> slot_mask, bit<32> ack_every_m1, bit<32> window) {
         hdr.ethernet.src = src_mac; hdr.ethernet.dst = dst_mac;
         hdr.ipv4.src = src_ip; hdr.ipv4.dst = dst_ip;
         hdr.udp.src_port = src_port;
         md.remote_qpn = remote_qpn; md.rkey = rkey;
-        md.base = base; md.slot_mask = slot_mask; md.ack_every_m1 = ack_every_m1;
+        md.base_hi = base_hi; md.base_lo = base_lo; md.base_hi1 = base_hi1; md.carry_at = carry_at;
+        md.slot_mask = slot_mask; md.ack_every_m1 = ack_every_m1;
         md.window = window;
+    }
+    action addr_carry() {
+        md.va_lo = md.base_lo + md.off;
+        md.carry_d = md.off - md.carry_at;
     }
     action unknown_qp() { eg_dprsr_md.drop_ctl = 1; }
     table tbl_qp {
@@ -900,13 +1043,29 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
         size = DTA_QPS;
     }
 
-    /* ---- PSN: post-incremented, 24 bits; set by a NAK "PSN sequence error" ---- */
+    /* ---- PSN: post-incremented, 24 bits; set by a fresh NAK "PSN sequence error" ----
+     * The register holds PSN << 8, so one 32-bit add of 0x100 steps it and wraps exactly at
+     * 2^24 (a stateful ALU does one operation per statement: `(value + 1) & PSN_MASK` was
+     * rejected), and the serial-number comparison of two PSNs is the sign of a 32-bit
+     * difference. */
     Register<bit<32>, qp_idx_t>(DTA_QPS, 0) psn_reg;
     RegisterAction<bit<32>, qp_idx_t, bit<32>>(psn_reg) psn_next = {
-        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = (value + 1) & PSN_MASK; }
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = value + 0x100; }
     };
     RegisterAction<bit<32>, qp_idx_t, bit<32>>(psn_reg) psn_resync = {
-        void apply(inout bit<32> value) { value = (bit<32>)hdr.bth.psn; }
+        void apply(inout bit<32> value) { value = md.nak_psn; }
+    };
+    /* The PSN (<< 8) of the last NAK that moved the PSN. A NAK moves it only when it names a
+     * PSN after that one: a late or duplicated NAK would move the PSN back over frames the
+     * responder executed, and the new frames sent there would be taken as duplicates and
+     * silently not executed (the software QP never reuses a PSN either). The control plane
+     * sets it to (start PSN - 1) << 8 when it installs the QP. */
+    Register<bit<32>, qp_idx_t>(DTA_QPS, 0) nak_reg;
+    RegisterAction<bit<32>, qp_idx_t, bit<1>>(nak_reg) nak_accept = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            rv = 0;
+            if ((int<32>)(md.nak_psn - value) > 0) { value = md.nak_psn; rv = 1; }
+        }
     };
     /* AckReq on every k-th frame, exactly like the software QP. */
     Register<bit<32>, qp_idx_t>(DTA_QPS, 0) ackreq_reg;
@@ -1032,8 +1191,14 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
             bit<8> syn_kind = hdr.aeth.syndrome & AETH_SYN_KIND_MASK;
             if (qp_hit) {
                 if (hdr.aeth.syndrome == AETH_NAK_PSN_SEQ_ERROR) {
-                    psn_resync.execute(hdr.bridge.qp);
-                    window_open.execute(hdr.bridge.qp);
+                    md.nak_psn = hdr.bth.psn ++ 8w0;
+                    md.nak_fresh = nak_accept.execute(hdr.bridge.qp);
+                    if (md.nak_fresh == 1) {
+                        psn_resync.execute(hdr.bridge.qp);
+                        window_open.execute(hdr.bridge.qp);
+                    } else {
+                        qp_nak_stale.count(hdr.bridge.qp);
+                    }
                     qp_nak_seq.count(hdr.bridge.qp);
                 } else if (syn_kind == AETH_SYN_ACK) {
                     qp_acks.count(hdr.bridge.qp);
@@ -1073,6 +1238,11 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                         else { md.slot = h_rep7.get({ hdr.bridge.key }); }
 #endif
                         md.slot = md.slot & md.slot_mask;
+                        if (kind == KIND_POSTCARD) { md.off = md.slot << DTA_PC_CHUNK_SHIFT; }
+                        else { md.off = md.slot << 3; }
+                        addr_carry();
+                        if (md.carry_d[31:31] == 1) { md.va_hi = md.base_hi; }
+                        else { md.va_hi = md.base_hi1; }
                     }
                     if (kind == KIND_KEYWRITE || kind == KIND_KEYINC) {
                         md.checksum = h_checksum.get({ hdr.bridge.key });
@@ -1080,12 +1250,12 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 
                     if (kind == KIND_KEYWRITE) {
                         hdr.reth.setValid();
-                        hdr.reth.va = md.base + ((bit<64>)md.slot << 3);
+                        hdr.reth.va_hi = md.va_hi; hdr.reth.va_lo = md.va_lo;
                         hdr.reth.dma_len = DTA_KW_SLOT_SIZE;
                         hdr.kw_payload.setValid();
                         hdr.kw_payload.checksum_le = md.checksum[7:0] ++ md.checksum[15:8]
                             ++ md.checksum[23:16] ++ md.checksum[31:24];
-                        hdr.kw_payload.value = hdr.bridge.value;
+                        hdr.kw_payload.value = hdr.bridge_kv.value;
                         if (hdr.bridge.immediate == 1 && md.rid == 0) {
                             /* The first replica tells the collector CPU (ImmDt = checksum). */
                             frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
@@ -1101,8 +1271,8 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                             /* BTH + AtomicETH + ICRC: 44 bytes of transport, correct lengths. */
                             frame(IB_OP_RC_FETCH_ADD, IB_BTH_LEN + IB_ATOMIC_ETH_LEN + IB_ICRC_LEN);
                             hdr.atomic.setValid();
-                            hdr.atomic.va = md.base + ((bit<64>)md.slot << 3);
-                            hdr.atomic.add = hdr.bridge.delta;
+                            hdr.atomic.va_hi = md.va_hi; hdr.atomic.va_lo = md.va_lo;
+                            hdr.atomic.add = hdr.bridge_kv.delta;
                             hdr.atomic.compare = 0;
                         } else {
                             /* Replica N of an immediate report: a zero-length WRITE with
@@ -1110,20 +1280,20 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                             frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
                                   IB_BTH_LEN + IB_RETH_LEN + IB_IMMDT_LEN + IB_ICRC_LEN);
                             hdr.reth.setValid();
-                            hdr.reth.va = md.base;
+                            hdr.reth.va_hi = md.base_hi; hdr.reth.va_lo = md.base_lo;
                             hdr.reth.dma_len = 0;
                             hdr.immdt.setValid();
                             hdr.immdt.imm = md.checksum;
                         }
                     } else if (kind == KIND_APPEND) {
                         hdr.reth.setValid();
-                        hdr.reth.va = hdr.bridge.va;
+                        hdr.reth.va_hi = hdr.bridge_ap.va_hi; hdr.reth.va_lo = hdr.bridge_ap.va_lo;
                         hdr.reth.dma_len = DTA_AP_STRIDE;
                         if (hdr.bridge.immediate == 1) {
                             frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
                                   IB_BTH_LEN + IB_RETH_LEN + IB_IMMDT_LEN + DTA_AP_STRIDE + IB_ICRC_LEN);
                             hdr.immdt.setValid();
-                            hdr.immdt.imm = hdr.bridge.list_id;
+                            hdr.immdt.imm = hdr.bridge_ap.list_id;
                         } else {
                             frame(IB_OP_RC_RDMA_WRITE_ONLY,
                                   IB_BTH_LEN + IB_RETH_LEN + DTA_AP_STRIDE + IB_ICRC_LEN);
@@ -1131,7 +1301,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                     } else {
                         /* Postcarding: encode every hop word against the chunk's flow. */
                         hdr.reth.setValid();
-                        hdr.reth.va = md.base + ((bit<64>)md.slot << DTA_PC_CHUNK_SHIFT);
+                        hdr.reth.va_hi = md.va_hi; hdr.reth.va_lo = md.va_lo;
                         hdr.reth.dma_len = DTA_PC_CHUNK_BYTES;
                         frame(IB_OP_RC_RDMA_WRITE_ONLY,
                               IB_BTH_LEN + IB_RETH_LEN + DTA_PC_CHUNK_BYTES + IB_ICRC_LEN);
@@ -1144,7 +1314,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 #define PC_ENCODE(I) \
                         { \
                             bit<32> hh##I = h_hop##I.get({ hdr.bridge.key }); \
-                            if (hdr.bridge.present[I:I] == 1) { hdr.pc_words[I].w = hdr.pc_words[I].w ^ hh##I; } \
+                            if (hdr.bridge_pc.present[I:I] == 1) { hdr.pc_words[I].w = hdr.pc_words[I].w ^ hh##I; } \
                             else { hdr.pc_words[I].w = PC_BLANK(hh##I); } \
                         }
                         PC_ENCODE(0)
@@ -1186,7 +1356,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 
                     hdr.bth.dest_qp = md.remote_qpn;
                     hdr.bth.ack_req = md.ack_req;
-                    hdr.bth.psn = md.psn[23:0];
+                    hdr.bth.psn = md.psn[31:8];
                     if (hdr.reth.isValid()) { hdr.reth.rkey = md.rkey; }
                     if (hdr.atomic.isValid()) { hdr.atomic.rkey = md.rkey; }
 
@@ -1194,25 +1364,25 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                     bit<32> crc = 0;
 #ifndef DTA_NO_ICRC
                     if (hdr.kw_payload.isValid() && hdr.immdt.isValid()) {
-                        crc = icrc_kw_imm.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                        crc = icrc_kw_imm.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
                                                 hdr.immdt.imm, hdr.kw_payload.checksum_le, hdr.kw_payload.value });
                     } else if (hdr.kw_payload.isValid()) {
-                        crc = icrc_kw.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                        crc = icrc_kw.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
                                             hdr.kw_payload.checksum_le, hdr.kw_payload.value });
                     } else if (hdr.atomic.isValid()) {
-                        crc = icrc_ki.get({ ICRC_HEADERS, hdr.atomic.va, hdr.atomic.rkey, hdr.atomic.add,
+                        crc = icrc_ki.get({ ICRC_HEADERS, hdr.atomic.va_hi, hdr.atomic.va_lo, hdr.atomic.rkey, hdr.atomic.add,
                                             hdr.atomic.compare });
                     } else if (kind == KIND_KEYINC) {
-                        crc = icrc_imm0.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                        crc = icrc_imm0.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
                                               hdr.immdt.imm });
                     } else if (kind == KIND_APPEND && hdr.immdt.isValid()) {
-                        crc = icrc_ap_imm.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                        crc = icrc_ap_imm.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
                                                 hdr.immdt.imm, AP_WORDS_ICRC AP_TRAILER_ICRC });
                     } else if (kind == KIND_APPEND) {
-                        crc = icrc_ap.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                        crc = icrc_ap.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
                                             AP_WORDS_ICRC AP_TRAILER_ICRC });
                     } else {
-                        crc = icrc_pc.get({ ICRC_HEADERS, hdr.reth.va, hdr.reth.rkey, hdr.reth.dma_len,
+                        crc = icrc_pc.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
                                             PC_WORDS_ICRC });
                     }
 #endif
@@ -1222,7 +1392,8 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                 }
             }
         }
-        hdr.bridge.setInvalid();
+        hdr.bridge.setInvalid(); hdr.bridge_kv.setInvalid(); hdr.bridge_ap.setInvalid();
+        hdr.bridge_pc.setInvalid();
     }
 }
 
