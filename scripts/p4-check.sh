@@ -1,30 +1,77 @@
 #!/usr/bin/env bash
-# Checks the Tofino programs in p4/ as far as this machine allows. Never fails the test command
-# because a tool is missing: it prints "SKIP: reason" and exits 0 instead.
+# Checks the Tofino programs in p4/ as far as this machine allows. A missing tool never fails
+# the test command: that step prints "SKIP: reason" and the script exits 0.
 #
-# 1. Always (needs only `cpp`): preprocesses every program under every supported combination of
-#    compile-time knobs and checks that the result is balanced and free of leftover macros.
-# 2. With the P4 front end `p4test` (p4lang/p4c) on PATH or installable: compiles both programs
-#    with `p4test --arch tna` for the same combinations. p4c is not in Debian 12's archive and
-#    no PyPI package ships `p4test`, so on a stock machine this step is skipped (p4/README.md).
+# 1. Always (needs only `cpp`): preprocesses every program under every knob combination and
+#    checks that the result is balanced and free of leftover macros.
+# 2. With the P4 front end `p4test` (p4lang/p4c): runs it on every combination, with
+#    -D__TARGET_TOFINO__=1 so that tna.p4 accepts the target.
+# 3. With the open-source Tofino back end (`p4c-barefoot` and the assembler `bfas`): compiles
+#    every combination end to end for Tofino-1 (`--target tofino --arch tna`, then `bfas` to
+#    tofino.bin) and keeps each build's resource summary under $P4_OUT (default: a temporary
+#    directory, removed at exit).
+#
+# Where the tools are (p4/README.md, "Compile"): each of P4TEST, P4C_BAREFOOT, BFAS may name
+# its binary; otherwise P4C_BUILD may name a p4c build directory that holds all three;
+# otherwise PATH. P4C_TNA_INCLUDE names the directory with tna.p4 if it is not next to them.
+# Combinations: the list below, plus every `p4_defines` of tests/corpus/*/case.json (translator);
+# the reporter's own knobs (reporter). P4_ONLY=translator|reporter limits to one program.
 # Exit status: 0 on success or skip, 1 when a check that could run failed.
 set -u
 cd "$(dirname "$0")/.."
 
-combos=(
+translator_combos=(
   ""
   "-DDTA_HASH_REFERENCE"
   "-DDTA_REF_VARIANT_B"
   "-DDTA_NO_EXTENDED -DDTA_AP_BATCH=1"
   "-DDTA_AP_BATCH=16 -DDTA_AP_REFERENCE_RING"
+  "-DDTA_AP_BATCH=16"
   "-DDTA_AP_BATCH=2 -DDTA_PC_HOPS=3 -DDTA_MAX_N=8"
   "-DDTA_AP_BATCH=8 -DDTA_PC_HOPS=8"
   "-DDTA_PC_HOPS=1 -DDTA_NO_ICRC"
+  "-DDTA_HASH_REFERENCE -DDTA_REF_VARIANT_B"
+)
+reporter_combos=(
+  ""
+  "-DDTA_REF_VARIANT_B"
   "-DDTA_REPORT_EXTENDED"
 )
-programs=(p4/translator/dta_translator.p4 p4/reporter/dta_reporter.p4)
+# The corpus cases' build flags (tests/corpus/*/case.json, "p4_defines").
+while IFS= read -r d; do
+  [ -n "$d" ] && translator_combos+=("$d")
+done < <(python3 - <<'PY' 2>/dev/null
+import glob, json
+seen = set()
+for p in sorted(glob.glob("tests/corpus/*/case.json")):
+    c = json.load(open(p))
+    d = " ".join(c.get("p4_defines", "").split())
+    if not c.get("p4_unsupported") and d not in seen:
+        seen.add(d)
+        print(d)
+PY
+)
+# Drop repeats (a corpus set may equal a listed one).
+declare -A seen_combo=()
+uniq_combos=()
+for c in "${translator_combos[@]}"; do
+  k=" $c"
+  [ -n "${seen_combo[$k]:-}" ] && continue
+  seen_combo[$k]=1
+  uniq_combos+=("$c")
+done
+translator_combos=("${uniq_combos[@]}")
+
+builds=()   # "program|combo"
+if [ "${P4_ONLY:-}" != reporter ]; then
+  for c in "${translator_combos[@]}"; do builds+=("p4/translator/dta_translator.p4|$c"); done
+fi
+if [ "${P4_ONLY:-}" != translator ]; then
+  for c in "${reporter_combos[@]}"; do builds+=("p4/reporter/dta_reporter.p4|$c"); done
+fi
 status=0
 
+# ---- 1. preprocessing ----
 if ! command -v cpp >/dev/null 2>&1; then
   echo "SKIP: cpp (the C preprocessor) is not installed; cannot preprocess the P4 programs"
 else
@@ -36,7 +83,6 @@ else
 import sys, re
 text = sys.stdin.read()
 prog, combo = sys.argv[1], sys.argv[2]
-depth = {"{": 0, "(": 0, "[": 0}
 pairs = {"}": "{", ")": "(", "]": "["}
 stack = []
 for i, ch in enumerate(text):
@@ -50,7 +96,7 @@ for i, ch in enumerate(text):
 if stack:
     print(f"FAIL: {prog} {combo}: unclosed {stack[-1]!r}")
     sys.exit(1)
-leftover = re.findall(r"\b(DTA_[A-Z0-9_]+|AP_ENTRY[A-Z_]*|PC_HOP[A-Z_]*|PC_ENCODE|ICRC_HEADERS)\b(?!\s*=)", text)
+leftover = re.findall(r"\b(DTA_[A-Z0-9_]+|AP_ENTRY[A-Z_]*|PC_HOP[A-Z_]*|PC_CELL[A-Z_]*|PC_ENCODE|ICRC_HEADERS)\b(?!\s*=)", text)
 consts = set(re.findall(r"const\s+[^=]+?\s(\w+)\s*=", text))
 leftover = [l for l in leftover if l not in consts]
 if leftover:
@@ -60,52 +106,87 @@ if "TODO" in text:
     print(f"FAIL: {prog} {combo}: TODO left")
     sys.exit(1)
 PY
-  for prog in "${programs[@]}"; do
-    for c in "${combos[@]}"; do
-      # shellcheck disable=SC2086
-      if ! out=$(cpp -P -undef -nostdinc -I "$stub" $c "$prog" 2>&1); then
-        echo "FAIL: cpp $c $prog"; echo "$out" | head -20; status=1; continue
-      fi
-      if ! python3 "$stub/check.py" "$prog" "$c" <<<"$out"; then status=1; fi
-    done
+  n=0
+  for b in "${builds[@]}"; do
+    prog=${b%%|*} c=${b#*|}
+    # shellcheck disable=SC2086
+    if ! out=$(cpp -P -undef -nostdinc -I "$stub" $c "$prog" 2>&1); then
+      echo "FAIL: cpp $c $prog"; echo "$out" | head -20; status=1; continue
+    fi
+    if python3 "$stub/check.py" "$prog" "$c" <<<"$out"; then n=$((n + 1)); else status=1; fi
   done
-  [ $status -eq 0 ] && echo "ok: preprocessed ${#programs[@]} programs x ${#combos[@]} knob combinations"
+  [ $status -eq 0 ] && echo "ok: preprocessed ${#builds[@]} builds (2 programs, their knob combinations)"
 fi
 
-P4TEST=$(command -v p4test || true)
-if [ -z "$P4TEST" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  # p4c is packaged for Debian testing/unstable only; try, quietly, in case this machine has it.
-  if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
-    apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 || true
-  fi
-  if apt-cache show p4lang-p4c >/dev/null 2>&1; then
-    apt-get -o DPkg::Lock::Timeout=300 install -y -qq p4lang-p4c >/dev/null 2>&1 || true
-  fi
-  P4TEST=$(command -v p4test || true)
-fi
-if [ -z "$P4TEST" ]; then
-  echo "SKIP: p4test not found (p4c is not in Debian 12's archive and no PyPI package ships it)"
-  exit $status
-fi
-# p4test needs tna.p4 from the Tofino back end (p4lang/p4c, backends/tofino/bf-p4c/p4include).
+# ---- tools ----
+tool() {  # tool NAME ENVVAR
+  local v=${!2:-}
+  if [ -n "$v" ]; then [ -x "$v" ] && echo "$v"; return; fi
+  if [ -n "${P4C_BUILD:-}" ] && [ -x "$P4C_BUILD/$1" ]; then echo "$P4C_BUILD/$1"; return; fi
+  command -v "$1" 2>/dev/null || true
+}
+P4TEST_BIN=$(tool p4test P4TEST)
+BAREFOOT_BIN=$(tool p4c-barefoot P4C_BAREFOOT)
+BFAS_BIN=$(tool bfas BFAS)
 TNA_DIR=${P4C_TNA_INCLUDE:-}
 if [ -z "$TNA_DIR" ]; then
-  for d in /usr/share/p4c/p4include /usr/local/share/p4c/p4include; do
-    [ -f "$d/tna.p4" ] && TNA_DIR=$d
+  for d in ${P4C_BUILD:+"$P4C_BUILD/p4include"} \
+           ${BAREFOOT_BIN:+"$(dirname "$(readlink -f "$BAREFOOT_BIN")")/p4include"} \
+           ${BAREFOOT_BIN:+"$(dirname "$BAREFOOT_BIN")/p4include"} \
+           ${P4TEST_BIN:+"$(dirname "$P4TEST_BIN")/p4include"} \
+           /usr/share/p4c/p4include /usr/local/share/p4c/p4include; do
+    [ -f "$d/tna.p4" ] && { TNA_DIR=$d; break; }
   done
 fi
-if [ -z "$TNA_DIR" ]; then
+
+# ---- 2. p4test ----
+if [ -z "$P4TEST_BIN" ]; then
+  echo "SKIP: p4test not found (set P4TEST or P4C_BUILD, or put p4c's build on PATH; p4/README.md)"
+elif [ -z "$TNA_DIR" ]; then
   echo "SKIP: p4test found but no tna.p4 (set P4C_TNA_INCLUDE to the Tofino p4include directory)"
-  exit $status
-fi
-for prog in "${programs[@]}"; do
-  for c in "${combos[@]}"; do
+else
+  fails=0
+  for b in "${builds[@]}"; do
+    prog=${b%%|*} c=${b#*|}
     # shellcheck disable=SC2086
-    if ! "$P4TEST" --std p4-16 -I "$TNA_DIR" $c "$prog" >/tmp/p4test.$$ 2>&1; then
-      echo "FAIL: p4test $c $prog"; head -30 /tmp/p4test.$$; status=1
+    if ! out=$("$P4TEST_BIN" --std p4-16 -D__TARGET_TOFINO__=1 -I "$TNA_DIR" $c "$prog" 2>&1); then
+      echo "FAIL: p4test $c $prog"; echo "$out" | head -30; fails=$((fails + 1)); status=1
     fi
   done
+  echo "p4test: $(( ${#builds[@]} - fails )) of ${#builds[@]} builds accepted"
+fi
+
+# ---- 3. p4c-barefoot + bfas, end to end ----
+if [ -z "$BAREFOOT_BIN" ] || [ -z "$BFAS_BIN" ]; then
+  echo "SKIP: the Tofino back end is not available (p4c-barefoot: ${BAREFOOT_BIN:-not found}; bfas: ${BFAS_BIN:-not found}); set P4C_BUILD (p4/README.md)"
+  exit $status
+fi
+OUT=${P4_OUT:-}
+if [ -z "$OUT" ]; then
+  OUT=$(mktemp -d)
+  trap 'rm -rf "$stub" "$OUT"' EXIT
+fi
+fails=0 i=0
+for b in "${builds[@]}"; do
+  prog=${b%%|*} c=${b#*|}
+  i=$((i + 1))
+  dir="$OUT/$(basename "$prog" .p4)-$i"
+  rm -rf "$dir"; mkdir -p "$dir"
+  printf '%s\n' "$c" > "$dir/defines"
+  # shellcheck disable=SC2086
+  if ! "$BAREFOOT_BIN" --target tofino --arch tna --std p4-16 -g ${TNA_DIR:+-I "$TNA_DIR"} $c \
+      -o "$dir" "$prog" > "$dir/compile.log" 2>&1; then
+    echo "FAIL: p4c-barefoot $c $prog"; grep -iE "error|warning: .*unsupported" "$dir/compile.log" | head -20
+    fails=$((fails + 1)); status=1; continue
+  fi
+  bfa=$(find "$dir" -name '*.bfa' | head -1)
+  if [ -z "$bfa" ]; then
+    echo "FAIL: p4c-barefoot $c $prog wrote no .bfa"; fails=$((fails + 1)); status=1; continue
+  fi
+  if ! "$BFAS_BIN" -o "$dir" "$bfa" > "$dir/bfas.log" 2>&1 || [ -z "$(find "$dir" -name tofino.bin)" ]; then
+    echo "FAIL: bfas $c $prog"; head -20 "$dir/bfas.log"; fails=$((fails + 1)); status=1; continue
+  fi
+  echo "ok: $(basename "$prog") ${c:-(defaults)} -> $(find "$dir" -name tofino.bin | head -1 | sed "s|$OUT/||")"
 done
-rm -f /tmp/p4test.$$
-[ $status -eq 0 ] && echo "ok: p4test accepted ${#programs[@]} programs x ${#combos[@]} combinations"
+echo "p4c-barefoot + bfas: $(( ${#builds[@]} - fails )) of ${#builds[@]} builds compiled end to end"
 exit $status
