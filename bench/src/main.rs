@@ -109,8 +109,9 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         rate: u64,
     },
-    /// Replay a pcap of reports through the translator (in memory on 1..k workers, and/or over
-    /// kernel UDP into a running translator and collector) and measure.
+    /// Replay a pcap of reports through the translator (in memory on 1..k workers, and/or
+    /// over kernel UDP through a translator and collector this command starts on loopback) and
+    /// measure.
     Replay {
         /// The pcap file (a `FILE.json` scenario next to it is used when present).
         pcap: PathBuf,
@@ -279,7 +280,8 @@ impl ScenarioArgs {
 enum ReplayPath {
     /// In memory: pipeline + software RNIC per worker thread.
     Memory,
-    /// Kernel UDP sockets on loopback into a running translator and collector.
+    /// Kernel UDP sockets on loopback, through a translator and a collector (software RNIC)
+    /// that this command starts and stops itself.
     Udp,
     /// Both.
     Both,

@@ -689,8 +689,8 @@ impl Default for UdpReplayOptions {
     }
 }
 
-/// Replays `trace` with `sendmmsg` into a running translator (kernel UDP backend, one worker)
-/// that writes into a running collector (software RNIC on a UDP socket), both on loopback.
+/// Replays `trace` with `sendmmsg` into a translator (kernel UDP backend, one worker) that
+/// writes into a collector (software RNIC on a UDP socket), both started here on loopback.
 pub fn replay_udp(
     sc: &Scenario,
     trace: &Trace,
