@@ -377,6 +377,143 @@ pub fn print(opts: &DemoOptions, r: &DemoReport) {
     if r.rnic_errors.is_empty() {
         println!("  RNIC drop counters      all zero");
     } else {
-        println!("  RNIC drop counters      {:?}", r.rnic_errors);
+        let list: Vec<String> = r
+            .rnic_errors
+            .iter()
+            .map(|(name, v)| format!("{name} {v}"))
+            .collect();
+        println!("  RNIC drop counters      {}", list.join(", "));
+    }
+    let failed = checks(opts, r);
+    if failed.is_empty() {
+        println!("  checks                  all passed");
+    } else {
+        for f in &failed {
+            println!("  CHECK FAILED            {f}");
+        }
+    }
+}
+
+/// The demo's checks: what must hold for "the system works end to end". Returns one line per
+/// failed check (empty: all passed); `dta demo` exits 1 when any fails.
+pub fn checks(opts: &DemoOptions, r: &DemoReport) -> Vec<String> {
+    let mut failed = Vec::new();
+    let sent = opts.keywrite + opts.append;
+    if r.received + r.socket_drops < sent {
+        failed.push(format!(
+            "{} of {sent} reports neither reached the translator nor were counted as socket drops",
+            sent - r.received - r.socket_drops
+        ));
+    }
+    if r.translated + r.dropped != r.received {
+        failed.push(format!(
+            "accounting: received {} != translated {} + dropped {}",
+            r.received, r.translated, r.dropped
+        ));
+    }
+    if r.dropped > 0 {
+        failed.push(format!("the translator dropped {} reports", r.dropped));
+    }
+    if r.kw_wrong > 0 {
+        failed.push(format!(
+            "{} Key-Write answers were values never sent",
+            r.kw_wrong
+        ));
+    }
+    // The empty rate is a random quantity around the formula; a store that lost writes
+    // answers empty far more often.
+    let empty = r.kw_empty as f64 / opts.keywrite.max(1) as f64;
+    if opts.keywrite > 0 && empty > 1.5 * r.kw_predicted_empty + 0.005 {
+        failed.push(format!(
+            "Key-Write empty {:.2} % against the formula's {:.2} %",
+            100.0 * empty,
+            100.0 * r.kw_predicted_empty
+        ));
+    }
+    if r.append_misordered > 0 {
+        failed.push(format!(
+            "{} Append entries out of order or corrupt",
+            r.append_misordered
+        ));
+    }
+    if r.socket_drops == 0 && r.dropped == 0 && r.append_recovered + r.append_skipped < opts.append
+    {
+        failed.push(format!(
+            "Append: {} of {} entries recovered ({} skipped by overrun)",
+            r.append_recovered, opts.append, r.append_skipped
+        ));
+    }
+    // Duplicates are resends the responder already executed (harmless); every other RNIC
+    // counter here is an error.
+    let errors: Vec<String> = r
+        .rnic_errors
+        .iter()
+        .filter(|(name, _)| name != "duplicate_request")
+        .map(|(name, v)| format!("{name} {v}"))
+        .collect();
+    if !errors.is_empty() {
+        failed.push(format!("RNIC errors: {}", errors.join(", ")));
+    }
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clean(opts: &DemoOptions) -> DemoReport {
+        let sent = opts.keywrite + opts.append;
+        DemoReport {
+            sent,
+            received: sent,
+            translated: sent,
+            kw_correct: opts.keywrite,
+            kw_predicted_empty: 0.016,
+            append_recovered: opts.append,
+            ..DemoReport::default()
+        }
+    }
+
+    /// A clean run passes; each kind of failure the demo can see makes it fail (exit 1).
+    #[test]
+    fn checks_pass_a_clean_run_and_name_each_failure() {
+        let opts = DemoOptions {
+            keywrite: 1000,
+            append: 1000,
+            ..DemoOptions::default()
+        };
+        assert!(checks(&opts, &clean(&opts)).is_empty());
+        let mut dup = clean(&opts);
+        dup.rnic_errors = vec![("duplicate_request".into(), 3)];
+        assert!(checks(&opts, &dup).is_empty(), "duplicates are harmless");
+
+        let cases: Vec<(&str, Box<dyn Fn(&mut DemoReport)>)> = vec![
+            (
+                "dropped",
+                Box::new(|r| {
+                    r.translated -= 5;
+                    r.dropped = 5;
+                }),
+            ),
+            ("never sent", Box::new(|r| r.kw_wrong = 1)),
+            ("empty", Box::new(|r| r.kw_empty = 100)),
+            ("out of order", Box::new(|r| r.append_misordered = 2)),
+            ("recovered", Box::new(|r| r.append_recovered = 900)),
+            (
+                "bad_icrc",
+                Box::new(|r| r.rnic_errors = vec![("bad_icrc".into(), 1)]),
+            ),
+            ("accounting", Box::new(|r| r.translated -= 1)),
+            ("neither reached", Box::new(|r| r.received -= 10)),
+        ];
+        for (what, spoil) in cases {
+            let mut r = clean(&opts);
+            spoil(&mut r);
+            let failed = checks(&opts, &r);
+            assert!(
+                failed.iter().any(|f| f.contains(what)),
+                "{what}: {failed:?}"
+            );
+        }
     }
 }

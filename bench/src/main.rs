@@ -744,7 +744,7 @@ fn main() {
             match demo::run(&opts) {
                 Ok(r) => {
                     demo::print(&opts, &r);
-                    if r.kw_wrong > 0 || r.append_misordered > 0 {
+                    if !demo::checks(&opts, &r).is_empty() {
                         std::process::exit(1);
                     }
                 }
