@@ -79,12 +79,19 @@ pub fn machine() -> serde_json::Value {
     })
 }
 
+/// Writes a figure's measurements (`NAME.json`) and draws its charts.
 fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
-    let charts = charts(name, v);
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let p = out.join(format!("{name}.json"));
     let s = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
     std::fs::write(&p, s).map_err(|e| format!("{}: {e}", p.display()))?;
+    draw(out, name, v)
+}
+
+/// Draws a figure's charts (`NAME.svg`, `NAME-2.svg`, ...) from its measurements; never
+/// touches `NAME.json`.
+fn draw(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
+    let charts = charts(name, v);
     for (i, c) in charts.iter().enumerate() {
         let n = if i == 0 {
             format!("{name}.svg")
@@ -778,7 +785,7 @@ pub fn plot(dir: &Path) -> Result<usize, String> {
         };
         let v: serde_json::Value =
             serde_json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))?;
-        write(dir, name, &v)?;
+        draw(dir, name, &v)?;
         n += 1;
     }
     Ok(n)
@@ -787,6 +794,23 @@ pub fn plot(dir: &Path) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `bench plot` redraws the SVGs and leaves the measurements byte for byte as they were.
+    #[test]
+    fn plot_never_rewrites_its_input() {
+        let dir = std::env::temp_dir().join(format!("dta-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Compact JSON: a rewrite would pretty-print it.
+        let input = r#"{"rows":[{"batch":1,"pipeline":{"reports_per_sec":1e6,"reports_per_cpu_sec":2e6},"with_rnic":{"reports_per_cpu_sec":1e6}}]}"#;
+        std::fs::write(dir.join("append.json"), input).unwrap();
+        assert_eq!(plot(&dir).unwrap(), 1);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("append.json")).unwrap(),
+            input
+        );
+        assert!(dir.join("append.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn charts_redraw_from_json() {
