@@ -585,10 +585,51 @@ fn empty_rows() -> &'static Vec<serde_json::Value> {
     &EMPTY
 }
 
+/// The caption of a figure: how much was measured, on what, when (from its JSON).
+fn caption(v: &serde_json::Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = v["reports_per_trace"].as_u64() {
+        parts.push(format!("{n} reports per trace"));
+    }
+    if let Some(l) = v["loops"].as_u64() {
+        parts.push(format!("{l} runs each"));
+    }
+    let m = &v["machine"];
+    if let Some(cpu) = m["cpu"].as_str() {
+        let cores = m["cores"].as_u64().unwrap_or(0);
+        parts.push(format!("{cpu}, {cores} cores"));
+    }
+    if let Some(t) = m["unix_time"].as_u64() {
+        parts.push(utc_date(t));
+    }
+    parts.join("; ")
+}
+
+/// `YYYY-MM-DD HH:MM UTC` of a Unix time (the civil calendar from days since 1970).
+fn utc_date(t: u64) -> String {
+    let days = (t / 86_400) as i64;
+    let secs = t % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        secs / 3600,
+        secs % 3600 / 60
+    )
+}
+
 /// The charts of figure `name` drawn from its JSON results (so they can be redrawn later with
 /// `dta bench plot`).
 pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
     let rows = v["rows"].as_array().unwrap_or(empty_rows());
+    let cap = caption(v);
     let chart = |title: &str, x: &str, y: &str, log_x: bool, series: Vec<Series>| Chart {
         title: title.into(),
         x_label: x.into(),
@@ -596,6 +637,18 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
         log_x,
         log_y: false,
         series,
+        categories: Vec::new(),
+        caption: cap.clone(),
+    };
+    let bars = |title: &str, cats: &[&str], y: &str, series: Vec<Series>| Chart {
+        title: title.into(),
+        x_label: String::new(),
+        y_label: y.into(),
+        log_x: false,
+        log_y: false,
+        series,
+        categories: cats.iter().map(|c| c.to_string()).collect(),
+        caption: cap.clone(),
     };
     match name {
         "micro" => {
@@ -610,17 +663,16 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                 .enumerate()
                 .map(|(i, r)| (i as f64 + 1.0, f(&r["target_reports_per_sec"]) / 1e6))
                 .collect();
-            vec![chart(
-                "One core, in memory: reports/s per primitive",
-                "1 = Append b16, 2 = Key-Write N2, 3 = Postcard, 4 = Key-Increment N2",
-                "million reports/s",
-                false,
+            vec![bars(
+                "One core, in memory: reports per CPU second, per primitive",
+                &[
+                    "Append b=16",
+                    "Key-Write N=2",
+                    "Postcarding",
+                    "Key-Increment N=2",
+                ],
+                "million reports per CPU second",
                 vec![
-                    line(
-                        "pipeline, per wall s",
-                        pts("pipeline", "reports_per_sec"),
-                        false,
-                    ),
                     line(
                         "pipeline, per CPU s",
                         pts("pipeline", "reports_per_cpu_sec"),
@@ -642,19 +694,19 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                     .map(|r| (f(&r[x]), f(&r[k][key]) / 1e6))
                     .collect()
             };
-            let mut series = vec![
+            let series = vec![
                 line(
-                    "reports/s per CPU s, pipeline",
+                    "pipeline, per CPU s",
                     pts("pipeline", "reports_per_cpu_sec"),
                     false,
                 ),
                 line(
-                    "reports/s per CPU s, + RNIC",
+                    "+ RNIC, per CPU s",
                     pts("with_rnic", "reports_per_cpu_sec"),
                     false,
                 ),
                 line(
-                    "reports/s (wall), pipeline",
+                    "pipeline, per wall s",
                     pts("pipeline", "reports_per_sec"),
                     true,
                 ),
@@ -663,23 +715,27 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                 vec![chart(
                     "Append throughput vs batch size (Fig. 10), one core",
                     "entries per RDMA WRITE (batch)",
-                    "million reports/s",
+                    "million reports per second",
                     true,
                     series,
                 )]
             } else {
-                series.push(line(
-                    "RDMA frames/s (wall), pipeline",
-                    pts("pipeline", "frames_per_sec"),
-                    false,
-                ));
-                vec![chart(
-                    "Key-Write throughput vs redundancy N (Fig. 12), one core",
-                    "redundancy N",
-                    "million per second",
-                    false,
-                    series,
-                )]
+                vec![
+                    chart(
+                        "Key-Write throughput vs redundancy N (Fig. 12), one core",
+                        "redundancy N",
+                        "million reports per second",
+                        false,
+                        series,
+                    ),
+                    chart(
+                        "Key-Write: RDMA frames sent vs redundancy N, one core",
+                        "redundancy N",
+                        "million RDMA frames per second (wall)",
+                        false,
+                        vec![line("pipeline", pts("pipeline", "frames_per_sec"), false)],
+                    ),
+                ]
             }
         }
         "postcard" => {
@@ -745,11 +801,17 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
         }
         "baselines" => {
             let r = &v["result"];
-            vec![chart(
+            vec![bars(
                 "Collector CPU per report, same Append stream (dta: batch 16)",
-                "1 parse only, 2 cuckoo, 3 MultiLog, 4 dta sw RNIC, 5 same saturated, 6 real RNIC",
+                &[
+                    "parse only",
+                    "cuckoo",
+                    "MultiLog",
+                    "dta, sw RNIC",
+                    "same, saturated",
+                    "dta, real RNIC",
+                ],
                 "collector CPU ns per report",
-                false,
                 vec![line(
                     "collector thread CPU",
                     vec![
@@ -810,6 +872,21 @@ mod tests {
         );
         assert!(dir.join("append.svg").exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn captions_say_runs_machine_and_date() {
+        assert_eq!(utc_date(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc_date(1_795_666_370), "2026-11-26 04:12 UTC");
+        assert_eq!(utc_date(951_782_400), "2000-02-29 00:00 UTC");
+        let v = json!({"loops": 3, "reports_per_trace": 1000,
+                       "machine": {"cpu": "AMD EPYC", "cores": 2, "unix_time": 0}, "rows": []});
+        assert_eq!(
+            caption(&v),
+            "1000 reports per trace; 3 runs each; AMD EPYC, 2 cores; 1970-01-01 00:00 UTC"
+        );
+        let c = charts("micro", &v);
+        assert_eq!(c[0].categories.len(), 4, "categories as bars");
     }
 
     #[test]

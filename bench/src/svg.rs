@@ -1,4 +1,6 @@
-//! Hand-written SVG line charts for the benchmark figures (no plotting dependency).
+//! Hand-written SVG charts for the benchmark figures (no plotting dependency): lines over a
+//! numeric x axis, or grouped bars over named categories; one quantity on the y axis; a
+//! caption saying how and where the numbers were measured.
 
 use std::fmt::Write;
 
@@ -26,17 +28,22 @@ pub struct Chart {
     pub log_x: bool,
     /// Logarithmic y axis (base 10 ticks).
     pub log_y: bool,
-    /// The lines.
+    /// The lines (or, with `categories`, the bar groups: point x = 1-based category index).
     pub series: Vec<Series>,
+    /// Named categories on the x axis: drawn as grouped bars, a dashed series as a marker
+    /// across its category. Empty: a line chart over numeric x.
+    pub categories: Vec<String>,
+    /// Under the chart: runs, machine, date.
+    pub caption: String,
 }
 
 const W: f64 = 860.0;
-const H: f64 = 420.0;
+const H: f64 = 440.0;
 const L: f64 = 80.0;
 /// The right margin holds the legend.
 const R: f64 = 230.0;
 const T: f64 = 40.0;
-const B: f64 = 60.0;
+const B: f64 = 80.0;
 const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
 ];
@@ -67,6 +74,18 @@ pub fn short(v: f64) -> String {
         trim(format!("{v:.3}"))
     } else {
         format!("{v:.1e}")
+    }
+}
+
+/// An x tick label: powers of two as 2^k (superscript) on a base-2 axis.
+fn x_tick(v: f64, log2: bool) -> String {
+    if log2 && v >= 1.0 && v.log2().fract() == 0.0 && v >= 64.0 {
+        format!(
+            r#"2<tspan baseline-shift="super" font-size="9">{}</tspan>"#,
+            v.log2() as i32
+        )
+    } else {
+        short(v)
     }
 }
 
@@ -106,6 +125,10 @@ impl Chart {
         });
         if pts.is_empty() {
             (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
+        }
+        let bars = !self.categories.is_empty();
+        if bars {
+            (x0, x1) = (0.5, self.categories.len() as f64 + 0.5);
         }
         let mut y_step = 0.0;
         if !self.log_y {
@@ -147,7 +170,9 @@ impl Chart {
             W - R
         );
         // Ticks.
-        let xt: Vec<f64> = if self.log_x {
+        let xt: Vec<f64> = if bars {
+            Vec::new()
+        } else if self.log_x {
             (x0.floor() as i32..=x1.ceil() as i32)
                 .map(|e| 2f64.powi(e))
                 .filter(|v| tx(*v) >= x0 - 1e-9 && tx(*v) <= x1 + 1e-9)
@@ -170,7 +195,16 @@ impl Chart {
                 H - B,
                 H - B + 5.0,
                 H - B + 18.0,
-                short(v)
+                x_tick(v, self.log_x)
+            );
+        }
+        for (i, name) in self.categories.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                px(i as f64 + 1.0),
+                H - B + 18.0,
+                esc(name)
             );
         }
         let yt: Vec<f64> = if self.log_y {
@@ -195,9 +229,17 @@ impl Chart {
             s,
             r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
             (L + W - R) / 2.0,
-            H - 18.0,
+            H - B + 40.0,
             esc(&self.x_label)
         );
+        if !self.caption.is_empty() {
+            let _ = writeln!(
+                s,
+                r##"<text x="{L}" y="{}" fill="#555" font-size="11">{}</text>"##,
+                H - 12.0,
+                esc(&self.caption)
+            );
+        }
         let _ = writeln!(
             s,
             r#"<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">{}</text>"#,
@@ -205,8 +247,61 @@ impl Chart {
             (T + H - B) / 2.0,
             esc(&self.y_label)
         );
+        // Grouped bars: the solid series share each category's slot; dashed ones are markers.
+        let solid = self.series.iter().filter(|s| !s.dashed).count().max(1) as f64;
+        let slot = (px(1.5) - px(0.5)) * 0.8;
+        let mut bar_i = 0.0;
         for (i, se) in self.series.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
+            if bars {
+                let dash = if se.dashed {
+                    r#" stroke-dasharray="6 4""#
+                } else {
+                    ""
+                };
+                for &(x, y) in se
+                    .points
+                    .iter()
+                    .filter(|(x, y)| x.is_finite() && y.is_finite())
+                {
+                    let left = px(x) - slot / 2.0;
+                    if se.dashed {
+                        let _ = writeln!(
+                            s,
+                            r#"<line x1="{left:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{c}" stroke-width="2"{dash}/>"#,
+                            py(y),
+                            left + slot,
+                            py(y)
+                        );
+                    } else {
+                        let w = slot / solid;
+                        let _ = writeln!(
+                            s,
+                            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{c}"/>"#,
+                            left + w * bar_i,
+                            py(y),
+                            w * 0.9,
+                            (py(y0.max(0.0)) - py(y)).max(0.0)
+                        );
+                    }
+                }
+                if !se.dashed {
+                    bar_i += 1.0;
+                }
+                let ly = T + 8.0 + 18.0 * i as f64;
+                let lx = W - R + 14.0;
+                let _ = writeln!(
+                    s,
+                    r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="{}"{dash}/><text x="{}" y="{}">{}</text>"#,
+                    lx,
+                    lx + 24.0,
+                    if se.dashed { 2 } else { 8 },
+                    lx + 30.0,
+                    ly + 4.0,
+                    esc(&se.label)
+                );
+                continue;
+            }
             let ps: Vec<(f64, f64)> = se
                 .points
                 .iter()
@@ -287,6 +382,8 @@ mod tests {
                     dashed: true,
                 },
             ],
+            categories: Vec::new(),
+            caption: "3 runs; test machine".into(),
         };
         let s = c.render();
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
@@ -296,5 +393,43 @@ mod tests {
         assert_eq!(short(0.05), "0.05");
         assert_eq!(short(2.0), "2");
         assert_eq!(nice_step(1.0), 0.2);
+        assert!(s.contains("3 runs; test machine"));
+        assert!(x_tick(32768.0, true).contains(">15</tspan>"));
+        assert_eq!(x_tick(16.0, true), "16");
+    }
+
+    /// Categories are bars with their names on the axis, and a dashed series is a marker.
+    #[test]
+    fn categories_render_as_bars() {
+        let c = Chart {
+            title: "per primitive".into(),
+            x_label: "primitive".into(),
+            y_label: "M reports/s".into(),
+            log_x: false,
+            log_y: false,
+            series: vec![
+                Series {
+                    label: "pipeline".into(),
+                    points: vec![(1.0, 30.0), (2.0, 10.0)],
+                    dashed: false,
+                },
+                Series {
+                    label: "+ RNIC".into(),
+                    points: vec![(1.0, 20.0), (2.0, 4.0)],
+                    dashed: false,
+                },
+                Series {
+                    label: "target".into(),
+                    points: vec![(1.0, 25.0), (2.0, 8.0)],
+                    dashed: true,
+                },
+            ],
+            categories: vec!["Append".into(), "Key-Write".into()],
+            caption: String::new(),
+        };
+        let s = c.render();
+        assert_eq!(s.matches("<rect x=").count(), 4);
+        assert!(s.contains(">Append</text>") && s.contains(">Key-Write</text>"));
+        assert!(!s.contains("<circle"));
     }
 }
