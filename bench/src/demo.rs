@@ -487,7 +487,8 @@ mod tests {
         dup.rnic_errors = vec![("duplicate_request".into(), 3)];
         assert!(checks(&opts, &dup).is_empty(), "duplicates are harmless");
 
-        let cases: Vec<(&str, Box<dyn Fn(&mut DemoReport)>)> = vec![
+        type Spoil = Box<dyn Fn(&mut DemoReport)>;
+        let cases: Vec<(&str, Spoil)> = vec![
             (
                 "dropped",
                 Box::new(|r| {
