@@ -18,6 +18,8 @@ use dta_collector::config::{
     CollectorConfig, DeviceSection, StaticPeer, StoreConfig, StoreKindConfig,
 };
 use dta_collector::query::append::{ListReader, Start};
+
+use crate::progress::Progress;
 use dta_collector::query::keywrite::{KeyWriteAnswer, Vote};
 use dta_collector::Collector;
 use dta_proto::analysis::keywrite_p_empty;
@@ -229,7 +231,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     let total = opts.keywrite + opts.append;
     let t0 = Instant::now();
     let (mut i_kw, mut i_ap) = (0u64, 0u64);
-    let mut last_progress = Instant::now();
+    let mut progress = opts
+        .progress
+        .then(|| Progress::new(total, "reports", Duration::from_secs(1)));
     let mut buf = [0u8; 128];
     while i_kw < opts.keywrite || i_ap < opts.append {
         // Interleave the two streams in proportion.
@@ -249,17 +253,19 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
         if sender.sent % 4096 == 0 {
             check_entries(&mut readers, &mut rep, &mut expect_next);
         }
-        if opts.progress && last_progress.elapsed() >= Duration::from_secs(1) {
-            last_progress = Instant::now();
+        if let Some(p) = progress
+            .as_mut()
+            .filter(|p| p.due() && sender.sent % 1024 == 0)
+        {
             let c = translator.counters();
-            eprintln!(
-                "  sent {:>9}/{total}  translated {:>9}  frames {:>9}  ({:.0} reports/s)",
+            p.set(
                 sender.sent,
-                c.translated,
-                c.frames,
-                sender.sent as f64 / t0.elapsed().as_secs_f64()
+                &format!("sent, {} translated, {} frames", c.translated, c.frames),
             );
         }
+    }
+    if let Some(p) = progress {
+        p.finish();
     }
     sender.flush(|| translator.counters().rx_datagrams)?;
     rep.send_secs = t0.elapsed().as_secs_f64();

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod figures;
 pub mod gen;
 pub mod pcapcheck;
+pub mod progress;
 pub mod replay;
 pub mod sender;
 pub mod svg;

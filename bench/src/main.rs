@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use dta_bench::demo::{self, DemoOptions};
 use dta_bench::figures::{self, FigOptions};
 use dta_bench::gen::{Generator, Mix, Scenario};
+use dta_bench::progress::Progress;
 use dta_bench::replay::{replay_memory, replay_udp, MemOptions, RnicMode, UdpReplayOptions};
 use dta_bench::sender::PacedSender;
 use dta_bench::trace::Trace;
@@ -355,7 +356,7 @@ fn gen_cmd(
             path.display(),
             side.display()
         );
-        eprintln!("  per kind [kw, pc, loss, cong, ctr]: {:?}", g.per_kind);
+        eprintln!("  {}", per_kind(&g.per_kind));
         return Ok(());
     }
     let target = target.ok_or("give --pcap FILE or --target IP:PORT")?;
@@ -365,7 +366,7 @@ fn gen_cmd(
     let profile = sc.wire_profile();
     let mut buf = [0u8; MAX_EMIT_LEN];
     let t0 = Instant::now();
-    let mut last = Instant::now();
+    let mut progress = Progress::new(count, "reports", Duration::from_secs(2));
     let done = || 0u64;
     for i in 0..count {
         let r = g.next_report();
@@ -373,26 +374,27 @@ fn gen_cmd(
             .emit(profile, &mut buf)
             .map_err(|e| format!("emit: {e}"))?;
         s.push(&buf[..n], done)?;
-        if last.elapsed() >= Duration::from_millis(500) || i + 1 == count {
-            last = Instant::now();
-            let pct = 100.0 * (i + 1) as f64 / count.max(1) as f64;
-            let bar = "#".repeat((pct / 5.0) as usize);
-            eprint!(
-                "\r  [{bar:<20}] {pct:5.1}%  {:>10}/{count} reports  {:>9.0} reports/s",
-                i + 1,
-                (i + 1) as f64 / t0.elapsed().as_secs_f64()
-            );
+        if i % 1024 == 0 && progress.due() {
+            progress.set(i + 1, "sent");
         }
     }
     s.flush(done)?;
-    eprintln!();
+    progress.finish();
     eprintln!(
-        "dta gen: sent {} reports to {target} in {:.2} s; per kind [kw, pc, loss, cong, ctr]: {:?}",
+        "dta gen: sent {} reports to {target} in {:.2} s; {}",
         s.sent,
         t0.elapsed().as_secs_f64(),
-        g.per_kind
+        per_kind(&g.per_kind)
     );
     Ok(())
+}
+
+/// The generator's per-kind counts, named.
+fn per_kind(k: &[u64; 5]) -> String {
+    format!(
+        "Key-Write paths {}, postcards {}, loss events {}, congestion events {}, counters {}",
+        k[0], k[1], k[2], k[3], k[4]
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
