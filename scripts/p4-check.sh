@@ -12,8 +12,9 @@
 #    directory, removed at exit).
 #
 # Where the tools are (p4/README.md, "Compile"): each of P4TEST, P4C_BAREFOOT, BFAS may name
-# its binary; otherwise P4C_BUILD may name a p4c build directory that holds all three;
-# otherwise PATH. P4C_TNA_INCLUDE names the directory with tna.p4 if it is not next to them.
+# its binary; otherwise P4C_BUILD may name a p4c build directory that holds all three (its
+# CMakeCache names the source tree, where core.p4 and tna.p4 are); otherwise PATH.
+# P4C_CORE_INCLUDE / P4C_TNA_INCLUDE name the directories with core.p4 / tna.p4 otherwise.
 # Combinations: the list below, plus every `p4_defines` of tests/corpus/*/case.json (translator);
 # the reporter's own knobs (reporter). P4_ONLY=translator|reporter limits to one program.
 # Exit status: 0 on success or skip, 1 when a check that could run failed.
@@ -120,17 +121,33 @@ fi
 
 # ---- tools ----
 tool() {  # tool NAME ENVVAR
-  local v=${!2:-}
+  local v=${!2:-} d
   if [ -n "$v" ]; then [ -x "$v" ] && echo "$v"; return; fi
-  if [ -n "${P4C_BUILD:-}" ] && [ -x "$P4C_BUILD/$1" ]; then echo "$P4C_BUILD/$1"; return; fi
+  if [ -n "${P4C_BUILD:-}" ]; then
+    for d in "" backends/p4test backends/tofino backends/tofino/bf-asm backends/p4tools; do
+      [ -x "$P4C_BUILD/$d/$1" ] && [ -f "$P4C_BUILD/$d/$1" ] && { echo "$P4C_BUILD/$d/$1"; return; }
+    done
+  fi
   command -v "$1" 2>/dev/null || true
 }
 P4TEST_BIN=$(tool p4test P4TEST)
 BAREFOOT_BIN=$(tool p4c-barefoot P4C_BAREFOOT)
 BFAS_BIN=$(tool bfas BFAS)
+# A build directory knows its source tree (core.p4 and the Tofino tna.p4 live there).
+P4C_SRC=${P4C_SRC:-}
+if [ -z "$P4C_SRC" ] && [ -f "${P4C_BUILD:-/nonexistent}/CMakeCache.txt" ]; then
+  P4C_SRC=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$P4C_BUILD/CMakeCache.txt")
+fi
+CORE_DIR=${P4C_CORE_INCLUDE:-}
+if [ -z "$CORE_DIR" ]; then
+  for d in ${P4C_BUILD:+"$P4C_BUILD/p4include"} ${P4C_SRC:+"$P4C_SRC/p4include"}; do
+    [ -f "$d/core.p4" ] && { CORE_DIR=$d; break; }
+  done
+fi
 TNA_DIR=${P4C_TNA_INCLUDE:-}
 if [ -z "$TNA_DIR" ]; then
   for d in ${P4C_BUILD:+"$P4C_BUILD/p4include"} \
+           ${P4C_SRC:+"$P4C_SRC/backends/tofino/bf-p4c/p4include"} \
            ${BAREFOOT_BIN:+"$(dirname "$(readlink -f "$BAREFOOT_BIN")")/p4include"} \
            ${BAREFOOT_BIN:+"$(dirname "$BAREFOOT_BIN")/p4include"} \
            ${P4TEST_BIN:+"$(dirname "$P4TEST_BIN")/p4include"} \
@@ -149,7 +166,8 @@ else
   for b in "${builds[@]}"; do
     prog=${b%%|*} c=${b#*|}
     # shellcheck disable=SC2086
-    if ! out=$("$P4TEST_BIN" --std p4-16 -D__TARGET_TOFINO__=1 -I "$TNA_DIR" $c "$prog" 2>&1); then
+    if ! out=$("$P4TEST_BIN" --std p4-16 -D__TARGET_TOFINO__=1 ${CORE_DIR:+-I "$CORE_DIR"} \
+               -I "$TNA_DIR" $c "$prog" 2>&1); then
       echo "FAIL: p4test $c $prog"; echo "$out" | head -30; fails=$((fails + 1)); status=1
     fi
   done
@@ -174,7 +192,8 @@ for b in "${builds[@]}"; do
   rm -rf "$dir"; mkdir -p "$dir"
   printf '%s\n' "$c" > "$dir/defines"
   # shellcheck disable=SC2086
-  if ! "$BAREFOOT_BIN" --target tofino --arch tna --std p4-16 -g ${TNA_DIR:+-I "$TNA_DIR"} $c \
+  if ! "$BAREFOOT_BIN" --target tofino --arch tna --std p4-16 -g ${CORE_DIR:+-I "$CORE_DIR"} \
+      ${TNA_DIR:+-I "$TNA_DIR"} $c \
       -o "$dir" "$prog" > "$dir/compile.log" 2>&1; then
     echo "FAIL: p4c-barefoot $c $prog"; grep -iE "error|warning: .*unsupported" "$dir/compile.log" | head -20
     fails=$((fails + 1)); status=1; continue
