@@ -598,6 +598,24 @@ values = [[1, 9]]
     }
 
     #[test]
+    fn every_family_is_in_the_readme() {
+        let readme = include_str!("../README.md");
+        for line in page(&state()).lines() {
+            let Some(rest) = line.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            let name = rest.split(' ').next().unwrap();
+            let documented = match name.strip_prefix("dta_collector_") {
+                // Listed as `qp_<family>_total` and `cm_<counter>_total`.
+                Some(short) if short.starts_with("qp_") || short.starts_with("cm_") => true,
+                Some(short) => readme.contains(&format!("`{short}`")),
+                None => readme.contains(name),
+            };
+            assert!(documented, "{name} is not in collector/README.md");
+        }
+    }
+
+    #[test]
     fn promtool_accepts_the_page() {
         let st = state();
         // The test page, and the page as served (this process's figures from /proc).

@@ -618,6 +618,24 @@ mod tests {
     }
 
     #[test]
+    fn every_family_is_in_the_readme() {
+        let readme = include_str!("../../README.md");
+        for line in page().lines() {
+            let Some(rest) = line.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            let name = rest.split(' ').next().unwrap();
+            let documented = match name.strip_prefix("dta_translator_") {
+                // Listed as `cm_<counter>_total`.
+                Some(short) if short.starts_with("cm_") => true,
+                Some(short) => readme.contains(&format!("`{short}`")),
+                None => readme.contains(name),
+            };
+            assert!(documented, "{name} is not in translator/README.md");
+        }
+    }
+
+    #[test]
     fn promtool_accepts_the_page() {
         // The test page, and the page as served (this process's figures from /proc).
         let live = render(&snapshots());
