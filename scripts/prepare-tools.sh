@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # scripts/prepare-tools.sh - installs optional test tools from Debian's archive, best effort.
 #
-#   promtool (package `prometheus`): collector/tests/metrics.rs pipes /metrics through
-#   `promtool check metrics`; without it that test checks the format itself and prints SKIP.
+#   promtool (package `prometheus`): the translator's and the collector's /metrics tests
+#   (translator/src/control/metrics.rs, collector/src/metrics.rs, collector/tests/metrics.rs)
+#   pipe their pages through `promtool check metrics`; without it they print
+#   "SKIP: promtool not found" and pass.
 #
 # Never fails: prints READY or "SKIP: reason" and exits 0.
 set -uo pipefail

@@ -4,7 +4,7 @@
 //! [collector]
 //! backend = "software"           # or "rdma": a real RNIC (build with --features rdma)
 //! roce = "127.0.0.1:4791"        # software RNIC address (ip:port); real RNICs use port 4791
-//! control = "127.0.0.1:9100"     # HTTP API and /metrics
+//! control = "127.0.0.1:14791"    # HTTP API and /metrics
 //! metadata_file = "/tmp/dta/collector.json"
 //!
 //! [rnic]                         # the software RNIC's packet I/O
@@ -447,7 +447,7 @@ mod tests {
     const ALL: &str = r#"
 [collector]
 roce = "127.0.0.1:4791"
-control = "127.0.0.1:9100"
+control = "127.0.0.1:14791"
 
 [[store]]
 name = "paths"

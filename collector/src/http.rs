@@ -41,9 +41,7 @@ use crate::store::Store;
 /// Worker threads serving HTTP requests.
 const HTTP_THREADS: usize = 2;
 /// Slots sampled per store for occupancy estimates.
-const ESTIMATE_SAMPLES: u32 = 1 << 16;
-/// Most Append lists per store that get per-list head series in `/metrics`.
-const MAX_LIST_SERIES: u32 = 256;
+pub(crate) const ESTIMATE_SAMPLES: u32 = 1 << 16;
 /// Request body bytes read (and discarded: no endpoint takes a body).
 const MAX_BODY: u64 = 64 << 10;
 /// Most named Append consumers the server keeps cursors for.
@@ -53,14 +51,14 @@ const MAX_TAIL_BATCHES: usize = 4096;
 
 /// What the HTTP threads share.
 pub struct ControlState {
-    stores: Vec<Store>,
-    published: Arc<Mutex<Published>>,
-    config: CollectorConfig,
-    roce: SocketAddrV4,
-    started: Instant,
-    requests: AtomicU64,
+    pub(crate) stores: Vec<Store>,
+    pub(crate) published: Arc<Mutex<Published>>,
+    pub(crate) config: CollectorConfig,
+    pub(crate) roce: SocketAddrV4,
+    pub(crate) started: Instant,
+    pub(crate) requests: AtomicU64,
     /// Named consumers' cursors, by (store, global list, consumer).
-    consumers: Mutex<HashMap<(String, u32, String), ListReader>>,
+    pub(crate) consumers: Mutex<HashMap<(String, u32, String), ListReader>>,
 }
 
 /// The control-plane threads; dropping or [`ControlHandle::stop`] ends them.
@@ -269,7 +267,7 @@ pub fn handle(state: &ControlState, method: &str, url: &str) -> Reply {
             status: 200,
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             headers: Vec::new(),
-            body: metrics(state),
+            body: crate::metrics::metrics(state),
         }),
         ("GET", ["stores"]) => Ok(Reply::json(200, stores_json(state))),
         ("GET", ["stats"]) => Ok(Reply::json(200, stats_json(state))),
@@ -554,294 +552,6 @@ fn stats_json(state: &ControlState) -> Value {
     })
 }
 
-/// Escapes a label value (backslash, quote, newline).
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Escapes help text (backslash, newline).
-fn help(v: &str) -> String {
-    v.trim().replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// A metric family being written.
-struct Family<'a> {
-    out: &'a mut String,
-    name: String,
-}
-
-fn family<'a>(out: &'a mut String, name: &str, kind: &str, text: &str) -> Family<'a> {
-    let name = format!("dta_collector_{name}");
-    let _ = writeln!(out, "# HELP {name} {}", help(text));
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    Family { out, name }
-}
-
-impl Family<'_> {
-    fn sample(&mut self, labels: &[(&str, &str)], v: f64) {
-        let _ = write!(self.out, "{}", self.name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (k, val)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let _ = write!(self.out, "{k}=\"{}\"", label(val));
-            }
-            self.out.push('}');
-        }
-        if v.is_finite() {
-            let _ = writeln!(self.out, " {v}");
-        } else if v.is_nan() {
-            let _ = writeln!(self.out, " NaN");
-        } else {
-            let _ = writeln!(self.out, " {}Inf", if v > 0.0 { "+" } else { "-" });
-        }
-    }
-}
-
-/// Picks one figure out of an estimate.
-type EstimateField = fn(&crate::query::estimate::Estimate) -> f64;
-
-/// The `/metrics` page (Prometheus text exposition format 0.0.4).
-pub fn metrics(state: &ControlState) -> String {
-    let (counters, per_qp, imm, cm, conns, wakes) = {
-        let p = state.published.lock().expect("publisher lock");
-        (
-            p.counters,
-            p.per_qp.clone(),
-            p.immediate_events,
-            p.cm,
-            p.connections.len(),
-            (p.rx_bursts, p.rx_coalesce_waits),
-        )
-    };
-    let mut out = String::with_capacity(16 << 10);
-    for (i, info) in RnicCounters::INFO.iter().enumerate() {
-        let mut f = family(
-            &mut out,
-            &format!("rnic_{}_total", info.name),
-            "counter",
-            info.help,
-        );
-        f.sample(&[], counters.values()[i] as f64);
-    }
-    for (i, info) in RnicCounters::INFO.iter().enumerate() {
-        let mut f = family(
-            &mut out,
-            &format!("qp_{}_total", info.name),
-            "counter",
-            &format!("Per queue pair: {}", info.help.trim()),
-        );
-        for (qpn, c) in &per_qp {
-            let q = format!("{qpn:#x}");
-            f.sample(&[("qpn", &q)], c.values()[i] as f64);
-        }
-    }
-    family(
-        &mut out,
-        "immediate_events_total",
-        "counter",
-        "WRITE with Immediate completions turned into events (the papers' push notifications).",
-    )
-    .sample(&[], imm as f64);
-    family(
-        &mut out,
-        "rnic_rx_bursts_total",
-        "counter",
-        "Receive calls of the software RNIC that returned packets (one wake-up each).",
-    )
-    .sample(&[], wakes.0 as f64);
-    family(
-        &mut out,
-        "rnic_rx_coalesce_waits_total",
-        "counter",
-        "Waits of [rnic] rx_coalesce_us after a short receive (receive interrupt moderation).",
-    )
-    .sample(&[], wakes.1 as f64);
-    for (i, info) in crate::rnic::cm::CmCounters::INFO.iter().enumerate() {
-        let mut f = family(
-            &mut out,
-            &format!("{}_total", info.name),
-            "counter",
-            info.help,
-        );
-        f.sample(&[], cm.values()[i] as f64);
-    }
-    family(
-        &mut out,
-        "cm_connections",
-        "gauge",
-        "RDMA_CM connections (half-open and established).",
-    )
-    .sample(&[], conns as f64);
-    let n = state.config.collector.max_redundancy;
-    let est: Vec<_> = state
-        .stores
-        .iter()
-        .map(|s| s.estimate(ESTIMATE_SAMPLES, n))
-        .collect();
-    let mut f = family(
-        &mut out,
-        "store_memory_bytes",
-        "gauge",
-        "Memory mapped for the store's region (page-rounded).",
-    );
-    for s in &state.stores {
-        let b = s.region.backing().to_string();
-        f.sample(
-            &[
-                ("store", s.name()),
-                ("kind", s.meta.kind.name()),
-                ("backing", &b),
-            ],
-            s.memory_bytes() as f64,
-        );
-    }
-    let gauges: [(&str, &str, EstimateField); 5] = [
-        (
-            "store_occupancy_ratio",
-            "Fraction of sampled slots holding data.",
-            |e| e.occupancy,
-        ),
-        (
-            "store_load_factor",
-            "Estimated keys written per slot (alpha); Append: ring fill.",
-            |e| e.load_factor,
-        ),
-        (
-            "store_p_empty_oldest",
-            "Formula P(empty or no output) for the oldest key.",
-            |e| e.p_empty_oldest,
-        ),
-        (
-            "store_p_wrong_oldest",
-            "Formula upper bound on P(wrong answer) for the oldest key.",
-            |e| e.p_wrong_oldest,
-        ),
-        (
-            "store_expected_success_ratio",
-            "Formula expected query success for a key of random age.",
-            |e| e.expected_success,
-        ),
-    ];
-    for (name, text, get) in gauges {
-        let mut f = family(&mut out, name, "gauge", text);
-        for (s, e) in state.stores.iter().zip(&est) {
-            f.sample(&[("store", s.name()), ("kind", s.meta.kind.name())], get(e));
-        }
-    }
-    let mut f = family(
-        &mut out,
-        "append_head_seq",
-        "gauge",
-        "Newest batch sequence number written to an Append list (first 256 lists of a store).",
-    );
-    for s in &state.stores {
-        if let Some(a) = s.append() {
-            for l in 0..a.lists.min(MAX_LIST_SERIES) {
-                let r = ListReader::new(&s.region, a.layout, a.list_offset(l), Start::Seq(1));
-                let id = (a.first_list as u64 + l as u64).to_string();
-                f.sample(
-                    &[("store", s.name()), ("list", &id)],
-                    r.newest_seq(&s.region) as f64,
-                );
-            }
-        }
-    }
-    let consumers: Vec<(String, u32, String, u64, u64, u64)> = {
-        let m = state.consumers.lock().expect("consumers lock");
-        m.iter()
-            .filter_map(|((st, l, c), r)| {
-                let s = state.stores.iter().find(|s| s.name() == st)?;
-                Some((
-                    st.clone(),
-                    *l,
-                    c.clone(),
-                    r.lag(&s.region),
-                    r.lost_batches,
-                    r.delivered,
-                ))
-            })
-            .collect()
-    };
-    for (name, kind, text, idx) in [
-        (
-            "append_reader_lag_batches",
-            "gauge",
-            "Batches written but not yet read by a named consumer.",
-            0,
-        ),
-        (
-            "append_reader_lost_batches_total",
-            "counter",
-            "Batches a named consumer lost to overruns.",
-            1,
-        ),
-        (
-            "append_reader_entries_total",
-            "counter",
-            "Entries delivered to a named consumer.",
-            2,
-        ),
-    ] {
-        let mut f = family(&mut out, name, kind, text);
-        for (st, l, c, lag, lost, del) in &consumers {
-            let id = l.to_string();
-            let v = [*lag, *lost, *del][idx];
-            f.sample(&[("store", st), ("list", &id), ("consumer", c)], v as f64);
-        }
-    }
-    let epoch_stores: Vec<_> = state
-        .stores
-        .iter()
-        .filter(|s| s.counter().is_some())
-        .collect();
-    for (name, kind, text) in [
-        ("epoch", "gauge", "Current epoch of a Key-Increment store."),
-        (
-            "epoch_start_timestamp_seconds",
-            "gauge",
-            "Unix time the current epoch started.",
-        ),
-        ("epoch_resets_total", "counter", "Counter resets performed."),
-        (
-            "epoch_period_seconds",
-            "gauge",
-            "Scheduled reset period (0: on demand only).",
-        ),
-    ] {
-        let mut f = family(&mut out, name, kind, text);
-        for s in &epoch_stores {
-            let i = s.epochs.info();
-            let v = match name {
-                "epoch" => i.epoch as f64,
-                "epoch_start_timestamp_seconds" => i.started_unix_ms as f64 / 1000.0,
-                "epoch_resets_total" => i.resets as f64,
-                _ => i.period_secs as f64,
-            };
-            f.sample(&[("store", s.name())], v);
-        }
-    }
-    family(
-        &mut out,
-        "http_requests_total",
-        "counter",
-        "Control API requests served.",
-    )
-    .sample(&[], state.requests.load(Ordering::Relaxed) as f64);
-    family(
-        &mut out,
-        "uptime_seconds",
-        "gauge",
-        "Seconds since the control API started.",
-    )
-    .sample(&[], state.started.elapsed().as_secs_f64());
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -951,11 +661,5 @@ values = [[1, 9]]
         let p = query_params("n=2&threshold=1&x");
         assert_eq!(p["n"], "2");
         assert_eq!(p["x"], "");
-    }
-
-    #[test]
-    fn label_and_help_escaping() {
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-        assert_eq!(help(" x\\y\n"), "x\\\\y");
     }
 }

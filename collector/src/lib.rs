@@ -7,8 +7,8 @@
 //! Soft-RoCE would. Translators write into the regions with RDMA; the collector's CPU never
 //! touches a report. Operators query the regions in place through [`query`], from Rust or
 //! over the HTTP control API ([`http`], served in its own threads, never on the RNIC thread),
-//! which the `dta-collector` CLI reaches through [`client`]. `collector/README.md` is the
-//! operator guide.
+//! which the `dta-collector` CLI reaches through [`client`]. [`metrics`] renders its
+//! `/metrics` page. `collector/README.md` is the operator guide.
 //!
 //! # Invariants
 //! - Nothing remote can write outside a registered region: every RDMA access is checked
@@ -26,6 +26,7 @@ pub mod client;
 pub mod config;
 pub mod http;
 pub mod memory;
+pub mod metrics;
 pub mod query;
 pub mod rdma;
 pub mod rnic;

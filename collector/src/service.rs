@@ -55,11 +55,24 @@ pub struct Published {
     pub cm: CmCounters,
     /// RDMA_CM connections: (store port, peer, our QPN, established).
     pub connections: Vec<(u16, SocketAddrV4, u32, bool)>,
+    /// Whom each QP serves (static and RDMA_CM QPs), for the labels of per-QP series.
+    pub qp_owners: Vec<QpOwner>,
     /// Receive calls of the software RNIC that returned packets (packets ÷ this: the mean
     /// burst; one wake-up each).
     pub rx_bursts: u64,
     /// Waits of `[rnic] rx_coalesce_us` after a short receive.
     pub rx_coalesce_waits: u64,
+}
+
+/// Whom one QP serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpOwner {
+    /// Our QPN.
+    pub qpn: u32,
+    /// Index of the QP's store, in configuration order.
+    pub store: usize,
+    /// The peer's RoCEv2 address (`None`: not known, e.g. an IPv6 peer of a real RNIC).
+    pub peer: Option<SocketAddrV4>,
 }
 
 /// A receive of fewer packets than this is short: with `[rnic] rx_coalesce_us` the RNIC waits
@@ -123,6 +136,7 @@ impl Collector {
             crate::rnic::responder::QPN_BASE + (dta_io::random::random_u32() % 0x8000) * 0x100,
         );
         let mut stores = crate::store::build_stores(&config, &mut responder)?;
+        let mut static_owners = Vec::new();
         for peer in &config.static_peers {
             let peer_mac: MacAddr = peer
                 .mac
@@ -132,15 +146,21 @@ impl Collector {
                 for w in 0..peer.workers {
                     let peer_qpn = peer.qpn_base + si as u32 * peer.workers + w;
                     let psn = Psn::new(dta_io::random::random_u32());
+                    // Worker w of a static translator uses RoCEv2 port roce.port + w.
+                    let peer_addr = SocketAddrV4::new(*peer.roce.ip(), peer.roce.port() + w as u16);
                     let qpn = responder.create_qp(QpConfig {
-                        // Worker w of a static translator uses RoCEv2 port roce.port + w.
-                        peer: SocketAddrV4::new(*peer.roce.ip(), peer.roce.port() + w as u16),
+                        peer: peer_addr,
                         peer_mac,
                         peer_qpn: Qpn::new(peer_qpn),
                         rq_psn: psn,
                         sq_psn: Psn::new(dta_io::random::random_u32()),
                         verify_icrc: dev.verify_icrc,
                         recv_credits: dev.recv_credits,
+                    });
+                    static_owners.push(QpOwner {
+                        qpn: qpn.value(),
+                        store: si,
+                        peer: Some(peer_addr),
                     });
                     st.meta.qps.push(QpMeta {
                         qpn: qpn.value(),
@@ -200,6 +220,8 @@ impl Collector {
             dev.verify_icrc,
             dta_io::random::random_u32(),
         );
+        // A connection's store is the one listening on its port.
+        let store_ports: Vec<u16> = stores.iter().map(|s| s.port).collect();
         let thread = {
             let published = published.clone();
             let stop = stop.clone();
@@ -293,11 +315,20 @@ impl Collector {
                             p.rx_bursts = rx_bursts;
                             p.rx_coalesce_waits = coalesce_waits;
                             p.cm = cm.counters;
-                            p.connections = cm
-                                .connections()
+                            let conns = cm.connections();
+                            p.connections = conns
                                 .iter()
                                 .map(|(port, peer, qpn, up)| (*port, *peer, qpn.value(), *up))
                                 .collect();
+                            p.qp_owners.clone_from(&static_owners);
+                            p.qp_owners
+                                .extend(conns.iter().filter_map(|(port, peer, qpn, _)| {
+                                    Some(QpOwner {
+                                        qpn: qpn.value(),
+                                        store: store_ports.iter().position(|p| p == port)?,
+                                        peer: Some(*peer),
+                                    })
+                                }));
                             p.recent_events.extend(recent.drain(..));
                             while p.recent_events.len() > 1024 {
                                 p.recent_events.pop_front();

@@ -137,7 +137,7 @@ fn main() {
         &dir,
         "config",
         "collector",
-        b"[collector]\nroce = \"127.0.0.1:4791\"\ncontrol = \"127.0.0.1:9100\"\n\n\
+        b"[collector]\nroce = \"127.0.0.1:4791\"\ncontrol = \"127.0.0.1:14791\"\n\n\
           [[static_peer]]\nroce = \"127.0.0.2:4791\"\nworkers = 1\n\n\
           [[store]]\nname = \"paths\"\nkind = \"keywrite\"\nslots = 1024\nslot_size = 32\n\n\
           [[store]]\nname = \"lists\"\nkind = \"append\"\nlists = 4\ncapacity = 64\n",

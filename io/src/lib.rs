@@ -19,6 +19,9 @@
 //! Raw backends (pcap, AF_XDP, DPDK) share [`frame`]: they parse Ethernet/IPv4/UDP, deliver
 //! only the UDP ports they serve with [`dta_proto::batch::IpMeta`] filled in, count everything
 //! else by reason, and transmit whole Ethernet frames.
+//!
+//! Beside the backends, [`process`] reads this process's figures from `/proc` for the
+//! `process_*` metrics both `/metrics` pages end with.
 
 #[cfg(feature = "af_xdp")]
 pub mod af_xdp;
@@ -29,6 +32,7 @@ pub mod dpdk;
 pub mod frame;
 pub mod netns;
 pub mod pcap;
+pub mod process;
 pub mod random;
 pub mod reuseport;
 pub mod signal;

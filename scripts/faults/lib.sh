@@ -89,7 +89,7 @@ collector_config() {
     cat >"$1" <<EOT
 [collector]
 roce = "$IP_C:4791"
-control = "127.0.0.1:9100"
+control = "127.0.0.1:14791"
 hugepages = false
 verify_icrc = true
 $( [ -n "${2:-}" ] && echo "persist_dir = \"$2\"" )
@@ -116,7 +116,7 @@ translator_config() {
 [translator]
 listen = "$IP_TR:40040"
 roce = "$IP_TC:4791"
-metrics = "127.0.0.1:9101"
+metrics = "127.0.0.1:14792"
 workers = 1
 socket_buffer = 16777216
 retransmit_window = ${RETX_WINDOW:-1024}
@@ -169,8 +169,8 @@ start_translator() { # start_translator CONFIG
 
 stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
 
-ccurl() { ip netns exec "$NS_C" curl -sf --max-time 5 "http://127.0.0.1:9100$1"; }
-tcurl() { ip netns exec "$NS_T" curl -sf --max-time 5 "http://127.0.0.1:9101$1"; }
+ccurl() { ip netns exec "$NS_C" curl -sf --max-time 5 "http://127.0.0.1:14791$1"; }
+tcurl() { ip netns exec "$NS_T" curl -sf --max-time 5 "http://127.0.0.1:14792$1"; }
 
 # tstat EXPR: a Python expression over the translator's /stats JSON (c = counters, s = whole).
 tstat() {
@@ -240,7 +240,7 @@ fault_count() {
 }
 
 reporter() { ip netns exec "$NS_R" python3 "$REPORTER" send --target "${REPORT_TARGET:-$IP_TR:40040}" --nack-bind "$IP_R:40044" "$@"; }
-verify() { ip netns exec "$NS_C" python3 "$REPORTER" verify --control 127.0.0.1:9100 "$@"; }
+verify() { ip netns exec "$NS_C" python3 "$REPORTER" verify --control 127.0.0.1:14791 "$@"; }
 # proxy_start ARGS...: the reporter-side fault proxy on 127.0.0.1:40050 (REPORT_TARGET);
 # proxy_stop prints its JSON summary.
 proxy_start() {

@@ -529,6 +529,7 @@ fn a_stopping_translator_disconnects_and_the_collector_forgets_its_qps() {
     )];
     cfg.routing.keywrite = "single:kw".into();
     cfg.routing.keyincrement = "single:ctr".into();
+    let cfg_roce = cfg.translator.roce;
     let t = Translator::start(cfg).expect("translator connects");
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let reports: Vec<Report> = (0..50u32)
@@ -552,6 +553,14 @@ fn a_stopping_translator_disconnects_and_the_collector_forgets_its_qps() {
     };
     wait(&|| series(&metrics()) > 0);
     assert!(series(&metrics()) > 0, "per-QP series while connected");
+    // Per-QP series name their store and the translator's RoCEv2 address.
+    let body = metrics();
+    let peer = cfg_roce.to_string();
+    for store in ["kw", "ctr"] {
+        let want =
+            format!("dta_collector_qp_rx_packets_total{{store=\"{store}\",peer=\"{peer}\",qpn=\"");
+        assert!(body.contains(&want), "{want} in\n{body}");
+    }
     assert_eq!(col.with_published(|p| p.connections.len()), 3);
 
     let snaps = t.shutdown();

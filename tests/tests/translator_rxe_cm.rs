@@ -36,7 +36,7 @@ const CONFIG: &str = r#"
 [collector]
 backend = "rdma"
 roce = "10.77.0.2:4791"
-control = "127.0.0.1:9100"
+control = "127.0.0.1:14791"
 hugepages = false
 
 [[store]]
@@ -329,7 +329,7 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
     // 3. What the collector's query engine (its CLI inside the guest) says.
     let q = |cmd: &str| {
         vm.ctl(&format!(
-            "DTA_CONTROL=127.0.0.1:9100 dta-collector {cmd} 2>&1"
+            "DTA_CONTROL=127.0.0.1:14791 dta-collector {cmd} 2>&1"
         ))
         .unwrap()
     };
@@ -348,7 +348,7 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
     let dbg = format!(
         "{}\n{}",
         q("stats"),
-        vm.ctl("wget -qO- 'http://127.0.0.1:9100/tail/losses/0?from=1' 2>&1")
+        vm.ctl("wget -qO- 'http://127.0.0.1:14791/tail/losses/0?from=1' 2>&1")
             .unwrap_or_default()
     );
     for j in [0u64, 2, 4, 6, 8] {

@@ -24,7 +24,7 @@ use crate::memory::Region;
 use crate::rnic::cm::list_heads;
 use crate::rnic::counters::RnicCounters;
 use crate::rnic::responder::Completion;
-use crate::service::Published;
+use crate::service::{Published, QpOwner};
 use dta_proto::geometry::AppendGeometry;
 
 /// Bytes per receive buffer (a SEND larger than this is answered with a NAK by the NIC).
@@ -484,9 +484,19 @@ impl Backend {
         total.merge(&self.own);
         let per_qp: Vec<(u32, RnicCounters)> =
             self.conns.values().map(|c| (c.qpn, c.counters)).collect();
+        let owners: Vec<QpOwner> = self
+            .conns
+            .values()
+            .map(|c| QpOwner {
+                qpn: c.qpn,
+                store: c.store,
+                peer: c.peer,
+            })
+            .collect();
         let mut p = published.lock().expect("publisher lock");
         p.counters = total;
         p.per_qp = per_qp;
+        p.qp_owners = owners;
         p.immediate_events = self.imm_events;
         p.recent_events.extend(self.recent.drain(..));
         while p.recent_events.len() > RECENT_EVENTS {

@@ -1,5 +1,11 @@
 //! `/metrics` (Prometheus text format) and `/stats` (JSON) for the translator, served from the
 //! snapshots the workers publish; never touches a worker's state directly.
+//!
+//! Every name starts with `dta_translator_`, counters end in `_total`, times are in seconds,
+//! and what tells series of one quantity apart is a label: `worker` on everything a worker
+//! counts, `store` and `qpn` on its queue pairs, `reason` on drops, `kind` on reports,
+//! `syndrome` on NAKs. The page ends with the standard `process_*` families and
+//! `dta_build_info`. The families are listed in `translator/README.md`.
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,252 +13,360 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use dta_proto::stats::{PromKind, PromWriter};
+use dta_io::process::ProcessStats;
+use dta_proto::stats::{CounterGroup, PromKind, PromRow, PromWriter};
 
+use crate::control::cm::CmClientCounters;
+use crate::datapath::qp::QpStats;
 use crate::datapath::stats::TranslatorCounters;
 use crate::run::WorkerSnapshot;
 
-/// Renders the Prometheus document for a set of worker snapshots.
+/// The pipeline counters exported as labelled families; every other counter of
+/// [`TranslatorCounters`] is a family of its own (`dta_translator_<name>_total`).
+pub const COUNTER_GROUPS: &[CounterGroup] = &[
+    CounterGroup {
+        family: "reports",
+        help: "Reports parsed, by primitive.",
+        label: "kind",
+        members: &[
+            ("reports_keywrite", "keywrite"),
+            ("reports_keyincrement", "keyincrement"),
+            ("reports_append", "append"),
+            ("reports_postcard", "postcard"),
+        ],
+    },
+    CounterGroup {
+        family: "append_batches",
+        help: "Append batches written: full, or partial because their flush delay expired (or \
+               at shutdown).",
+        label: "fill",
+        members: &[
+            ("append_batches", "full"),
+            ("append_partial_flushes", "partial"),
+        ],
+    },
+    CounterGroup {
+        family: "postcard_chunks",
+        help: "Postcard chunks emitted, by why: the path was complete, another flow took the \
+               cache slot (evicted), or the entry aged out (timeout, or at shutdown).",
+        label: "reason",
+        members: &[
+            ("postcard_emits", "complete"),
+            ("postcard_evictions", "evicted"),
+            ("postcard_timeouts", "timeout"),
+        ],
+    },
+    CounterGroup {
+        family: "drops",
+        help: "Reports dropped, by reason (each dropped report counted once; the reasons are \
+               listed in translator/README.md).",
+        label: "reason",
+        members: &[
+            ("drop_truncated", "truncated"),
+            ("drop_malformed", "malformed"),
+            ("drop_unknown_opcode", "unknown_opcode"),
+            ("drop_bad_version", "bad_version"),
+            ("drop_bad_redundancy", "bad_redundancy"),
+            ("drop_no_store", "no_store"),
+            ("drop_unknown_list", "unknown_list"),
+            ("drop_value_too_long", "value_too_long"),
+            ("drop_bad_hop", "bad_hop"),
+            ("drop_postcard_duplicate_hop", "postcard_duplicate_hop"),
+            ("drop_overload_low", "overload_low"),
+            ("drop_overload_medium", "overload_medium"),
+            ("drop_backlog_full", "backlog_full"),
+            ("drop_qp_broken", "qp_broken"),
+            ("drop_qp_queue_full", "qp_queue_full"),
+            ("drop_out_of_region", "out_of_region"),
+            ("drop_handoff_full", "handoff_full"),
+        ],
+    },
+];
+
+/// Picks one figure out of a QP's stats.
+type QpValue = fn(&QpStats) -> f64;
+
+/// A family of per-QP series.
+struct QpFamily {
+    /// Name without the `dta_translator_` prefix (and a counter's `_total`).
+    name: &'static str,
+    help: &'static str,
+    kind: PromKind,
+    samples: QpSamples,
+}
+
+/// What a per-QP family's samples are.
+enum QpSamples {
+    /// One figure.
+    One(QpValue),
+    /// One figure per value of a label.
+    ByLabel(&'static str, &'static [(&'static str, QpValue)]),
+}
+
+/// Nanoseconds in seconds.
+const NS: f64 = 1e-9;
+
+/// A per-QP family of one figure.
+const fn one(name: &'static str, help: &'static str, kind: PromKind, f: QpValue) -> QpFamily {
+    QpFamily {
+        name,
+        help,
+        kind,
+        samples: QpSamples::One(f),
+    }
+}
+
+/// The per-QP families (labels `worker`, `store`, `qpn`).
+const QP_FAMILIES: &[QpFamily] = &[
+    one(
+        "qp_frames",
+        "New RoCEv2 frames on the QP (PSNs taken, probes included).",
+        PromKind::Counter,
+        |q| q.frames as f64,
+    ),
+    one("qp_acks", "ACKs received.", PromKind::Counter, |q| {
+        q.acks as f64
+    }),
+    QpFamily {
+        name: "qp_naks",
+        help: "NAKs received, by AETH syndrome (psn_sequence_error, rnr, remote_access_error, \
+               invalid_request, other).",
+        kind: PromKind::Counter,
+        samples: QpSamples::ByLabel(
+            "syndrome",
+            &[
+                ("psn_sequence_error", |q| q.nak_seq as f64),
+                ("rnr", |q| q.nak_rnr as f64),
+                ("remote_access_error", |q| q.nak_access as f64),
+                ("invalid_request", |q| q.nak_invalid as f64),
+                ("other", |q| q.nak_other as f64),
+            ],
+        ),
+    },
+    one(
+        "qp_psn_skipped",
+        "Frames lost because they left the retransmission ring before they could be resent \
+         (each replaced on the wire by a zero-length WRITE at its PSN).",
+        PromKind::Counter,
+        |q| q.psn_skipped as f64,
+    ),
+    one(
+        "qp_retransmitted_frames",
+        "Frames sent again, unchanged, from the QP's retransmission ring.",
+        PromKind::Counter,
+        |q| q.retransmitted_frames as f64,
+    ),
+    one(
+        "qp_retransmit_events",
+        "Retransmissions started: go-back-N passes from the PSN the collector named, and \
+         resends of the oldest unconfirmed frame after an unanswered probe.",
+        PromKind::Counter,
+        |q| q.retransmit_events as f64,
+    ),
+    one(
+        "qp_retx_overruns",
+        "Go-back-N passes that found frames gone from the retransmission ring (counted in \
+         qp_psn_skipped).",
+        PromKind::Counter,
+        |q| q.retx_overruns as f64,
+    ),
+    one(
+        "qp_noops_in_place",
+        "Zero-length WRITEs sent after a timeout at the oldest unconfirmed PSN, whose frame \
+         had left the retransmission ring: each replaced that frame (its data lost) or was \
+         a duplicate.",
+        PromKind::Counter,
+        |q| q.noops_in_place as f64,
+    ),
+    one(
+        "qp_ack_timeouts",
+        "Retransmission timeouts (an answer was due and none came).",
+        PromKind::Counter,
+        |q| q.ack_timeouts as f64,
+    ),
+    one(
+        "qp_probes",
+        "Fresh frames sent with AckReq to ask where the collector stands (zero-length \
+         probes, queued frames sent ahead of the window).",
+        PromKind::Counter,
+        |q| q.probes as f64,
+    ),
+    one(
+        "qp_stale_responses",
+        "Responses matching no outstanding state.",
+        PromKind::Counter,
+        |q| q.stale_responses as f64,
+    ),
+    one(
+        "qp_recoveries",
+        "Recoveries completed (from the first sign of loss to the answer showing the \
+         collector caught up).",
+        PromKind::Counter,
+        |q| q.recoveries as f64,
+    ),
+    one(
+        "qp_recovery_seconds",
+        "Total duration of the recoveries.",
+        PromKind::Counter,
+        |q| q.recovery_ns_total as f64 * NS,
+    ),
+    one(
+        "qp_recovery_max_seconds",
+        "Longest recovery since the QP was connected.",
+        PromKind::Gauge,
+        |q| q.recovery_ns_max as f64 * NS,
+    ),
+    one(
+        "qp_loss_events",
+        "Loss events (each halved the send window).",
+        PromKind::Counter,
+        |q| q.loss_events as f64,
+    ),
+    one(
+        "qp_window_frames",
+        "The send window in frames (0: unlimited, no loss seen).",
+        PromKind::Gauge,
+        |q| q.window as f64,
+    ),
+    one(
+        "qp_queued_frames",
+        "Frames waiting in the QP to be sent.",
+        PromKind::Gauge,
+        |q| q.queued as f64,
+    ),
+    one(
+        "qp_rtt_samples",
+        "Round-trip samples feeding the adaptive retransmission timeout.",
+        PromKind::Counter,
+        |q| q.rtt_samples as f64,
+    ),
+    one(
+        "qp_srtt_seconds",
+        "Smoothed round-trip time.",
+        PromKind::Gauge,
+        |q| q.srtt_ns as f64 * NS,
+    ),
+    one(
+        "qp_rto_seconds",
+        "The retransmission timeout, without back-off.",
+        PromKind::Gauge,
+        |q| q.rto_ns as f64 * NS,
+    ),
+    one(
+        "qp_silence_max_seconds",
+        "Longest time without any ACK or NAK while one was due, that ended in an answer.",
+        PromKind::Gauge,
+        |q| q.silence_ns_max as f64 * NS,
+    ),
+];
+
+/// Per-worker figures outside the pipeline counters: name, help, kind, figure.
+type WorkerFamily = (
+    &'static str,
+    &'static str,
+    PromKind,
+    fn(&WorkerSnapshot) -> u64,
+);
+
+const WORKER_FAMILIES: &[WorkerFamily] = &[
+    (
+        "pending_reports",
+        "Reports held in Append batches, postcard caches and the backlog.",
+        PromKind::Gauge,
+        |s| s.pending,
+    ),
+    (
+        "socket_drops",
+        "Datagrams the kernel or NIC ring dropped before the worker saw them.",
+        PromKind::Counter,
+        |s| s.socket_drops,
+    ),
+    (
+        "rx_ios",
+        "Receive calls that returned data (batching: fewer than datagrams).",
+        PromKind::Counter,
+        |s| s.rx_ios,
+    ),
+    ("tx_ios", "Transmit calls.", PromKind::Counter, |s| s.tx_ios),
+    (
+        "tx_errors",
+        "Frames the kernel refused to send.",
+        PromKind::Counter,
+        |s| s.tx_errors,
+    ),
+    (
+        "reconnects",
+        "RDMA_CM reconnections started after a QP broke.",
+        PromKind::Counter,
+        |s| s.reconnects,
+    ),
+];
+
+/// Renders the Prometheus document for a set of worker snapshots, with this process's
+/// `process_*` figures.
 pub fn render(snaps: &[WorkerSnapshot]) -> String {
+    render_page(snaps, ProcessStats::read().ok().as_ref())
+}
+
+/// Renders the Prometheus document: the workers' counters, their QPs, and `process` when
+/// `/proc` could be read.
+pub fn render_page(snaps: &[WorkerSnapshot], process: Option<&ProcessStats>) -> String {
     let mut w = PromWriter::new();
-    let rows: Vec<dta_proto::stats::PromRow<'_>> = snaps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (vec![("worker", i.to_string())], s.counters.values()))
-        .collect();
-    w.counter_families("dta_translator", TranslatorCounters::INFO, rows);
-    type QpField = (
-        &'static str,
-        &'static str,
-        PromKind,
-        fn(&crate::datapath::qp::QpStats) -> f64,
+    let workers: Vec<String> = (0..snaps.len()).map(|i| i.to_string()).collect();
+    let rows = |values: fn(&WorkerSnapshot) -> Vec<u64>| -> Vec<PromRow<'_>> {
+        snaps
+            .iter()
+            .zip(&workers)
+            .map(|(s, wi)| (vec![("worker", wi.clone())], values(s)))
+            .collect()
+    };
+    w.counter_families(
+        "dta_translator",
+        TranslatorCounters::INFO,
+        COUNTER_GROUPS,
+        &rows(|s| s.counters.values()),
     );
-    const NS: f64 = 1e-9;
-    let fields: [QpField; 24] = [
-        (
-            "qp_frames",
-            "New RoCEv2 frames on the QP (PSNs taken, probes included).",
-            PromKind::Counter,
-            |q| q.frames as f64,
-        ),
-        ("qp_acks", "ACKs received.", PromKind::Counter, |q| {
-            q.acks as f64
-        }),
-        (
-            "qp_nak_sequence",
-            "NAK PSN sequence error received.",
-            PromKind::Counter,
-            |q| q.nak_seq as f64,
-        ),
-        ("qp_nak_rnr", "RNR NAKs received.", PromKind::Counter, |q| {
-            q.nak_rnr as f64
-        }),
-        (
-            "qp_nak_access",
-            "NAK remote access error received.",
-            PromKind::Counter,
-            |q| q.nak_access as f64,
-        ),
-        (
-            "qp_nak_invalid",
-            "NAK invalid request received.",
-            PromKind::Counter,
-            |q| q.nak_invalid as f64,
-        ),
-        (
-            "qp_nak_other",
-            "Other NAKs received.",
-            PromKind::Counter,
-            |q| q.nak_other as f64,
-        ),
-        (
-            "qp_psn_skipped",
-            "Frames lost because they left the retransmission ring before they could be resent \
-             (each replaced on the wire by a zero-length WRITE at its PSN).",
-            PromKind::Counter,
-            |q| q.psn_skipped as f64,
-        ),
-        (
-            "qp_retransmitted_frames",
-            "Frames sent again, unchanged, from the QP's retransmission ring.",
-            PromKind::Counter,
-            |q| q.retransmitted_frames as f64,
-        ),
-        (
-            "qp_retransmit_events",
-            "Retransmissions started: go-back-N passes from the PSN the collector named, and \
-             resends of the oldest unconfirmed frame after an unanswered probe.",
-            PromKind::Counter,
-            |q| q.retransmit_events as f64,
-        ),
-        (
-            "qp_retx_overruns",
-            "Go-back-N passes that found frames gone from the retransmission ring (counted in \
-             qp_psn_skipped).",
-            PromKind::Counter,
-            |q| q.retx_overruns as f64,
-        ),
-        (
-            "qp_noops_in_place",
-            "Zero-length WRITEs sent after a timeout at the oldest unconfirmed PSN, whose frame \
-             had left the retransmission ring: each replaced that frame (its data lost) or was \
-             a duplicate.",
-            PromKind::Counter,
-            |q| q.noops_in_place as f64,
-        ),
-        (
-            "qp_ack_timeouts",
-            "Retransmission timeouts (an answer was due and none came).",
-            PromKind::Counter,
-            |q| q.ack_timeouts as f64,
-        ),
-        (
-            "qp_probes",
-            "Fresh frames sent with AckReq to ask where the collector stands (zero-length \
-             probes, queued frames sent ahead of the window).",
-            PromKind::Counter,
-            |q| q.probes as f64,
-        ),
-        (
-            "qp_stale_responses",
-            "Responses matching no outstanding state.",
-            PromKind::Counter,
-            |q| q.stale_responses as f64,
-        ),
-        (
-            "qp_recoveries",
-            "Recoveries completed (from the first sign of loss to the answer showing the \
-             collector caught up).",
-            PromKind::Counter,
-            |q| q.recoveries as f64,
-        ),
-        (
-            "qp_recovery_seconds",
-            "Total duration of the recoveries.",
-            PromKind::Counter,
-            |q| q.recovery_ns_total as f64 * NS,
-        ),
-        (
-            "qp_recovery_max_seconds",
-            "Longest recovery since the QP was connected.",
-            PromKind::Gauge,
-            |q| q.recovery_ns_max as f64 * NS,
-        ),
-        (
-            "qp_loss_events",
-            "Loss events (each halved the send window).",
-            PromKind::Counter,
-            |q| q.loss_events as f64,
-        ),
-        (
-            "qp_window_frames",
-            "The send window in frames (0: unlimited, no loss seen).",
-            PromKind::Gauge,
-            |q| q.window as f64,
-        ),
-        (
-            "qp_queued_frames",
-            "Frames waiting in the QP to be sent.",
-            PromKind::Gauge,
-            |q| q.queued as f64,
-        ),
-        (
-            "qp_rtt_samples",
-            "Round-trip samples feeding the adaptive retransmission timeout.",
-            PromKind::Counter,
-            |q| q.rtt_samples as f64,
-        ),
-        (
-            "qp_srtt_seconds",
-            "Smoothed round-trip time.",
-            PromKind::Gauge,
-            |q| q.srtt_ns as f64 * NS,
-        ),
-        (
-            "qp_silence_max_seconds",
-            "Longest time without any ACK or NAK while one was due, that ended in an answer.",
-            PromKind::Gauge,
-            |q| q.silence_ns_max as f64 * NS,
-        ),
-    ];
-    for (name, help, kind, f) in fields {
-        for (wi, s) in snaps.iter().enumerate() {
+    for f in QP_FAMILIES {
+        w.family(f.kind, &format!("dta_translator_{}", f.name), f.help);
+        for (s, wi) in snaps.iter().zip(&workers) {
             for (store, qpn, q) in &s.qps {
-                let (ws, qs) = (wi.to_string(), format!("{qpn:#x}"));
-                w.sample(
-                    kind,
-                    &format!("dta_translator_{name}"),
-                    help,
-                    &[("worker", &ws), ("store", store), ("qpn", &qs)],
-                    f(q),
-                );
+                let qpn = format!("{qpn:#x}");
+                let l = [("worker", wi.as_str()), ("store", store), ("qpn", &qpn)];
+                match f.samples {
+                    QpSamples::One(get) => w.sample(&l, get(q)),
+                    QpSamples::ByLabel(label, members) => {
+                        for (value, get) in members {
+                            let [a, b, c] = l;
+                            w.sample(&[a, b, c, (label, value)], get(q));
+                        }
+                    }
+                }
             }
         }
     }
-    type Field = (
-        &'static str,
-        &'static str,
-        fn(&WorkerSnapshot) -> u64,
-        PromKind,
-    );
-    let gauges: [Field; 5] = [
-        (
-            "dta_translator_pending_reports",
-            "Reports held in Append batches, postcard caches and the backlog.",
-            |s| s.pending,
-            PromKind::Gauge,
-        ),
-        (
-            "dta_translator_socket_drops",
-            "Datagrams the kernel or NIC ring dropped before the worker saw them.",
-            |s| s.socket_drops,
-            PromKind::Counter,
-        ),
-        (
-            "dta_translator_rx_ios",
-            "Receive calls that returned data (batching: fewer than datagrams).",
-            |s| s.rx_ios,
-            PromKind::Counter,
-        ),
-        (
-            "dta_translator_tx_ios",
-            "Transmit calls.",
-            |s| s.tx_ios,
-            PromKind::Counter,
-        ),
-        (
-            "dta_translator_tx_errors",
-            "Frames the kernel refused to send.",
-            |s| s.tx_errors,
-            PromKind::Counter,
-        ),
-    ];
-    for (name, help, f, kind) in gauges {
-        for (wi, s) in snaps.iter().enumerate() {
-            let ws = wi.to_string();
-            w.sample(kind, name, help, &[("worker", &ws)], f(s) as f64);
+    for (name, help, kind, get) in WORKER_FAMILIES {
+        w.family(*kind, &format!("dta_translator_{name}"), help);
+        for (s, wi) in snaps.iter().zip(&workers) {
+            w.sample(&[("worker", wi)], get(s) as f64);
         }
     }
-    for (wi, s) in snaps.iter().enumerate() {
-        let ws = wi.to_string();
-        w.sample(
-            PromKind::Counter,
-            "dta_translator_reconnects",
-            "RDMA_CM reconnections started after a QP broke.",
-            &[("worker", &ws)],
-            s.reconnects as f64,
-        );
-    }
-    let rows: Vec<dta_proto::stats::PromRow<'_>> = snaps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (vec![("worker", i.to_string())], s.cm.values()))
-        .collect();
     w.counter_families(
         "dta_translator",
-        crate::control::cm::CmClientCounters::INFO,
-        rows,
+        CmClientCounters::INFO,
+        &[],
+        &rows(|s| s.cm.values()),
     );
+    if let Some(p) = process {
+        p.write_prom(&mut w);
+    }
+    let features: Vec<&str> = [
+        (cfg!(feature = "af_xdp"), "af_xdp"),
+        (cfg!(feature = "dpdk"), "dpdk"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    w.build_info(env!("CARGO_PKG_VERSION"), &features);
     w.finish()
 }
 
@@ -355,5 +469,213 @@ impl Drop for MetricsServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A QP with every figure non-zero, distinct per `seed`.
+    fn qp(seed: u64) -> QpStats {
+        QpStats {
+            frames: 1000 + seed,
+            acks: 900 + seed,
+            nak_seq: 7 + seed,
+            nak_rnr: 1 + seed,
+            nak_access: 2 + seed,
+            nak_invalid: 3 + seed,
+            nak_other: 4 + seed,
+            psn_skipped: 5 + seed,
+            ack_timeouts: 6 + seed,
+            probes: 8 + seed,
+            stale_responses: 9 + seed,
+            recoveries: 10 + seed,
+            recovery_ns_total: 25_000_000 + seed,
+            recovery_ns_max: 4_500_000 + seed,
+            rtt_samples: 800 + seed,
+            srtt_ns: 1_500_000,
+            rto_ns: 2_000_000,
+            silence_ns_max: 3_000_000 + seed,
+            retransmitted_frames: 40 + seed,
+            retransmit_events: 11 + seed,
+            retx_overruns: 1 + seed,
+            noops_in_place: 2 + seed,
+            loss_events: 3 + seed,
+            window: 64,
+            queued: 12 + seed,
+        }
+    }
+
+    /// Two workers, each with a QP to two stores, every counter non-zero.
+    fn snapshots() -> Vec<WorkerSnapshot> {
+        (0..2u64)
+            .map(|w| WorkerSnapshot {
+                counters: TranslatorCounters::from_values(
+                    &(0..TranslatorCounters::INFO.len() as u64)
+                        .map(|i| 100 * (i + 1) + w)
+                        .collect::<Vec<_>>(),
+                ),
+                qps: vec![
+                    ("paths".into(), 0x200 + w as u32, qp(w)),
+                    ("events".into(), 0x202 + w as u32, qp(10 + w)),
+                ],
+                pending: 3 + w,
+                socket_drops: 4 + w,
+                rx_ios: 500 + w,
+                tx_ios: 400 + w,
+                tx_errors: 1 + w,
+                reconnects: 2 + w,
+                cm: CmClientCounters::from_values(
+                    &(0..CmClientCounters::INFO.len() as u64)
+                        .map(|i| i + 1 + w)
+                        .collect::<Vec<_>>(),
+                ),
+            })
+            .collect()
+    }
+
+    fn page() -> String {
+        let process = ProcessStats {
+            cpu_seconds: 12.5,
+            resident_bytes: 64 << 20,
+            virtual_bytes: 1 << 30,
+            start_time_seconds: 1.7e9,
+            open_fds: 42,
+            max_fds: Some(1024),
+        };
+        render_page(&snapshots(), Some(&process))
+    }
+
+    #[test]
+    fn values_are_labels_and_times_are_seconds() {
+        let m = page();
+        for want in [
+            "dta_translator_rx_datagrams_total{worker=\"0\"} 100\n",
+            "dta_translator_reports_total{worker=\"1\",kind=\"append\"} 401\n",
+            "dta_translator_drops_total{worker=\"0\",reason=\"no_store\"} ",
+            "dta_translator_drops_total{worker=\"1\",reason=\"handoff_full\"} ",
+            "dta_translator_append_batches_total{worker=\"0\",fill=\"partial\"} ",
+            "dta_translator_postcard_chunks_total{worker=\"0\",reason=\"evicted\"} ",
+            "dta_translator_qp_naks_total{worker=\"1\",store=\"events\",qpn=\"0x203\",\
+             syndrome=\"psn_sequence_error\"} 18\n",
+            "dta_translator_qp_srtt_seconds{worker=\"0\",store=\"paths\",qpn=\"0x200\"} 0.0015\n",
+            "dta_translator_qp_rto_seconds{worker=\"0\",store=\"paths\",qpn=\"0x200\"} 0.002\n",
+            "# TYPE dta_translator_qp_recovery_seconds_total counter\n",
+            "dta_translator_reconnects_total{worker=\"1\"} 3\n",
+            "dta_translator_cm_req_sent_total{worker=\"0\"} 1\n",
+            "process_cpu_seconds_total 12.5\n",
+            "process_resident_memory_bytes 67108864\n",
+            "process_max_fds 1024\n",
+            "dta_build_info{version=\"",
+        ] {
+            assert!(m.contains(want), "missing {want:?} in\n{m}");
+        }
+        for g in COUNTER_GROUPS {
+            for (c, _) in g.members.iter().filter(|(c, _)| *c != g.family) {
+                let old = format!("dta_translator_{c}_total");
+                assert!(!m.contains(&old), "{old} is a label value of {}", g.family);
+            }
+        }
+        let drops = m
+            .lines()
+            .filter(|l| l.starts_with("dta_translator_drops_total{worker=\"0\""))
+            .count();
+        assert_eq!(drops, 17);
+        for line in m.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(
+                !name.contains("nak_") && !name.ends_with("_ns") && !name.contains("_ns_"),
+                "a value or an abbreviated unit in a name: {line}"
+            );
+            let v: f64 = line.rsplit_once(' ').unwrap().1.parse().unwrap();
+            assert!(v > 0.0, "every family of the test page is non-zero: {line}");
+        }
+    }
+
+    #[test]
+    fn every_pipeline_counter_is_exported_once() {
+        let names: Vec<&str> = TranslatorCounters::INFO.iter().map(|i| i.name).collect();
+        for g in COUNTER_GROUPS {
+            for (c, _) in g.members {
+                assert!(names.contains(c), "{c} is no counter");
+            }
+        }
+        for n in names {
+            let groups = COUNTER_GROUPS
+                .iter()
+                .filter(|g| g.members.iter().any(|(c, _)| *c == n))
+                .count();
+            assert!(groups <= 1, "{n} in {groups} groups");
+            // A new drop_* counter is a new drop reason, not a new family.
+            if n.starts_with("drop_") {
+                assert_eq!(
+                    CounterGroup::find(COUNTER_GROUPS, n).unwrap().family,
+                    "drops"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_family_is_in_the_readme() {
+        let readme = include_str!("../../README.md");
+        for line in page().lines() {
+            let Some(rest) = line.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            let name = rest.split(' ').next().unwrap();
+            let documented = match name.strip_prefix("dta_translator_") {
+                // Listed as `cm_<counter>_total`.
+                Some(short) if short.starts_with("cm_") => true,
+                Some(short) => readme.contains(&format!("`{short}`")),
+                None => readme.contains(name),
+            };
+            assert!(documented, "{name} is not in translator/README.md");
+        }
+    }
+
+    #[test]
+    fn promtool_accepts_the_page() {
+        // The test page, and the page as served (this process's figures from /proc).
+        let live = render(&snapshots());
+        assert!(live.contains("\nprocess_open_fds "), "{live}");
+        promtool_check(&page());
+        promtool_check(&live);
+    }
+
+    /// Runs `promtool check metrics` on `doc`: exit 0 and nothing printed (no lint warning).
+    /// Passes with `SKIP: promtool not found` where promtool is not installed
+    /// (`scripts/prepare-tools.sh` installs it; CI has it).
+    fn promtool_check(doc: &str) {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let Ok(mut child) = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("SKIP: promtool not found");
+            return;
+        };
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(doc.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "promtool check metrics: {}\n{said}\n{doc}",
+            out.status
+        );
     }
 }
