@@ -271,6 +271,7 @@ pub fn build_stores_with(
             len,
             rkey: rkey.unwrap_or(0),
             qps: Vec::new(),
+            redundancy: None,
             kind,
         };
         let geometry =

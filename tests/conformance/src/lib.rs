@@ -1131,6 +1131,9 @@ fn model(spec: Spec) -> Result<Modelled, String> {
                 psn: qp.psn,
                 peer_qpn: qp.local_qpn,
             }],
+            // The corpus's stores record no N: the translator accepts any N up to
+            // max_redundancy there, which the cases exercise (bad N included).
+            redundancy: None,
             kind,
         };
         let geometry =
