@@ -137,6 +137,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
         collector: DeviceSection {
             roce: roce_c,
             metadata_file: Some(meta_file.clone()),
+            max_redundancy: opts.redundancy.max(4),
             ..DeviceSection::default()
         },
         static_peers: vec![StaticPeer {
@@ -153,6 +154,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
                     slots: 1 << opts.slots_log2,
                     slot_size: 32,
                     hash: HashProfile::Independent,
+                    redundancy: opts.redundancy,
                 },
             },
             StoreConfig {

@@ -366,7 +366,8 @@ fn query(
                     ),
                 ));
             }
-            let n = num::<u8>(p, "n")?.unwrap_or(s.postcard_redundancy()).max(1) as usize;
+            let store_n = s.redundancy().map_or(1, |n| n.get());
+            let n = num::<u8>(p, "n")?.unwrap_or(store_n).max(1) as usize;
             o.insert("n".into(), n.into());
             let copies = num::<u8>(p, "copies")?.unwrap_or(1);
             match v.query(&key_parsed, n, copies) {
@@ -513,7 +514,7 @@ fn stores_json(state: &ControlState) -> Value {
                 }
                 if s.postcard().is_some() {
                     v["values"] = json!(s.values.ranges());
-                    v["redundancy"] = json!(s.postcard_redundancy());
+                    v["redundancy"] = json!(s.redundancy().map_or(1, |n| n.get()));
                 }
                 v
             })

@@ -375,6 +375,13 @@ slots = 1024
     c.shutdown();
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(left.is_empty(), "files left behind: {left:?}");
+    // A persist_dir that does not exist is refused (it used to be created silently).
+    let e = CollectorConfig::from_toml(&toml(true)).unwrap_err();
+    assert!(
+        e.contains("persist_dir") && e.contains(&format!("{}/regions", dir.display())),
+        "{e}"
+    );
+    std::fs::create_dir_all(dir.join("regions")).unwrap();
     // File-backed regions are kept by design: that is what persist_dir is for.
     let c = Collector::start(CollectorConfig::from_toml(&toml(true)).unwrap()).unwrap();
     c.shutdown();

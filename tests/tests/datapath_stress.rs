@@ -189,6 +189,7 @@ fn kw_store() -> StoreConfig {
             slots: 1 << 16,
             slot_size: 16,
             hash: HashProfile::Independent,
+            redundancy: 1,
         },
     }
 }
