@@ -176,6 +176,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     tcfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
     tcfg.translator.roce = roce_t;
     tcfg.translator.max_redundancy = opts.redundancy.max(1);
+    // The demo sends Key-Write and Append reports only.
+    tcfg.routing.keyincrement = "none".into();
+    tcfg.routing.postcard = "none".into();
     tcfg.collectors = vec![CollectorSection::with_metadata("local", meta_file)];
     let translator = Translator::start(tcfg)?;
 
