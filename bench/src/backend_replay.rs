@@ -306,6 +306,8 @@ fn metadata_collector(sc: &Scenario, dir: &Path, peer: SocketAddrV4) -> Result<C
         collector: DeviceSection {
             roce: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
             metadata_file: Some(dir.join("collector.json")),
+            // The scenario's stores are written with its N (up to 8).
+            max_redundancy: 8,
             ..DeviceSection::default()
         },
         static_peers: vec![StaticPeer {
@@ -534,6 +536,8 @@ pub fn translator_netns(
                 roce: SocketAddrV4::new(ADDR_A, dta_proto::consts::ROCEV2_PORT),
                 mac: MAC_A.into(),
                 metadata_file: Some(m2),
+                // The scenario's stores are written with its N (up to 8).
+                max_redundancy: 8,
                 ..DeviceSection::default()
             },
             static_peers: vec![StaticPeer {
@@ -1221,6 +1225,8 @@ pub fn translator_netns_prefilled(
                 mac: MAC_A.into(),
                 metadata_file: Some(m2),
                 hugepages: false,
+                // The scenario's stores are written with its N (up to 8).
+                max_redundancy: 8,
                 ..DeviceSection::default()
             },
             static_peers: vec![StaticPeer {

@@ -139,6 +139,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
         collector: DeviceSection {
             roce: roce_c,
             metadata_file: Some(meta_file.clone()),
+            max_redundancy: opts.redundancy.max(4),
             ..DeviceSection::default()
         },
         static_peers: vec![StaticPeer {
@@ -155,6 +156,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
                     slots: 1 << opts.slots_log2,
                     slot_size: 32,
                     hash: HashProfile::Independent,
+                    redundancy: opts.redundancy,
                 },
             },
             StoreConfig {
@@ -176,6 +178,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     tcfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
     tcfg.translator.roce = roce_t;
     tcfg.translator.max_redundancy = opts.redundancy.max(1);
+    // The demo sends Key-Write and Append reports only.
+    tcfg.routing.keyincrement = "none".into();
+    tcfg.routing.postcard = "none".into();
     tcfg.collectors = vec![CollectorSection::with_metadata("local", meta_file)];
     let translator = Translator::start(tcfg)?;
 

@@ -288,6 +288,7 @@ impl Scenario {
                     slots: 1 << self.slots_log2,
                     slot_size: if ext { 32 } else { 8 },
                     hash: HashProfile::Independent,
+                    redundancy: self.redundancy,
                 },
             },
             StoreConfig {
@@ -297,6 +298,7 @@ impl Scenario {
                     slots: 1 << self.slots_log2,
                     hash: HashProfile::Independent,
                     epoch_secs: 0,
+                    redundancy: self.redundancy,
                 },
             },
             StoreConfig {

@@ -286,6 +286,8 @@ impl Rig {
                 roce: RIG_COLLECTOR,
                 hugepages: false,
                 verify_icrc: o.verify_icrc,
+                // The scenario's stores are written with its N (up to 8).
+                max_redundancy: 8,
                 ..DeviceSection::default()
             },
             static_peers: vec![],
@@ -742,6 +744,8 @@ impl UdpRig {
             collector: DeviceSection {
                 roce: roce_c,
                 metadata_file: Some(meta_file.clone()),
+                // The scenario's stores are written with its N (up to 8).
+                max_redundancy: 8,
                 ..DeviceSection::default()
             },
             static_peers: vec![StaticPeer {
@@ -991,6 +995,8 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
         collector: DeviceSection {
             roce: roce_c,
             metadata_file: Some(meta_file.clone()),
+            // The scenario's stores are written with its N (up to 8).
+            max_redundancy: 8,
             ..DeviceSection::default()
         },
         static_peers: vec![StaticPeer {

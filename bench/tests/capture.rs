@@ -185,6 +185,8 @@ fn pcap_backend_replays_reports_and_its_output_verifies() {
         collector: DeviceSection {
             roce: SocketAddrV4::new(c_ip, 0),
             metadata_file: Some(meta.clone()),
+            // The scenario's stores are written with its N (up to 8).
+            max_redundancy: 8,
             ..DeviceSection::default()
         },
         static_peers: vec![StaticPeer {

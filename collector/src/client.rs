@@ -30,6 +30,16 @@ impl Response {
 
 /// Sends `method path` to the collector at `addr` and reads the whole answer.
 pub fn request(addr: &str, method: &str, path: &str) -> Result<Response, String> {
+    request_with_body(addr, method, path, b"")
+}
+
+/// Sends `method path` with `body` (a bulk query's keys) and reads the whole answer.
+pub fn request_with_body(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<Response, String> {
     let unreachable = |e: &dyn std::fmt::Display| {
         format!(
             "cannot reach the collector's control API at {addr}: {e} (is `dta-collector run` \
@@ -46,8 +56,10 @@ pub fn request(addr: &str, method: &str, path: &str) -> Result<Response, String>
     let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
     write!(
         s,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
     )
+    .and_then(|_| s.write_all(body))
     .map_err(|e| unreachable(&e))?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(|e| unreachable(&e))?;

@@ -23,14 +23,23 @@
 //! kind = "keywrite"
 //! slots = 1048576
 //! slot_size = 32
+//! redundancy = 2                 # N: reports must use it, queries read it
 //! ```
+//!
+//! [`CollectorConfig::from_toml`] reads a file in two steps so that every error names where
+//! it is: the top-level tables with TOML's own line and column, then each `[[store]]` on its
+//! own (`store "paths": slot_size: invalid type: ...`, never a position inside the merged
+//! document). [`CollectorConfig::validate`] then checks every rule that TOML types cannot
+//! express, naming the section or store and the key (`store "paths": slots: must be a power
+//! of two`), including the host: a `persist_dir` that does not exist and stores that need more
+//! memory than the host has are refused.
 
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use dta_proto::hash::HashProfile;
+use dta_proto::hash::{HashProfile, MAX_REDUNDANCY};
 use dta_proto::layout::AppendFormat;
 
 /// The whole file.
@@ -38,7 +47,7 @@ use dta_proto::layout::AppendFormat;
 /// The software RNIC's I/O sections (`[rnic]`, `[af_xdp]`, `[dpdk]`) are top-level tables in
 /// the file, like the translator's, and live in [`DeviceSection::rnic`] in memory.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(from = "ConfigFile", into = "ConfigFile")]
+#[serde(try_from = "ConfigFile", into = "ConfigFile")]
 pub struct CollectorConfig {
     /// Device and service settings.
     #[serde(default)]
@@ -65,23 +74,31 @@ struct ConfigFile {
     dpdk: dta_io::config::DpdkSection,
     #[serde(default, rename = "static_peer")]
     static_peers: Vec<StaticPeer>,
+    /// Read one by one ([`StoreConfig`]'s `TryFrom<toml::Table>`), so that an error names the
+    /// store and the key instead of a position in the merged document.
     #[serde(default, rename = "store")]
-    stores: Vec<StoreConfig>,
+    stores: Vec<toml::Table>,
 }
 
-impl From<ConfigFile> for CollectorConfig {
-    fn from(mut f: ConfigFile) -> Self {
+impl TryFrom<ConfigFile> for CollectorConfig {
+    type Error = String;
+
+    fn try_from(mut f: ConfigFile) -> Result<Self, String> {
         f.collector.rnic = RnicIo {
             backend: f.rnic.backend,
             af_xdp: f.af_xdp,
             dpdk: f.dpdk,
             rx_coalesce_us: f.rnic.rx_coalesce_us,
         };
-        CollectorConfig {
+        Ok(CollectorConfig {
             collector: f.collector,
             static_peers: f.static_peers,
-            stores: f.stores,
-        }
+            stores: f
+                .stores
+                .into_iter()
+                .map(StoreConfig::try_from)
+                .collect::<Result<_, _>>()?,
+        })
     }
 }
 
@@ -97,7 +114,7 @@ impl From<CollectorConfig> for ConfigFile {
             af_xdp: io.af_xdp,
             dpdk: io.dpdk,
             static_peers: c.static_peers,
-            stores: c.stores,
+            stores: c.stores.into_iter().map(toml::Table::from).collect(),
         }
     }
 }
@@ -119,6 +136,22 @@ pub struct RnicIo {
 /// the baselines' end-to-end run (9k frames/s): 100 µs cut the RNIC's CPU per report from
 /// 143–179 ns to 47–49 ns; 50 µs to 66 ns.
 pub const DEFAULT_RX_COALESCE_US: u32 = 100;
+
+/// Largest `[rnic] rx_coalesce_us`: 10 ms. Every wait delays ACKs by up to this much, and the
+/// translator's retransmission timeout starts at 20 ms (floor 2 ms), so a longer wait would
+/// turn an idle link's first frames into spurious timeouts.
+pub const MAX_RX_COALESCE_US: u32 = 10_000;
+
+/// `redundancy` of Key-Write and Key-Increment stores by default: the N of `dta gen` and the
+/// demo, and the papers' usual choice.
+pub const DEFAULT_KV_REDUNDANCY: u8 = 2;
+
+/// Longest store name. A name travels in the RDMA_CM REP's private data (NUL-padded, at most
+/// 64 bytes) and in file names (`dta-<store>.region`) and URLs, hence also its alphabet.
+pub const MAX_STORE_NAME: usize = 64;
+
+/// The RDMA_CM port of the store at `index` when it sets none.
+pub const FIRST_STORE_PORT: u16 = 1337;
 
 impl Default for RnicIo {
     fn default() -> Self {
@@ -158,7 +191,8 @@ pub struct DeviceSection {
     pub metadata_file: Option<PathBuf>,
     /// HTTP control endpoint (JSON API and /metrics). Empty: none.
     pub control: Option<SocketAddrV4>,
-    /// Highest Key-Write / Key-Increment redundancy queries assume.
+    /// Highest `redundancy` a `[[store]]` may be written with (1..=8). Queries read a store's
+    /// own N; another N must be forced.
     pub max_redundancy: u8,
     /// Receive buffers kept posted per QP (WRITE with Immediate and SEND consume them).
     pub recv_credits: u32,
@@ -210,7 +244,8 @@ pub struct RnicSection {
     /// Receive coalescing (µs), like a NIC's interrupt moderation: after a receive that found
     /// only a few packets, the RNIC waits this long before it looks again, so a trickle of
     /// frames is taken in bursts instead of one wake-up per frame. Adds at most this much to
-    /// an ACK's and a write's latency; under load (full bursts) it never waits. 0: off.
+    /// an ACK's and a write's latency; under load (full bursts) it never waits. 0: off; at
+    /// most [`MAX_RX_COALESCE_US`] (10 ms).
     pub rx_coalesce_us: u32,
 }
 
@@ -283,22 +318,119 @@ fn default_peer_mac() -> String {
 
 /// `[[store]]`.
 ///
-/// Unknown fields are rejected by [`StoreKindConfig`], which receives every field but `name`
-/// and `port` (serde cannot combine `deny_unknown_fields` with `flatten` on this struct).
+/// In a file a store is one flat table: `name`, optional `port`, `kind`, and the kind's keys.
+/// It is read through `TryFrom<toml::Table>` (unknown keys are errors, and every error names
+/// the store and the key) and written back as the same flat table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(try_from = "toml::Table", into = "toml::Table")]
 pub struct StoreConfig {
-    /// Unique store name (also the RDMA_CM service name).
+    /// Unique store name (also the RDMA_CM service name): 1..=64 of `A-Z a-z 0-9 _ . -`.
     pub name: String,
     /// RDMA_CM port (service ID) of this store; default 1337 + index.
     pub port: Option<u16>,
     /// Primitive and geometry.
-    #[serde(flatten)]
     pub kind: StoreKindConfig,
 }
 
-/// Primitive-specific settings of a store.
+impl StoreConfig {
+    /// The RDMA_CM port of this store, the `index`-th of its file: `port`, or 1337 + index
+    /// (`None` if that overflows).
+    pub fn cm_port(&self, index: usize) -> Option<u16> {
+        match self.port {
+            Some(p) => Some(p),
+            None => u16::try_from(index)
+                .ok()
+                .and_then(|i| FIRST_STORE_PORT.checked_add(i)),
+        }
+    }
+
+    /// The redundancy N the store is written with (`None` for Append).
+    pub fn redundancy(&self) -> Option<u8> {
+        match self.kind {
+            StoreKindConfig::KeyWrite { redundancy, .. }
+            | StoreKindConfig::KeyIncrement { redundancy, .. }
+            | StoreKindConfig::Postcard { redundancy, .. } => Some(redundancy),
+            StoreKindConfig::Append { .. } => None,
+        }
+    }
+}
+
+/// A TOML error as `key: message` (the key from toml's trailing "in `key`" line, if any).
+fn keyed(e: toml::de::Error) -> String {
+    let text = e.to_string();
+    let mut lines = text.trim_end().lines();
+    let first = lines.next().unwrap_or_default().to_string();
+    match lines
+        .next()
+        .and_then(|l| l.strip_prefix("in `"))
+        .and_then(|l| l.strip_suffix('`'))
+    {
+        Some(key) => format!("{key}: {first}"),
+        None if first.starts_with("unknown variant") => format!("kind: {first}"),
+        None => first,
+    }
+}
+
+impl TryFrom<toml::Table> for StoreConfig {
+    type Error = String;
+
+    fn try_from(mut t: toml::Table) -> Result<StoreConfig, String> {
+        let name = match t.remove("name") {
+            Some(toml::Value::String(n)) => n,
+            Some(v) => {
+                return Err(format!(
+                    "[[store]]: name: expected a string, found {} {v}",
+                    v.type_str()
+                ))
+            }
+            None => return Err("[[store]]: a store has no `name`".into()),
+        };
+        let at = format!("store {name:?}");
+        let port = match t.remove("port") {
+            None => None,
+            Some(v) => Some(u16::deserialize(v).map_err(|e| format!("{at}: port: {}", keyed(e)))?),
+        };
+        let kind = match t.remove("kind") {
+            Some(toml::Value::String(k)) => k,
+            Some(v) => return Err(format!("{at}: kind: expected a string, found {v}")),
+            None => {
+                return Err(format!(
+                    "{at}: no `kind` (keywrite, keyincrement, append or postcard)"
+                ))
+            }
+        };
+        let mut tagged = toml::Table::new();
+        tagged.insert(kind, toml::Value::Table(t));
+        let kind = StoreKindConfig::deserialize(toml::Value::Table(tagged))
+            .map_err(|e| format!("{at}: {}", keyed(e)))?;
+        Ok(StoreConfig { name, port, kind })
+    }
+}
+
+impl From<StoreConfig> for toml::Table {
+    fn from(s: StoreConfig) -> toml::Table {
+        let mut t = toml::Table::new();
+        t.insert("name".into(), s.name.into());
+        if let Some(p) = s.port {
+            t.insert("port".into(), (p as i64).into());
+        }
+        // Every field of every kind is a number, a string or an array of numbers, all of
+        // which TOML represents, so this conversion cannot fail.
+        if let Ok(toml::Value::Table(tagged)) = toml::Value::try_from(&s.kind) {
+            for (kind, fields) in tagged {
+                t.insert("kind".into(), kind.into());
+                if let toml::Value::Table(f) = fields {
+                    t.extend(f);
+                }
+            }
+        }
+        t
+    }
+}
+
+/// Primitive-specific settings of a store (in a file: `kind` and the kind's keys).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum StoreKindConfig {
     /// Key-Write.
     KeyWrite {
@@ -310,6 +442,10 @@ pub enum StoreKindConfig {
         /// Hash profile.
         #[serde(default)]
         hash: HashProfile,
+        /// N: slots per key. Reports must carry this N (others are dropped by the translator,
+        /// counted) and queries read N slots.
+        #[serde(default = "default_kv_redundancy")]
+        redundancy: u8,
     },
     /// Key-Increment.
     KeyIncrement {
@@ -321,6 +457,10 @@ pub enum StoreKindConfig {
         /// Zero the counters every this many seconds (0 = only on demand).
         #[serde(default)]
         epoch_secs: u64,
+        /// N: counters per key. Reports must carry this N (others are dropped by the
+        /// translator, counted) and queries take the minimum of N counters.
+        #[serde(default = "default_kv_redundancy")]
+        redundancy: u8,
     },
     /// Append.
     Append {
@@ -351,7 +491,7 @@ pub enum StoreKindConfig {
         /// Hash profile.
         #[serde(default)]
         hash: HashProfile,
-        /// Copies written per chunk (the translator's setting; queries need agreeing copies).
+        /// Copies written per chunk (N): the translator writes this many, queries read them.
         #[serde(default = "default_postcard_n")]
         redundancy: u8,
         /// The value set V (e.g. switch IDs) as inclusive ranges `[[lo, hi], ...]`.
@@ -360,6 +500,9 @@ pub enum StoreKindConfig {
     },
 }
 
+fn default_kv_redundancy() -> u8 {
+    DEFAULT_KV_REDUNDANCY
+}
 fn default_slot_size() -> u32 {
     8
 }
@@ -377,9 +520,10 @@ fn default_postcard_n() -> u8 {
 }
 
 impl CollectorConfig {
-    /// Parses a TOML document.
+    /// Parses a TOML document (see the module docs for how errors name their place).
     pub fn from_toml(s: &str) -> Result<CollectorConfig, String> {
-        let c: CollectorConfig = toml::from_str(s).map_err(|e| e.to_string())?;
+        let f: ConfigFile = toml::from_str(s).map_err(|e| e.to_string())?;
+        let c = CollectorConfig::try_from(f)?;
         c.validate()?;
         Ok(c)
     }
@@ -390,34 +534,82 @@ impl CollectorConfig {
         Self::from_toml(&s).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// Checks cross-field rules.
+    /// Checks every rule the types do not, naming the section or store and the key; this
+    /// includes the host ([`CollectorConfig::check_host`]).
     pub fn validate(&self) -> Result<(), String> {
-        let mut names = std::collections::HashSet::new();
-        for s in &self.stores {
-            if !names.insert(&s.name) {
-                return Err(format!("store name {:?} is used twice", s.name));
-            }
-        }
-        if self.collector.max_redundancy == 0
-            || self.collector.max_redundancy as usize > dta_proto::hash::MAX_REDUNDANCY
-        {
+        self.validate_device()?;
+        self.validate_stores()?;
+        self.check_host(mem_total())
+    }
+
+    fn validate_device(&self) -> Result<(), String> {
+        let d = &self.collector;
+        if d.max_redundancy == 0 || d.max_redundancy as usize > MAX_REDUNDANCY {
             return Err(format!(
-                "max_redundancy must be 1..={}",
-                dta_proto::hash::MAX_REDUNDANCY
+                "[collector] max_redundancy: must be 1..={MAX_REDUNDANCY}, not {}",
+                d.max_redundancy
             ));
         }
-        if !(256..=4096).contains(&self.collector.pmtu) || !self.collector.pmtu.is_power_of_two() {
-            return Err("pmtu must be 256, 512, 1024, 2048 or 4096".into());
+        if !(256..=4096).contains(&d.pmtu) || !d.pmtu.is_power_of_two() {
+            return Err(format!(
+                "[collector] pmtu: must be 256, 512, 1024, 2048 or 4096, not {}",
+                d.pmtu
+            ));
         }
-        let io = &self.collector.rnic;
+        d.mac
+            .parse::<dta_proto::wire::ethernet::MacAddr>()
+            .map_err(|_| {
+                format!(
+                    "[collector] mac: {:?} is not a MAC (six hex bytes, e.g. 02:00:00:00:00:51)",
+                    d.mac
+                )
+            })?;
+        if d.recv_credits == 0 {
+            return Err(
+                "[collector] recv_credits: must be at least 1 (receive buffers per QP; WRITE \
+                 with Immediate and SEND each need one)"
+                    .into(),
+            );
+        }
+        if d.rnic.rx_coalesce_us > MAX_RX_COALESCE_US {
+            return Err(format!(
+                "[rnic] rx_coalesce_us: {} is above the limit of {MAX_RX_COALESCE_US} (10 ms): \
+                 every wait delays ACKs, and the translator times out after 20 ms",
+                d.rnic.rx_coalesce_us
+            ));
+        }
+        if let Some(dir) = &d.persist_dir {
+            if !dir.is_dir() {
+                return Err(format!(
+                    "[collector] persist_dir: {} {} (create it first, e.g. a hugetlbfs or tmpfs \
+                     mount; the collector does not create it)",
+                    dir.display(),
+                    if dir.exists() {
+                        "is not a directory"
+                    } else {
+                        "does not exist"
+                    }
+                ));
+            }
+        }
+        for (i, p) in self.static_peers.iter().enumerate() {
+            let at = format!("[[static_peer]] {} ({})", i + 1, p.roce);
+            if p.workers == 0 {
+                return Err(format!("{at}: workers: must be at least 1"));
+            }
+            p.mac
+                .parse::<dta_proto::wire::ethernet::MacAddr>()
+                .map_err(|_| format!("{at}: mac: {:?} is not a MAC", p.mac))?;
+        }
+        let io = &d.rnic;
         let b = io.backend;
-        if b != RnicBackend::Udp && self.collector.backend == Backend::Software {
+        if b != RnicBackend::Udp && d.backend == Backend::Software {
             let compiled = match b {
                 RnicBackend::AfXdp => dta_io::config::AF_XDP_COMPILED,
                 _ => dta_io::config::DPDK_COMPILED,
             };
             dta_io::config::require_feature("rnic.backend", b.name(), compiled, "dta-collector")?;
-            let roce = self.collector.roce;
+            let roce = d.roce;
             if roce.ip().is_unspecified() || roce.port() == 0 {
                 return Err(format!(
                     "rnic.backend = {:?}: [collector] roce needs a concrete IP and port (no \
@@ -425,10 +617,6 @@ impl CollectorConfig {
                     b.name()
                 ));
             }
-            self.collector
-                .mac
-                .parse::<dta_proto::wire::ethernet::MacAddr>()
-                .map_err(|_| format!("[collector] mac {:?} is not a MAC", self.collector.mac))?;
             if b == RnicBackend::AfXdp && io.af_xdp.interface.is_empty() {
                 return Err("rnic.backend = \"af_xdp\" needs [af_xdp] interface".into());
             }
@@ -437,6 +625,232 @@ impl CollectorConfig {
             }
         }
         Ok(())
+    }
+
+    fn validate_stores(&self) -> Result<(), String> {
+        if self.stores.is_empty() {
+            return Err("no [[store]]: a collector needs at least one store (see \
+                 collector/collector.example.toml)"
+                .into());
+        }
+        let mut names: std::collections::HashMap<&str, usize> = Default::default();
+        let mut ports: std::collections::HashMap<u16, &str> = Default::default();
+        let mut lists: Vec<(u64, u64, &str)> = Vec::new();
+        for (i, s) in self.stores.iter().enumerate() {
+            check_store_name(&s.name)?;
+            let at = format!("store {:?}", s.name);
+            if let Some(j) = names.insert(&s.name, i) {
+                return Err(format!(
+                    "{at}: name: used by [[store]] {} and {} (names must be unique)",
+                    j + 1,
+                    i + 1
+                ));
+            }
+            let port = s.cm_port(i).ok_or_else(|| {
+                format!("{at}: port: 1337 + its index overflows; give it a `port`")
+            })?;
+            if port == 0 {
+                return Err(format!(
+                    "{at}: port: 0 is not an RDMA_CM port (1..=65535; default 1337 + the \
+                     store's index)"
+                ));
+            }
+            if let Some(other) = ports.insert(port, &s.name) {
+                return Err(format!(
+                    "{at}: port: {port} is already the port of store {other:?} (each store \
+                     is its own RDMA_CM service; default ports are 1337 + the store's index)"
+                ));
+            }
+            self.check_store_kind(s, &at)?;
+            if let StoreKindConfig::Append {
+                lists: n,
+                first_list,
+                ..
+            } = s.kind
+            {
+                let (lo, hi) = (first_list as u64, first_list as u64 + n as u64);
+                if let Some((l2, h2, other)) = lists.iter().find(|(l2, h2, _)| lo < *h2 && *l2 < hi)
+                {
+                    return Err(format!(
+                        "{at}: first_list: lists {lo}..{hi} overlap store {other:?}'s lists \
+                         {l2}..{h2} (a list ID must name one ring)"
+                    ));
+                }
+                lists.push((lo, hi, &s.name));
+            }
+            // Anything the key checks above did not catch, with the geometry's own words.
+            crate::store::layout_of(s)?;
+        }
+        Ok(())
+    }
+
+    /// Checks one store's kind-specific keys.
+    fn check_store_kind(&self, s: &StoreConfig, at: &str) -> Result<(), String> {
+        let pow2 = |key: &str, v: u32| {
+            if v >= 2 && v.is_power_of_two() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{at}: {key}: must be a power of two from 2 to 2^31, not {v}"
+                ))
+            }
+        };
+        let max_n = self.collector.max_redundancy;
+        let redundancy = |n: u8| {
+            if n >= 1 && n <= max_n {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{at}: redundancy: must be 1..={max_n} ([collector] max_redundancy), not {n}"
+                ))
+            }
+        };
+        match &s.kind {
+            StoreKindConfig::KeyWrite {
+                slots,
+                slot_size,
+                redundancy: n,
+                ..
+            } => {
+                pow2("slots", *slots)?;
+                if ![8, 16, 32, 64].contains(slot_size) {
+                    return Err(format!(
+                        "{at}: slot_size: must be 8, 16, 32 or 64, not {slot_size}"
+                    ));
+                }
+                redundancy(*n)?;
+            }
+            StoreKindConfig::KeyIncrement {
+                slots,
+                epoch_secs,
+                redundancy: n,
+                ..
+            } => {
+                pow2("slots", *slots)?;
+                if *epoch_secs > u32::MAX as u64 {
+                    return Err(format!(
+                        "{at}: epoch_secs: at most {} (0: reset only on demand)",
+                        u32::MAX
+                    ));
+                }
+                redundancy(*n)?;
+            }
+            StoreKindConfig::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                ..
+            } => {
+                if *lists == 0 {
+                    return Err(format!("{at}: lists: must be at least 1"));
+                }
+                if first_list.checked_add(lists - 1).is_none() {
+                    return Err(format!(
+                        "{at}: first_list: lists {first_list}..{first_list}+{lists} go past \
+                         2^32"
+                    ));
+                }
+                if !(1..=32).contains(entry_size) {
+                    return Err(format!(
+                        "{at}: entry_size: must be 1..=32 bytes, not {entry_size}"
+                    ));
+                }
+                if !(1..=16).contains(batch) {
+                    return Err(format!("{at}: batch: must be 1..=16, not {batch}"));
+                }
+                if *capacity == 0 || capacity % batch != 0 {
+                    return Err(format!(
+                        "{at}: capacity: must be a positive multiple of batch ({batch}), not \
+                         {capacity}"
+                    ));
+                }
+            }
+            StoreKindConfig::Postcard {
+                chunks,
+                hops,
+                hash,
+                redundancy: n,
+                values,
+            } => {
+                pow2("chunks", *chunks)?;
+                if !(1..=dta_proto::hash::MAX_HOPS).contains(&(*hops as usize)) {
+                    return Err(format!("{at}: hops: must be 1..=16, not {hops}"));
+                }
+                if *hash == HashProfile::Reference && *hops != 5 {
+                    return Err(format!(
+                        "{at}: hops: the reference hash profile needs 5, not {hops}"
+                    ));
+                }
+                redundancy(*n)?;
+                crate::query::postcard::ValueSet::new(values, *hash)
+                    .map_err(|e| format!("{at}: values: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of memory the stores map: each region rounded up to 4 KiB pages.
+    pub fn memory_needed(&self) -> Result<u64, String> {
+        self.stores.iter().try_fold(0u64, |sum, s| {
+            let (_, len) = crate::store::layout_of(s)?;
+            Ok(sum.saturating_add(len.div_ceil(4096) * 4096))
+        })
+    }
+
+    /// Checks what depends on the host: the stores' memory against `mem_total` (the host's
+    /// RAM in bytes, `MemTotal` of `/proc/meminfo`; `None`: unknown, not checked). Regions are
+    /// populated when the collector starts, so stores larger than the RAM can never run.
+    pub fn check_host(&self, mem_total: Option<u64>) -> Result<(), String> {
+        let Some(total) = mem_total else {
+            return Ok(());
+        };
+        let need = self.memory_needed()?;
+        if need > total {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            return Err(format!(
+                "the stores need {need} bytes ({:.1} GiB) of memory, more than this host's \
+                 {total} bytes ({:.1} GiB, MemTotal in /proc/meminfo): make slots, chunks, \
+                 lists or capacity smaller (`dta-collector check` lists each store's share)",
+                gib(need),
+                gib(total)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a store name: 1..=64 of `A-Z a-z 0-9 _ . -`.
+fn check_store_name(name: &str) -> Result<(), String> {
+    let ok = (1..=MAX_STORE_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "store {name:?}: name: use 1..={MAX_STORE_NAME} characters of A-Z a-z 0-9 _ . - \
+             (a name is an RDMA_CM service name, part of file names and of URLs)"
+        ))
+    }
+}
+
+/// The host's RAM in bytes (`MemTotal` of `/proc/meminfo`), if it can be read.
+pub fn mem_total() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_total(&s)
+}
+
+fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut it = line["MemTotal:".len()..].split_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    match it.next() {
+        Some("kB") => n.checked_mul(1024),
+        None => Some(n),
+        Some(_) => None,
     }
 }
 
@@ -550,6 +964,221 @@ values = [[1, 100], [200, 300]]
             CollectorConfig::from_toml(&inside).is_err(),
             "rnic is its own table"
         );
+    }
+
+    /// The error of `ALL` with `from` replaced by `to`.
+    fn err(from: &str, to: &str) -> String {
+        let doc = ALL.replacen(from, to, 1);
+        assert_ne!(doc, ALL, "{from:?} is not in ALL");
+        CollectorConfig::from_toml(&doc).unwrap_err()
+    }
+
+    #[test]
+    fn stores_survive_a_round_trip_through_toml() {
+        let c = CollectorConfig::from_toml(ALL).unwrap();
+        let again = toml::to_string(&c).unwrap();
+        let c2 = CollectorConfig::from_toml(&again).unwrap();
+        assert_eq!(format!("{:?}", c.stores), format!("{:?}", c2.stores));
+        assert_eq!(c2.stores[0].redundancy(), Some(DEFAULT_KV_REDUNDANCY));
+        assert_eq!(c2.stores[3].redundancy(), Some(1));
+        assert_eq!(c2.stores[2].redundancy(), None);
+    }
+
+    #[test]
+    fn store_errors_name_the_store_and_the_key() {
+        for (from, to, want) in [
+            (
+                "slot_size = 32",
+                "slot_sise = 32",
+                "store \"paths\": unknown field `slot_sise`",
+            ),
+            (
+                "slots = 1024\nslot_size",
+                "slots = \"x\"\nslot_size",
+                "store \"paths\": slots: invalid type",
+            ),
+            (
+                "slots = 1024\nslot_size",
+                "slots = -4\nslot_size",
+                "store \"paths\": slots: invalid value",
+            ),
+            (
+                "slots = 1024\nslot_size",
+                "slots = 1000\nslot_size",
+                "store \"paths\": slots: must be a power of two",
+            ),
+            (
+                "slot_size = 32",
+                "slot_size = 12",
+                "store \"paths\": slot_size: must be 8, 16, 32 or 64",
+            ),
+            (
+                "\"keywrite\"",
+                "\"keyread\"",
+                "store \"paths\": kind: unknown variant `keyread`",
+            ),
+            ("kind = \"keywrite\"\n", "", "store \"paths\": no `kind`"),
+            ("name = \"paths\"\n", "", "[[store]]: a store has no `name`"),
+            (
+                "epoch_secs = 60",
+                "epoch_secs = 60\nredundancy = 0",
+                "store \"counts\": redundancy: must be 1..=4",
+            ),
+            (
+                "epoch_secs = 60",
+                "epoch_secs = 60\nredundancy = 5",
+                "store \"counts\": redundancy: must be 1..=4",
+            ),
+            (
+                "epoch_secs = 60",
+                "epoch_secs = 60\nredundancy = 300",
+                "store \"counts\": redundancy: invalid value",
+            ),
+            (
+                "capacity = 64",
+                "capacity = 60",
+                "store \"events\": capacity: must be a positive multiple of batch (16)",
+            ),
+            (
+                "lists = 4",
+                "lists = 0",
+                "store \"events\": lists: must be at least 1",
+            ),
+            (
+                "chunks = 1024",
+                "chunks = 1024\nhops = 17",
+                "store \"postcards\": hops: must be 1..=16",
+            ),
+            (
+                "[200, 300]",
+                "[300, 200]",
+                "store \"postcards\": values: value range [300, 200] is reversed",
+            ),
+            (
+                "name = \"paths\"",
+                "name = \"paths\"\nport = 70000",
+                "store \"paths\": port: invalid value",
+            ),
+        ] {
+            let e = err(from, to);
+            assert!(e.contains(want), "{to:?}: {e}");
+            assert!(!e.contains("line 1, column 1"), "{to:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn configs_that_cannot_work_are_refused() {
+        // No stores.
+        let none = "[collector]\nroce = \"127.0.0.1:0\"\n";
+        assert!(CollectorConfig::from_toml(none)
+            .unwrap_err()
+            .contains("no [[store]]"));
+        for (from, to, want) in [
+            // Two stores on one RDMA_CM port (explicitly, and against a default 1337 + index).
+            (
+                "name = \"counts\"",
+                "name = \"counts\"\nport = 1337",
+                "store \"counts\": port: 1337 is already the port of store \"paths\"",
+            ),
+            ("name = \"paths\"", "name = \"paths\"\nport = 1338", "store \"counts\": port: 1338 is already"),
+            ("name = \"paths\"", "name = \"paths\"\nport = 0", "store \"paths\": port: 0 is not"),
+            ("\"counts\"", "\"paths\"", "store \"paths\": name: used by [[store]] 1 and 2"),
+            ("\"counts\"", "\"\"", "store \"\": name: use 1..=64 characters"),
+            ("\"counts\"", "\"a/b?c\"", "store \"a/b?c\": name: use 1..=64"),
+            ("roce = ", "mac = \"zz:00\"\nroce = ", "[collector] mac: \"zz:00\" is not a MAC"),
+            ("roce = ", "recv_credits = 0\nroce = ", "[collector] recv_credits: must be at least 1"),
+            ("roce = ", "max_redundancy = 9\nroce = ", "[collector] max_redundancy: must be 1..=8"),
+            ("roce = ", "pmtu = 1500\nroce = ", "[collector] pmtu"),
+            (
+                "[collector]",
+                "[rnic]\nrx_coalesce_us = 100000000\n[collector]",
+                "[rnic] rx_coalesce_us: 100000000 is above the limit of 10000",
+            ),
+            (
+                "roce = ",
+                "persist_dir = \"/nonexistent/dta-regions\"\nroce = ",
+                "[collector] persist_dir: /nonexistent/dta-regions does not exist",
+            ),
+            (
+                "roce = ",
+                "persist_dir = \"/proc/meminfo\"\nroce = ",
+                "/proc/meminfo is not a directory",
+            ),
+            (
+                "capacity = 64",
+                "capacity = 64\n[[store]]\nname = \"more\"\nkind = \"append\"\nlists = 2\nfirst_list = 3\ncapacity = 16",
+                "store \"more\": first_list: lists 3..5 overlap store \"events\"'s lists 0..4",
+            ),
+            (
+                "[[store]]",
+                "[[static_peer]]\nroce = \"127.0.0.2:4791\"\nmac = \"x\"\n[[store]]",
+                "[[static_peer]] 1 (127.0.0.2:4791): mac",
+            ),
+        ] {
+            let e = err(from, to);
+            assert!(e.contains(want), "{to:?}: {e}");
+        }
+        // At the limits: accepted.
+        assert!(CollectorConfig::from_toml(&ALL.replacen(
+            "[collector]",
+            "[rnic]\nrx_coalesce_us = 10000\n[collector]",
+            1
+        ))
+        .is_ok());
+        let dir = std::env::temp_dir();
+        let ok = ALL.replacen(
+            "roce = ",
+            &format!("persist_dir = {:?}\nroce = ", dir.display().to_string()),
+            1,
+        );
+        assert!(CollectorConfig::from_toml(&ok).is_ok());
+        let names = ALL.replacen(
+            "\"counts\"",
+            &format!("\"{}\"", &"A-z_0.9".repeat(10)[..64]),
+            1,
+        );
+        assert!(CollectorConfig::from_toml(&names).is_ok());
+        let long = ALL.replacen("\"counts\"", &format!("\"{}\"", "a".repeat(65)), 1);
+        assert!(CollectorConfig::from_toml(&long).is_err());
+    }
+
+    #[test]
+    fn memory_beyond_the_hosts_ram_is_refused() {
+        // 128 GiB of Key-Write slots against a 23 GiB host (the issue's `check` case).
+        let big = ALL.replacen(
+            "slots = 1024\nslot_size = 32",
+            "slots = 2147483648\nslot_size = 64",
+            1,
+        );
+        let f: ConfigFile = toml::from_str(&big).unwrap();
+        let c = CollectorConfig::try_from(f).unwrap();
+        assert!(c.memory_needed().unwrap() > 128 << 30);
+        let e = c.check_host(Some(23 << 30)).unwrap_err();
+        assert!(e.contains("MemTotal") && e.contains("128.0 GiB"), "{e}");
+        assert!(c.check_host(Some(256 << 30)).is_ok());
+        assert!(c.check_host(None).is_ok(), "unknown RAM: not checked");
+        // Eight such stores need 1 TiB: no test host has that, so parsing refuses it.
+        let mut huge = String::from("[collector]\n");
+        for i in 0..8 {
+            huge.push_str(&format!(
+                "[[store]]\nname = \"s{i}\"\nkind = \"keywrite\"\nslots = 2147483648\nslot_size = 64\n"
+            ));
+        }
+        let e = CollectorConfig::from_toml(&huge).unwrap_err();
+        assert!(e.contains("MemTotal"), "{e}");
+        // The small stores of ALL fit anywhere.
+        let c = CollectorConfig::from_toml(ALL).unwrap();
+        assert!(c.memory_needed().unwrap() < 1 << 20);
+    }
+
+    #[test]
+    fn meminfo_parsing() {
+        let m = "MemTotal:       24413176 kB\nMemFree:         1234 kB\n";
+        assert_eq!(parse_mem_total(m), Some(24413176 * 1024));
+        assert_eq!(parse_mem_total("MemFree: 1 kB\n"), None);
+        assert_eq!(parse_mem_total("MemTotal: x kB\n"), None);
+        assert_eq!(parse_mem_total("MemTotal: 5 MB\n"), None);
+        assert!(mem_total().is_some_and(|m| m > 1 << 20));
     }
 
     #[test]

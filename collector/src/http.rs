@@ -9,15 +9,24 @@
 //! |---|---|
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `GET /stores` | every store: layout, RDMA coordinates, memory bytes, estimates (JSON) |
-//! | `GET /query/keywrite/{store}/{key}?n=&threshold=` | plurality (or consensus `threshold`) value |
-//! | `GET /query/counter/{store}/{key}?n=` | count-min estimate and the counters |
-//! | `GET /query/path/{store}/{flow}?n=&copies=` | the decoded path, empty or conflict |
+//! | `GET /query/keywrite/{store}/{key}?threshold=` | plurality (or consensus `threshold`) value |
+//! | `GET /query/counter/{store}/{key}` | count-min estimate and the counters |
+//! | `GET /query/path/{store}/{flow}?copies=` | the decoded path, empty or conflict |
+//! | `POST /query/{keywrite,counter,path}/{store}` | the same for every key of the body, as JSON Lines |
 //! | `GET /tail/{store}/{list}?from=&max=&consumer=` | new Append entries as JSON Lines |
 //! | `GET /stats` | RNIC counters (device and per QP), events, uptime (JSON) |
 //! | `POST /epoch/{store}` | reset a Key-Increment store's counters, start a new epoch |
 //!
 //! Keys and flows use the syntax of [`crate::query::keys`]; a 5-tuple's `/PROTO` may stay
 //! unescaped (everything after the store name is the key) or be written `%2F`.
+//!
+//! Queries read the store's own redundancy N (its metadata records it). `n=` may only repeat
+//! it; another N is refused (400) unless `force=1` is given too, and the answer then says
+//! `"forced": true`. `threshold` and `copies` must be 1..=N. A bulk query's body is a JSON
+//! array of key strings or one key per line (blank lines and `#` comments skipped), at most
+//! [`MAX_BODY`] bytes and [`MAX_BULK_KEYS`] keys (413 beyond); its answer has one JSON line per
+//! key, in order, and a key that does not parse gets `{"input": ..., "error": ...}` on its line.
+//! [`handle`] returns the whole answer as one body (the server does not stream it).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -37,13 +46,18 @@ use crate::query::postcard::PathAnswer;
 use crate::rnic::counters::RnicCounters;
 use crate::service::Published;
 use crate::store::Store;
+use dta_proto::hash::MAX_REDUNDANCY;
+use dta_proto::Key;
 
 /// Worker threads serving HTTP requests.
 const HTTP_THREADS: usize = 2;
 /// Slots sampled per store for occupancy estimates.
 pub(crate) const ESTIMATE_SAMPLES: u32 = 1 << 16;
-/// Request body bytes read (and discarded: no endpoint takes a body).
-const MAX_BODY: u64 = 64 << 10;
+/// Most request body bytes (a bulk query's key list); a longer body is refused with 413.
+pub const MAX_BODY: usize = 16 << 20;
+/// Most keys in one bulk query; more are refused with 413. The answer is built in memory
+/// (about 150 bytes per key), so this bounds it to some 15 MB.
+pub const MAX_BULK_KEYS: usize = 100_000;
 /// Most named Append consumers the server keeps cursors for.
 const MAX_CONSUMERS: usize = 1024;
 /// Most batches one `/tail` request returns.
@@ -200,10 +214,14 @@ fn serve(state: &ControlState, mut req: tiny_http::Request) {
     state.requests.fetch_add(1, Ordering::Relaxed);
     let method = req.method().as_str().to_string();
     let url = req.url().to_string();
-    // Drain any body so keep-alive connections stay in sync.
+    // One byte more than allowed, so `handle` can tell a body that is too long.
     use std::io::Read as _;
-    let _ = std::io::copy(&mut req.as_reader().take(MAX_BODY), &mut std::io::sink());
-    let r = handle(state, &method, &url);
+    let mut body = Vec::new();
+    let _ = req
+        .as_reader()
+        .take(MAX_BODY as u64 + 1)
+        .read_to_end(&mut body);
+    let r = handle(state, &method, &url, &body);
     let mut resp = tiny_http::Response::from_string(r.body).with_status_code(r.status);
     if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", r.content_type) {
         resp.add_header(h);
@@ -257,8 +275,8 @@ fn num<T: std::str::FromStr>(p: &HashMap<String, String>, k: &str) -> Result<Opt
     }
 }
 
-/// Routes one request (method, path and query string) to its answer. No I/O.
-pub fn handle(state: &ControlState, method: &str, url: &str) -> Reply {
+/// Routes one request (method, path and query string, body) to its answer. No I/O.
+pub fn handle(state: &ControlState, method: &str, url: &str, body: &[u8]) -> Reply {
     let (path, q) = url.split_once('?').unwrap_or((url, ""));
     let params = query_params(q);
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -275,8 +293,31 @@ pub fn handle(state: &ControlState, method: &str, url: &str) -> Reply {
             let key = percent_decode(&rest.join("/"));
             query(state, kind, store, &key, &params)
         }
+        ("POST", ["query", kind, store]) => query_bulk(state, kind, store, body, &params),
+        ("GET", ["query", ..]) => Err(Reply::error(
+            400,
+            format!(
+                "{path}: no key: GET /query/{{keywrite|counter|path}}/{{store}}/{{key}}, or POST \
+                 the keys to /query/{{keywrite|counter|path}}/{{store}}"
+            ),
+        )),
+        ("POST", ["query", _, _, ..]) => Err(Reply::error(
+            405,
+            format!(
+                "POST not allowed on {path}: GET one key there, or POST a list of keys to \
+                 /query/{{kind}}/{{store}}"
+            ),
+        )),
         ("GET", ["tail", store, list]) => tail(state, store, list, &params),
+        ("GET", ["tail", ..]) => Err(Reply::error(
+            400,
+            format!("{path}: give a store and a list: GET /tail/{{store}}/{{list}}"),
+        )),
         ("POST", ["epoch", store]) => epoch(state, store),
+        ("POST", ["epoch"]) => Err(Reply::error(
+            400,
+            "no store: POST /epoch/{store}".to_string(),
+        )),
         (_, ["metrics" | "stores" | "stats"]) | (_, ["query" | "tail" | "epoch", ..]) => {
             Err(Reply::error(405, format!("{method} not allowed on {path}")))
         }
@@ -294,6 +335,197 @@ fn find_store<'a>(state: &'a ControlState, name: &str) -> Result<&'a Store, Repl
         .ok_or_else(|| Reply::error(404, format!("no store called {name:?}")))
 }
 
+/// How a query reads a store: N, whether N was forced, and the vote or copies rule.
+#[derive(Debug, Clone, Copy)]
+struct QueryRule {
+    /// Replicas read.
+    n: usize,
+    /// The store's own N, if it records one.
+    store_n: Option<u8>,
+    /// `n` differs from the store's N (only with `force`).
+    forced: bool,
+    /// Key-Write: plurality or consensus.
+    vote: Vote,
+    /// Postcarding: agreeing valid chunks needed.
+    copies: u8,
+}
+
+/// Parameters each query kind takes.
+fn known_params(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "keywrite" => &["n", "threshold", "force"],
+        "counter" => &["n", "force"],
+        _ => &["n", "copies", "force"],
+    }
+}
+
+/// A `1..=max` parameter; `None` if absent.
+fn small_param(
+    p: &HashMap<String, String>,
+    k: &str,
+    max: usize,
+    why: &str,
+) -> Result<Option<u8>, Reply> {
+    match num::<u64>(p, k)? {
+        None => Ok(None),
+        Some(v) if (1..=max as u64).contains(&v) => Ok(Some(v as u8)),
+        Some(v) => Err(Reply::error(
+            400,
+            format!("parameter {k}={v} is out of range: {k} must be 1..={max}{why}"),
+        )),
+    }
+}
+
+/// The store (of the right kind for `kind`) and how to read it, from the request's parameters.
+fn query_rule<'a>(
+    state: &'a ControlState,
+    kind: &str,
+    store: &str,
+    p: &HashMap<String, String>,
+) -> Result<(&'a Store, QueryRule), Reply> {
+    let want = match kind {
+        "keywrite" => "keywrite",
+        "counter" => "keyincrement",
+        "path" => "postcard",
+        k => {
+            return Err(Reply::error(
+                404,
+                format!("no query kind {k:?} (keywrite, counter, path)"),
+            ))
+        }
+    };
+    let s = find_store(state, store)?;
+    if s.meta.kind.name() != want {
+        return Err(Reply::error(
+            400,
+            format!(
+                "store {:?} is a {} store; a {kind} query needs a {want} store",
+                s.name(),
+                s.meta.kind.name()
+            ),
+        ));
+    }
+    let known = known_params(kind);
+    if let Some(k) = p.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(Reply::error(
+            400,
+            format!(
+                "unknown parameter {k:?} for a {kind} query (known: {})",
+                known.join(", ")
+            ),
+        ));
+    }
+    let force = match p.get("force").map(String::as_str) {
+        None | Some("0" | "false" | "no") => false,
+        Some("" | "1" | "true" | "yes") => true,
+        Some(v) => return Err(Reply::error(400, format!("force={v:?}: use 1 or 0"))),
+    };
+    let store_n = s.redundancy().map(|r| r.get());
+    let default_n = store_n.unwrap_or(state.config.collector.max_redundancy);
+    let n = small_param(p, "n", MAX_REDUNDANCY, "")?.unwrap_or(default_n);
+    let forced = store_n.is_some_and(|sn| sn != n);
+    if forced && !force {
+        let sn = store_n.unwrap_or_default();
+        return Err(Reply::error(
+            400,
+            format!(
+                "store {:?} is written with N={sn}; n={n} would read {} (leave n out to read \
+                 the store's N, or add force=1 to read {n} anyway)",
+                s.name(),
+                if n > sn {
+                    "slots no report wrote: a count-min of 0, a vote or path among empty slots"
+                } else {
+                    "fewer copies than were written"
+                }
+            ),
+        ));
+    }
+    let at_most_n = format!(" (at most n={n}: only n slots are read)");
+    let vote = match small_param(p, "threshold", n as usize, &at_most_n)? {
+        Some(t) => Vote::Consensus(t),
+        None => Vote::Plurality,
+    };
+    let copies = small_param(p, "copies", n as usize, &at_most_n)?.unwrap_or(1);
+    if want == "postcard" && s.postcard().is_some_and(|v| v.values.is_empty()) {
+        return Err(Reply::error(
+            409,
+            format!(
+                "store {:?} has no value set: configure values = [[lo, hi], ...]",
+                s.name()
+            ),
+        ));
+    }
+    Ok((
+        s,
+        QueryRule {
+            n: n as usize,
+            store_n,
+            forced,
+            vote,
+            copies,
+        },
+    ))
+}
+
+/// The answer for one key: `{"store", "key", "n", ["redundancy"], ["forced"], "result", ...}`.
+fn answer(s: &Store, rule: &QueryRule, key: &Key) -> Value {
+    let mut out = json!({ "store": s.name(), "key": to_hex(key.as_bytes()), "n": rule.n });
+    let o = out.as_object_mut().expect("object");
+    if let Some(sn) = rule.store_n {
+        o.insert("redundancy".into(), sn.into());
+    }
+    if rule.forced {
+        o.insert("forced".into(), true.into());
+    }
+    if let Some(v) = s.keywrite() {
+        match v.query(key, rule.n, rule.vote) {
+            KeyWriteAnswer::Value {
+                value,
+                votes,
+                matches,
+            } => {
+                o.insert("result".into(), "value".into());
+                o.insert("value".into(), to_hex(value.as_bytes()).into());
+                o.insert("votes".into(), votes.into());
+                o.insert("matches".into(), matches.into());
+            }
+            KeyWriteAnswer::Empty => {
+                o.insert("result".into(), "empty".into());
+                o.insert("matches".into(), 0.into());
+            }
+            KeyWriteAnswer::Conflict {
+                matches,
+                best_votes,
+            } => {
+                o.insert("result".into(), "conflict".into());
+                o.insert("matches".into(), matches.into());
+                o.insert("votes".into(), best_votes.into());
+            }
+        }
+    } else if let Some(v) = s.counter() {
+        let a = v.query(key, rule.n);
+        o.insert("estimate".into(), a.estimate.into());
+        o.insert("counters".into(), json!(a.counters()));
+        o.insert("epoch".into(), json!(s.epochs.info()));
+    } else if let Some(v) = s.postcard() {
+        match v.query(key, rule.n, rule.copies) {
+            PathAnswer::Path { path, copies } => {
+                o.insert("result".into(), "path".into());
+                o.insert("path".into(), json!(path.hops()));
+                o.insert("copies".into(), copies.into());
+            }
+            PathAnswer::Empty => {
+                o.insert("result".into(), "empty".into());
+            }
+            PathAnswer::Conflict { valid } => {
+                o.insert("result".into(), "conflict".into());
+                o.insert("valid".into(), valid.into());
+            }
+        }
+    }
+    out
+}
+
 fn query(
     state: &ControlState,
     kind: &str,
@@ -301,95 +533,79 @@ fn query(
     key: &str,
     p: &HashMap<String, String>,
 ) -> Result<Reply, Reply> {
-    let s = find_store(state, store)?;
-    let key_parsed = parse_key(key).map_err(|e| Reply::error(400, e))?;
-    let max_n = state.config.collector.max_redundancy;
-    let n = num::<u8>(p, "n")?.unwrap_or(max_n).max(1) as usize;
-    let wrong_kind = || {
-        Reply::error(
-            400,
-            format!("store {:?} is a {} store", s.name(), s.meta.kind.name()),
-        )
-    };
-    let base = json!({ "store": s.name(), "key": to_hex(key_parsed.as_bytes()), "n": n });
-    let mut out = base;
-    let o = out.as_object_mut().expect("object");
-    match kind {
-        "keywrite" => {
-            let v = s.keywrite().ok_or_else(wrong_kind)?;
-            let vote = match num::<u8>(p, "threshold")? {
-                Some(t) => Vote::Consensus(t),
-                None => Vote::Plurality,
-            };
-            match v.query(&key_parsed, n, vote) {
-                KeyWriteAnswer::Value {
-                    value,
-                    votes,
-                    matches,
-                } => {
-                    o.insert("result".into(), "value".into());
-                    o.insert("value".into(), to_hex(value.as_bytes()).into());
-                    o.insert("votes".into(), votes.into());
-                    o.insert("matches".into(), matches.into());
-                }
-                KeyWriteAnswer::Empty => {
-                    o.insert("result".into(), "empty".into());
-                    o.insert("matches".into(), 0.into());
-                }
-                KeyWriteAnswer::Conflict {
-                    matches,
-                    best_votes,
-                } => {
-                    o.insert("result".into(), "conflict".into());
-                    o.insert("matches".into(), matches.into());
-                    o.insert("votes".into(), best_votes.into());
-                }
-            }
-        }
-        "counter" => {
-            let v = s.counter().ok_or_else(wrong_kind)?;
-            let a = v.query(&key_parsed, n);
-            o.insert("estimate".into(), a.estimate.into());
-            o.insert("counters".into(), json!(a.counters()));
-            o.insert("epoch".into(), json!(s.epochs.info()));
-        }
-        "path" => {
-            let v = s.postcard().ok_or_else(wrong_kind)?;
-            if v.values.is_empty() {
-                return Err(Reply::error(
-                    409,
-                    format!(
-                        "store {:?} has no value set: configure values = [[lo, hi], ...]",
-                        s.name()
-                    ),
-                ));
-            }
-            let n = num::<u8>(p, "n")?.unwrap_or(s.postcard_redundancy()).max(1) as usize;
-            o.insert("n".into(), n.into());
-            let copies = num::<u8>(p, "copies")?.unwrap_or(1);
-            match v.query(&key_parsed, n, copies) {
-                PathAnswer::Path { path, copies } => {
-                    o.insert("result".into(), "path".into());
-                    o.insert("path".into(), json!(path.hops()));
-                    o.insert("copies".into(), copies.into());
-                }
-                PathAnswer::Empty => {
-                    o.insert("result".into(), "empty".into());
-                }
-                PathAnswer::Conflict { valid } => {
-                    o.insert("result".into(), "conflict".into());
-                    o.insert("valid".into(), valid.into());
-                }
-            }
-        }
-        k => {
-            return Err(Reply::error(
-                404,
-                format!("no query kind {k:?} (keywrite, counter, path)"),
-            ))
-        }
+    let (s, rule) = query_rule(state, kind, store, p)?;
+    let key = parse_key(key).map_err(|e| Reply::error(400, e))?;
+    Ok(Reply::json(200, answer(s, &rule, &key)))
+}
+
+/// The keys of a bulk query's body: a JSON array of strings, or one key per line.
+fn bulk_keys(body: &[u8]) -> Result<Vec<String>, Reply> {
+    if body.len() > MAX_BODY {
+        return Err(Reply::error(
+            413,
+            format!(
+                "the body is longer than {MAX_BODY} bytes: split the keys over several requests"
+            ),
+        ));
     }
-    Ok(Reply::json(200, out))
+    let text = std::str::from_utf8(body)
+        .map_err(|e| Reply::error(400, format!("the body is not UTF-8: {e}")))?;
+    let keys: Vec<String> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(text).map_err(|e| {
+            Reply::error(
+                400,
+                format!("the body is not a JSON array of key strings: {e}"),
+            )
+        })?
+    } else {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    };
+    if keys.len() > MAX_BULK_KEYS {
+        return Err(Reply::error(
+            413,
+            format!(
+                "{} keys, at most {MAX_BULK_KEYS} per request: split them over several requests",
+                keys.len()
+            ),
+        ));
+    }
+    if keys.is_empty() {
+        return Err(Reply::error(
+            400,
+            "no keys: POST a JSON array of keys or one key per line",
+        ));
+    }
+    Ok(keys)
+}
+
+/// `POST /query/{kind}/{store}`: one JSON line per key of the body, in order.
+fn query_bulk(
+    state: &ControlState,
+    kind: &str,
+    store: &str,
+    body: &[u8],
+    p: &HashMap<String, String>,
+) -> Result<Reply, Reply> {
+    let (s, rule) = query_rule(state, kind, store, p)?;
+    let keys = bulk_keys(body)?;
+    let mut out = String::with_capacity(keys.len() * 128);
+    for k in &keys {
+        let line = match parse_key(k) {
+            Ok(key) => answer(s, &rule, &key),
+            Err(e) => json!({ "input": k, "error": e }),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    Ok(Reply {
+        status: 200,
+        content_type: "application/x-ndjson",
+        headers: vec![("X-Dta-Keys", keys.len().to_string())],
+        body: out,
+    })
 }
 
 fn tail(
@@ -509,9 +725,11 @@ fn stores_json(state: &ControlState) -> Value {
                 if s.counter().is_some() {
                     v["epoch"] = json!(s.epochs.info());
                 }
+                if let Some(n) = s.redundancy() {
+                    v["redundancy"] = json!(n.get());
+                }
                 if s.postcard().is_some() {
                     v["values"] = json!(s.values.ranges());
-                    v["redundancy"] = json!(s.postcard_redundancy());
                 }
                 v
             })
@@ -620,7 +838,8 @@ values = [[1, 9]]
                 "/query/keywrite/kw/1.2.3.4:1-5.6.7.8:2%2Fudp?n=2&threshold=1",
                 200,
             ),
-            ("GET", "/query/counter/ki/00?n=9", 200),
+            ("GET", "/query/counter/ki/00?n=2", 200),
+            ("GET", "/query/counter/ki/00?n=9", 400),
             ("GET", "/query/path/pc/00", 200),
             ("GET", "/tail/ap/1?from=newest", 200),
             ("GET", "/tail/ap-ref/2", 200),
@@ -634,11 +853,17 @@ values = [[1, 9]]
             ("GET", "/query/nope/kw/00", 404),
             ("DELETE", "/stores", 405),
             ("GET", "/", 404),
+            ("GET", "/query/keywrite/kw", 400),
+            ("GET", "/query/keywrite", 400),
+            ("GET", "/query", 400),
+            ("GET", "/tail/ap", 400),
+            ("POST", "/epoch", 400),
+            ("POST", "/query/keywrite/kw/00", 405),
         ] {
-            let r = handle(&st, m, u);
+            let r = handle(&st, m, u, b"");
             assert_eq!(r.status, want, "{m} {u}: {}", r.body);
         }
-        assert!(handle(&st, "GET", "/metrics")
+        assert!(handle(&st, "GET", "/metrics", b"")
             .body
             .contains("# TYPE dta_collector_epoch gauge"));
     }
@@ -648,9 +873,192 @@ values = [[1, 9]]
         fn any_request_gets_an_answer(method in "GET|POST|PUT|[A-Z]{0,8}",
                                       url in "/[a-z/%0-9.:?=&-]{0,60}|\\PC{0,80}") {
             let st = state();
-            let r = handle(&st, &method, &url);
+            let r = handle(&st, &method, &url, b"");
             prop_assert!([200, 400, 404, 405, 409].contains(&r.status), "{} {}", r.status, r.body);
         }
+
+        #[test]
+        fn any_bulk_body_gets_an_answer(kind in "keywrite|counter|path|x",
+                                        body in prop::collection::vec(any::<u8>(), 0..300)) {
+            let st = state();
+            let store = match kind.as_str() { "keywrite" => "kw", "counter" => "ki", _ => "pc" };
+            let r = handle(&st, "POST", &format!("/query/{kind}/{store}"), &body);
+            prop_assert!([200, 400, 404].contains(&r.status), "{} {}", r.status, r.body);
+        }
+    }
+
+    fn get(st: &ControlState, url: &str) -> (u16, Value) {
+        let r = handle(st, "GET", url, b"");
+        let v = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        (r.status, v)
+    }
+
+    /// Adds `count` to the key's N counters, as the translator's FETCH_ADDs do.
+    fn increment(st: &ControlState, key: &Key, n: usize, count: u64) {
+        let s = st.stores.iter().find(|s| s.name() == "ki").unwrap();
+        let v = s.counter().unwrap();
+        let mut slots = [0u32; MAX_REDUNDANCY];
+        v.hasher.slots(key, n, &mut slots);
+        for &slot in &slots[..n] {
+            s.region
+                .fetch_add(v.layout.slot_offset(slot), count)
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn queries_read_the_stores_n_and_refuse_another_unless_forced() {
+        let st = state();
+        let key = parse_key("0a0b").unwrap();
+        // The store is written with N = 2 (the default); queries default to it.
+        increment(&st, &key, 2, 7);
+        let (status, v) = get(&st, "/query/counter/ki/0a0b");
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            (v["estimate"].as_u64(), v["n"].as_u64()),
+            (Some(7), Some(2))
+        );
+        assert_eq!(v["redundancy"], 2);
+        assert!(v.get("forced").is_none(), "{v}");
+        assert_eq!(get(&st, "/query/counter/ki/0a0b?n=2").1["estimate"], 7);
+        // Reading 4 counters (max_redundancy, the old default) would answer 0, below the
+        // true count: refused, and answered only when forced, marked as such.
+        let (status, v) = get(&st, "/query/counter/ki/0a0b?n=4");
+        assert_eq!(status, 400, "{v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(e.contains("N=2") && e.contains("force=1"), "{e}");
+        let (status, v) = get(&st, "/query/counter/ki/0a0b?n=4&force=1");
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            (v["estimate"].as_u64(), v["forced"].as_bool()),
+            (Some(0), Some(true))
+        );
+        assert_eq!(
+            get(&st, "/query/keywrite/kw/00?n=1&force=true").1["forced"],
+            true
+        );
+        // n must be 1..=8 (0 is not rounded up, 99 not accepted).
+        for n in ["0", "9", "99", "300", "-1", "x"] {
+            let (status, v) = get(&st, &format!("/query/counter/ki/0a0b?n={n}"));
+            assert_eq!(status, 400, "n={n}: {v}");
+        }
+        let (_, v) = get(&st, "/query/counter/ki/0a0b?n=0");
+        assert!(v["error"].as_str().unwrap().contains("1..=8"), "{v}");
+        // threshold and copies: 1..=n, a 400 (not a "conflict") above.
+        let (status, v) = get(&st, "/query/keywrite/kw/00?threshold=3");
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("n=2"), "{v}");
+        assert_eq!(get(&st, "/query/keywrite/kw/00?threshold=0").0, 400);
+        assert_eq!(get(&st, "/query/keywrite/kw/00?threshold=2").0, 200);
+        assert_eq!(get(&st, "/query/path/pc/00?copies=2").0, 400); // the store's N is 1
+        assert_eq!(get(&st, "/query/path/pc/00?copies=1").0, 200);
+        // Parameters a query does not take, and a bad force, are errors too.
+        assert_eq!(get(&st, "/query/counter/ki/00?threshold=1").0, 400);
+        assert_eq!(get(&st, "/query/counter/ki/00?m=2").0, 400);
+        assert_eq!(get(&st, "/query/counter/ki/00?n=4&force=maybe").0, 400);
+        // A missing key is a 400 that says what is missing.
+        let (status, v) = get(&st, "/query/counter/ki");
+        assert_eq!(status, 400);
+        assert!(v["error"].as_str().unwrap().contains("no key"), "{v}");
+        // /stores shows each store's N.
+        let (_, stores) = get(&st, "/stores");
+        let n_of = |name: &str| {
+            stores
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == name)
+                .map(|s| s["redundancy"].clone())
+                .unwrap()
+        };
+        assert_eq!(
+            (n_of("kw"), n_of("ki"), n_of("pc")),
+            (json!(2), json!(2), json!(1))
+        );
+        assert_eq!(n_of("ap"), Value::Null);
+    }
+
+    #[test]
+    fn bulk_queries_answer_one_line_per_key_in_order() {
+        let st = state();
+        for (k, c) in [("01", 1u64), ("02", 2), ("03", 3)] {
+            increment(&st, &parse_key(k).unwrap(), 2, c);
+        }
+        let lines = |r: &Reply| -> Vec<Value> {
+            r.body
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        // One key per line; blank lines and comments are skipped; order is kept.
+        let r = handle(
+            &st,
+            "POST",
+            "/query/counter/ki",
+            b"03\n# a comment\n\n01\r\nnot-a-key\n02\n",
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.content_type, "application/x-ndjson");
+        let v = lines(&r);
+        assert_eq!(v.len(), 4);
+        assert_eq!(
+            v.iter().map(|l| l["estimate"].as_u64()).collect::<Vec<_>>(),
+            [Some(3), Some(1), None, Some(2)]
+        );
+        assert_eq!(v[0]["key"], "03");
+        assert_eq!(v[2]["input"], "not-a-key");
+        assert!(v[2]["error"].is_string());
+        // A JSON array; the parameters apply to every key (forced, and so flagged).
+        let r = handle(
+            &st,
+            "POST",
+            "/query/counter/ki?n=1&force=1",
+            br#"["02", "1.2.3.4:1-5.6.7.8:2/udp"]"#,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = lines(&r);
+        assert_eq!(v.len(), 2);
+        assert!(v.iter().all(|l| l["forced"] == true && l["n"] == 1));
+        // Key-Write and path stores answer in bulk too.
+        let r = handle(&st, "POST", "/query/keywrite/kw", b"00\n01\n");
+        assert_eq!((r.status, lines(&r).len()), (200, 2));
+        assert!(lines(&r).iter().all(|l| l["result"] == "empty"));
+        let r = handle(&st, "POST", "/query/path/pc", b"00\n");
+        assert_eq!(
+            (r.status, lines(&r)[0]["result"].clone()),
+            (200, json!("empty"))
+        );
+        // The same rules as a single query.
+        assert_eq!(
+            handle(&st, "POST", "/query/counter/ki?n=4", b"00").status,
+            400
+        );
+        assert_eq!(handle(&st, "POST", "/query/counter/kw", b"00").status, 400);
+        assert_eq!(
+            handle(&st, "POST", "/query/counter/nope", b"00").status,
+            404
+        );
+        // No keys, a body that is not UTF-8, a broken JSON array: 400.
+        for body in [
+            &b""[..],
+            b"\n# only a comment\n",
+            b"\xff\xfe",
+            b"[\"00\", 1]",
+            b"[1",
+        ] {
+            let r = handle(&st, "POST", "/query/counter/ki", body);
+            assert_eq!(r.status, 400, "{body:?}: {}", r.body);
+        }
+        // Too many keys, or a body longer than the limit: 413.
+        let many = "00\n".repeat(MAX_BULK_KEYS + 1);
+        let r = handle(&st, "POST", "/query/counter/ki", many.as_bytes());
+        assert_eq!(r.status, 413, "{}", r.body);
+        let exactly = "00\n".repeat(MAX_BULK_KEYS);
+        let r = handle(&st, "POST", "/query/counter/ki", exactly.as_bytes());
+        assert_eq!((r.status, r.body.lines().count()), (200, MAX_BULK_KEYS));
+        let huge = vec![b'\n'; MAX_BODY + 1];
+        let r = handle(&st, "POST", "/query/counter/ki", &huge);
+        assert_eq!(r.status, 413, "{}", r.body);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use dta_proto::geometry::{AppendGeometry, StoreGeometry};
 use dta_proto::layout::AppendLayout;
-use dta_proto::meta::{StoreKind, StoreMeta};
+use dta_proto::meta::{Redundancy, StoreKind, StoreMeta};
 
 use crate::config::{CollectorConfig, StoreConfig, StoreKindConfig};
 use crate::memory::Region;
@@ -46,6 +46,7 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
             slots,
             slot_size,
             hash,
+            ..
         } => (
             StoreKind::KeyWrite {
                 slots: *slots,
@@ -163,12 +164,10 @@ impl Store {
         }
     }
 
-    /// The copies per chunk a Postcarding store's translator writes (1 otherwise).
-    pub fn postcard_redundancy(&self) -> u8 {
-        match self.config.kind {
-            StoreKindConfig::Postcard { redundancy, .. } => redundancy.max(1),
-            _ => 1,
-        }
+    /// The N the store is written with (`None` for Append): slots per key (Key-Write),
+    /// counters per key (Key-Increment), copies per chunk (Postcarding).
+    pub fn redundancy(&self) -> Option<Redundancy> {
+        self.meta.redundancy
     }
 
     /// The Append layout and list stride, if this is an Append store.
@@ -179,10 +178,10 @@ impl Store {
         }
     }
 
-    /// Load factor and expected success, by sampling up to `samples` slots; `n` is the
-    /// redundancy assumed for Key-Write and Key-Increment.
+    /// Load factor and expected success, by sampling up to `samples` slots, for the store's N
+    /// (`n` only if the store records none).
     pub fn estimate(&self, samples: u32, n: u8) -> Estimate {
-        let n = n.max(1) as u32;
+        let n = self.redundancy().map_or(n, Redundancy::get).max(1) as u32;
         if let Some(v) = self.keywrite() {
             return estimate::keywrite(v.occupancy(samples), n, 32);
         }
@@ -191,7 +190,7 @@ impl Store {
             return estimate::counter(o, mass, v.layout.slots() as u64, n);
         }
         if let Some(v) = self.postcard() {
-            let copies = self.postcard_redundancy() as u32;
+            let copies = n;
             return estimate::postcard(
                 v.occupancy(samples),
                 copies,
@@ -244,10 +243,15 @@ pub fn build_stores_with(
         let len_usize =
             usize::try_from(len).map_err(|_| format!("store {:?} too large", sc.name))?;
         let region = match &dev.persist_dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                Region::file(&dir.join(format!("dta-{}.region", sc.name)), len_usize)
+            // Never created here: a mistyped path would otherwise put the regions (and the
+            // data meant to survive a restart) somewhere nobody looks.
+            Some(dir) if !dir.is_dir() => {
+                return Err(format!(
+                    "[collector] persist_dir: {} is not an existing directory",
+                    dir.display()
+                ))
             }
+            Some(dir) => Region::file(&dir.join(format!("dta-{}.region", sc.name)), len_usize),
             None => Region::anonymous(len_usize, dev.hugepages),
         }
         .map_err(|e| format!("store {:?}: cannot allocate {len} bytes: {e}", sc.name))?;
@@ -271,6 +275,7 @@ pub fn build_stores_with(
             len,
             rkey: rkey.unwrap_or(0),
             qps: Vec::new(),
+            redundancy: sc.redundancy().and_then(Redundancy::new),
             kind,
         };
         let geometry =
@@ -281,7 +286,9 @@ pub fn build_stores_with(
             _ => (0, ValueSet::default()),
         };
         stores.push(Store {
-            port: sc.port.unwrap_or(1337 + i as u16),
+            port: sc
+                .cm_port(i)
+                .ok_or_else(|| format!("store {:?}: no RDMA_CM port", sc.name))?,
             config: sc.clone(),
             meta,
             region,

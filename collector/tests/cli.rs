@@ -1,6 +1,7 @@
 //! The CLI's client subcommands against an in-process collector's control API.
 
-use std::process::Command;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 
 use dta_collector::{Collector, CollectorConfig};
 use dta_proto::hash::{HashProfile, KeyHasher};
@@ -10,11 +11,20 @@ use dta_proto::Key;
 const BIN: &str = env!("CARGO_BIN_EXE_dta-collector");
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(BIN)
+    run_with_stdin(args, b"")
+}
+
+fn run_with_stdin(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
         .args(args)
         .env("RUST_LOG", "off")
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let o = child.wait_with_output().unwrap();
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -35,6 +45,7 @@ name = "paths"
 kind = "keywrite"
 slots = 256
 slot_size = 8
+redundancy = 1
 [[store]]
 name = "events"
 kind = "append"
@@ -67,6 +78,96 @@ batch = 2
     ]);
     assert_eq!(rc, 0, "{err}");
     assert!(out.contains("\"value\":\"deadbeef\""), "{out}");
+    // Without -n the store's N (1) is read.
+    let (rc, out, err) = run(&[
+        "query",
+        "keywrite",
+        "10.0.0.1:1-10.0.0.2:2/tcp",
+        "--control",
+        &addr,
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        out.contains("\"value\":\"deadbeef\"") && out.contains("\"n\":1"),
+        "{out}"
+    );
+    // Another N is refused, unless forced (and then the answer says so).
+    let (rc, _, err) = run(&["query", "keywrite", "0a", "-n", "2", "--control", &addr]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("N=1") && err.contains("force"), "{err}");
+    let (rc, out, err) = run(&[
+        "query",
+        "keywrite",
+        "0a",
+        "-n",
+        "2",
+        "--force",
+        "--control",
+        &addr,
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("\"forced\":true"), "{out}");
+    // Out-of-range numbers are refused by the CLI with the range that is valid.
+    let (rc, _, err) = run(&["query", "keywrite", "0a", "-n", "300", "--control", &addr]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("1..=8"), "{err}");
+    let (rc, _, err) = run(&["query", "keywrite", "0a", "-n", "0", "--control", &addr]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("1..=8"), "{err}");
+    let (rc, _, err) = run(&[
+        "query",
+        "keywrite",
+        "0a",
+        "--threshold",
+        "9",
+        "--control",
+        &addr,
+    ]);
+    assert_eq!(rc, 2, "{err}");
+    let (rc, _, err) = run(&[
+        "query",
+        "keywrite",
+        "0a",
+        "--threshold",
+        "2",
+        "--control",
+        &addr,
+    ]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("threshold"), "{err}");
+    let (rc, _, err) = run(&["query", "keywrite", "--control", &addr]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("KEY") || err.contains("key"), "{err}");
+
+    // Many keys in one request: from a file, and from standard input.
+    let keys = std::env::temp_dir().join(format!("dta-cli-keys-{}", std::process::id()));
+    std::fs::write(&keys, "0a\n10.0.0.1:1-10.0.0.2:2/tcp\n# comment\nxyz\n").unwrap();
+    let kf = keys.display().to_string();
+    let (rc, out, err) = run(&["query", "keywrite", "--keys-file", &kf, "--control", &addr]);
+    assert_eq!(rc, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].contains("\"result\":\"empty\""), "{out}");
+    assert!(lines[1].contains("\"value\":\"deadbeef\""), "{out}");
+    assert!(lines[2].contains("\"error\""), "{out}");
+    let (rc, out, err) = run_with_stdin(
+        &["query", "keywrite", "--keys-file", "-", "--control", &addr],
+        br#"["10.0.0.1:1-10.0.0.2:2/tcp", "0a"]"#,
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.lines().next().unwrap().contains("deadbeef"), "{out}");
+    let (rc, _, err) = run(&[
+        "query",
+        "keywrite",
+        "0a",
+        "--keys-file",
+        &kf,
+        "--control",
+        &addr,
+    ]);
+    assert_eq!(rc, 2, "a key and a keys file: {err}");
+    let _ = std::fs::remove_file(&keys);
 
     let al = AppendLayout::new(AppendFormat::Sequenced, 4, 4, 2).unwrap();
     let mut b = [0u8; 16];
@@ -78,6 +179,19 @@ batch = 2
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert!(lines[0].contains("\"entry\":\"61626364\"") && lines[0].contains("\"seq\":1"));
+
+    // A poll interval of 0 would busy-loop the collector: refused, with the minimum.
+    let (rc, _, err) = run(&[
+        "tail",
+        "7",
+        "--follow",
+        "--interval-ms",
+        "0",
+        "--control",
+        &addr,
+    ]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("10.."), "{err}");
 
     let (rc, out, _) = run(&["stats", "--control", &addr]);
     assert_eq!(rc, 0);

@@ -98,11 +98,13 @@ fn every_endpoint_answers_from_memory() {
     );
     let v = json(&addr, "/query/keywrite/paths/0x0a0000ff?n=2");
     assert_eq!(v["result"], "empty");
-    let v = json(
+    // A threshold above n cannot be met: a 400, not a "conflict".
+    let (status, body) = get(
         &addr,
         &format!("/query/keywrite/paths/{FLOW}?n=2&threshold=3"),
     );
-    assert_eq!(v["result"], "conflict");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("threshold"), "{body}");
 
     // Key-Increment.
     let ki = c.store("counts").unwrap();
@@ -113,6 +115,25 @@ fn every_endpoint_answers_from_memory() {
     }
     let v = json(&addr, &format!("/query/counter/counts/{FLOW}?n=2"));
     assert_eq!(v["estimate"], 7, "{v}");
+    // The same keys in bulk, through the server: one JSON line per key, in order.
+    let r = dta_collector::client::request_with_body(
+        &addr,
+        "POST",
+        "/query/counter/counts",
+        format!("0a\n{FLOW}\n").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let est: Vec<Value> = r
+        .body
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["estimate"].clone())
+        .collect();
+    assert_eq!(est, [Value::from(0), Value::from(7)], "{}", r.body);
+    let huge = vec![b'\n'; dta_collector::http::MAX_BODY + 1];
+    let r = dta_collector::client::request_with_body(&addr, "POST", "/query/counter/counts", &huge)
+        .unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
     let r = request(&addr, "POST", "/epoch/counts").unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     let v = json(&addr, &format!("/query/counter/counts/{FLOW}?n=2"));
@@ -389,6 +410,13 @@ slots = 1024
     c.shutdown();
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(left.is_empty(), "files left behind: {left:?}");
+    // A persist_dir that does not exist is refused (it used to be created silently).
+    let e = CollectorConfig::from_toml(&toml(true)).unwrap_err();
+    assert!(
+        e.contains("persist_dir") && e.contains(&format!("{}/regions", dir.display())),
+        "{e}"
+    );
+    std::fs::create_dir_all(dir.join("regions")).unwrap();
     // File-backed regions are kept by design: that is what persist_dir is for.
     let c = Collector::start(CollectorConfig::from_toml(&toml(true)).unwrap()).unwrap();
     c.shutdown();

@@ -101,6 +101,7 @@ fn main() {
                 slots: 64,
                 slot_size: 8,
                 hash: Default::default(),
+                redundancy: 2,
             },
         }],
         Default::default(),

@@ -5,6 +5,14 @@ It reads the same TOML file as the software translator (translator/src/config.rs
 published CollectorMeta JSON, [routing]) and fills the program's tables, registers and multicast
 groups.
 
+Each store's redundancy N comes from the collector metadata's `redundancy` (collector
+`[[store]] redundancy`, carried in metadata record version 2): Key-Write and Key-Increment
+routes are installed for that N only (a report with another N misses tbl_kv_route and is
+dropped, as the software translator drops it), and postcards are replicated N times. Metadata
+without `redundancy` keeps the old behaviour: every N in 1..=translator.max_redundancy, and
+[postcard] redundancy (default 1). A [postcard] redundancy that contradicts a store's N is
+refused.
+
 Queue pairs come from one of two sources:
   * static set-up: the collector metadata's `qps` (the first QP of each store), exactly as the
     software translator's worker 0 uses them;
@@ -96,8 +104,8 @@ def load_config(path):
     t.setdefault("roce", "127.0.0.1:4791")
     t.setdefault("mac", "02:00:00:00:00:01")
     t.setdefault("max_redundancy", 4)
-    cfg.setdefault("postcard", {}).setdefault("redundancy", 1)
-    cfg["postcard"].setdefault("cache_slots", 32768)
+    # [postcard] redundancy stays absent unless given: a store's own N applies (see plan()).
+    cfg.setdefault("postcard", {}).setdefault("cache_slots", 32768)
     cfg.setdefault("reliability", {}).setdefault("ack_every", 64)
     r = cfg.setdefault("routing", {})
     r.setdefault("keywrite", "single")
@@ -173,7 +181,7 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
     if int(cfg["postcard"]["cache_slots"]) != 1 << k["pc_cache_bits"]:
         raise ConfigError(
             f"postcard.cache_slots {cfg['postcard']['cache_slots']} != 2^DTA_PC_CACHE_BITS")
-    pc_r = int(cfg["postcard"]["redundancy"])
+    pc_cfg = cfg["postcard"].get("redundancy")
     rep = cfg.get("reports", {})
     if rep.get("accept_reference", True) and rep.get("reference_variant", "a").lower() != k["variant"]:
         raise ConfigError(f"reports.reference_variant {rep.get('reference_variant', 'a')!r} but the "
@@ -209,6 +217,17 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
             if "hash" in st and st["hash"] != k["hash"]:
                 raise ConfigError(f"store {s['name']}: hash profile {st.get('hash')} but the "
                                   f"program is compiled for {k['hash']}")
+            n = st.get("redundancy")
+            if n is not None and not 1 <= int(n) <= 8:
+                raise ConfigError(f"store {s['name']}: redundancy {n} is not 1..=8")
+            if n is not None and st["kind"] in ("keywrite", "keyincrement") and int(n) > max_n:
+                raise ConfigError(f"store {s['name']}: written with redundancy {n}, above "
+                                  f"translator.max_redundancy {max_n}")
+            if (n is not None and st["kind"] == "postcard" and pc_cfg is not None
+                    and int(pc_cfg) != int(n)):
+                raise ConfigError(f"store {s['name']}: written with redundancy {n} but "
+                                  f"[postcard] redundancy = {pc_cfg}: remove the setting or "
+                                  "make them agree")
             stores.append(st)
     if len(stores) > k["qps"]:
         raise ConfigError("more stores than DTA_QPS")
@@ -275,7 +294,8 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
                         rule.append((ip, i))
         for ip, i in rule:
             dst = ip_int(ip if ip is not None else report_dst)
-            for n in range(1, max_n + 1):
+            store_n = stores[i].get("redundancy")
+            for n in [int(store_n)] if store_n is not None else range(1, max_n + 1):
                 for imm in (0, 1):
                     count = n + (imm if what == "keyincrement" else 0)
                     mgid = group(stores[i]["port"], count)
@@ -287,6 +307,7 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
         rule = [(ip, i) for ip, name in sorted(routing["destinations"].items())
                 for i, s in enumerate(stores) if s["name"] == name and s["kind"] == "postcard"]
     for ip, i in rule:
+        pc_r = int(stores[i].get("redundancy") or pc_cfg or 1)
         mgid = group(stores[i]["port"], pc_r)
         tables["Ingress.tbl_pc_route"].append(("pc_route", {
             "dst": ip_int(ip if ip is not None else report_dst)}, {"qp": i, "grp": mgid}))

@@ -227,6 +227,44 @@ class ControlPlaneTest(unittest.TestCase):
             dta_bfrt.plan(cfg, cols, {"c1": 8})
         dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"variant": "b"})
 
+    def test_store_redundancy_from_the_metadata(self):
+        # Metadata that records each store's N (record version 2 / JSON `redundancy`).
+        meta = json.loads(json.dumps(META))
+        for st, n in zip(meta["stores"], (2, 3, None, 2)):
+            if n is not None:
+                st["redundancy"] = n
+        with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
+            json.dump(meta, f)
+        log, _ = self.run_fake()
+        kv = self.calls(log, "Ingress.tbl_kv_route.add_with_kv_replicate")
+        # Only the store's N is routed: Key-Write N=2, Key-Increment N=3 (x immediate).
+        self.assertEqual(sorted((e["op"], e["n"], e["immediate"]) for e in kv),
+                         [(1, 2, 0), (1, 2, 1), (3, 3, 0), (3, 3, 1)])
+        pc = self.calls(log, "Ingress.tbl_pc_route.add_with_pc_route")
+        groups = {c["MGID"]: c["MULTICAST_NODE_ID"] for c in self.calls(log, "pre.mgid.add")}
+        self.assertEqual(len(groups[pc[0]["grp"]]), 2)
+        # The postcard store's N wins over an absent [postcard] redundancy ...
+        cfg = dta_bfrt.load_config(self.cfg)
+        del cfg["postcard"]["redundancy"]
+        meta["stores"][3]["redundancy"] = 3
+        with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
+            json.dump(meta, f)
+        cols = dta_bfrt.load_collectors(cfg, self.dir.name)
+        p = dta_bfrt.plan(cfg, cols, {"c1": 8})
+        (_, _, params), = p["tables"]["Ingress.tbl_pc_route"]
+        members = dict((g, ids) for g, ids in p["mcast"]["groups"])[params["grp"]]
+        self.assertEqual(len(members), 3)
+        # ... and contradicting it (2 in the config) is refused, as is N above max_redundancy.
+        cfg = dta_bfrt.load_config(self.cfg)
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, cols, {"c1": 8})
+        meta["stores"][3]["redundancy"] = 2
+        meta["stores"][1]["redundancy"] = 6
+        with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
+            json.dump(meta, f)
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, self.dir.name), {"c1": 8})
+
     def test_command_line_prints_the_plan(self):
         import io
         import contextlib

@@ -32,6 +32,8 @@ pub enum GeometryError {
     },
     /// `addr + len` overflows the address space.
     AddressOverflow,
+    /// An Append store with a redundancy N (Append writes each entry once).
+    AppendRedundancy,
 }
 
 impl core::fmt::Display for GeometryError {
@@ -45,6 +47,9 @@ impl core::fmt::Display for GeometryError {
                 "the layout needs {needed} bytes but the region has {len}"
             ),
             GeometryError::AddressOverflow => f.write_str("region address + length overflows"),
+            GeometryError::AppendRedundancy => {
+                f.write_str("an Append store has no redundancy N (each entry is written once)")
+            }
         }
     }
 }
@@ -199,9 +204,13 @@ impl StoreGeometry {
 impl TryFrom<&StoreMeta> for StoreGeometry {
     type Error = GeometryError;
 
-    /// Validates `meta`'s layout against its region (see the module docs).
+    /// Validates `meta`'s layout against its region (see the module docs), and that an
+    /// Append store claims no redundancy N.
     fn try_from(meta: &StoreMeta) -> Result<StoreGeometry, GeometryError> {
         let g = StoreGeometry::of_kind(&meta.kind)?;
+        if meta.redundancy.is_some() && !meta.kind.has_redundancy() {
+            return Err(GeometryError::AppendRedundancy);
+        }
         let needed = g.used_len();
         if needed > meta.len {
             return Err(GeometryError::RegionTooShort {
@@ -228,6 +237,7 @@ mod tests {
             len,
             rkey: 1,
             qps: vec![],
+            redundancy: None,
             kind,
         }
     }
@@ -305,6 +315,12 @@ mod tests {
             StoreGeometry::try_from(&meta(kind(2, u32::MAX, 4096), 1 << 20)),
             Err(GeometryError::Lists(_))
         ));
+        let mut with_n = meta(kind(4, 10, 4096), 4 * 4096);
+        with_n.redundancy = crate::meta::Redundancy::new(2);
+        assert_eq!(
+            StoreGeometry::try_from(&with_n),
+            Err(GeometryError::AppendRedundancy)
+        );
     }
 
     #[test]

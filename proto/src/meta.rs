@@ -4,6 +4,12 @@
 //! binary record), and the translator, the Tofino control plane and the query tools build their
 //! layouts and hashers from it. It carries the RDMA coordinates (address, length, R_Key, QPs)
 //! and every layout parameter, so nothing has to be configured twice.
+//!
+//! A Key-Write, Key-Increment or Postcarding store also records the [`Redundancy`] N its
+//! writers use: translators drop Key-Write and Key-Increment reports that ask for another N
+//! (counted as `drop_redundancy_mismatch`) and write N postcard copies, and queries read N
+//! slots unless told otherwise. A store that records none (metadata from before N was
+//! recorded) accepts any N up to the translator's `max_redundancy`.
 
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +76,56 @@ impl StoreKind {
     }
 }
 
+/// A store's redundancy N: how many slots (Key-Write), counters (Key-Increment) or chunks
+/// (Postcarding) each key is written to, `1..=`[`MAX_REDUNDANCY`](crate::hash::MAX_REDUNDANCY).
+///
+/// In JSON and TOML it is a plain number; out-of-range numbers do not deserialise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct Redundancy(u8);
+
+impl Redundancy {
+    /// N, if it is in `1..=MAX_REDUNDANCY`.
+    pub const fn new(n: u8) -> Option<Redundancy> {
+        if n >= 1 && n as usize <= crate::hash::MAX_REDUNDANCY {
+            Some(Redundancy(n))
+        } else {
+            None
+        }
+    }
+
+    /// N as a number.
+    #[inline]
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl TryFrom<u8> for Redundancy {
+    type Error = String;
+
+    fn try_from(n: u8) -> Result<Redundancy, String> {
+        Redundancy::new(n).ok_or_else(|| {
+            format!(
+                "redundancy {n} is out of range (1..={})",
+                crate::hash::MAX_REDUNDANCY
+            )
+        })
+    }
+}
+
+impl From<Redundancy> for u8 {
+    fn from(n: Redundancy) -> u8 {
+        n.0
+    }
+}
+
+impl core::fmt::Display for Redundancy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// One queue pair the collector prepared for a translator worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QpMeta {
@@ -95,9 +151,21 @@ pub struct StoreMeta {
     /// Queue pairs prepared for this store, one per translator worker (static set-up).
     #[serde(default)]
     pub qps: Vec<QpMeta>,
+    /// The N the store is written with (Key-Write, Key-Increment, Postcarding); `None` for
+    /// Append stores and for metadata that records none (any N up to the translator's
+    /// `max_redundancy` is then accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redundancy: Option<Redundancy>,
     /// Primitive and layout.
     #[serde(flatten)]
     pub kind: StoreKind,
+}
+
+impl StoreKind {
+    /// Whether stores of this kind have a redundancy N (all but Append).
+    pub fn has_redundancy(&self) -> bool {
+        !matches!(self, StoreKind::Append { .. })
+    }
 }
 
 /// A collector's published description: where to send RoCEv2 and which stores exist.
@@ -111,4 +179,41 @@ pub struct CollectorMeta {
     pub verify_icrc: bool,
     /// Stores.
     pub stores: Vec<StoreMeta>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redundancy_range_and_json() {
+        assert_eq!(Redundancy::new(0), None);
+        assert_eq!(Redundancy::new(9), None);
+        assert_eq!(Redundancy::new(8).map(Redundancy::get), Some(8));
+        let m = StoreMeta {
+            name: "kw".into(),
+            addr: 0,
+            len: 64,
+            rkey: 1,
+            qps: Vec::new(),
+            redundancy: Redundancy::new(2),
+            kind: StoreKind::KeyWrite {
+                slots: 8,
+                slot_size: 8,
+                hash: crate::hash::HashProfile::Independent,
+            },
+        };
+        let js = serde_json::to_string(&m).unwrap();
+        assert!(js.contains("\"redundancy\":2"), "{js}");
+        assert_eq!(serde_json::from_str::<StoreMeta>(&js).unwrap(), m);
+        // Metadata written before N was recorded still parses, with no N.
+        let old = js.replace(",\"redundancy\":2", "");
+        let back: StoreMeta = serde_json::from_str(&old).unwrap();
+        assert_eq!(back.redundancy, None);
+        let bad = js.replace("\"redundancy\":2", "\"redundancy\":9");
+        let e = serde_json::from_str::<StoreMeta>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("out of range"), "{e}");
+    }
 }

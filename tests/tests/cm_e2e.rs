@@ -34,6 +34,7 @@ fn stores() -> Vec<StoreConfig> {
                 slots: 4096,
                 slot_size: 16,
                 hash: HashProfile::Independent,
+                redundancy: 2,
             },
         },
         StoreConfig {
@@ -55,6 +56,7 @@ fn stores() -> Vec<StoreConfig> {
                 slots: 1024,
                 hash: HashProfile::Independent,
                 epoch_secs: 0,
+                redundancy: 1,
             },
         },
     ]
@@ -148,6 +150,29 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
     send(&t, &sock, &kw);
     send(&t, &sock, &ap);
     send(&t, &sock, &ctr);
+    // The stores' N came with their metadata over RDMA_CM (record version 2): reports that
+    // ask for another N are dropped and counted, not written where no query looks.
+    let wrong_n: Vec<Report> = (0..5u32)
+        .map(|i| Report {
+            header: extended_header(0),
+            primitive: Primitive::KeyIncrement {
+                redundancy: 2,
+                key: Key::new(&i.to_be_bytes()).unwrap(),
+                delta: 1,
+            },
+        })
+        .collect();
+    send(&t, &sock, &wrong_n);
+    let t0 = std::time::Instant::now();
+    while t.counters().drop_redundancy_mismatch < 5 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        t.counters().drop_redundancy_mismatch,
+        5,
+        "{:?}",
+        t.counters()
+    );
     let frames_needed = 200 * 2 + 64 / 8 + 300;
     assert!(
         col.wait_for(Duration::from_secs(10), |k| k.writes + k.atomics
@@ -219,7 +244,7 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
         .map(|i| Report {
             header: extended_header(0),
             primitive: Primitive::KeyWrite {
-                redundancy: 1,
+                redundancy: 2,
                 key: Key::new(&i.to_be_bytes()).unwrap(),
                 value: Value::new(&[7; 12]).unwrap(),
             },
@@ -416,6 +441,7 @@ fn control_only_mode_and_metrics_endpoint() {
     assert_eq!(kw["rkey"], meta.rkey, "the record carries the R_Key");
     assert_eq!(kw["addr"], meta.addr);
     assert_eq!(kw["kind"], "keywrite");
+    assert_eq!(kw["redundancy"], 2, "the record carries the store's N");
     assert!(kw["remote_qpn"].as_u64().unwrap() > 0 && kw["psn"].as_u64().is_some());
     // A full translator with a metrics endpoint.
     cfg.translator.metrics = Some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));

@@ -43,6 +43,7 @@ fn kw_meta(name: &str, addr: u64, len: u64) -> StoreMeta {
         len,
         rkey: 0x1234,
         qps: vec![],
+        redundancy: None,
         kind: StoreKind::KeyWrite {
             slots: 1 << 16,
             slot_size: 16,
@@ -188,6 +189,7 @@ fn kw_store() -> StoreConfig {
             slots: 1 << 16,
             slot_size: 16,
             hash: HashProfile::Independent,
+            redundancy: 1,
         },
     }
 }

@@ -123,6 +123,7 @@ fn keywrite_memory_byte_for_byte_and_queries() {
                 slots: SLOTS,
                 slot_size: 32,
                 hash: HashProfile::Independent,
+                redundancy: N,
             },
         }],
         1000,

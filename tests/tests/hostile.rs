@@ -25,6 +25,7 @@ fn stores() -> Vec<StoreConfig> {
                 slots: 1024,
                 slot_size: 8,
                 hash: HashProfile::Independent,
+                redundancy: 1,
             },
         },
         StoreConfig {
@@ -85,8 +86,8 @@ fn hostile_reports_are_counted_and_write_nothing() {
     let mut bad_ver = good.clone();
     bad_ver[0] = 0xD7;
     h.send_raw(&[&bad_ver]);
-    // Redundancy 0 and above the maximum.
-    for n in [0u8, 5, 9, 255] {
+    // Redundancy 0 and above the maximum; then within it but not the store's N (1).
+    for n in [0u8, 5, 9, 255, 2, 4] {
         let mut b = vec![0u8; 128];
         let len = kw(n).emit(Profile::Extended, &mut b).unwrap();
         h.send_raw(&[&b[..len]]);
@@ -123,6 +124,7 @@ fn hostile_reports_are_counted_and_write_nothing() {
     assert_eq!(c.drop_unknown_opcode, 3, "{c:?}");
     assert_eq!(c.drop_bad_version, 1, "{c:?}");
     assert_eq!(c.drop_bad_redundancy, 4, "{c:?}");
+    assert_eq!(c.drop_redundancy_mismatch, 2, "{c:?}");
     assert_eq!(c.drop_unknown_list, 3, "{c:?}");
     assert_eq!(c.drop_value_too_long, 1, "{c:?}");
     assert_eq!(c.translated, 0);

@@ -45,6 +45,7 @@ fn run(loss: f64, n: u32, per_step: u32, step_ns: u64) -> Figures {
                 slots: 1 << 18,
                 slot_size: 16,
                 hash: HashProfile::Independent,
+                redundancy: 1,
             },
         }],
         HarnessOptions {

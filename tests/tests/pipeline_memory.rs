@@ -7,7 +7,8 @@ use dta_proto::wire::report::{Primitive, Priority, Profile, Report};
 use dta_proto::{Key, Value};
 use dta_tests::harness::{extended_header, Harness, HarnessOptions};
 
-fn kw_store(slots: u32) -> StoreConfig {
+/// A Key-Write store written with redundancy `n` (reports with another N are dropped).
+fn kw_store(slots: u32, n: u8) -> StoreConfig {
     StoreConfig {
         name: "kw".into(),
         port: None,
@@ -15,6 +16,7 @@ fn kw_store(slots: u32) -> StoreConfig {
             slots,
             slot_size: 8,
             hash: HashProfile::Independent,
+            redundancy: n,
         },
     }
 }
@@ -36,7 +38,7 @@ fn append_store(lists: u32, capacity: u32, batch: u32, entry: u32) -> StoreConfi
 
 #[test]
 fn keywrite_lands_and_acks_flow() {
-    let mut h = Harness::new(vec![kw_store(1 << 16)], HarnessOptions::default());
+    let mut h = Harness::new(vec![kw_store(1 << 16, 2)], HarnessOptions::default());
     let reports: Vec<Report> = (0..1000u32)
         .map(|i| Report {
             header: extended_header(0),
@@ -249,6 +251,7 @@ fn key_increment_sums_equal_sent_totals() {
                 slots: 1 << 16,
                 hash: HashProfile::Independent,
                 epoch_secs: 0,
+                redundancy: 1,
             },
         )],
         HarnessOptions::default(),
@@ -293,7 +296,7 @@ fn key_increment_sums_equal_sent_totals() {
 #[test]
 fn immediate_reports_raise_completions() {
     let mut h = Harness::new(
-        vec![kw_store(1 << 10), append_store(1, 64, 4, 4)],
+        vec![kw_store(1 << 10, 2), append_store(1, 64, 4, 4)],
         HarnessOptions::default(),
     );
     let mut r = Report {
@@ -334,7 +337,7 @@ fn immediate_reports_raise_completions() {
 
 #[test]
 fn sequence_gaps_are_nacked_with_the_missing_range() {
-    let mut h = Harness::new(vec![kw_store(1 << 10)], HarnessOptions::default());
+    let mut h = Harness::new(vec![kw_store(1 << 10, 1)], HarnessOptions::default());
     let mk = |seq: u32| {
         let mut r = Report {
             header: extended_header(0),
@@ -384,7 +387,7 @@ fn overload_sheds_low_priority_first_and_keeps_high() {
         medium_reserve: 0.25,
     };
     let mut h = Harness::new(
-        vec![kw_store(1 << 12)],
+        vec![kw_store(1 << 12, 1)],
         HarnessOptions {
             rate,
             ..HarnessOptions::default()
@@ -437,7 +440,7 @@ fn overload_sheds_low_priority_first_and_keeps_high() {
 
 #[test]
 fn one_percent_loss_never_stalls_a_qp() {
-    let mut h = Harness::new(vec![kw_store(1 << 14)], HarnessOptions::default());
+    let mut h = Harness::new(vec![kw_store(1 << 14, 1)], HarnessOptions::default());
     h.imp.loss = 0.01;
     h.imp.response_loss = 0.01;
     let mut sent = 0u32;
@@ -582,6 +585,7 @@ fn reordering_and_duplication_never_double_count_or_stall() {
                 slots: 1 << 16,
                 hash: HashProfile::Independent,
                 epoch_secs: 0,
+                redundancy: 1,
             },
         )],
         HarnessOptions::default(),
@@ -690,7 +694,7 @@ fn retransmitted_frames_are_the_frames_first_sent() {
     use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
     let mut h = Harness::new(
         vec![
-            kw_store(1 << 12),
+            kw_store(1 << 12, 3),
             append_store(2, 256, 4, 8),
             store(
                 "ctr",
@@ -698,6 +702,7 @@ fn retransmitted_frames_are_the_frames_first_sent() {
                     slots: 1 << 12,
                     hash: HashProfile::Independent,
                     epoch_secs: 0,
+                    redundancy: 2,
                 },
             ),
         ],
@@ -846,6 +851,7 @@ fn key_increment_sums_survive_loss_each_add_executed_once() {
                 slots: 1 << 16,
                 hash: HashProfile::Independent,
                 epoch_secs: 0,
+                redundancy: 2,
             },
         )],
         HarnessOptions {

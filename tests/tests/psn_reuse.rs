@@ -27,6 +27,7 @@ fn lost_responses_never_cause_psn_reuse() {
                     slots: 1 << 12,
                     hash: HashProfile::Independent,
                     epoch_secs: 0,
+                    redundancy: 2,
                 },
             }],
             HarnessOptions::default(),

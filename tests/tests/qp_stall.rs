@@ -25,6 +25,7 @@ fn harness() -> Harness {
                 slots: 1 << 16,
                 slot_size: 16,
                 hash: HashProfile::Independent,
+                redundancy: 1,
             },
         }],
         HarnessOptions::default(),

@@ -58,6 +58,7 @@ fn pipeline_for(t: &Target, kind: StoreKind) -> Pipeline {
             psn: START_PSN,
             peer_qpn: PEER_QPN,
         }],
+        redundancy: None,
         kind,
     };
     let route = |k: &str| {

@@ -46,6 +46,7 @@ fn pipeline_for(t: &Target, slots: u32) -> Pipeline {
             psn: START_PSN,
             peer_qpn: PEER_QPN,
         }],
+        redundancy: None,
         kind: StoreKind::KeyIncrement {
             slots,
             hash: HashProfile::Independent,

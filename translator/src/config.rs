@@ -10,6 +10,11 @@
 //! name = "c1"
 //! metadata = "/run/dta/collector.json"   # static set-up: the collector's published metadata
 //!
+//! [[collector]]
+//! name = "c2"
+//! cm = "10.0.0.52:4791"                   # RDMA_CM: the collector RNIC's address,
+//! ports = [1337, 1338, 1339, 1340]        # and one rdma_cm port per store to write to
+//!
 //! [routing]
 //! keywrite = "key-hash"
 //! ```
@@ -316,8 +321,10 @@ impl Default for AppendSection {
 pub struct PostcardSection {
     /// Cache slots across all workers (a power of two).
     pub cache_slots: u32,
-    /// Copies written per chunk (N).
-    pub redundancy: u8,
+    /// Copies written per chunk (N) to a store whose metadata records no N. A store that
+    /// records one (every store of a current collector: `[[store]] redundancy`) is written
+    /// with its own N, and setting a different one here is an error.
+    pub redundancy: Option<u8>,
     /// A flow whose path is incomplete is written after this many microseconds (0 = only
     /// on eviction or shutdown).
     pub flush_delay_us: u64,
@@ -327,7 +334,7 @@ impl Default for PostcardSection {
     fn default() -> Self {
         PostcardSection {
             cache_slots: 32768,
-            redundancy: 1,
+            redundancy: None,
             flush_delay_us: 100_000,
         }
     }
@@ -565,10 +572,10 @@ impl TranslatorConfig {
         if !self.postcard.cache_slots.is_power_of_two() {
             return Err("postcard.cache_slots must be a power of two".into());
         }
-        if self.postcard.redundancy == 0
-            || self.postcard.redundancy as usize > dta_proto::hash::MAX_REDUNDANCY
-        {
-            return Err("postcard.redundancy must be 1..=8".into());
+        if let Some(n) = self.postcard.redundancy {
+            if n == 0 || n as usize > dta_proto::hash::MAX_REDUNDANCY {
+                return Err(format!("postcard.redundancy must be 1..=8, not {n}"));
+            }
         }
         if self.reliability.ack_every == 0 {
             return Err("reliability.ack_every must be at least 1".into());
@@ -589,7 +596,40 @@ impl TranslatorConfig {
         {
             return Err("overload: 0 <= medium_reserve <= low_reserve < 1".into());
         }
+        if self.collectors.is_empty() {
+            return Err(
+                "no [[collector]]: a translator needs at least one collector to write to \
+                 (`cm` and `ports` for RDMA_CM, or `metadata`; see translator.example.toml)"
+                    .into(),
+            );
+        }
+        let mut names = std::collections::HashSet::new();
         for c in &self.collectors {
+            if !names.insert(c.name.as_str()) {
+                return Err(format!(
+                    "collector {:?}: name: used twice (names must be unique)",
+                    c.name
+                ));
+            }
+            let mut ports = std::collections::HashSet::new();
+            for &p in &c.ports {
+                if p == 0 {
+                    return Err(format!(
+                        "collector {:?}: ports: 0 is not an RDMA_CM port",
+                        c.name
+                    ));
+                }
+                if !ports.insert(p) {
+                    return Err(format!(
+                        "collector {:?}: ports: {p} is listed twice",
+                        c.name
+                    ));
+                }
+            }
+            if let Some(m) = &c.mac {
+                m.parse::<dta_proto::wire::ethernet::MacAddr>()
+                    .map_err(|_| format!("collector {:?}: mac: {m:?} is not a MAC", c.name))?;
+            }
             match (&c.metadata, &c.cm) {
                 (Some(_), None) => {}
                 (None, Some(_)) if !c.ports.is_empty() => {}
@@ -629,6 +669,13 @@ impl TranslatorConfig {
 mod tests {
     use super::*;
 
+    /// A collector section, which every valid file needs.
+    const C: &str = "\n[[collector]]\nname = \"c\"\ncm = \"127.0.0.1:4791\"\nports = [1337]\n";
+
+    fn parse(s: &str) -> Result<TranslatorConfig, String> {
+        TranslatorConfig::from_toml(&format!("{s}{C}"))
+    }
+
     #[test]
     fn example_file_parses_and_defaults_match() {
         let c = TranslatorConfig::from_toml(include_str!("../translator.example.toml"))
@@ -637,7 +684,9 @@ mod tests {
         assert_eq!(c.translator.max_redundancy, d.translator.max_redundancy);
         assert_eq!(c.reliability.ack_timeout_us, d.reliability.ack_timeout_us);
         assert_eq!(c.postcard.cache_slots, d.postcard.cache_slots);
-        assert_eq!(c.collectors[0].ports, vec![1337, 1338]);
+        assert_eq!(c.postcard.redundancy, None, "the stores' N applies");
+        assert_eq!(c.collectors[0].ports, vec![1337, 1338, 1339, 1340]);
+        assert!(c.translator.roce.ip().is_loopback());
         assert_eq!(c.translator.report_steering, d.translator.report_steering);
         assert_eq!(c.translator.roce_steering, d.translator.roce_steering);
         assert_eq!(c.translator.backend, BackendKind::Udp);
@@ -648,7 +697,7 @@ mod tests {
 
     #[test]
     fn backend_sections_parse_and_are_checked() {
-        let r = TranslatorConfig::from_toml(
+        let r = parse(
             "[translator]\nbackend = \"af_xdp\"\n[af_xdp]\ninterface = \"veth0\"\nmode = \"skb\"\nqueue = 2",
         );
         if cfg!(feature = "af_xdp") {
@@ -689,7 +738,7 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown variant")
         );
-        let p = TranslatorConfig::from_toml(
+        let p = parse(
             "[translator]\nbackend = \"pcap\"\ncapture = \"/tmp/x.pcap\"\n[pcap]\ninput = [\"a.pcap\"]\nloops = 3\nrate = 1000.0",
         )
         .expect("pcap parses");
@@ -702,7 +751,7 @@ mod tests {
 
     #[test]
     fn steering_choices() {
-        let c = TranslatorConfig::from_toml(
+        let c = parse(
             "[translator]\nreport_steering = \"dispatcher\"\nroce_steering = \"port-per-worker\"\n",
         )
         .expect("parses");
@@ -724,19 +773,49 @@ mod tests {
 
     #[test]
     fn bad_files_get_clear_errors() {
-        assert!(TranslatorConfig::from_toml("[translator]\nworkers = 0")
+        assert!(parse("[translator]\nworkers = 0")
             .unwrap_err()
             .contains("workers"));
-        assert!(TranslatorConfig::from_toml("[translator]\nbogus = 1")
+        assert!(parse("[translator]\nbogus = 1")
             .unwrap_err()
             .contains("bogus"));
         assert!(TranslatorConfig::from_toml("[[collector]]\nname = \"x\"")
             .unwrap_err()
             .contains("exactly one"));
-        assert!(
-            TranslatorConfig::from_toml("[translator]\nroce = \"0.0.0.0:4791\"")
-                .unwrap_err()
-                .contains("ICRC")
+        assert!(parse("[translator]\nroce = \"0.0.0.0:4791\"")
+            .unwrap_err()
+            .contains("ICRC"));
+        // No collector at all: nothing could ever be written.
+        let e = TranslatorConfig::from_toml("[translator]\nworkers = 1").unwrap_err();
+        assert!(e.contains("no [[collector]]"), "{e}");
+        assert!(TranslatorConfig::from_toml("").is_err());
+        for (to, want) in [
+            ("ports = [0]", "collector \"c\": ports: 0 is not"),
+            (
+                "ports = [1337, 1337]",
+                "collector \"c\": ports: 1337 is listed twice",
+            ),
+            (
+                "ports = [1337]\nmac = \"zz\"",
+                "collector \"c\": mac: \"zz\" is not a MAC",
+            ),
+        ] {
+            let e = TranslatorConfig::from_toml(&C.replace("ports = [1337]", to)).unwrap_err();
+            assert!(e.contains(want), "{to}: {e}");
+        }
+        let twice = format!("{C}{C}");
+        assert!(TranslatorConfig::from_toml(&twice)
+            .unwrap_err()
+            .contains("used twice"));
+        assert!(parse("[postcard]\nredundancy = 0")
+            .unwrap_err()
+            .contains("postcard.redundancy"));
+        assert_eq!(
+            parse("[postcard]\nredundancy = 2")
+                .unwrap()
+                .postcard
+                .redundancy,
+            Some(2)
         );
     }
 }

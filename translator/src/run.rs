@@ -485,6 +485,14 @@ impl Worker {
                                         "store {name}: reconnected (QP {:#x})",
                                         binding.local_qpn.value()
                                     );
+                                    let before = pipeline.redundancy_of(name);
+                                    if meta.redundancy.is_some() && meta.redundancy != before {
+                                        log::warn!(
+                                            "store {name}: the collector now records redundancy \
+                                             {:?} (was {before:?}); reports are held to it",
+                                            meta.redundancy.map(|n| n.get())
+                                        );
+                                    }
                                     pipeline.rebind(name, binding, Some(&meta));
                                     if let Some(h) = c.take_list_heads(port) {
                                         pipeline.seed_append_heads(name, &h);
@@ -892,6 +900,68 @@ pub fn resolve_routes(
     ))
 }
 
+/// A `[postcard] redundancy` that differs from the N a postcard store records is an error:
+/// the store's queries read its own N, so writing another would only waste copies or leave
+/// queries reading chunks nobody wrote.
+fn check_postcard_redundancy(
+    cfg: &TranslatorConfig,
+    collectors: &[(String, CollectorMeta)],
+) -> Result<(), String> {
+    let Some(want) = cfg.postcard.redundancy else {
+        return Ok(());
+    };
+    for (cn, m) in collectors {
+        for s in &m.stores {
+            if let (StoreKind::Postcard { .. }, Some(n)) = (&s.kind, s.redundancy) {
+                if n.get() != want {
+                    return Err(format!(
+                        "collector {cn:?} store {:?} is written with redundancy {n}, but \
+                         [postcard] redundancy = {want}: remove the setting (a store's own N \
+                         applies) or make them agree",
+                        s.name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the translator will drop for want of a store, one sentence per report kind that no
+/// store serves (a kind routed `"none"` on purpose is not named). Logged as warnings at start
+/// (every such report is counted as `drop_no_store` or `drop_unknown_list`).
+pub fn unserved_report_kinds(
+    cfg: &TranslatorConfig,
+    collectors: &[(String, CollectorMeta)],
+) -> Vec<String> {
+    let stores: Vec<&StoreMeta> = collectors.iter().flat_map(|(_, m)| &m.stores).collect();
+    let mut out = Vec::new();
+    for (what, rule, report) in [
+        ("keywrite", &cfg.routing.keywrite, "Key-Write"),
+        ("keyincrement", &cfg.routing.keyincrement, "Key-Increment"),
+        ("postcard", &cfg.routing.postcard, "Postcarding"),
+    ] {
+        if rule != "none" && !stores.iter().any(|s| s.kind.name() == what) {
+            out.push(format!(
+                "no {what} store among the collectors' stores: every {report} report will be \
+                 dropped (drop_no_store); connect its store's port, or set routing.{what} = \
+                 \"none\" if none is meant to be served"
+            ));
+        }
+    }
+    if !stores
+        .iter()
+        .any(|s| matches!(s.kind, StoreKind::Append { .. }))
+    {
+        out.push(
+            "no append store among the collectors' stores: every Append report will be \
+             dropped (drop_unknown_list); connect its store's port"
+                .into(),
+        );
+    }
+    out
+}
+
 /// Builds worker `w`'s pipeline configuration and collector targets.
 pub fn pipeline_for(
     cfg: &TranslatorConfig,
@@ -928,7 +998,7 @@ pub fn pipeline_for(
         append_flush_ns: cfg.append.flush_delay_us * 1000,
         postcard_flush_ns: cfg.postcard.flush_delay_us * 1000,
         postcard_cache_slots: cfg.postcard.cache_slots,
-        postcard_redundancy: cfg.postcard.redundancy,
+        postcard_redundancy: cfg.postcard.redundancy.unwrap_or(1),
         qp: QpTuning {
             ack_every: cfg.reliability.ack_every,
             ack_timeout_ns: cfg.reliability.ack_timeout_us * 1000,
@@ -944,6 +1014,7 @@ pub fn pipeline_for(
         route_keyincrement,
         route_postcard,
     };
+    check_postcard_redundancy(cfg, collectors)?;
     let mut targets = Vec::new();
     for (cn, m) in collectors {
         let mac: MacAddr = m
@@ -1225,6 +1296,24 @@ impl Translator {
                 roce_addrs[0]
             );
         }
+        for warning in unserved_report_kinds(&cfg, &collectors) {
+            log::warn!("translator: {warning}");
+        }
+        for (cn, m) in &collectors {
+            for s in &m.stores {
+                if let StoreKind::Append {
+                    lists, first_list, ..
+                } = s.kind
+                {
+                    log::info!(
+                        "collector {cn:?} store {:?}: Append lists {first_list}..{} (reports \
+                         for other lists are dropped as drop_unknown_list)",
+                        s.name,
+                        first_list as u64 + lists as u64
+                    );
+                }
+            }
+        }
         let mut pipelines = Vec::new();
         for (w, &roce) in roce_addrs.iter().enumerate() {
             let (mut pc, targets) = pipeline_for(&cfg, w, roce, &collectors)?;
@@ -1472,5 +1561,125 @@ mod tests {
             per[w] += 1;
         }
         assert!(per.iter().all(|&n| n > 800), "{per:?}");
+    }
+
+    fn collector(stores: Vec<StoreMeta>) -> Vec<(String, CollectorMeta)> {
+        vec![(
+            "c".into(),
+            CollectorMeta {
+                roce: "127.0.0.1:4791".parse().unwrap(),
+                mac: "02:00:00:00:00:51".into(),
+                verify_icrc: true,
+                stores,
+            },
+        )]
+    }
+
+    fn store(name: &str, kind: StoreKind, n: u8) -> StoreMeta {
+        StoreMeta {
+            name: name.into(),
+            addr: 0x1000,
+            len: 1 << 20,
+            rkey: 1,
+            qps: vec![QpMeta {
+                qpn: 0x11,
+                psn: 0,
+                peer_qpn: 0x100,
+            }],
+            redundancy: dta_proto::meta::Redundancy::new(n),
+            kind,
+        }
+    }
+
+    fn kw() -> StoreKind {
+        StoreKind::KeyWrite {
+            slots: 1024,
+            slot_size: 32,
+            hash: dta_proto::hash::HashProfile::Independent,
+        }
+    }
+
+    fn pc() -> StoreKind {
+        StoreKind::Postcard {
+            chunks: 1024,
+            hops: 5,
+            hash: dta_proto::hash::HashProfile::Independent,
+        }
+    }
+
+    #[test]
+    fn report_kinds_without_a_store_are_named() {
+        let mut cfg = TranslatorConfig::default();
+        // Only a Key-Write store: the three other kinds have none.
+        let w = unserved_report_kinds(&cfg, &collector(vec![store("kw", kw(), 2)]));
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(
+            w.iter().any(|l| l.contains("no keyincrement store")),
+            "{w:?}"
+        );
+        assert!(w.iter().any(|l| l.contains("no postcard store")), "{w:?}");
+        assert!(w
+            .iter()
+            .any(|l| l.contains("Append report") && l.contains("drop_unknown_list")));
+        // Every kind served: nothing to say, unless a rule routes a kind nowhere.
+        let all = collector(vec![
+            store("kw", kw(), 2),
+            store(
+                "ki",
+                StoreKind::KeyIncrement {
+                    slots: 1024,
+                    hash: dta_proto::hash::HashProfile::Independent,
+                },
+                2,
+            ),
+            store("pc", pc(), 1),
+            store(
+                "ap",
+                StoreKind::Append {
+                    lists: 4,
+                    first_list: 0,
+                    capacity: 16,
+                    entry_size: 4,
+                    batch: 4,
+                    format: dta_proto::layout::AppendFormat::Sequenced,
+                    list_stride: 1024,
+                },
+                0,
+            ),
+        ]);
+        assert_eq!(unserved_report_kinds(&cfg, &all), Vec::<String>::new());
+        // A kind routed nowhere on purpose is not warned about.
+        cfg.routing.keyincrement = "none".into();
+        cfg.routing.postcard = "none".into();
+        let w = unserved_report_kinds(&cfg, &collector(vec![store("kw", kw(), 2)]));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("Append"), "{w:?}");
+    }
+
+    #[test]
+    fn a_configured_postcard_redundancy_must_match_the_stores() {
+        let mut cfg = TranslatorConfig {
+            collectors: vec![crate::config::CollectorSection::with_metadata(
+                "c",
+                "/nonexistent".into(),
+            )],
+            ..TranslatorConfig::default()
+        };
+        let local: SocketAddrV4 = "127.0.0.1:4792".parse().unwrap();
+        let c = collector(vec![store("pc", pc(), 2)]);
+        // Not set: the store's N applies.
+        let (pcfg, _) = pipeline_for(&cfg, 0, local, &c).unwrap();
+        assert_eq!(
+            pcfg.postcard_redundancy, 1,
+            "the fallback for stores without N"
+        );
+        cfg.postcard.redundancy = Some(2);
+        assert!(pipeline_for(&cfg, 0, local, &c).is_ok());
+        cfg.postcard.redundancy = Some(1);
+        let e = pipeline_for(&cfg, 0, local, &c).err().unwrap();
+        assert!(
+            e.contains("redundancy 2") && e.contains("[postcard] redundancy = 1"),
+            "{e}"
+        );
     }
 }

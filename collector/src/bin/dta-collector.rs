@@ -73,8 +73,9 @@ enum Cmd {
         /// First batch: a sequence number, `oldest` or `newest`.
         #[arg(long, default_value = "oldest")]
         from: String,
-        /// Poll interval with --follow, in milliseconds.
-        #[arg(long, default_value_t = 200)]
+        /// Poll interval with --follow, in milliseconds (at least 10: each poll is an HTTP
+        /// request, and a list with nothing new is polled again only after this long).
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(MIN_INTERVAL_MS..))]
         interval_ms: u64,
         #[command(flatten)]
         control: Control,
@@ -93,52 +94,63 @@ enum Cmd {
     },
 }
 
+/// Shortest `tail --follow --interval-ms`.
+const MIN_INTERVAL_MS: u64 = 10;
+
+/// How a query reads the store, and which keys it asks about.
+#[derive(Args, Debug, Clone)]
+struct QueryOpts {
+    /// Read the keys from this file instead (`-`: standard input): one key per line (blank
+    /// lines and `#` comments skipped) or a JSON array of strings. One request answers all of
+    /// them, one JSON line per key, in order.
+    #[arg(long, value_name = "FILE", conflicts_with = "key")]
+    keys_file: Option<PathBuf>,
+    /// Store (default: the only store of the kind).
+    #[arg(long)]
+    store: Option<String>,
+    /// Replicas to read, 1..=8. Default and only accepted value: the store's own redundancy
+    /// N; another N needs --force.
+    #[arg(short, value_parser = clap::value_parser!(u8).range(1..=8))]
+    n: Option<u8>,
+    /// Read -n replicas even though the store is written with another N (the answer says
+    /// "forced": true; a counter read with more than the store's N can be 0).
+    #[arg(long, requires = "n")]
+    force: bool,
+    #[command(flatten)]
+    control: Control,
+}
+
 #[derive(Subcommand, Debug)]
 enum QueryCmd {
     /// Key-Write: the plurality value (or consensus with --threshold).
     Keywrite {
         /// Key (hex or 5-tuple).
-        key: String,
-        /// Store (default: the only Key-Write store).
-        #[arg(long)]
-        store: Option<String>,
-        /// Replicas to read (default: the collector's max_redundancy).
-        #[arg(short)]
-        n: Option<u8>,
-        /// Require this many agreeing slots.
-        #[arg(long)]
+        #[arg(required_unless_present = "keys_file")]
+        key: Option<String>,
+        /// Require this many agreeing slots (1..=N).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
         threshold: Option<u8>,
         #[command(flatten)]
-        control: Control,
+        opts: QueryOpts,
     },
     /// Postcarding: the flow's path.
     Path {
         /// Flow (hex or 5-tuple).
-        flow: String,
-        /// Store (default: the only Postcarding store).
-        #[arg(long)]
-        store: Option<String>,
-        /// Chunks to read (default: the store's redundancy).
-        #[arg(short)]
-        n: Option<u8>,
-        /// Require this many agreeing valid chunks.
-        #[arg(long)]
+        #[arg(required_unless_present = "keys_file")]
+        key: Option<String>,
+        /// Require this many agreeing valid chunks (1..=N).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
         copies: Option<u8>,
         #[command(flatten)]
-        control: Control,
+        opts: QueryOpts,
     },
     /// Key-Increment: the count-min estimate.
     Counter {
         /// Key (hex or 5-tuple).
-        key: String,
-        /// Store (default: the only Key-Increment store).
-        #[arg(long)]
-        store: Option<String>,
-        /// Counters to read (default: the collector's max_redundancy).
-        #[arg(short)]
-        n: Option<u8>,
+        #[arg(required_unless_present = "keys_file")]
+        key: Option<String>,
         #[command(flatten)]
-        control: Control,
+        opts: QueryOpts,
     },
 }
 
@@ -339,58 +351,77 @@ fn pick_store(addr: &str, want: Option<String>, kind: &str) -> Result<String, St
 }
 
 fn query(q: QueryCmd) -> Result<(), String> {
-    let (kind, path_kind, key, store, control, params) = match q {
+    let (kind, path_kind, key, opts, mut params) = match q {
         QueryCmd::Keywrite {
             key,
-            store,
-            n,
             threshold,
-            control,
-        } => {
-            let mut p = Vec::new();
-            if let Some(n) = n {
-                p.push(format!("n={n}"));
-            }
-            if let Some(t) = threshold {
-                p.push(format!("threshold={t}"));
-            }
-            ("keywrite", "keywrite", key, store, control, p)
-        }
-        QueryCmd::Path {
-            flow,
-            store,
-            n,
-            copies,
-            control,
-        } => {
-            let mut p = Vec::new();
-            if let Some(n) = n {
-                p.push(format!("n={n}"));
-            }
-            if let Some(c) = copies {
-                p.push(format!("copies={c}"));
-            }
-            ("postcard", "path", flow, store, control, p)
-        }
-        QueryCmd::Counter {
+            opts,
+        } => (
+            "keywrite",
+            "keywrite",
             key,
-            store,
-            n,
-            control,
-        } => {
-            let p = n.map(|n| vec![format!("n={n}")]).unwrap_or_default();
-            ("keyincrement", "counter", key, store, control, p)
-        }
+            opts,
+            threshold
+                .map(|t| format!("threshold={t}"))
+                .into_iter()
+                .collect(),
+        ),
+        QueryCmd::Path { key, copies, opts } => (
+            "postcard",
+            "path",
+            key,
+            opts,
+            copies.map(|c| format!("copies={c}")).into_iter().collect(),
+        ),
+        QueryCmd::Counter { key, opts } => ("keyincrement", "counter", key, opts, Vec::new()),
     };
-    dta_collector::query::keys::parse_key(&key)?;
-    let addr = control_addr(&control)?;
-    let store = pick_store(&addr, store, kind)?;
-    let mut path = format!("/query/{path_kind}/{}/{}", enc(&store), enc(&key));
-    if !params.is_empty() {
-        path.push('?');
-        path.push_str(&params.join("&"));
+    if let Some(n) = opts.n {
+        params.push(format!("n={n}"));
     }
+    if opts.force {
+        params.push("force=1".into());
+    }
+    let query = if params.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", params.join("&"))
+    };
+    if let Some(file) = &opts.keys_file {
+        let body = read_keys(file)?;
+        let addr = control_addr(&opts.control)?;
+        let store = pick_store(&addr, opts.store, kind)?;
+        let path = format!("/query/{path_kind}/{}{query}", enc(&store));
+        return print_answer(client::request_with_body(&addr, "POST", &path, &body)?);
+    }
+    let key = key.ok_or("give a KEY or --keys-file FILE")?;
+    dta_collector::query::keys::parse_key(&key)?;
+    let addr = control_addr(&opts.control)?;
+    let store = pick_store(&addr, opts.store, kind)?;
+    let path = format!("/query/{path_kind}/{}/{}{query}", enc(&store), enc(&key));
     print_answer(client::request(&addr, "GET", &path)?)
+}
+
+/// A bulk query's keys: the file's bytes (`-`: standard input), at most the server's limit.
+fn read_keys(file: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let limit = dta_collector::http::MAX_BODY;
+    let mut body = Vec::new();
+    let r = if file == std::path::Path::new("-") {
+        std::io::stdin()
+            .lock()
+            .take(limit as u64 + 1)
+            .read_to_end(&mut body)
+    } else {
+        std::fs::File::open(file).and_then(|f| f.take(limit as u64 + 1).read_to_end(&mut body))
+    };
+    r.map_err(|e| format!("{}: {e}", file.display()))?;
+    if body.len() > limit {
+        return Err(format!(
+            "{}: longer than {limit} bytes, the most one request takes: split it",
+            file.display()
+        ));
+    }
+    Ok(body)
 }
 
 fn tail(

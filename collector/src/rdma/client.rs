@@ -295,6 +295,7 @@ fn placeholder_record() -> MetaRecord {
         rkey: 0,
         verify_icrc: false,
         list_heads: false,
+        redundancy: None,
         kind: dta_proto::meta::StoreKind::KeyIncrement {
             slots: 2,
             hash: dta_proto::hash::HashProfile::Reference,

@@ -523,7 +523,7 @@ pub fn render() -> String {
     );
     o.define(
         "DEFAULT_PC_REDUNDANCY",
-        t.postcard.redundancy as u64,
+        t.postcard.redundancy.unwrap_or(1) as u64,
         "postcard.redundancy",
     );
     o.define(

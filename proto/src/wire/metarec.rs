@@ -5,12 +5,12 @@
 //! serves (address, length, R_Key, primitive and layout). The QPN and PSNs come from the CM
 //! REQ/REP, and the store's name from configuration, so neither is in the record.
 //!
-//! # Layout (version 1, 64 bytes, little-endian)
+//! # Layout (versions 1 and 2, 64 bytes, little-endian)
 //!
 //! | Offset | Size | Field | Value |
 //! |---:|---:|---|---|
 //! | 0 | 4 | magic | ASCII `DTAM` (`44 54 41 4D`) |
-//! | 4 | 1 | version | 1 |
+//! | 4 | 1 | version | 2 if the record carries a redundancy N (byte 39), otherwise 1 |
 //! | 5 | 1 | kind | 1 Key-Write, 2 Append, 3 Key-Increment, 4 Postcarding |
 //! | 6 | 1 | hash profile | 0 `reference`, 1 `independent`; 0 for Append (no hash) |
 //! | 7 | 1 | flags | bit 0: the collector verifies the ICRC; bit 1: Append format is `sequenced` (0 = `reference`; must be 0 for other kinds); bit 2: list-head messages follow this record (sequenced Append only, see [`crate::wire::listheads`]); bits 3–7 zero |
@@ -21,7 +21,7 @@
 //! | 32 | 4 | count | Key-Write / Key-Increment: slots; Append: ring capacity in entries per list; Postcarding: chunks |
 //! | 36 | 2 | batch | Append: entries per RDMA WRITE; otherwise 0 |
 //! | 38 | 1 | hops | Postcarding: hop bound B; otherwise 0 |
-//! | 39 | 1 | reserved | 0 |
+//! | 39 | 1 | redundancy | version 2: the store's N, 1..=8 (Key-Write, Key-Increment, Postcarding); version 1: reserved, 0 |
 //! | 40 | 4 | lists | Append: lists in the store; otherwise 0 |
 //! | 44 | 4 | first list | Append: global ID of the store's first list; otherwise 0 |
 //! | 48 | 8 | list stride | Append: bytes between the starts of consecutive lists; otherwise 0 |
@@ -29,11 +29,20 @@
 //! | 60 | 4 | CRC | IEEE CRC-32 (zlib `crc32`) of bytes 0–59, as a little-endian u32 |
 //!
 //! A receiver checks, in order: length ≥ 64 ([`Error::Truncated`]), magic
-//! ([`Error::Malformed`]), version ([`Error::UnsupportedVersion`]), CRC ([`Error::Malformed`]),
-//! kind ([`Error::UnknownOpcode`]), then that the hash profile is known and every flag, field
-//! and reserved byte the kind does not use is zero ([`Error::Malformed`]). Bytes after the
-//! first 64 are ignored. Layout parameters are carried as given; whether they describe a valid
-//! layout (power-of-two slot counts, batch bounds, …) is for `crate::layout` to decide.
+//! ([`Error::Malformed`]), version 1 or 2 ([`Error::UnsupportedVersion`]), CRC
+//! ([`Error::Malformed`]), kind ([`Error::UnknownOpcode`]), then that the hash profile is known,
+//! every flag, field and reserved byte the kind does not use is zero, and byte 39 is 0 in
+//! version 1 and N in 1..=8 in version 2 (a version-2 Append record is malformed: Append has
+//! no N) ([`Error::Malformed`]). Bytes after the first 64 are ignored. Layout parameters are
+//! carried as given; whether they describe a valid layout (power-of-two slot counts, batch
+//! bounds, …) is for `crate::layout` to decide.
+//!
+//! **Version 2** gives the reserved byte 39 a meaning, the store's redundancy N, so a
+//! translator learns the N the store's queries will read (issue 16). A writer emits version 2
+//! exactly when the record carries N, and version 1 otherwise (Append stores, stores that
+//! record none), so parsing and emitting are inverse and an older version-1-only translator
+//! still connects to Append stores; it refuses version-2 records as an unsupported version
+//! instead of ignoring an N it does not know about. Version-1 records still parse, with no N.
 //!
 //! The reference collector's 16-byte record is [`ReferenceMetaRecord`].
 
@@ -41,14 +50,17 @@ use super::{Error, Result};
 use crate::crc::IEEE;
 use crate::hash::HashProfile;
 use crate::layout::AppendFormat;
-use crate::meta::{StoreKind, StoreMeta};
+use crate::meta::{Redundancy, StoreKind, StoreMeta};
 
 /// Bytes in a [`MetaRecord`].
 pub const META_RECORD_LEN: usize = 64;
 /// The record's magic, ASCII `DTAM`.
 pub const META_MAGIC: [u8; 4] = *b"DTAM";
-/// The record version this module reads and writes.
-pub const META_VERSION: u8 = 1;
+/// The newest record version this module reads and writes: a record that carries a
+/// redundancy N (byte 39).
+pub const META_VERSION: u8 = 2;
+/// The record version without a redundancy N (byte 39 reserved); still read and written.
+pub const META_VERSION_1: u8 = 1;
 /// Bytes in a [`ReferenceMetaRecord`].
 pub const REFERENCE_META_LEN: usize = 16;
 
@@ -93,7 +105,7 @@ mod field {
     pub const COUNT: Field = 32..36;
     pub const BATCH: Field = 36..38;
     pub const HOPS: usize = 38;
-    pub const RESERVED_1: usize = 39;
+    pub const REDUNDANCY: usize = 39;
     pub const LISTS: Field = 40..44;
     pub const FIRST_LIST: Field = 44..48;
     pub const LIST_STRIDE: Field = 48..56;
@@ -156,6 +168,8 @@ pub struct MetaRecord {
     pub verify_icrc: bool,
     /// Sequenced Append only: list-head messages follow the record (flag bit 2).
     pub list_heads: bool,
+    /// The store's N (version 2); always `None` for Append.
+    pub redundancy: Option<Redundancy>,
     /// Primitive and layout.
     pub kind: StoreKind,
 }
@@ -165,6 +179,7 @@ impl MetaRecord {
     ///
     /// An Append batch above `u16::MAX` is saturated; layouts cap batches far below that, so
     /// such a value stays invalid on the other side rather than becoming a different valid one.
+    /// An Append store's redundancy is dropped (the kind has none).
     pub fn from_store_meta(meta: &StoreMeta, verify_icrc: bool) -> MetaRecord {
         let kind = match meta.kind {
             StoreKind::Append {
@@ -192,6 +207,7 @@ impl MetaRecord {
             rkey: meta.rkey,
             verify_icrc,
             list_heads: false,
+            redundancy: meta.redundancy.filter(|_| kind.has_redundancy()),
             kind,
         }
     }
@@ -205,6 +221,7 @@ impl MetaRecord {
             len: self.len,
             rkey: self.rkey,
             qps: Vec::new(),
+            redundancy: self.redundancy,
             kind: self.kind.clone(),
         }
     }
@@ -219,7 +236,8 @@ impl MetaRecord {
         if b[f::MAGIC] != META_MAGIC {
             return Err(Error::Malformed);
         }
-        if b[f::VERSION] != META_VERSION {
+        let version = b[f::VERSION];
+        if version != META_VERSION && version != META_VERSION_1 {
             return Err(Error::UnsupportedVersion);
         }
         if IEEE.checksum(&b[..f::CRC.start]) != get_le(b, f::CRC) as u32 {
@@ -234,7 +252,7 @@ impl MetaRecord {
         let lists = get_le(b, f::LISTS) as u32;
         let first_list = get_le(b, f::FIRST_LIST) as u32;
         let list_stride = get_le(b, f::LIST_STRIDE);
-        let reserved_zero = b[f::RESERVED_1] == 0 && get_le(b, f::RESERVED_2) == 0;
+        let reserved_zero = get_le(b, f::RESERVED_2) == 0;
         let append_fields_zero = batch == 0 && lists == 0 && first_list == 0 && list_stride == 0;
 
         // Flags a kind may carry besides VERIFY_ICRC.
@@ -291,12 +309,20 @@ impl MetaRecord {
         if flags & !(flags::VERIFY_ICRC | kind_flags) != 0 || !unused_zero || !reserved_zero {
             return Err(Error::Malformed);
         }
+        let redundancy = match (version, b[f::REDUNDANCY]) {
+            (META_VERSION_1, 0) => None,
+            (META_VERSION, n) if kind.has_redundancy() => {
+                Some(Redundancy::new(n).ok_or(Error::Malformed)?)
+            }
+            _ => return Err(Error::Malformed),
+        };
         Ok(MetaRecord {
             addr: get_le(b, f::ADDR),
             len: get_le(b, f::LEN),
             rkey: get_le(b, f::RKEY) as u32,
             verify_icrc: flags & flags::VERIFY_ICRC != 0,
             list_heads: flags & flags::LIST_HEADS != 0,
+            redundancy,
             kind,
         })
     }
@@ -307,12 +333,20 @@ impl MetaRecord {
         META_RECORD_LEN
     }
 
-    /// Writes the record, CRC included. An Append batch above `u16::MAX` is saturated.
+    /// Writes the record, CRC included: version 2 with N in byte 39 when the record carries
+    /// one (never for Append, whose `redundancy` is ignored), version 1 otherwise. An Append
+    /// batch above `u16::MAX` is saturated.
     pub fn emit(&self, out: &mut [u8; META_RECORD_LEN]) {
         use field as f;
         out.fill(0);
         out[f::MAGIC].copy_from_slice(&META_MAGIC);
-        out[f::VERSION] = META_VERSION;
+        match self.redundancy.filter(|_| self.kind.has_redundancy()) {
+            Some(n) => {
+                out[f::VERSION] = META_VERSION;
+                out[f::REDUNDANCY] = n.get();
+            }
+            None => out[f::VERSION] = META_VERSION_1,
+        }
         let mut flags = if self.verify_icrc {
             flags::VERIFY_ICRC
         } else {
@@ -442,12 +476,87 @@ mod tests {
             rkey: 0xDEAD_BEEF,
             verify_icrc: true,
             list_heads: false,
+            redundancy: None,
             kind: StoreKind::KeyWrite {
                 slots: 1 << 16,
                 slot_size: 16,
                 hash: HashProfile::Independent,
             },
         }
+    }
+
+    #[test]
+    fn version_2_carries_redundancy() {
+        let n3 = Redundancy::new(3);
+        let rec = MetaRecord {
+            redundancy: n3,
+            ..key_write()
+        };
+        let b = rec.to_bytes();
+        assert_eq!(&b[0..8], b"DTAM\x02\x01\x01\x01");
+        assert_eq!(b[39], 3);
+        assert_eq!(MetaRecord::parse(&b), Ok(rec.clone()));
+        // Everything but the version and byte 39 (and so the CRC) is as in version 1.
+        let v1 = key_write().to_bytes();
+        assert_eq!(v1[4], META_VERSION_1);
+        assert_eq!(v1[39], 0);
+        assert_eq!(b[..4], v1[..4]);
+        assert_eq!(b[5..39], v1[5..39]);
+        assert_eq!(b[40..60], v1[40..60]);
+        // A version-1 record still parses, with no N.
+        assert_eq!(MetaRecord::parse(&v1).unwrap().redundancy, None);
+        // N is carried to and from the store's metadata.
+        let meta = rec.to_store_meta("kw".into());
+        assert_eq!(meta.redundancy, n3);
+        assert_eq!(MetaRecord::from_store_meta(&meta, true), rec);
+        // Byte 39 out of range in version 2, or set in version 1: malformed.
+        for n in [0u8, 9, 255] {
+            assert_eq!(
+                MetaRecord::parse(&patched(b, 39, n)),
+                Err(Error::Malformed),
+                "N {n}"
+            );
+        }
+        assert_eq!(
+            MetaRecord::parse(&patched(v1, 39, 2)),
+            Err(Error::Malformed)
+        );
+        assert_eq!(
+            MetaRecord::parse(&patched(b, 4, 3)),
+            Err(Error::UnsupportedVersion)
+        );
+        // Every flipped bit of a version-2 record is caught.
+        for bit in 0..META_RECORD_LEN * 8 {
+            let mut x = b;
+            x[bit / 8] ^= 1 << (bit % 8);
+            assert!(MetaRecord::parse(&x).is_err(), "bit {bit}");
+        }
+        // Append has no N: a store's N is not carried, and a version-2 Append is malformed.
+        let app = StoreMeta {
+            redundancy: n3,
+            kind: StoreKind::Append {
+                lists: 1,
+                first_list: 0,
+                capacity: 16,
+                entry_size: 4,
+                batch: 4,
+                format: AppendFormat::Sequenced,
+                list_stride: 64,
+            },
+            ..meta
+        };
+        let ar = MetaRecord::from_store_meta(&app, true);
+        assert_eq!(ar.redundancy, None);
+        let ab = ar.to_bytes();
+        assert_eq!(ab[4], META_VERSION_1);
+        assert_eq!(
+            MetaRecord::parse(&patched(patched(ab, 4, META_VERSION), 39, 2)),
+            Err(Error::Malformed)
+        );
+        assert_eq!(
+            MetaRecord::parse(&patched(ab, 4, META_VERSION)),
+            Err(Error::Malformed)
+        );
     }
 
     #[test]
@@ -492,6 +601,7 @@ mod tests {
             rkey: 0xAABB_CCDD,
             verify_icrc: true,
             list_heads: false,
+            redundancy: None,
             kind: StoreKind::Append {
                 lists: 4,
                 first_list: 8,
@@ -581,7 +691,11 @@ mod tests {
             Err(Error::Malformed)
         );
         assert_eq!(
-            MetaRecord::parse(&patched(good, 4, 2)),
+            MetaRecord::parse(&patched(good, 4, 3)),
+            Err(Error::UnsupportedVersion)
+        );
+        assert_eq!(
+            MetaRecord::parse(&patched(good, 4, 0)),
             Err(Error::UnsupportedVersion)
         );
         assert_eq!(
@@ -659,6 +773,7 @@ mod tests {
                 psn: 1,
                 peer_qpn: 18,
             }],
+            redundancy: Redundancy::new(2),
             kind: StoreKind::KeyWrite {
                 slots: 256,
                 slot_size: 32,
@@ -680,6 +795,7 @@ mod tests {
         );
 
         let huge = StoreMeta {
+            redundancy: None,
             kind: StoreKind::Append {
                 lists: 1,
                 first_list: 0,
@@ -767,10 +883,11 @@ mod tests {
     prop_compose! {
         fn record_strategy()(addr in any::<u64>(), len in any::<u64>(), rkey in any::<u32>(),
                              verify_icrc in any::<bool>(), heads in any::<bool>(),
-                             kind in kind_strategy()) -> MetaRecord {
+                             n in 0u8..=8, kind in kind_strategy()) -> MetaRecord {
             let list_heads = heads
                 && matches!(kind, StoreKind::Append { format: AppendFormat::Sequenced, .. });
-            MetaRecord { addr, len, rkey, verify_icrc, list_heads, kind }
+            let redundancy = Redundancy::new(n).filter(|_| kind.has_redundancy());
+            MetaRecord { addr, len, rkey, verify_icrc, list_heads, redundancy, kind }
         }
     }
 
@@ -810,11 +927,12 @@ mod tests {
         #[test]
         fn arbitrary_bodies_with_valid_envelope_never_panic(
             body in prop::collection::vec(any::<u8>(), 55),
+            version in prop_oneof![Just(META_VERSION_1), Just(META_VERSION)],
         ) {
             // Past magic, version and CRC, so the per-kind checks see random fields.
             let mut b = [0u8; META_RECORD_LEN];
             b[..4].copy_from_slice(&META_MAGIC);
-            b[4] = META_VERSION;
+            b[4] = version;
             b[5..60].copy_from_slice(&body);
             let crc = IEEE.checksum(&b[..60]);
             b[60..].copy_from_slice(&crc.to_le_bytes());

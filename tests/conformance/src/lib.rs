@@ -120,11 +120,13 @@ impl CaseFile {
                         slots,
                         slot_size,
                         hash,
+                        redundancy: kv_redundancy(m),
                     },
                     StoreKind::KeyIncrement { slots, hash } => StoreKindConfig::KeyIncrement {
                         slots,
                         hash,
                         epoch_secs: 0,
+                        redundancy: kv_redundancy(m),
                     },
                     StoreKind::Append {
                         lists,
@@ -153,6 +155,17 @@ impl CaseFile {
             })
             .collect()
     }
+}
+
+/// The N a collector store is configured with for a case's store: the one its metadata
+/// records, or the default. The corpus's metadata records none (the translator then accepts
+/// any N up to `max_redundancy`, which the cases exercise, bad N included); the translator's
+/// own tests cover stores that record one.
+fn kv_redundancy(m: &StoreMeta) -> u8 {
+    m.redundancy.map_or(
+        dta_collector::config::DEFAULT_KV_REDUNDANCY,
+        dta_proto::meta::Redundancy::get,
+    )
 }
 
 /// A case before it is modelled.
@@ -269,6 +282,7 @@ fn specs() -> Vec<Spec> {
                         slots: 16,
                         slot_size: 8,
                         hash,
+                        redundancy: n,
                     },
                 ));
                 for i in 0..24u32 {
@@ -305,6 +319,7 @@ fn specs() -> Vec<Spec> {
                 slots: 64,
                 slot_size: 32,
                 hash: HashProfile::Independent,
+                redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
             },
         ));
         for i in 0..12u32 {
@@ -343,6 +358,7 @@ fn specs() -> Vec<Spec> {
                 slots: 256,
                 slot_size: 8,
                 hash: HashProfile::Independent,
+                redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
             },
         ));
         for i in 0..10u32 {
@@ -382,6 +398,7 @@ fn specs() -> Vec<Spec> {
                     slots: 32,
                     hash,
                     epoch_secs: 0,
+                    redundancy: n,
                 },
             ));
             for i in 0..20u32 {
@@ -563,6 +580,7 @@ fn specs() -> Vec<Spec> {
                     slots: 32,
                     slot_size: 8,
                     hash: HashProfile::Independent,
+                    redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
                 },
             ),
             store(
@@ -571,6 +589,7 @@ fn specs() -> Vec<Spec> {
                     slots: 32,
                     hash: HashProfile::Independent,
                     epoch_secs: 0,
+                    redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
                 },
             ),
             store(
@@ -1131,6 +1150,8 @@ fn model(spec: Spec) -> Result<Modelled, String> {
                 psn: qp.psn,
                 peer_qpn: qp.local_qpn,
             }],
+            // The corpus's stores record no N: see `kv_redundancy`.
+            redundancy: None,
             kind,
         };
         let geometry =

@@ -68,6 +68,7 @@ pub fn collector_config(rnic: impl FnOnce(&mut RnicIo)) -> CollectorConfig {
                     slots: KW_SLOTS,
                     slot_size: 16,
                     hash: HashProfile::Independent,
+                    redundancy: 2,
                 },
             },
             StoreConfig {

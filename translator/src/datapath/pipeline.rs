@@ -84,7 +84,8 @@ pub struct PipelineConfig {
     pub postcard_flush_ns: u64,
     /// Postcard cache slots (across all workers; a power of two).
     pub postcard_cache_slots: u32,
-    /// Copies written per postcard chunk.
+    /// Copies written per postcard chunk to a store whose metadata records no N (a store
+    /// that records one is written with its own).
     pub postcard_redundancy: u8,
     /// Reliability tuning of every QP.
     pub qp: QpTuning,
@@ -135,6 +136,16 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Frames a single report may need at most (over all stores), and a NACK.
+fn max_frames_per_report(stores: &[Store], max_redundancy: u8) -> usize {
+    stores
+        .iter()
+        .map(|s| s.prim.frames_per_report(max_redundancy))
+        .max()
+        .unwrap_or(1)
+        + 1
+}
 
 /// One store: where its frames go, and its primitive.
 struct Store {
@@ -219,7 +230,19 @@ impl Pipeline {
             for (meta, qpb) in &c.stores {
                 let err = |m: String| ConfigError(format!("store {}: {m}", meta.name));
                 let g = StoreGeometry::try_from(meta).map_err(|e| err(e.to_string()))?;
-                let (prim, payload_len) = PrimitiveState::new(&g, &prim_cfg).map_err(err)?;
+                if let (Some(n), StoreKind::KeyWrite { .. } | StoreKind::KeyIncrement { .. }) =
+                    (meta.redundancy, &meta.kind)
+                {
+                    if n.get() > cfg.max_redundancy {
+                        return Err(err(format!(
+                            "written with redundancy N={n}, above max_redundancy {}: every \
+                             report would be dropped (raise translator.max_redundancy)",
+                            cfg.max_redundancy
+                        )));
+                    }
+                }
+                let (prim, payload_len) =
+                    PrimitiveState::new(&g, meta.redundancy, &prim_cfg).map_err(err)?;
                 let sender = QpSender::new(SenderSpec {
                     ep: &ep,
                     dest: c.roce,
@@ -243,12 +266,7 @@ impl Pipeline {
         for (i, s) in stores.iter().enumerate() {
             by_qpn.insert(s.sender.qp.local_qpn.value(), i);
         }
-        let max_frames_per_report = stores
-            .iter()
-            .map(|s| s.prim.frames_per_report(cfg.max_redundancy))
-            .max()
-            .unwrap_or(1)
-            + 1;
+        let max_frames_per_report = max_frames_per_report(&stores, cfg.max_redundancy);
         Ok(Pipeline {
             backlog: VecDeque::with_capacity(cfg.backlog),
             reporters: ReporterTracker::new(cfg.max_reporters),
@@ -293,8 +311,9 @@ impl Pipeline {
             .map(|s| s.name.as_str())
     }
 
-    /// Replaces a store's QP after the control plane reconnected it. Frames the old QP held
-    /// unconfirmed (or still queued) are counted in `frames_unconfirmed_at_reconnect`.
+    /// Replaces a store's QP after the control plane reconnected it, taking the region and
+    /// redundancy N of the new metadata, if any. Frames the old QP held unconfirmed (or still
+    /// queued) are counted in `frames_unconfirmed_at_reconnect`.
     pub fn rebind(&mut self, store: &str, qpb: QpBinding, meta: Option<&StoreMeta>) -> bool {
         let Some(i) = self.stores.iter().position(|s| s.name == store) else {
             return false;
@@ -302,8 +321,21 @@ impl Pipeline {
         let s = &mut self.stores[i];
         self.by_qpn.remove(&s.sender.qp.local_qpn.value());
         self.counters.frames_unconfirmed_at_reconnect += s.sender.rebind(qpb, meta);
+        if let Some(m) = meta {
+            s.prim.set_redundancy(m.redundancy);
+        }
         self.by_qpn.insert(qpb.local_qpn.value(), i);
+        self.max_frames_per_report = max_frames_per_report(&self.stores, self.cfg.max_redundancy);
         true
+    }
+
+    /// The redundancy N a store is written with, as this pipeline knows it (`None`: no such
+    /// store, or it records none).
+    pub fn redundancy_of(&self, store: &str) -> Option<dta_proto::meta::Redundancy> {
+        self.stores
+            .iter()
+            .find(|s| s.name == store)
+            .and_then(|s| s.prim.redundancy())
     }
 
     /// Continues the Append lists of `store` that this worker owns after the collector's
@@ -755,6 +787,15 @@ pub fn single_store_pipeline_with(
     kind: StoreKind,
     tune: impl FnOnce(&mut PipelineConfig),
 ) -> Pipeline {
+    single_store_meta(kind, None, tune).expect("a valid single-store pipeline")
+}
+
+/// A one-store pipeline whose store records redundancy `n`.
+fn single_store_meta(
+    kind: StoreKind,
+    n: Option<dta_proto::meta::Redundancy>,
+    tune: impl FnOnce(&mut PipelineConfig),
+) -> Result<Pipeline, ConfigError> {
     let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 4791);
     let mut cfg = PipelineConfig::defaults(
         local,
@@ -772,6 +813,7 @@ pub fn single_store_pipeline_with(
             psn: 0,
             peer_qpn: 0x100,
         }],
+        redundancy: n,
         kind,
     };
     let target = CollectorTarget {
@@ -786,7 +828,7 @@ pub fn single_store_pipeline_with(
             },
         )],
     };
-    Pipeline::new(cfg, &[target]).expect("a valid single-store pipeline")
+    Pipeline::new(cfg, &[target])
 }
 
 #[cfg(test)]
@@ -848,5 +890,144 @@ mod tests {
         assert!(p.rebind("s", qpb, None));
         assert_eq!(p.counters().frames_unconfirmed_at_reconnect, 10);
         assert_eq!(p.unconfirmed_frames(), 0, "the new QP starts empty");
+    }
+
+    fn burst_of(reports: &[Report]) -> Vec<Vec<u8>> {
+        reports
+            .iter()
+            .map(|r| {
+                let mut b = vec![0u8; 96];
+                let n = r.emit(Profile::Extended, &mut b).unwrap();
+                b.truncate(n);
+                b
+            })
+            .collect()
+    }
+
+    fn feed(p: &mut Pipeline, bufs: &[Vec<u8>]) {
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+        let burst: Vec<Datagram<'_>> = bufs
+            .iter()
+            .map(|b| Datagram {
+                src,
+                dst,
+                ip: None,
+                payload: b,
+            })
+            .collect();
+        let mut tx = TxBatch::new(256, 2048);
+        p.handle_reports(1, &burst, &mut tx);
+    }
+
+    const HDR: ReportHeader = ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(0),
+        priority: Priority::Medium,
+    };
+
+    #[test]
+    fn reports_must_carry_the_stores_redundancy() {
+        use dta_proto::meta::Redundancy;
+        let kinds = [
+            StoreKind::KeyWrite {
+                slots: 1024,
+                slot_size: 16,
+                hash: HashProfile::Independent,
+            },
+            StoreKind::KeyIncrement {
+                slots: 1024,
+                hash: HashProfile::Independent,
+            },
+        ];
+        for kind in kinds {
+            let report = |n: u8| Report {
+                header: HDR,
+                primitive: match kind {
+                    StoreKind::KeyWrite { .. } => Primitive::KeyWrite {
+                        redundancy: n,
+                        key: Key::new(&[n; 4]).unwrap(),
+                        value: Value::new(&[7; 8]).unwrap(),
+                    },
+                    _ => Primitive::KeyIncrement {
+                        redundancy: n,
+                        key: Key::new(&[n; 4]).unwrap(),
+                        delta: 1,
+                    },
+                },
+            };
+            let all: Vec<Report> = (0..=5).map(report).collect();
+            let bufs = burst_of(&all);
+            let mut p = single_store_meta(kind.clone(), Redundancy::new(2), |_| {}).unwrap();
+            assert_eq!(p.redundancy_of("s"), Redundancy::new(2));
+            feed(&mut p, &bufs);
+            let c = p.counters();
+            // N = 2 is written; 1, 3 and 4 are another N; 0 and 5 (above max 4) are bad.
+            assert_eq!(c.translated, 1, "{kind:?} {c:?}");
+            assert_eq!(c.drop_redundancy_mismatch, 3, "{kind:?} {c:?}");
+            assert_eq!(c.drop_bad_redundancy, 2, "{kind:?} {c:?}");
+            assert_eq!(c.frames, 2);
+            // A reconnection's metadata may record another N: it applies from then on.
+            let meta = StoreMeta {
+                name: "s".into(),
+                addr: 0x7f00_0000_0000,
+                len: 1 << 30,
+                rkey: 0x1234,
+                qps: Vec::new(),
+                redundancy: Redundancy::new(3),
+                kind: kind.clone(),
+            };
+            let qpb = QpBinding {
+                local_qpn: Qpn::new(0x200),
+                remote_qpn: Qpn::new(0x22),
+                start_psn: Psn::new(100),
+            };
+            assert!(p.rebind("s", qpb, Some(&meta)));
+            feed(&mut p, &bufs);
+            assert_eq!(p.counters().translated, 2);
+            assert_eq!(p.counters().drop_redundancy_mismatch, 6);
+            // A store that records no N takes any N up to the maximum, as before.
+            let mut p = single_store_meta(kind.clone(), None, |_| {}).unwrap();
+            feed(&mut p, &bufs);
+            assert_eq!(p.counters().translated, 4);
+            assert_eq!(p.counters().drop_redundancy_mismatch, 0);
+            // A store written with an N above the translator's maximum is refused up front.
+            let e = single_store_meta(kind.clone(), Redundancy::new(6), |_| {})
+                .err()
+                .unwrap();
+            assert!(e.0.contains("max_redundancy"), "{e}");
+        }
+    }
+
+    #[test]
+    fn postcards_are_written_with_the_stores_redundancy() {
+        use dta_proto::meta::Redundancy;
+        let kind = StoreKind::Postcard {
+            chunks: 1024,
+            hops: 5,
+            hash: HashProfile::Independent,
+        };
+        let path: Vec<Report> = (0..3u8)
+            .map(|hop| Report {
+                header: HDR,
+                primitive: Primitive::Postcard {
+                    flow: Key::new(&[1, 2, 3, 4]).unwrap(),
+                    hop,
+                    path_len: 3,
+                    value: 10 + hop as u32,
+                },
+            })
+            .collect();
+        let bufs = burst_of(&path);
+        // The store's N (3) wins over the configured fallback (1).
+        for (n, frames) in [(Redundancy::new(3), 3), (None, 1)] {
+            let mut p = single_store_meta(kind.clone(), n, |c| c.postcard_redundancy = 1).unwrap();
+            assert_eq!(p.redundancy_of("s").map(|n| n.get()), Some(frames as u8));
+            feed(&mut p, &bufs);
+            assert_eq!(p.counters().postcard_emits, 1);
+            assert_eq!(p.counters().frames, frames, "N {n:?}");
+        }
     }
 }

@@ -60,6 +60,9 @@ dta_proto::define_counters!(
         drop_bad_version,
         /// Dropped: redundancy 0 or above the configured maximum.
         drop_bad_redundancy,
+        /// Dropped: a Key-Write or Key-Increment report whose redundancy N differs from the
+        /// N its store is written with (the store's metadata records it; queries read it).
+        drop_redundancy_mismatch,
         /// Dropped: no store serves this primitive (or this destination / key).
         drop_no_store,
         /// Dropped: Append list ID not served by any store.
@@ -106,6 +109,7 @@ impl TranslatorCounters {
             + self.drop_unknown_opcode
             + self.drop_bad_version
             + self.drop_bad_redundancy
+            + self.drop_redundancy_mismatch
             + self.drop_no_store
             + self.drop_unknown_list
             + self.drop_value_too_long
@@ -153,6 +157,7 @@ mod tests {
             drop_qp_queue_full: 1 << 14,
             drop_out_of_region: 1 << 15,
             drop_handoff_full: 1 << 16,
+            drop_redundancy_mismatch: 1 << 17,
             translated: 1 << 20,
             rx_datagrams: 1 << 21,
             ..TranslatorCounters::default()
@@ -163,8 +168,8 @@ mod tests {
             .map(|(_, v)| v)
             .collect();
         // A new drop_* counter must be added to `dropped` (and here).
-        assert_eq!(drops.len(), 17, "drop counters changed");
+        assert_eq!(drops.len(), 18, "drop counters changed");
         assert_eq!(c.dropped(), drops.iter().sum::<u64>());
-        assert_eq!(c.dropped(), (1 << 17) - 1);
+        assert_eq!(c.dropped(), (1 << 18) - 1);
     }
 }

@@ -4,6 +4,7 @@
 use dta_proto::batch::TxBatch;
 use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
 use dta_proto::layout::CounterLayout;
+use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::{Primitive, Report};
 
 use super::{Refusal, StorePrimitive};
@@ -14,12 +15,33 @@ use crate::datapath::stats::TranslatorCounters;
 pub struct KeyIncrement {
     layout: CounterLayout,
     hasher: KeyHasher,
+    /// The N the store is written with; `None`: any N up to the maximum.
+    redundancy: Option<Redundancy>,
 }
 
 impl KeyIncrement {
     /// Key-Increment into `layout`, hashed by `hasher`.
-    pub fn new(layout: CounterLayout, hasher: KeyHasher) -> KeyIncrement {
-        KeyIncrement { layout, hasher }
+    /// Reports must carry `redundancy` when the store records one.
+    pub fn new(
+        layout: CounterLayout,
+        hasher: KeyHasher,
+        redundancy: Option<Redundancy>,
+    ) -> KeyIncrement {
+        KeyIncrement {
+            layout,
+            hasher,
+            redundancy,
+        }
+    }
+
+    /// The N the store is written with, if it records one.
+    pub fn redundancy(&self) -> Option<Redundancy> {
+        self.redundancy
+    }
+
+    /// Takes the N a reconnection's metadata records.
+    pub fn set_redundancy(&mut self, n: Option<Redundancy>) {
+        self.redundancy = n;
     }
 }
 
@@ -31,6 +53,9 @@ impl StorePrimitive for KeyIncrement {
         };
         if *redundancy == 0 || *redundancy > max_redundancy {
             return Err(Refusal::BadRedundancy);
+        }
+        if self.redundancy.is_some_and(|n| n.get() != *redundancy) {
+            return Err(Refusal::RedundancyMismatch);
         }
         Ok(*redundancy as u64 + r.header.immediate as u64)
     }

@@ -4,6 +4,7 @@
 use dta_proto::batch::TxBatch;
 use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
 use dta_proto::layout::KeyWriteLayout;
+use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::{Primitive, Report};
 
 use super::{Refusal, StorePrimitive};
@@ -14,12 +15,33 @@ use crate::datapath::stats::TranslatorCounters;
 pub struct KeyWrite {
     layout: KeyWriteLayout,
     hasher: KeyHasher,
+    /// The N the store is written with; `None`: any N up to the maximum.
+    redundancy: Option<Redundancy>,
 }
 
 impl KeyWrite {
     /// Key-Write into `layout`, hashed by `hasher`.
-    pub fn new(layout: KeyWriteLayout, hasher: KeyHasher) -> KeyWrite {
-        KeyWrite { layout, hasher }
+    /// Reports must carry `redundancy` when the store records one.
+    pub fn new(
+        layout: KeyWriteLayout,
+        hasher: KeyHasher,
+        redundancy: Option<Redundancy>,
+    ) -> KeyWrite {
+        KeyWrite {
+            layout,
+            hasher,
+            redundancy,
+        }
+    }
+
+    /// The N the store is written with, if it records one.
+    pub fn redundancy(&self) -> Option<Redundancy> {
+        self.redundancy
+    }
+
+    /// Takes the N a reconnection's metadata records.
+    pub fn set_redundancy(&mut self, n: Option<Redundancy>) {
+        self.redundancy = n;
     }
 }
 
@@ -34,6 +56,9 @@ impl StorePrimitive for KeyWrite {
         };
         if *redundancy == 0 || *redundancy > max_redundancy {
             return Err(Refusal::BadRedundancy);
+        }
+        if self.redundancy.is_some_and(|n| n.get() != *redundancy) {
+            return Err(Refusal::RedundancyMismatch);
         }
         if value.len() > self.layout.value_width() {
             return Err(Refusal::ValueTooLong);

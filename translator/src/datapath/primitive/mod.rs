@@ -8,6 +8,7 @@
 
 use dta_proto::batch::TxBatch;
 use dta_proto::geometry::StoreGeometry;
+use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::Report;
 
 use super::sender::QpSender;
@@ -28,6 +29,8 @@ pub use postcard::Postcarding;
 pub enum Refusal {
     /// Redundancy 0 or above the configured maximum.
     BadRedundancy,
+    /// Redundancy other than the N the store is written with.
+    RedundancyMismatch,
     /// Value longer than the slot or entry.
     ValueTooLong,
     /// Postcard hop or path length outside the hop bound.
@@ -42,6 +45,7 @@ impl Refusal {
     pub fn count(self, c: &mut TranslatorCounters) {
         match self {
             Refusal::BadRedundancy => c.drop_bad_redundancy += 1,
+            Refusal::RedundancyMismatch => c.drop_redundancy_mismatch += 1,
             Refusal::ValueTooLong => c.drop_value_too_long += 1,
             Refusal::BadHop => c.drop_bad_hop += 1,
             Refusal::WrongStore => c.drop_no_store += 1,
@@ -143,23 +147,25 @@ pub struct PrimitiveConfig {
     pub postcard_flush_ns: u64,
     /// Postcard cache slots across all workers (a power of two).
     pub postcard_cache_slots: u32,
-    /// Copies written per postcard chunk.
+    /// Copies written per postcard chunk when the store records no N.
     pub postcard_redundancy: u8,
 }
 
 impl PrimitiveState {
-    /// The state for a store of geometry `g`, and the payload of its plain WRITEs.
+    /// The state for a store of geometry `g` written with redundancy `n` (`None`: the store
+    /// records none), and the payload of its plain WRITEs.
     pub fn new(
         g: &StoreGeometry,
+        n: Option<Redundancy>,
         cfg: &PrimitiveConfig,
     ) -> Result<(PrimitiveState, usize), String> {
         Ok(match g {
             StoreGeometry::KeyWrite { layout, hasher } => {
-                let p = KeyWrite::new(*layout, *hasher);
+                let p = KeyWrite::new(*layout, *hasher, n);
                 (PrimitiveState::KeyWrite(p), layout.slot_size() as usize)
             }
             StoreGeometry::KeyIncrement { layout, hasher } => (
-                PrimitiveState::KeyIncrement(KeyIncrement::new(*layout, *hasher)),
+                PrimitiveState::KeyIncrement(KeyIncrement::new(*layout, *hasher, n)),
                 0,
             ),
             StoreGeometry::Append(a) => {
@@ -168,10 +174,37 @@ impl PrimitiveState {
                 (PrimitiveState::Append(p), len)
             }
             StoreGeometry::Postcard { layout, hasher } => {
-                let p = Postcarding::new(*layout, *hasher, cfg)?;
+                let n = n.map_or(cfg.postcard_redundancy, Redundancy::get);
+                let p = Postcarding::new(*layout, *hasher, n, cfg)?;
                 (PrimitiveState::Postcard(p), layout.chunk_size() as usize)
             }
         })
+    }
+
+    /// The redundancy N the store is written with, if it records one (Postcarding: the
+    /// copies written, recorded or configured).
+    pub fn redundancy(&self) -> Option<Redundancy> {
+        match self {
+            PrimitiveState::KeyWrite(p) => p.redundancy(),
+            PrimitiveState::KeyIncrement(p) => p.redundancy(),
+            PrimitiveState::Append(_) => None,
+            PrimitiveState::Postcard(p) => Redundancy::new(p.redundancy()),
+        }
+    }
+
+    /// Takes the N a reconnection's metadata records (`None`: it records none; a postcard
+    /// store then keeps the N it had).
+    pub fn set_redundancy(&mut self, n: Option<Redundancy>) {
+        match self {
+            PrimitiveState::KeyWrite(p) => p.set_redundancy(n),
+            PrimitiveState::KeyIncrement(p) => p.set_redundancy(n),
+            PrimitiveState::Append(_) => {}
+            PrimitiveState::Postcard(p) => {
+                if let Some(n) = n {
+                    p.set_redundancy(n.get());
+                }
+            }
+        }
     }
 
     /// The most frames one report can make this store emit.

@@ -57,10 +57,12 @@ pub struct Postcarding {
 }
 
 impl Postcarding {
-    /// A cache of `cfg.postcard_cache_slots` entries (this worker's share) for `layout`.
+    /// A cache of `cfg.postcard_cache_slots` entries (this worker's share) for `layout`,
+    /// writing `redundancy` copies of each chunk.
     pub fn new(
         layout: PostcardLayout,
         hasher: PostcardHasher,
+        redundancy: u8,
         cfg: &PrimitiveConfig,
     ) -> Result<Postcarding, String> {
         let hasher = hasher
@@ -71,7 +73,7 @@ impl Postcarding {
             hasher,
             hops: layout.hops(),
             layout,
-            redundancy: cfg.postcard_redundancy.clamp(1, MAX_REDUNDANCY as u8),
+            redundancy: redundancy.clamp(1, MAX_REDUNDANCY as u8),
             flush_ns: cfg.postcard_flush_ns,
             workers: cfg.shard.workers.max(1),
             cache: vec![EMPTY; local],
@@ -82,6 +84,11 @@ impl Postcarding {
     /// Copies written per chunk.
     pub fn redundancy(&self) -> u8 {
         self.redundancy
+    }
+
+    /// Writes `n` copies of every chunk from now on (a reconnection's metadata).
+    pub fn set_redundancy(&mut self, n: u8) {
+        self.redundancy = n.clamp(1, MAX_REDUNDANCY as u8);
     }
 
     /// Writes cache entry `idx` to its flow's chunk(s) and frees the entry.
