@@ -537,6 +537,12 @@ impl CollectorConfig {
     /// Checks every rule the types do not, naming the section or store and the key; this
     /// includes the host ([`CollectorConfig::check_host`]).
     pub fn validate(&self) -> Result<(), String> {
+        if self.stores.len() > crate::rnic::responder::MAX_MRS {
+            return Err(format!(
+                "at most {} stores (one registered region each)",
+                crate::rnic::responder::MAX_MRS
+            ));
+        }
         self.validate_device()?;
         self.validate_stores()?;
         self.check_host(mem_total())

@@ -241,11 +241,21 @@ pub struct Responder {
     dev: DeviceConfig,
     qps: Vec<Option<Qp>>,
     mrs: Vec<Option<Mr>>,
-    next_key: u8,
+    /// Every R_Key this device has handed out, so none is ever handed out twice.
+    issued_rkeys: std::collections::HashSet<u32>,
     cq: VecDeque<Completion>,
     counters: RnicCounters,
     /// The QPN of slot 0 ([`QPN_BASE`] unless [`Responder::set_qpn_base`] moved it).
     qpn_base: u32,
+}
+
+/// Regions one device can have registered at once: an R_Key's low byte is its slot.
+pub const MAX_MRS: usize = 256;
+
+/// The registration slot an R_Key names (its low byte; the rest is random).
+#[inline(always)]
+fn mr_slot(rkey: Rkey) -> usize {
+    (rkey.0 & 0xff) as usize
 }
 
 /// Highest QPN base [`Responder::set_qpn_base`] accepts: leaves room for 2^23 QPs below the
@@ -265,7 +275,7 @@ impl Responder {
             dev,
             qps: Vec::new(),
             mrs: Vec::new(),
-            next_key: 0x5a,
+            issued_rkeys: std::collections::HashSet::new(),
             cq: VecDeque::with_capacity(CQ_DEPTH),
             counters: RnicCounters::default(),
             qpn_base: QPN_BASE,
@@ -293,17 +303,38 @@ impl Responder {
 
     /// Registers `region` for remote access and returns its R_Key. The region's virtual address
     /// ([`Region::addr`]) is what requests must name.
+    ///
+    /// An R_Key is 24 bits from the kernel's random source above the 8-bit slot of the
+    /// registration ([`MAX_MRS`] slots), so a packet finds its region by indexing, and a
+    /// peer that was never told the key has a 1 in 2^24 chance per guess (and a wrong guess
+    /// puts the QP in the error state). Keys are never reused within the device's lifetime.
+    ///
+    /// # Panics
+    /// If [`MAX_MRS`] regions are registered at once (the configuration allows at most that
+    /// many stores), or the kernel has no random source.
     pub fn register(&mut self, region: Arc<Region>, access: Access) -> Rkey {
-        let idx = self
-            .mrs
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or_else(|| {
+        self.try_register(region, access)
+            .unwrap_or_else(|| panic!("at most {MAX_MRS} regions can be registered at once"))
+    }
+
+    /// [`Responder::register`], or `None` when all [`MAX_MRS`] slots are taken.
+    pub fn try_register(&mut self, region: Arc<Region>, access: Access) -> Option<Rkey> {
+        let idx = match self.mrs.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.mrs.len() < MAX_MRS => {
                 self.mrs.push(None);
                 self.mrs.len() - 1
-            });
-        self.next_key = self.next_key.wrapping_add(0x3b);
-        let rkey = Rkey(((idx as u32) << 8) | self.next_key as u32);
+            }
+            None => return None,
+        };
+        let rkey = loop {
+            // A zero tag would make small keys (0 reads as "not registered" in metadata).
+            let tag = dta_io::random::random_u32() >> 8;
+            let k = (tag << 8) | idx as u32;
+            if tag != 0 && self.issued_rkeys.insert(k) {
+                break Rkey(k);
+            }
+        };
         let base = region.addr();
         self.mrs[idx] = Some(Mr {
             rkey,
@@ -311,12 +342,12 @@ impl Responder {
             base,
             access,
         });
-        rkey
+        Some(rkey)
     }
 
     /// Removes a registration; later requests naming the key fail with a remote access error.
     pub fn deregister(&mut self, rkey: Rkey) {
-        let idx = (rkey.0 >> 8) as usize;
+        let idx = mr_slot(rkey);
         if let Some(slot) = self.mrs.get_mut(idx) {
             if slot.as_ref().is_some_and(|m| m.rkey == rkey) {
                 *slot = None;
@@ -735,7 +766,7 @@ fn resolve<'m>(
     need: fn(&Access) -> bool,
     c: &mut RnicCounters,
 ) -> Result<(usize, u64, &'m Mr), Fault> {
-    let idx = (rkey.0 >> 8) as usize;
+    let idx = mr_slot(rkey);
     let Some(mr) = mrs
         .get(idx)
         .and_then(|m| m.as_ref())
