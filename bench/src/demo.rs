@@ -152,6 +152,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
             StoreConfig {
                 name: kw_store().into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::KeyWrite {
                     slots: 1 << opts.slots_log2,
                     slot_size: 32,
@@ -162,6 +163,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
             StoreConfig {
                 name: "losses".into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::Append {
                     lists: opts.lists,
                     first_list: 0,

@@ -284,6 +284,7 @@ impl Scenario {
             StoreConfig {
                 name: "paths".into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::KeyWrite {
                     slots: 1 << self.slots_log2,
                     slot_size: if ext { 32 } else { 8 },
@@ -294,6 +295,7 @@ impl Scenario {
             StoreConfig {
                 name: "counters".into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::KeyIncrement {
                     slots: 1 << self.slots_log2,
                     hash: HashProfile::Independent,
@@ -304,6 +306,7 @@ impl Scenario {
             StoreConfig {
                 name: "postcards".into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::Postcard {
                     chunks: 1 << self.chunks_log2,
                     hops: 5,
@@ -315,6 +318,7 @@ impl Scenario {
             StoreConfig {
                 name: "losses".into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::Append {
                     lists: self.lists,
                     first_list: 0,
@@ -327,6 +331,7 @@ impl Scenario {
             StoreConfig {
                 name: "congestion".into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::Append {
                     lists: self.lists,
                     first_list: self.lists,

@@ -42,6 +42,8 @@ use serde::{Deserialize, Serialize};
 use dta_proto::hash::{HashProfile, MAX_REDUNDANCY};
 use dta_proto::layout::AppendFormat;
 
+use crate::allow::{Cidr, PeerAllowlist};
+
 /// The whole file.
 ///
 /// The software RNIC's I/O sections (`[rnic]`, `[af_xdp]`, `[dpdk]`) are top-level tables in
@@ -196,6 +198,9 @@ pub struct DeviceSection {
     pub max_redundancy: u8,
     /// Receive buffers kept posted per QP (WRITE with Immediate and SEND consume them).
     pub recv_credits: u32,
+    /// Source networks (CIDRs) that may open RDMA_CM connections to the stores, unless a store
+    /// has its own `cm_allow`. Absent: the `[[static_peer]]` addresses and 127.0.0.0/8.
+    pub cm_allow: Option<Vec<Cidr>>,
     /// The software RNIC's packet I/O, read from the top-level `[rnic]`, `[af_xdp]` and
     /// `[dpdk]` tables (not a key of `[collector]`).
     #[serde(skip)]
@@ -219,6 +224,7 @@ impl Default for DeviceSection {
             control: None,
             max_redundancy: 4,
             recv_credits: 4096,
+            cm_allow: None,
             rnic: RnicIo::default(),
         }
     }
@@ -328,6 +334,10 @@ pub struct StoreConfig {
     pub name: String,
     /// RDMA_CM port (service ID) of this store; default 1337 + index.
     pub port: Option<u16>,
+    /// Source networks that may connect to this store over RDMA_CM (replaces
+    /// `[collector] cm_allow` for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cm_allow: Option<Vec<Cidr>>,
     /// Primitive and geometry.
     pub kind: StoreKindConfig,
 }
@@ -532,6 +542,16 @@ impl CollectorConfig {
     pub fn load(path: &std::path::Path) -> Result<CollectorConfig, String> {
         let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Self::from_toml(&s).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The peers store `store` (an index into `stores`) accepts RDMA_CM connections from: its
+    /// own `cm_allow`, else `[collector] cm_allow`, else the static peers and loopback.
+    pub fn cm_allowlist(&self, store: usize) -> PeerAllowlist {
+        let own = self.stores.get(store).and_then(|s| s.cm_allow.clone());
+        match own.or_else(|| self.collector.cm_allow.clone()) {
+            Some(nets) => PeerAllowlist::new(nets),
+            None => PeerAllowlist::default_for(self.static_peers.iter().map(|p| *p.roce.ip())),
+        }
     }
 
     /// Checks every rule the types do not, naming the section or store and the key; this

@@ -21,6 +21,7 @@
 //! # Panic contract
 //! No input from the network can panic the collector. Panics indicate a bug.
 
+pub mod allow;
 pub mod backends;
 pub mod client;
 pub mod config;

@@ -197,7 +197,8 @@ impl Collector {
         let (tx_cmd, rx_cmd) = mpsc::channel();
         let services: Vec<Service> = stores
             .iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(i, s)| {
                 let mut rec = MetaRecord::from_store_meta(&s.meta, dev.verify_icrc);
                 // Sequenced Append lists can be resumed: announce and send their heads.
                 let heads = s
@@ -210,16 +211,19 @@ impl Collector {
                     name: s.meta.name.clone(),
                     record: rec.to_bytes(),
                     heads,
+                    allow: config.cm_allowlist(i),
                 }
             })
             .collect();
-        let mut cm = CmResponder::new(
-            roce,
-            mac,
-            services,
-            dev.verify_icrc,
-            dta_io::random::random_u32(),
-        );
+        for s in &services {
+            log::info!(
+                "store {:?}: RDMA_CM on port {} from {}",
+                s.name,
+                s.port,
+                s.allow
+            );
+        }
+        let mut cm = CmResponder::new(roce, mac, services, dev.verify_icrc);
         // A connection's store is the one listening on its port.
         let store_ports: Vec<u16> = stores.iter().map(|s| s.port).collect();
         let thread = {

@@ -97,6 +97,7 @@ fn main() {
         vec![dta_collector::config::StoreConfig {
             name: "kw".into(),
             port: None,
+            cm_allow: None,
             kind: dta_collector::config::StoreKindConfig::KeyWrite {
                 slots: 64,
                 slot_size: 8,

@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::OnceLock;
 
+use dta_collector::allow::PeerAllowlist;
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_collector::rnic::cm::{CmResponder, Service};
 use dta_collector::rnic::responder::{DeviceConfig, Responder};
@@ -39,6 +40,7 @@ fn records() -> &'static [[u8; 64]; 2] {
                 StoreConfig {
                     name: "kw".into(),
                     port: None,
+                    cm_allow: None,
                     kind: StoreKindConfig::KeyWrite {
                         slots: 64,
                         slot_size: 8,
@@ -48,6 +50,7 @@ fn records() -> &'static [[u8; 64]; 2] {
                 StoreConfig {
                     name: "ki".into(),
                     port: None,
+                    cm_allow: None,
                     kind: StoreKindConfig::KeyIncrement {
                         slots: 64,
                         hash: HashProfile::Independent,
@@ -97,12 +100,20 @@ impl World {
                 name: "kw".into(),
                 record: rec[0],
                 heads: None,
+                allow: PeerAllowlist::any(),
             },
             Service {
                 port: PORTS[1],
                 name: "ki".into(),
                 record: rec[1],
                 heads: None,
+                // The second store refuses the translator when setup bit 1 is set, so REJs
+                // of the allowlist are exercised too.
+                allow: if setup & 2 != 0 {
+                    PeerAllowlist::new(vec![])
+                } else {
+                    PeerAllowlist::any()
+                },
             },
         ];
         let verify = setup & 1 != 0;
@@ -118,7 +129,6 @@ impl World {
                 MacAddr([2, 0, 0, 0, 0, 0x51]),
                 services,
                 verify,
-                setup as u32 * 7919,
             ),
             init: CmInitiator::new(
                 TRANSLATOR,

@@ -36,6 +36,7 @@ fn stores() -> Vec<StoreConfig> {
     let s = |name: &str, kind| StoreConfig {
         name: name.into(),
         port: None,
+        cm_allow: None,
         kind,
     };
     vec![

@@ -92,6 +92,7 @@ roce = "$IP_C:4791"
 control = "127.0.0.1:14791"
 hugepages = false
 verify_icrc = true
+cm_allow = ["$IP_TC"]
 $( [ -n "${2:-}" ] && echo "persist_dir = \"$2\"" )
 
 [[store]]

@@ -94,6 +94,7 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
         stores: vec![StoreConfig {
             name: "ap".into(),
             port: Some(1440),
+            cm_allow: None,
             kind: StoreKindConfig::Append {
                 lists: LISTS,
                 first_list: 0,

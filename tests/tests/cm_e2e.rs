@@ -30,6 +30,7 @@ fn stores() -> Vec<StoreConfig> {
         StoreConfig {
             name: "kw".into(),
             port: Some(1337),
+            cm_allow: None,
             kind: StoreKindConfig::KeyWrite {
                 slots: 4096,
                 slot_size: 16,
@@ -40,6 +41,7 @@ fn stores() -> Vec<StoreConfig> {
         StoreConfig {
             name: "ap".into(),
             port: Some(1338),
+            cm_allow: None,
             kind: StoreKindConfig::Append {
                 lists: 2,
                 first_list: 0,
@@ -52,6 +54,7 @@ fn stores() -> Vec<StoreConfig> {
         StoreConfig {
             name: "ctr".into(),
             port: Some(1339),
+            cm_allow: None,
             kind: StoreKindConfig::KeyIncrement {
                 slots: 1024,
                 hash: HashProfile::Independent,
@@ -293,6 +296,7 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
         stores: vec![StoreConfig {
             name: "ap".into(),
             port: Some(1400),
+            cm_allow: None,
             kind: StoreKindConfig::Append {
                 lists: 4,
                 first_list: 0,
@@ -607,4 +611,87 @@ fn a_stopping_translator_disconnects_and_the_collector_forgets_its_qps() {
         "cm_dreq_total in /metrics"
     );
     assert!(body.contains("cm_connections 0"));
+}
+
+/// The attack: a second translator at 127.0.0.2, in no configuration, connects to a
+/// collector whose RDMA_CM allowlist names only 127.0.0.1. Its REQs are answered with a REJ
+/// (reason 28, consumer reject), counted in `cm_rejected`, and it never learns a store's
+/// address or R_Key; the allowed translator beside it connects and writes.
+#[test]
+fn a_translator_outside_the_allowlist_is_rejected_and_counted() {
+    let c_addr = SocketAddrV4::new(
+        Ipv4Addr::new(127, 0, 0, 1),
+        free_port(Ipv4Addr::new(127, 0, 0, 1)),
+    );
+    let col = Collector::start(CollectorConfig {
+        collector: DeviceSection {
+            roce: c_addr,
+            hugepages: false,
+            control: Some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
+            cm_allow: Some(vec!["127.0.0.1/32".parse().unwrap()]),
+            ..DeviceSection::default()
+        },
+        static_peers: vec![],
+        stores: stores(),
+    })
+    .expect("collector starts");
+    let translator = |ip: Ipv4Addr| {
+        let mut cfg = TranslatorConfig::default();
+        cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+        cfg.translator.roce = SocketAddrV4::new(ip, 0);
+        let mut c = CollectorSection::with_cm("c", c_addr, vec![1337]);
+        c.connect_timeout_secs = 1;
+        cfg.collectors = vec![c];
+        cfg.routing.keywrite = "single:kw".into();
+        cfg.routing.keyincrement = "none".into();
+        cfg.routing.postcard = "none".into();
+        cfg
+    };
+    let e = Translator::start(translator(Ipv4Addr::new(127, 0, 0, 2)))
+        .err()
+        .expect("the stranger cannot connect");
+    assert!(e.contains("rejected, reason 28"), "{e}");
+    std::thread::sleep(Duration::from_millis(100));
+    let cm = col.with_published(|p| p.cm);
+    assert!(cm.cm_rejected >= 1, "{cm:?}");
+    eprintln!("the stranger's REQs in 1 s: {}, all refused", cm.cm_req);
+    assert_eq!(
+        cm.cm_rejected, cm.cm_req,
+        "every REQ of the stranger refused: {cm:?}"
+    );
+    assert_eq!((cm.cm_established, cm.cm_metadata_sent), (0, 0), "{cm:?}");
+    assert!(col.with_published(|p| p.connections.is_empty()));
+    // The counter is on /metrics.
+    let m =
+        dta_collector::client::request(&col.control_addr().unwrap().to_string(), "GET", "/metrics")
+            .unwrap()
+            .body;
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("dta_collector_cm_rejected_total "))
+        .unwrap_or_else(|| panic!("no cm_rejected_total in\n{m}"));
+    assert_eq!(
+        line,
+        format!("dta_collector_cm_rejected_total {}", cm.cm_rejected)
+    );
+    // The allowed translator is served.
+    let t = Translator::start(translator(Ipv4Addr::LOCALHOST)).expect("127.0.0.1 connects");
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(
+        &t,
+        &sock,
+        &[Report {
+            header: extended_header(0),
+            primitive: Primitive::KeyWrite {
+                redundancy: 1,
+                key: Key::new(b"ok").unwrap(),
+                value: Value::new(b"v").unwrap(),
+            },
+        }],
+    );
+    assert!(col.wait_for(Duration::from_secs(5), |k| k.writes >= 1));
+    let cm2 = col.with_published(|p| p.cm);
+    assert_eq!(cm2.cm_rejected, cm.cm_rejected);
+    assert_eq!(cm2.cm_established, 1);
+    t.shutdown();
 }

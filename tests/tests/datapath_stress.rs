@@ -185,6 +185,7 @@ fn kw_store() -> StoreConfig {
     StoreConfig {
         name: "kw".into(),
         port: None,
+        cm_allow: None,
         kind: StoreKindConfig::KeyWrite {
             slots: 1 << 16,
             slot_size: 16,

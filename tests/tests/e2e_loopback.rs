@@ -119,6 +119,7 @@ fn keywrite_memory_byte_for_byte_and_queries() {
         vec![StoreConfig {
             name: "kw".into(),
             port: None,
+            cm_allow: None,
             kind: StoreKindConfig::KeyWrite {
                 slots: SLOTS,
                 slot_size: 32,
@@ -229,6 +230,7 @@ fn append_entries_in_order_across_wraps() {
         vec![StoreConfig {
             name: "ap".into(),
             port: None,
+            cm_allow: None,
             kind: StoreKindConfig::Append {
                 lists: LISTS,
                 first_list: 10,

@@ -21,6 +21,7 @@ fn stores() -> Vec<StoreConfig> {
         StoreConfig {
             name: "kw".into(),
             port: None,
+            cm_allow: None,
             kind: StoreKindConfig::KeyWrite {
                 slots: 1024,
                 slot_size: 8,
@@ -31,6 +32,7 @@ fn stores() -> Vec<StoreConfig> {
         StoreConfig {
             name: "ap".into(),
             port: None,
+            cm_allow: None,
             kind: StoreKindConfig::Append {
                 lists: 2,
                 first_list: 0,

@@ -41,6 +41,7 @@ fn run(loss: f64, n: u32, per_step: u32, step_ns: u64) -> Figures {
         vec![StoreConfig {
             name: "kw".into(),
             port: None,
+            cm_allow: None,
             kind: StoreKindConfig::KeyWrite {
                 slots: 1 << 18,
                 slot_size: 16,

@@ -40,6 +40,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
         stores: vec![StoreConfig {
             name: "ap".into(),
             port: Some(1400),
+            cm_allow: None,
             kind: StoreKindConfig::Append {
                 lists: 4,
                 first_list: 0,

@@ -12,6 +12,7 @@ fn kw_store(slots: u32, n: u8) -> StoreConfig {
     StoreConfig {
         name: "kw".into(),
         port: None,
+        cm_allow: None,
         kind: StoreKindConfig::KeyWrite {
             slots,
             slot_size: 8,
@@ -25,6 +26,7 @@ fn append_store(lists: u32, capacity: u32, batch: u32, entry: u32) -> StoreConfi
     StoreConfig {
         name: "ap".into(),
         port: None,
+        cm_allow: None,
         kind: StoreKindConfig::Append {
             lists,
             first_list: 0,
@@ -93,6 +95,7 @@ fn store(name: &str, kind: StoreKindConfig) -> StoreConfig {
     StoreConfig {
         name: name.into(),
         port: None,
+        cm_allow: None,
         kind,
     }
 }

@@ -23,6 +23,7 @@ fn lost_responses_never_cause_psn_reuse() {
             vec![StoreConfig {
                 name: "ctr".into(),
                 port: None,
+                cm_allow: None,
                 kind: StoreKindConfig::KeyIncrement {
                     slots: 1 << 12,
                     hash: HashProfile::Independent,

@@ -21,6 +21,7 @@ fn harness() -> Harness {
         vec![StoreConfig {
             name: "kw".into(),
             port: None,
+            cm_allow: None,
             kind: StoreKindConfig::KeyWrite {
                 slots: 1 << 16,
                 slot_size: 16,

@@ -43,7 +43,12 @@ port = 1338
 "#;
 
 fn config(ip: &str) -> String {
-    format!("[collector]\nbackend = \"rdma\"\nroce = \"{ip}:4791\"\nhugepages = true\n{STORES}")
+    // The in-process client connects from the device's own address (rxe loopback), the CLI's
+    // client from the same machine: both in 10.77.0.0/24, outside the default allowlist.
+    format!(
+        "[collector]\nbackend = \"rdma\"\nroce = \"{ip}:4791\"\nhugepages = true\n\
+         cm_allow = [\"10.77.0.0/24\", \"127.0.0.0/8\"]\n{STORES}"
+    )
 }
 
 #[test]

@@ -38,6 +38,7 @@ backend = "rdma"
 roce = "10.77.0.2:4791"
 control = "127.0.0.1:14791"
 hugepages = false
+cm_allow = ["10.77.0.1"]          # the host's initiators
 
 [[store]]
 name = "paths"

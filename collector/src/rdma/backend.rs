@@ -19,9 +19,10 @@ use dta_proto::wire::metarec::{MetaRecord, META_RECORD_LEN};
 
 use super::verbs::{self, CmId, CompChannel, Cq, EventChannel, Mr, Pd, SendOp};
 use super::{Started, SOFTWARE_HINT};
+use crate::allow::PeerAllowlist;
 use crate::config::CollectorConfig;
 use crate::memory::Region;
-use crate::rnic::cm::list_heads;
+use crate::rnic::cm::{list_heads, CmCounters, NOT_ALLOWED_TEXT};
 use crate::rnic::counters::RnicCounters;
 use crate::rnic::responder::Completion;
 use crate::service::{Published, QpOwner};
@@ -58,6 +59,8 @@ struct StoreSpec {
     /// A sequenced Append store's geometry: the record announces list heads, and they are
     /// read from the region and sent after it (so a restarted translator resumes each list).
     heads: Option<AppendGeometry>,
+    /// Who may connect: a request from anyone else is refused with `rdma_reject`.
+    allow: PeerAllowlist,
 }
 
 impl StoreSpec {
@@ -83,7 +86,8 @@ pub(super) fn start(
     let ip = *config.collector.roce.ip();
     let specs: Vec<StoreSpec> = stores
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
             // A real RNIC always checks the ICRC.
             let mut record = MetaRecord::from_store_meta(&s.meta, true);
             let heads = s
@@ -96,6 +100,7 @@ pub(super) fn start(
                 region: s.region.clone(),
                 record,
                 heads,
+                allow: config.cm_allowlist(i),
             }
         })
         .collect();
@@ -329,6 +334,10 @@ struct Backend {
     imm_events: u64,
     recent: VecDeque<Completion>,
     own: RnicCounters,
+    /// Refused peers already logged at `warn` (at most 256).
+    refused_logged: std::collections::HashSet<Ipv4Addr>,
+    /// Connection requests seen and refused (the software RNIC's names; the rest stay 0).
+    cm: CmCounters,
 }
 
 impl Drop for Backend {
@@ -372,6 +381,8 @@ impl Backend {
             imm_events: 0,
             recent: VecDeque::new(),
             own: RnicCounters::default(),
+            refused_logged: std::collections::HashSet::new(),
+            cm: CmCounters::default(),
         };
         for i in 0..b.stores.len() {
             let (name, port) = (b.stores[i].name.clone(), b.stores[i].port);
@@ -498,6 +509,7 @@ impl Backend {
         p.per_qp = per_qp;
         p.qp_owners = owners;
         p.immediate_events = self.imm_events;
+        p.cm = self.cm;
         p.recent_events.extend(self.recent.drain(..));
         while p.recent_events.len() > RECENT_EVENTS {
             p.recent_events.pop_front();
@@ -575,8 +587,33 @@ impl Backend {
         // SAFETY: a live id (the request's).
         let peer = unsafe { verbs::peer_addr(id.0) };
         let peer_qpn = e.conn.qp_num & 0xff_ffff;
+        self.cm.cm_req += 1;
         if store >= self.stores.len() {
-            reject(&id);
+            reject(&id, &[]);
+            self.cm.cm_rej_sent += 1;
+            return;
+        }
+        // Before anything else, and before the stale-connection clean-up below: a refused
+        // peer must not be able to tear down someone's connection either.
+        let allowed = peer.is_some_and(|p| self.stores[store].allow.allows(*p.ip()));
+        if !allowed {
+            self.cm.cm_rejected += 1;
+            let first = self.refused_logged.len() < 256
+                && peer.is_some_and(|p| self.refused_logged.insert(*p.ip()));
+            log::log!(
+                if first {
+                    log::Level::Warn
+                } else {
+                    log::Level::Debug
+                },
+                "rdma: store {:?}: refused a connection request from {}: not in its cm_allow \
+                 list ({})",
+                self.stores[store].name,
+                fmt_peer(peer),
+                self.stores[store].allow
+            );
+            reject(&id, NOT_ALLOWED_TEXT);
+            self.cm.cm_rej_sent += 1;
             return;
         }
         // A restarted translator reusing its QPN: the old connection is stale.
@@ -636,7 +673,7 @@ impl Backend {
         let device = match self.device_for(ctx, port) {
             Ok(d) => d,
             Err(e) => {
-                reject(&id);
+                reject(&id, &[]);
                 return Err(e);
             }
         };
@@ -680,7 +717,7 @@ impl Backend {
         let (channel, cq, buf, buf_mr) = match built {
             Ok(c) => c,
             Err(e) => {
-                reject(&id);
+                reject(&id, &[]);
                 return Err(e);
             }
         };
@@ -710,7 +747,7 @@ impl Backend {
         };
         for slot in 1..=recv_depth as u64 {
             if let Err(e) = conn.post_recv(slot) {
-                reject(&conn.id);
+                reject(&conn.id, &[]);
                 return Err(format!("ibv_post_recv: {e}"));
             }
         }
@@ -739,7 +776,7 @@ impl Backend {
         // SAFETY: a live id with a QP; `name` outlives the call.
         if unsafe { rdma_accept(conn.id.0, &mut param) } != 0 {
             let e = verbs::errno();
-            reject(&conn.id);
+            reject(&conn.id, &[]);
             return Err(format!("rdma_accept: {e}"));
         }
         log::debug!(
@@ -955,10 +992,19 @@ fn push_bounded(q: &mut VecDeque<Completion>, c: Completion) {
     q.push_back(c);
 }
 
-fn reject(id: &CmId) {
-    // SAFETY: a live id of a pending request.
+/// Rejects a pending request with `private_data` (at most 148 bytes: a REJ's private data;
+/// rdma_cm sends IB CM reason 28, "consumer reject").
+fn reject(id: &CmId, private_data: &[u8]) {
+    let n = private_data.len().min(148) as u8;
+    let ptr = if n == 0 {
+        std::ptr::null()
+    } else {
+        private_data.as_ptr().cast::<libc::c_void>()
+    };
+    // SAFETY: a live id of a pending request; ptr is null or points to n readable bytes that
+    // outlive the call (rdma_reject copies them).
     unsafe {
-        rdma_reject(id.0, std::ptr::null(), 0);
+        rdma_reject(id.0, ptr, n);
     }
 }
 

@@ -14,6 +14,11 @@
 //!                                   ◀─ DREP
 //! ```
 //!
+//! A REQ from a source address outside the store's allowlist ([`Service::allow`]) is answered
+//! with a REJ (reason 28, consumer reject; [`NOT_ALLOWED_TEXT`] in the private data) before
+//! anything else happens: no QP, no record, no effect on other connections. Starting PSNs
+//! and communication IDs are drawn from the kernel's random source.
+//!
 //! Fixes of the reference: the record carries the region's R_Key (not the lkey), and the accept
 //! offers responder resources ≥ 1 so atomics work. PSNs follow Linux's passive rdma_cm as
 //! measured against rxe (`tests/tests/translator_rxe_cm.rs`): the initiator's writes are
@@ -46,6 +51,7 @@ use dta_proto::wire::mad::{
 use dta_proto::wire::roce::{RoceEndpoint, L2L4_LEN};
 
 use super::responder::{QpConfig, Responder};
+use crate::allow::PeerAllowlist;
 use crate::memory::Region;
 use crate::query::append::{ListReader, Start};
 use dta_proto::geometry::AppendGeometry;
@@ -80,6 +86,9 @@ dta_proto::define_counters!(
         cm_replaced,
         /// REQs naming a service ID (port) no store listens on.
         cm_unknown_service,
+        /// REQs refused because their source address is not in the store's `cm_allow` list
+        /// (answered with a REJ, reason 28 "consumer reject"; no QP is created).
+        cm_rejected,
         /// CM packets that did not parse, or named no known connection.
         cm_invalid,
         /// Half-open connections dropped after the REP went unanswered.
@@ -99,7 +108,17 @@ pub struct Service {
     /// A sequenced Append store's memory and geometry: its lists' heads are read and sent
     /// after the record (which must then carry the list-heads flag). `None` otherwise.
     pub heads: Option<(Arc<Region>, AppendGeometry)>,
+    /// Source addresses that may connect; a REQ from anyone else gets a REJ.
+    pub allow: PeerAllowlist,
 }
+
+/// Private data of the REJ sent to a peer outside a store's allowlist (rdma_cm hands it to
+/// the initiating application with `RDMA_CM_EVENT_REJECTED`).
+pub const NOT_ALLOWED_TEXT: &[u8] = b"dta: source address not in the store's cm_allow list";
+
+/// Distinct refused peers logged at `warn` (later refusals of a logged peer go to `debug`, so
+/// a peer retrying, or a flood of REQs, cannot fill the log).
+const REFUSED_LOGGED: usize = 256;
 
 /// The next batch number of every list of an Append store: its newest trailer's number + 1
 /// (1 for a list never written). Reads every trailer of every list once.
@@ -142,10 +161,10 @@ pub struct CmResponder {
     local_mac: MacAddr,
     services: Vec<Service>,
     conns: Vec<Conn>,
-    next_comm_id: u32,
-    psn_seed: u32,
     verify_icrc: bool,
     recv_credits: u32,
+    /// Refused peers already logged at `warn` (at most [`REFUSED_LOGGED`]).
+    refused_logged: std::collections::HashSet<std::net::Ipv4Addr>,
     /// Counters.
     pub counters: CmCounters,
 }
@@ -157,17 +176,15 @@ impl CmResponder {
         local_mac: MacAddr,
         services: Vec<Service>,
         verify_icrc: bool,
-        seed: u32,
     ) -> CmResponder {
         CmResponder {
             local,
             local_mac,
             services,
             conns: Vec::new(),
-            next_comm_id: seed | 1,
-            psn_seed: seed.rotate_left(13) ^ 0x5a5a_5a5a,
             verify_icrc,
             recv_credits: 4096,
+            refused_logged: std::collections::HashSet::new(),
             counters: CmCounters::default(),
         }
     }
@@ -216,12 +233,21 @@ impl CmResponder {
         })
     }
 
+    /// A starting PSN for a new QP, from the kernel's random source: a peer that did not see
+    /// the REP cannot guess where the QP's sequence starts.
     fn next_psn(&mut self) -> Psn {
-        self.psn_seed = self
-            .psn_seed
-            .wrapping_mul(1_664_525)
-            .wrapping_add(1_013_904_223);
-        Psn::new(self.psn_seed >> 8)
+        Psn::new(dta_io::random::random_u32())
+    }
+
+    /// A random local communication ID that no live connection uses (and not 0, which a REJ
+    /// sends for "never allocated"): a forged DREQ or RTU must name it.
+    fn next_comm_id(&mut self) -> u32 {
+        loop {
+            let id = dta_io::random::random_u32();
+            if id != 0 && !self.conns.iter().any(|c| c.local_comm_id == id) {
+                return id;
+            }
+        }
     }
 
     /// Handles one datagram addressed to the GSI QP.
@@ -271,6 +297,28 @@ impl CmResponder {
                     }
                     return;
                 };
+                let allow = &self.services[si].allow;
+                if !allow.allows(*peer.ip()) {
+                    let first = self.refused_logged.len() < REFUSED_LOGGED
+                        && self.refused_logged.insert(*peer.ip());
+                    let level = if first {
+                        log::Level::Warn
+                    } else {
+                        log::Level::Debug
+                    };
+                    log::log!(
+                        level,
+                        "RDMA_CM: refused a REQ from {peer} for store {:?}: not in its cm_allow                          list ({allow})",
+                        self.services[si].name
+                    );
+                    self.counters.cm_rejected += 1;
+                    let mut rej = reject(rej_reason::CONSUMER_REJECT);
+                    rej.private_data[..NOT_ALLOWED_TEXT.len()].copy_from_slice(NOT_ALLOWED_TEXT);
+                    if self.send(peer, p.hdr.tid, &CmMessage::Rej(rej), l2, tx) {
+                        self.counters.cm_rej_sent += 1;
+                    }
+                    return;
+                }
                 if req.transport_type != TRANSPORT_RC {
                     if self.send(
                         peer,
@@ -319,8 +367,7 @@ impl CmResponder {
                     verify_icrc: self.verify_icrc,
                     recv_credits: self.recv_credits,
                 });
-                let local_comm_id = self.next_comm_id;
-                self.next_comm_id = self.next_comm_id.wrapping_add(2);
+                let local_comm_id = self.next_comm_id();
                 let mut private_data = [0u8; REP_PRIVATE_DATA_LEN];
                 let name = self.services[si].name.as_bytes();
                 let n = name.len().min(64);
@@ -466,6 +513,133 @@ impl CmResponder {
                 }
             }
             k += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rnic::responder::DeviceConfig;
+    use dta_proto::wire::mad::{rdma_cm_service_id, CmReq};
+    use std::net::Ipv4Addr;
+
+    const PORT: u16 = 1337;
+
+    fn listener(allow: PeerAllowlist) -> (CmResponder, Responder) {
+        let local = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4791);
+        let rnic = Responder::new(DeviceConfig::default());
+        let svc = Service {
+            port: PORT,
+            name: "kw".into(),
+            record: [0; 64],
+            heads: None,
+            allow,
+        };
+        let cm = CmResponder::new(local, MacAddr([2, 0, 0, 0, 0, 0x51]), vec![svc], true);
+        (cm, rnic)
+    }
+
+    /// Sends a REQ for `PORT` from `peer` and returns what the listener answered.
+    fn req_from(
+        cm: &mut CmResponder,
+        rnic: &mut Responder,
+        peer: SocketAddrV4,
+        comm_id: u32,
+    ) -> Vec<CmMessage> {
+        let req = CmReq {
+            local_comm_id: comm_id,
+            service_id: rdma_cm_service_id(PORT),
+            local_ca_guid: 0x1234,
+            local_qpn: 0x99,
+            starting_psn: 7,
+            initiator_depth: 1,
+            responder_resources: 1,
+            ..CmReq::default()
+        };
+        let ep = RoceEndpoint {
+            src_ip: *peer.ip(),
+            src_port: peer.port(),
+            dst_ip: Ipv4Addr::LOCALHOST,
+            dst_port: 4791,
+            ..RoceEndpoint::default()
+        };
+        let mut frame = [0u8; 512];
+        let n = build_cm_frame(
+            &ep,
+            Psn::new(0),
+            &MadHeaderRepr::cm_send(0x77, 0),
+            &CmMessage::Req(req),
+            &mut frame,
+        );
+        let d = Datagram {
+            src: peer,
+            dst: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4791),
+            ip: None,
+            payload: &frame[L2L4_LEN..n],
+        };
+        let mut tx = TxBatch::new(16, 2048);
+        cm.handle(0, &d, rnic, &mut tx);
+        (0..tx.len())
+            .map(|i| {
+                assert_eq!(tx.dest(i), peer, "answers go to the requester");
+                parse_cm(tx.payload(i)).expect("a CM MAD").msg
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_req_from_outside_the_allowlist_gets_a_consumer_reject_and_no_qp() {
+        let allow = PeerAllowlist::new(vec!["127.0.0.1/32".parse().unwrap()]);
+        let (mut cm, mut rnic) = listener(allow);
+        let stranger = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 40000);
+        let out = req_from(&mut cm, &mut rnic, stranger, 0xabc);
+        match out.as_slice() {
+            [CmMessage::Rej(rej)] => {
+                assert_eq!(rej.reason, rej_reason::CONSUMER_REJECT);
+                assert_eq!(rej.msg_rejected, MSG_REQ);
+                assert_eq!(rej.remote_comm_id, 0xabc);
+                assert!(rej.private_data.starts_with(NOT_ALLOWED_TEXT));
+            }
+            other => panic!("expected one REJ, got {other:?}"),
+        }
+        assert_eq!(cm.counters.cm_rejected, 1);
+        assert_eq!(cm.counters.cm_rej_sent, 1);
+        assert!(cm.connections().is_empty());
+        assert!(rnic.qpns().is_empty(), "a refused REQ creates no QP");
+        // Retrying changes nothing but the counters.
+        req_from(&mut cm, &mut rnic, stranger, 0xabc);
+        assert_eq!(cm.counters.cm_rejected, 2);
+        assert!(rnic.qpns().is_empty());
+
+        // The allowed peer is served, and a later refused REQ does not disturb its connection.
+        let friend = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40001);
+        let out = req_from(&mut cm, &mut rnic, friend, 0xdef);
+        assert!(matches!(out.as_slice(), [CmMessage::Rep(_)]), "{out:?}");
+        req_from(&mut cm, &mut rnic, stranger, 0xdef);
+        assert_eq!(cm.connections().len(), 1);
+        assert_eq!(rnic.qpns().len(), 1);
+        assert_eq!(cm.counters.cm_rejected, 3);
+    }
+
+    #[test]
+    fn starting_psns_and_comm_ids_are_random() {
+        let (mut cm, mut rnic) = listener(PeerAllowlist::any());
+        let reps: Vec<CmRep> = (0..8)
+            .map(|i| {
+                let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1 + i as u8), 4791);
+                match req_from(&mut cm, &mut rnic, peer, 100 + i).as_slice() {
+                    [CmMessage::Rep(r)] => *r,
+                    o => panic!("{o:?}"),
+                }
+            })
+            .collect();
+        // An LCG or a counter would show constant differences; random values do not (the odds
+        // of 7 equal differences at random are 2^-168).
+        for f in [|r: &CmRep| r.starting_psn, |r: &CmRep| r.local_comm_id] {
+            let v: Vec<u32> = reps.iter().map(f).collect();
+            let d: Vec<u32> = v.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+            assert!(d.iter().any(|x| *x != d[0]), "{v:x?}");
         }
     }
 }

@@ -111,6 +111,7 @@ impl CaseFile {
             .map(|m| StoreConfig {
                 name: m.name.clone(),
                 port: None,
+                cm_allow: None,
                 kind: match m.kind.clone() {
                     StoreKind::KeyWrite {
                         slots,
@@ -218,6 +219,7 @@ fn store(name: &str, kind: StoreKindConfig) -> StoreConfig {
     StoreConfig {
         name: name.into(),
         port: None,
+        cm_allow: None,
         kind,
     }
 }

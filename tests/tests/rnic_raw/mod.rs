@@ -14,6 +14,7 @@ use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
+use dta_collector::allow::Cidr;
 use dta_collector::config::{CollectorConfig, DeviceSection, RnicIo, StoreConfig, StoreKindConfig};
 use dta_collector::query::append::{ListReader, Start};
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
@@ -57,6 +58,8 @@ pub fn collector_config(rnic: impl FnOnce(&mut RnicIo)) -> CollectorConfig {
             roce: SocketAddrV4::new(ADDR_B, dta_proto::consts::ROCEV2_PORT),
             mac: MAC_B.into(),
             hugepages: false,
+            // The translator in namespace A (not loopback, not a static peer).
+            cm_allow: Some(vec![Cidr::host(ADDR_A)]),
             ..DeviceSection::default()
         },
         static_peers: vec![],
@@ -64,6 +67,7 @@ pub fn collector_config(rnic: impl FnOnce(&mut RnicIo)) -> CollectorConfig {
             StoreConfig {
                 name: "kw".into(),
                 port: Some(1337),
+                cm_allow: None,
                 kind: StoreKindConfig::KeyWrite {
                     slots: KW_SLOTS,
                     slot_size: 16,
@@ -74,6 +78,7 @@ pub fn collector_config(rnic: impl FnOnce(&mut RnicIo)) -> CollectorConfig {
             StoreConfig {
                 name: "ap".into(),
                 port: Some(1338),
+                cm_allow: None,
                 kind: StoreKindConfig::Append {
                     lists: 2,
                     first_list: 0,
