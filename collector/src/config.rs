@@ -336,7 +336,6 @@ pub struct StoreConfig {
     pub port: Option<u16>,
     /// Source networks that may connect to this store over RDMA_CM (replaces
     /// `[collector] cm_allow` for it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cm_allow: Option<Vec<Cidr>>,
     /// Primitive and geometry.
     pub kind: StoreKindConfig,
@@ -400,6 +399,12 @@ impl TryFrom<toml::Table> for StoreConfig {
             None => None,
             Some(v) => Some(u16::deserialize(v).map_err(|e| format!("{at}: port: {}", keyed(e)))?),
         };
+        let cm_allow = match t.remove("cm_allow") {
+            None => None,
+            Some(v) => Some(
+                Vec::<Cidr>::deserialize(v).map_err(|e| format!("{at}: cm_allow: {}", keyed(e)))?,
+            ),
+        };
         let kind = match t.remove("kind") {
             Some(toml::Value::String(k)) => k,
             Some(v) => return Err(format!("{at}: kind: expected a string, found {v}")),
@@ -413,7 +418,12 @@ impl TryFrom<toml::Table> for StoreConfig {
         tagged.insert(kind, toml::Value::Table(t));
         let kind = StoreKindConfig::deserialize(toml::Value::Table(tagged))
             .map_err(|e| format!("{at}: {}", keyed(e)))?;
-        Ok(StoreConfig { name, port, kind })
+        Ok(StoreConfig {
+            name,
+            port,
+            cm_allow,
+            kind,
+        })
     }
 }
 
@@ -423,6 +433,10 @@ impl From<StoreConfig> for toml::Table {
         t.insert("name".into(), s.name.into());
         if let Some(p) = s.port {
             t.insert("port".into(), (p as i64).into());
+        }
+        if let Some(nets) = &s.cm_allow {
+            let v: Vec<toml::Value> = nets.iter().map(|n| n.to_string().into()).collect();
+            t.insert("cm_allow".into(), v.into());
         }
         // Every field of every kind is a number, a string or an array of numbers, all of
         // which TOML represents, so this conversion cannot fail.

@@ -471,15 +471,15 @@ values = [[1, 9]]
         write(0, 1);
         (1..=2).for_each(|seq| write(1, seq));
         assert_eq!(
-            handle(&st, "GET", "/tail/events/11?from=1&consumer=ops").status,
+            handle(&st, "GET", "/tail/events/11?from=1&consumer=ops", &[]).status,
             200
         );
         (3..=8).for_each(|seq| write(1, seq));
         assert_eq!(
-            handle(&st, "GET", "/tail/events/11?consumer=ops&max=1").status,
+            handle(&st, "GET", "/tail/events/11?consumer=ops&max=1", &[]).status,
             200
         );
-        assert_eq!(handle(&st, "POST", "/epoch/counts").status, 200);
+        assert_eq!(handle(&st, "POST", "/epoch/counts", &[]).status, 200);
         // Some slots, counters and chunks of the other stores written.
         for s in &st.stores {
             let step = match s.name() {

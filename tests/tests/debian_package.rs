@@ -17,7 +17,10 @@ fn debian_packages_install_and_both_services_start() {
     {
         Ok(o) => o,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "SKIP: package test: cannot run bash: {e}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIP: package test: cannot run bash: {e}"
+            );
             return;
         }
     };
@@ -27,7 +30,10 @@ fn debian_packages_install_and_both_services_start() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = writeln!(std::io::stderr(), "{text}");
-    assert!(out.status.success(), "scripts/package-test.sh failed:\n{text}");
+    assert!(
+        out.status.success(),
+        "scripts/package-test.sh failed:\n{text}"
+    );
     assert!(
         text.contains("SKIP:") || text.contains("package test: ok"),
         "{text}"

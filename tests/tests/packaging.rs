@@ -34,7 +34,10 @@ fn documented(name: &str) -> bool {
     let (readme, short) = if let Some(s) = name.strip_prefix("dta_translator_") {
         ("translator/README.md", s)
     } else {
-        ("collector/README.md", name.strip_prefix("dta_collector_").unwrap())
+        (
+            "collector/README.md",
+            name.strip_prefix("dta_collector_").unwrap(),
+        )
     };
     let text = std::fs::read_to_string(root().join(readme)).unwrap();
     text.contains(&format!("`{short}`"))
@@ -49,7 +52,12 @@ fn alerting_rules_pass_promtool_and_name_real_metrics() {
     for n in &names {
         assert!(documented(n), "{n} is not in its README's metrics table");
     }
-    match Command::new("promtool").arg("check").arg("rules").arg(&rules).output() {
+    match Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg(&rules)
+        .output()
+    {
         Ok(o) => assert!(
             o.status.success(),
             "promtool check rules: {}{}",
@@ -64,8 +72,7 @@ fn alerting_rules_pass_promtool_and_name_real_metrics() {
 
 #[test]
 fn grafana_dashboard_is_valid_and_names_real_metrics() {
-    let text =
-        std::fs::read_to_string(root().join("packaging/grafana/dta-overview.json")).unwrap();
+    let text = std::fs::read_to_string(root().join("packaging/grafana/dta-overview.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let panels = v["panels"].as_array().unwrap();
     assert!(panels.len() >= 8);
