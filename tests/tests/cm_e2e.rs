@@ -683,7 +683,9 @@ fn a_translator_outside_the_allowlist_is_rejected_and_counted() {
         &[Report {
             header: extended_header(0),
             primitive: Primitive::KeyWrite {
-                redundancy: 1,
+                // The store's N (`stores()`): a report with another N is dropped as
+                // redundancy_mismatch.
+                redundancy: 2,
                 key: Key::new(b"ok").unwrap(),
                 value: Value::new(b"v").unwrap(),
             },
