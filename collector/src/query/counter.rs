@@ -46,7 +46,9 @@ pub struct CounterView<'a> {
 }
 
 impl CounterView<'_> {
-    /// The count-min estimate of `key` over its first `n` counters (clamped to 1..=8).
+    /// The count-min estimate of `key` over its first `n` counters (clamped to 1..=8). `n`
+    /// must be the store's redundancy N: a counter the key's reports never added to makes the
+    /// minimum fall below the key's true count.
     pub fn query(&self, key: &Key, n: usize) -> CounterAnswer {
         let n = n.clamp(1, MAX_REDUNDANCY);
         let mut slots = [0u32; MAX_REDUNDANCY];

@@ -98,8 +98,8 @@ pub struct KeyWriteView<'a> {
 }
 
 impl KeyWriteView<'_> {
-    /// Looks `key` up in its first `n` replica slots (the collector's assumed maximum when
-    /// the redundancy the reporter used is unknown).
+    /// Looks `key` up in its first `n` replica slots (the store's redundancy N: more slots
+    /// would add ones no report for the key wrote).
     ///
     /// Slots are read as aligned 8-byte words straight from the region (no copy loop), and
     /// values are compared as words: two matching slots hold the same checksum, so equal
