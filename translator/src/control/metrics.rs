@@ -67,6 +67,7 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
             ("drop_unknown_opcode", "unknown_opcode"),
             ("drop_bad_version", "bad_version"),
             ("drop_bad_redundancy", "bad_redundancy"),
+            ("drop_redundancy_mismatch", "redundancy_mismatch"),
             ("drop_no_store", "no_store"),
             ("drop_unknown_list", "unknown_list"),
             ("drop_value_too_long", "value_too_long"),
@@ -581,7 +582,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("dta_translator_drops_total{worker=\"0\""))
             .count();
-        assert_eq!(drops, 17);
+        assert_eq!(drops, 18, "one series per drop reason");
         for line in m.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(
