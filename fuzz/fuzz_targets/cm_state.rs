@@ -45,6 +45,7 @@ fn records() -> &'static [[u8; 64]; 2] {
                         slots: 64,
                         slot_size: 8,
                         hash: HashProfile::Independent,
+                        redundancy: 2,
                     },
                 },
                 StoreConfig {
@@ -55,6 +56,7 @@ fn records() -> &'static [[u8; 64]; 2] {
                         slots: 64,
                         hash: HashProfile::Independent,
                         epoch_secs: 0,
+                        redundancy: 2,
                     },
                 },
             ],

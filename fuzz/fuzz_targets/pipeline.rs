@@ -46,6 +46,7 @@ fn stores() -> Vec<StoreConfig> {
                 slots: 64,
                 slot_size: 8,
                 hash: HashProfile::Independent,
+                redundancy: 2,
             },
         ),
         s(
@@ -54,6 +55,7 @@ fn stores() -> Vec<StoreConfig> {
                 slots: 64,
                 hash: HashProfile::Independent,
                 epoch_secs: 0,
+                redundancy: 2,
             },
         ),
         s(
