@@ -852,35 +852,17 @@ mod tests {
             seq: Some(0),
             priority: Priority::Medium,
         };
-        let bufs: Vec<Vec<u8>> = (0..5u32)
-            .map(|i| {
-                let r = Report {
-                    header: hdr,
-                    primitive: Primitive::KeyWrite {
-                        redundancy: 2,
-                        key: Key::new(&i.to_be_bytes()).unwrap(),
-                        value: Value::new(&[7; 8]).unwrap(),
-                    },
-                };
-                let mut b = vec![0u8; 64];
-                let n = r.emit(Profile::Extended, &mut b).unwrap();
-                b.truncate(n);
-                b
+        let reports: Vec<Report> = (0..5u32)
+            .map(|i| Report {
+                header: hdr,
+                primitive: Primitive::KeyWrite {
+                    redundancy: 2,
+                    key: Key::new(&i.to_be_bytes()).unwrap(),
+                    value: Value::new(&[7; 8]).unwrap(),
+                },
             })
             .collect();
-        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
-        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
-        let burst: Vec<Datagram<'_>> = bufs
-            .iter()
-            .map(|b| Datagram {
-                src,
-                dst,
-                ip: None,
-                payload: b,
-            })
-            .collect();
-        let mut tx = TxBatch::new(256, 2048);
-        p.handle_reports(1, &burst, &mut tx);
+        feed(&mut p, &burst_of(&reports));
         assert_eq!(p.counters().frames, 10);
         let qpb = QpBinding {
             local_qpn: Qpn::new(0x200),
