@@ -1,10 +1,14 @@
-//! A minimal HTTP/1.0 client for the control API (the CLI's `query`, `tail` and `stats`
-//! subcommands and the tests). HTTP/1.0 keeps the server from chunking answers, so a response
-//! is a status line, headers and the body up to the connection's end.
+//! A minimal client for the control API (the CLI's `query`, `tail`, `stats` and `epoch`
+//! subcommands and the tests): one HTTP/1.0 request per connection, so a response is a status
+//! line, headers and the body up to the connection's end; over TLS and with credentials when
+//! the collector asks for them ([`Endpoint`]).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
 use std::time::Duration;
+
+use base64::Engine as _;
+use dta_http::client::ClientTls;
 
 /// A response.
 #[derive(Debug, Clone)]
@@ -28,71 +32,124 @@ impl Response {
     }
 }
 
-/// Sends `method path` to the collector at `addr` and reads the whole answer.
-pub fn request(addr: &str, method: &str, path: &str) -> Result<Response, String> {
-    request_with_body(addr, method, path, b"")
+/// Where the control API is and how to talk to it.
+#[derive(Debug, Clone, Default)]
+pub struct Endpoint {
+    /// `ip:port` (or `host:port`).
+    pub addr: String,
+    /// Speak TLS (the collector has a `[tls_server_config]`).
+    pub tls: Option<ClientTls>,
+    /// The admin bearer token (sent on every request: it also satisfies basic auth).
+    pub token: Option<String>,
+    /// Basic-auth user and password.
+    pub basic: Option<(String, String)>,
 }
 
-/// Sends `method path` with `body` (a bulk query's keys) and reads the whole answer.
+impl Endpoint {
+    /// Plain HTTP, no credentials.
+    pub fn plain(addr: &str) -> Endpoint {
+        Endpoint {
+            addr: addr.to_string(),
+            ..Endpoint::default()
+        }
+    }
+
+    /// Trusts the certificates in `ca_file` (a CA, or the collector's own certificate) for
+    /// TLS, checking the host part of the address against the certificate.
+    pub fn with_tls(mut self, ca_file: &Path) -> Result<Endpoint, String> {
+        let host = self
+            .addr
+            .rsplit_once(':')
+            .map_or(self.addr.as_str(), |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        self.tls = Some(ClientTls {
+            config: dta_http::tls::client_config(ca_file)?,
+            server_name: host,
+        });
+        Ok(self)
+    }
+
+    /// Sends `method path` and reads the whole answer.
+    pub fn request(&self, method: &str, path: &str) -> Result<Response, String> {
+        self.request_with_body(method, path, b"")
+    }
+
+    /// Sends `method path` with `body` (a bulk query's keys) and reads the whole answer.
+    pub fn request_with_body(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<Response, String> {
+        let addr = &self.addr;
+        let unreachable = |e: &dyn std::fmt::Display| {
+            format!(
+                "cannot reach the collector's control API at {addr}: {e} (is `dta-collector \
+                 run` running with [collector] control = \"{addr}\"? pass --control ADDR or -c \
+                 FILE)"
+            )
+        };
+        let sa: SocketAddr = addr
+            .to_socket_addrs()
+            .map_err(|e| unreachable(&e))?
+            .next()
+            .ok_or_else(|| unreachable(&"no address"))?;
+        let mut head = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if !body.is_empty() {
+            // Not text/plain: the server refuses the bodies a page on another site could send.
+            let json = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+            head.push_str(if json {
+                "Content-Type: application/json\r\n"
+            } else {
+                "Content-Type: application/x-dta-keys\r\n"
+            });
+        }
+        if let Some(t) = &self.token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        } else if let Some((u, p)) = &self.basic {
+            let b = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            head.push_str(&format!("Authorization: Basic {b}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut request = head.into_bytes();
+        request.extend_from_slice(body);
+        let raw =
+            dta_http::client::exchange(sa, self.tls.as_ref(), &request, Duration::from_secs(30))
+                .map_err(|e| unreachable(&e))?;
+        let a = dta_http::client::parse_answer(&raw)
+            .ok_or_else(|| format!("{addr}: not an HTTP response"))?;
+        Ok(Response {
+            status: a.status,
+            headers: a.headers,
+            body: String::from_utf8_lossy(&a.body).into_owned(),
+        })
+    }
+}
+
+/// Sends `method path` to the collector at `addr` (plain HTTP, no credentials) and reads the
+/// whole answer.
+pub fn request(addr: &str, method: &str, path: &str) -> Result<Response, String> {
+    Endpoint::plain(addr).request(method, path)
+}
+
+/// Sends `method path` with `body` to the collector at `addr` (plain HTTP, no credentials).
 pub fn request_with_body(
     addr: &str,
     method: &str,
     path: &str,
     body: &[u8],
 ) -> Result<Response, String> {
-    let unreachable = |e: &dyn std::fmt::Display| {
-        format!(
-            "cannot reach the collector's control API at {addr}: {e} (is `dta-collector run` \
-             running with [collector] control = \"{addr}\"? pass --control ADDR or -c FILE)"
-        )
-    };
-    let sa: SocketAddr = addr
-        .to_socket_addrs()
-        .map_err(|e| unreachable(&e))?
-        .next()
-        .ok_or_else(|| unreachable(&"no address"))?;
-    let mut s =
-        TcpStream::connect_timeout(&sa, Duration::from_secs(3)).map_err(|e| unreachable(&e))?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .and_then(|_| s.write_all(body))
-    .map_err(|e| unreachable(&e))?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).map_err(|e| unreachable(&e))?;
-    parse(&raw).ok_or_else(|| format!("{addr}: not an HTTP response"))
-}
-
-fn parse(raw: &[u8]) -> Option<Response> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Some(Response {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&raw[end + 4..]).into_owned(),
-    })
+    Endpoint::plain(addr).request_with_body(method, path, body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_a_response() {
-        let r = parse(b"HTTP/1.0 404 Not Found\r\nX-A: 1\r\nContent-Type: x\r\n\r\nbody").unwrap();
-        assert_eq!((r.status, r.body.as_str()), (404, "body"));
-        assert_eq!(r.header("x-a"), Some("1"));
-        assert!(parse(b"garbage").is_none());
-    }
 
     #[test]
     fn unreachable_collector_is_a_clear_error() {

@@ -201,6 +201,16 @@ pub struct DeviceSection {
     /// Source networks (CIDRs) that may open RDMA_CM connections to the stores, unless a store
     /// has its own `cm_allow`. Absent: the `[[static_peer]]` addresses and 127.0.0.0/8.
     pub cm_allow: Option<Vec<Cidr>>,
+    /// A file holding the bearer token of the control API's admin endpoints (`POST /epoch`,
+    /// the stores' RDMA coordinates). It must not be readable or writable by others. Absent:
+    /// the admin endpoints answer 403.
+    pub admin_token_file: Option<PathBuf>,
+    /// A Prometheus-style web configuration (TOML: `[tls_server_config] cert_file, key_file`,
+    /// `[basic_auth_users] name = "bcrypt hash"`) for the control API.
+    pub web_config_file: Option<PathBuf>,
+    /// Host names the control API answers to besides IP literals and `localhost` (the Host
+    /// header is checked against DNS rebinding).
+    pub control_hostnames: Vec<String>,
     /// The software RNIC's packet I/O, read from the top-level `[rnic]`, `[af_xdp]` and
     /// `[dpdk]` tables (not a key of `[collector]`).
     #[serde(skip)]
@@ -225,6 +235,9 @@ impl Default for DeviceSection {
             max_redundancy: 4,
             recv_credits: 4096,
             cm_allow: None,
+            admin_token_file: None,
+            web_config_file: None,
+            control_hostnames: Vec::new(),
             rnic: RnicIo::default(),
         }
     }

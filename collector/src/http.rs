@@ -1,21 +1,30 @@
 //! The operator interface: an HTTP JSON API and Prometheus `/metrics` on the control port.
 //!
-//! This is control plane only. It runs in its own threads (`dta-http-N`, plus `dta-epochs`
-//! for scheduled Key-Increment resets), reads store memory through the query engine and the
-//! RNIC thread's published counter snapshots, and never touches the RNIC thread or takes a
-//! lock it holds per packet.
+//! This is control plane only. It runs in its own threads (`dta-http` and its handler
+//! threads, from [`dta_http`], plus `dta-epochs` for scheduled Key-Increment resets), reads
+//! store memory through the query engine and the RNIC thread's published counter snapshots,
+//! and never touches the RNIC thread or takes a lock it holds per packet.
 //!
-//! | Method and path | Answer |
-//! |---|---|
-//! | `GET /metrics` | Prometheus text format 0.0.4 |
-//! | `GET /stores` | every store: layout, RDMA coordinates, memory bytes, estimates (JSON) |
-//! | `GET /query/keywrite/{store}/{key}?threshold=` | plurality (or consensus `threshold`) value |
-//! | `GET /query/counter/{store}/{key}` | count-min estimate and the counters |
-//! | `GET /query/path/{store}/{flow}?copies=` | the decoded path, empty or conflict |
-//! | `POST /query/{keywrite,counter,path}/{store}` | the same for every key of the body, as JSON Lines |
-//! | `GET /tail/{store}/{list}?from=&max=&consumer=` | new Append entries as JSON Lines |
-//! | `GET /stats` | RNIC counters (device and per QP), events, uptime (JSON) |
-//! | `POST /epoch/{store}` | reset a Key-Increment store's counters, start a new epoch |
+//! The server ([`dta_http::Server`]) bounds headers, bodies, connections and time, refuses
+//! cross-origin requests, and authenticates: `[collector] web_config_file` (TLS,
+//! `basic_auth_users`) and `admin_token_file` (the bearer token of the admin endpoints).
+//! [`handle`] gets the method, the target, the caller's [`Access`] and the body.
+//!
+//! | Method and path | Access | Answer |
+//! |---|---|---|
+//! | `GET /metrics` | read | Prometheus text format 0.0.4 |
+//! | `GET /stores` | read (admin: + secrets) | every store: layout, memory bytes, estimates (JSON); with the admin token also its RDMA coordinates (address, R_Key, QPs and PSNs) |
+//! | `GET /query/keywrite/{store}/{key}?n=&threshold=` | read | plurality (or consensus `threshold`) value |
+//! | `GET /query/counter/{store}/{key}?n=` | read | count-min estimate and the counters |
+//! | `GET /query/path/{store}/{flow}?n=&copies=` | read | the decoded path, empty or conflict |
+//! | `POST /query/{keywrite,counter,path}/{store}?n=&…` | read | the same for every key of the body (one per line, or a JSON array; `Content-Type` not `text/plain`), as JSON Lines |
+//! | `GET /tail/{store}/{list}?from=&max=&consumer=` | read | new Append entries as JSON Lines |
+//! | `GET /stats` | read (admin: + QPNs) | RNIC counters (device and per QP), events, uptime (JSON) |
+//! | `POST /epoch/{store}` | admin | reset a Key-Increment store's counters, start a new epoch |
+//!
+//! "read" is anyone when no `basic_auth_users` are configured, else those users (or the admin
+//! token); "admin" is the bearer token of `admin_token_file` only: 401 without it, 403 for a
+//! basic-auth user, 403 when no token is configured.
 //!
 //! Keys and flows use the syntax of [`crate::query::keys`]; a 5-tuple's `/PROTO` may stay
 //! unescaped (everything after the store name is the key) or be written `%2F`.
@@ -46,11 +55,10 @@ use crate::query::postcard::PathAnswer;
 use crate::rnic::counters::RnicCounters;
 use crate::service::Published;
 use crate::store::Store;
+use dta_http::Access;
 use dta_proto::hash::MAX_REDUNDANCY;
 use dta_proto::Key;
 
-/// Worker threads serving HTTP requests.
-const HTTP_THREADS: usize = 2;
 /// Slots sampled per store for occupancy estimates.
 pub(crate) const ESTIMATE_SAMPLES: u32 = 1 << 16;
 /// Most request body bytes (a bulk query's key list); a longer body is refused with 413.
@@ -73,12 +81,15 @@ pub struct ControlState {
     pub(crate) requests: AtomicU64,
     /// Named consumers' cursors, by (store, global list, consumer).
     pub(crate) consumers: Mutex<HashMap<(String, u32, String), ListReader>>,
+    /// Whether an admin token is configured (without one the admin endpoints are off).
+    pub(crate) admin_enabled: bool,
 }
 
 /// The control-plane threads; dropping or [`ControlHandle::stop`] ends them.
 pub struct ControlHandle {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    server: Option<dta_http::Server>,
     addr: Option<SocketAddrV4>,
 }
 
@@ -91,6 +102,9 @@ impl ControlHandle {
     /// Stops and joins every control thread.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -115,6 +129,7 @@ pub fn spawn(
     let mut h = ControlHandle {
         stop: stop.clone(),
         threads: Vec::new(),
+        server: None,
         addr: None,
     };
     if stores.iter().any(|s| s.epochs.period_secs > 0) {
@@ -139,15 +154,7 @@ pub fn spawn(
     let Some(addr) = config.collector.control else {
         return Ok(h);
     };
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| format!("cannot serve the control API on {addr}: {e}"))?;
-    let bound = match server.server_addr() {
-        tiny_http::ListenAddr::IP(std::net::SocketAddr::V4(a)) => a,
-        _ => addr,
-    };
-    h.addr = Some(bound);
-    log::info!("control API on http://{bound}");
-    let server = Arc::new(server);
+    let opts = server_options(config)?;
     let state = Arc::new(ControlState {
         stores: stores.to_vec(),
         published,
@@ -156,28 +163,48 @@ pub fn spawn(
         started: Instant::now(),
         requests: AtomicU64::new(0),
         consumers: Mutex::new(HashMap::new()),
+        admin_enabled: opts.admin_token.is_some(),
     });
-    for i in 0..HTTP_THREADS {
-        let (server, state, stop) = (server.clone(), state.clone(), stop.clone());
-        h.threads.push(
-            std::thread::Builder::new()
-                .name(format!("dta-http-{i}"))
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        match server.recv_timeout(Duration::from_millis(100)) {
-                            Ok(Some(req)) => serve(&state, req),
-                            Ok(None) => {}
-                            Err(e) => {
-                                log::warn!("control API: {e}");
-                                std::thread::sleep(Duration::from_millis(100));
-                            }
-                        }
-                    }
-                })
-                .map_err(|e| e.to_string())?,
-        );
-    }
+    let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
+        state.requests.fetch_add(1, Ordering::Relaxed);
+        let r = handle(&state, &req.method, &req.target, &req.access, &req.body);
+        dta_http::Response {
+            status: r.status,
+            content_type: r.content_type.to_string(),
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            body: r.body.into_bytes(),
+        }
+    });
+    let server = dta_http::Server::spawn(std::net::SocketAddr::V4(addr), opts, handler)
+        .map_err(|e| format!("cannot serve the control API: {e}"))?;
+    h.addr = Some(match server.local_addr() {
+        std::net::SocketAddr::V4(a) => a,
+        _ => addr,
+    });
+    h.server = Some(server);
     Ok(h)
+}
+
+/// The control server's settings from `[collector]`: limits, the admin token, the web
+/// configuration (TLS, basic auth) and the host names it answers to.
+pub fn server_options(config: &CollectorConfig) -> Result<dta_http::ServerOptions, String> {
+    let c = &config.collector;
+    let mut opts = dta_http::ServerOptions {
+        name: "dta-http".into(),
+        hosts: dta_http::HostPolicy::Checked(c.control_hostnames.clone()),
+        ..Default::default()
+    };
+    if let Some(p) = &c.admin_token_file {
+        opts.admin_token = Some(dta_http::AdminToken::from_file(p)?);
+    }
+    if let Some(p) = &c.web_config_file {
+        opts = opts.with_web_config(&dta_http::WebConfig::load(p)?)?;
+    }
+    Ok(opts)
 }
 
 /// An HTTP answer before it is put on the wire.
@@ -207,32 +234,6 @@ impl Reply {
 
     fn error(status: u16, msg: impl Into<String>) -> Reply {
         Reply::json(status, json!({ "error": msg.into() }))
-    }
-}
-
-fn serve(state: &ControlState, mut req: tiny_http::Request) {
-    state.requests.fetch_add(1, Ordering::Relaxed);
-    let method = req.method().as_str().to_string();
-    let url = req.url().to_string();
-    // One byte more than allowed, so `handle` can tell a body that is too long.
-    use std::io::Read as _;
-    let mut body = Vec::new();
-    let _ = req
-        .as_reader()
-        .take(MAX_BODY as u64 + 1)
-        .read_to_end(&mut body);
-    let r = handle(state, &method, &url, &body);
-    let mut resp = tiny_http::Response::from_string(r.body).with_status_code(r.status);
-    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", r.content_type) {
-        resp.add_header(h);
-    }
-    for (k, v) in r.headers {
-        if let Ok(h) = tiny_http::Header::from_bytes(k, v.as_bytes()) {
-            resp.add_header(h);
-        }
-    }
-    if let Err(e) = req.respond(resp) {
-        log::debug!("control API: response not delivered: {e}");
     }
 }
 
@@ -275,8 +276,15 @@ fn num<T: std::str::FromStr>(p: &HashMap<String, String>, k: &str) -> Result<Opt
     }
 }
 
-/// Routes one request (method, path and query string, body) to its answer. No I/O.
-pub fn handle(state: &ControlState, method: &str, url: &str, body: &[u8]) -> Reply {
+/// Routes one request (method, path and query string, the caller's access, the body) to its
+/// answer. No I/O.
+pub fn handle(
+    state: &ControlState,
+    method: &str,
+    url: &str,
+    access: &Access,
+    body: &[u8],
+) -> Reply {
     let (path, q) = url.split_once('?').unwrap_or((url, ""));
     let params = query_params(q);
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -287,8 +295,8 @@ pub fn handle(state: &ControlState, method: &str, url: &str, body: &[u8]) -> Rep
             headers: Vec::new(),
             body: crate::metrics::metrics(state),
         }),
-        ("GET", ["stores"]) => Ok(Reply::json(200, stores_json(state))),
-        ("GET", ["stats"]) => Ok(Reply::json(200, stats_json(state))),
+        ("GET", ["stores"]) => Ok(Reply::json(200, stores_json(state, access.is_admin()))),
+        ("GET", ["stats"]) => Ok(Reply::json(200, stats_json(state, access.is_admin()))),
         ("GET", ["query", kind, store, rest @ ..]) if !rest.is_empty() => {
             let key = percent_decode(&rest.join("/"));
             query(state, kind, store, &key, &params)
@@ -313,7 +321,7 @@ pub fn handle(state: &ControlState, method: &str, url: &str, body: &[u8]) -> Rep
             400,
             format!("{path}: give a store and a list: GET /tail/{{store}}/{{list}}"),
         )),
-        ("POST", ["epoch", store]) => epoch(state, store),
+        ("POST", ["epoch", store]) => admin(state, access).and_then(|()| epoch(state, store)),
         ("POST", ["epoch"]) => Err(Reply::error(
             400,
             "no store: POST /epoch/{store}".to_string(),
@@ -324,6 +332,28 @@ pub fn handle(state: &ControlState, method: &str, url: &str, body: &[u8]) -> Rep
         _ => Err(Reply::error(404, format!("no such endpoint: {path}"))),
     };
     r.unwrap_or_else(|e| e)
+}
+
+/// Admits the admin token only: 401 without credentials, 403 for a basic-auth user or when
+/// no admin token is configured.
+fn admin(state: &ControlState, access: &Access) -> Result<(), Reply> {
+    match access {
+        Access::Admin => Ok(()),
+        _ if !state.admin_enabled => Err(Reply::error(
+            403,
+            "admin endpoints are disabled: configure [collector] admin_token_file",
+        )),
+        Access::User(u) => Err(Reply::error(
+            403,
+            format!("user {u:?} may read but not administer: send the admin bearer token"),
+        )),
+        Access::Anonymous => {
+            let mut r = Reply::error(401, "this endpoint needs the admin bearer token");
+            r.headers
+                .push(("WWW-Authenticate", "Bearer realm=\"dta\"".to_string()));
+            Err(r)
+        }
+    }
 }
 
 fn find_store<'a>(state: &'a ControlState, name: &str) -> Result<&'a Store, Reply> {
@@ -705,7 +735,9 @@ fn epoch(state: &ControlState, store: &str) -> Result<Reply, Reply> {
     Ok(Reply::json(200, json!({ "store": s.name(), "epoch": e })))
 }
 
-fn stores_json(state: &ControlState) -> Value {
+/// The stores. The RDMA coordinates (address, R_Key, QPNs and PSNs) let anyone on the fabric
+/// write into a store, so only `admin` sees them.
+fn stores_json(state: &ControlState, admin: bool) -> Value {
     let n = state.config.collector.max_redundancy;
     Value::Array(
         state
@@ -722,6 +754,13 @@ fn stores_json(state: &ControlState) -> Value {
                     "meta": s.meta,
                     "estimate": s.estimate(ESTIMATE_SAMPLES, n),
                 });
+                if !admin {
+                    if let Some(m) = v["meta"].as_object_mut() {
+                        for secret in ["addr", "rkey", "qps"] {
+                            m.remove(secret);
+                        }
+                    }
+                }
                 if s.counter().is_some() {
                     v["epoch"] = json!(s.epochs.info());
                 }
@@ -745,8 +784,11 @@ fn counters_json(c: &RnicCounters) -> Value {
     )
 }
 
-fn stats_json(state: &ControlState) -> Value {
+/// Counters and connections; QPNs only for `admin` (with the R_Key they are what a forged
+/// write needs).
+fn stats_json(state: &ControlState, admin: bool) -> Value {
     let p = state.published.lock().expect("publisher lock");
+    let qpn = |q: u32| if admin { json!(q) } else { Value::Null };
     json!({
         "roce": state.roce.to_string(),
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
@@ -762,8 +804,8 @@ fn stats_json(state: &ControlState) -> Value {
         }).take(16).collect::<Vec<_>>(),
         "rnic": counters_json(&p.counters),
         "cm": p.cm.iter().map(|(i, v)| (i.name.to_string(), Value::from(v))).collect::<serde_json::Map<String, Value>>(),
-        "connections": p.connections.iter().map(|(port, peer, qpn, up)| json!({ "port": port, "peer": peer.to_string(), "qpn": qpn, "established": up })).collect::<Vec<_>>(),
-        "qps": p.per_qp.iter().map(|(q, c)| json!({ "qpn": q, "counters": counters_json(c) })).collect::<Vec<_>>(),
+        "connections": p.connections.iter().map(|(port, peer, q, up)| json!({ "port": port, "peer": peer.to_string(), "qpn": qpn(*q), "established": up })).collect::<Vec<_>>(),
+        "qps": p.per_qp.iter().map(|(q, c)| json!({ "qpn": qpn(*q), "counters": counters_json(c) })).collect::<Vec<_>>(),
         "stores": state.stores.iter().map(|s| json!({
             "name": s.name(), "kind": s.meta.kind.name(), "memory_bytes": s.memory_bytes(),
         })).collect::<Vec<_>>(),
@@ -821,6 +863,7 @@ values = [[1, 9]]
             started: Instant::now(),
             requests: AtomicU64::new(0),
             consumers: Mutex::new(HashMap::new()),
+            admin_enabled: true,
         }
     }
 
@@ -860,10 +903,10 @@ values = [[1, 9]]
             ("POST", "/epoch", 400),
             ("POST", "/query/keywrite/kw/00", 405),
         ] {
-            let r = handle(&st, m, u, b"");
+            let r = handle(&st, m, u, &Access::Admin, b"");
             assert_eq!(r.status, want, "{m} {u}: {}", r.body);
         }
-        assert!(handle(&st, "GET", "/metrics", b"")
+        assert!(handle(&st, "GET", "/metrics", &Access::Anonymous, b"")
             .body
             .contains("# TYPE dta_collector_epoch gauge"));
     }
@@ -873,8 +916,10 @@ values = [[1, 9]]
         fn any_request_gets_an_answer(method in "GET|POST|PUT|[A-Z]{0,8}",
                                       url in "/[a-z/%0-9.:?=&-]{0,60}|\\PC{0,80}") {
             let st = state();
-            let r = handle(&st, &method, &url, b"");
+            let r = handle(&st, &method, &url, &Access::Admin, b"");
             prop_assert!([200, 400, 404, 405, 409].contains(&r.status), "{} {}", r.status, r.body);
+            let r = handle(&st, &method, &url, &Access::Anonymous, b"");
+            prop_assert!([200, 400, 401, 404, 405, 409].contains(&r.status), "{} {}", r.status, r.body);
         }
 
         #[test]
@@ -882,13 +927,13 @@ values = [[1, 9]]
                                         body in prop::collection::vec(any::<u8>(), 0..300)) {
             let st = state();
             let store = match kind.as_str() { "keywrite" => "kw", "counter" => "ki", _ => "pc" };
-            let r = handle(&st, "POST", &format!("/query/{kind}/{store}"), &body);
+            let r = handle(&st, "POST", &format!("/query/{kind}/{store}"), &Access::Anonymous, &body);
             prop_assert!([200, 400, 404].contains(&r.status), "{} {}", r.status, r.body);
         }
     }
 
     fn get(st: &ControlState, url: &str) -> (u16, Value) {
-        let r = handle(st, "GET", url, b"");
+        let r = handle(st, "GET", url, &Access::Anonymous, b"");
         let v = serde_json::from_str(&r.body).unwrap_or(Value::Null);
         (r.status, v)
     }
@@ -995,6 +1040,7 @@ values = [[1, 9]]
             &st,
             "POST",
             "/query/counter/ki",
+            &Access::Anonymous,
             b"03\n# a comment\n\n01\r\nnot-a-key\n02\n",
         );
         assert_eq!(r.status, 200, "{}", r.body);
@@ -1013,6 +1059,7 @@ values = [[1, 9]]
             &st,
             "POST",
             "/query/counter/ki?n=1&force=1",
+            &Access::Anonymous,
             br#"["02", "1.2.3.4:1-5.6.7.8:2/udp"]"#,
         );
         assert_eq!(r.status, 200, "{}", r.body);
@@ -1020,22 +1067,45 @@ values = [[1, 9]]
         assert_eq!(v.len(), 2);
         assert!(v.iter().all(|l| l["forced"] == true && l["n"] == 1));
         // Key-Write and path stores answer in bulk too.
-        let r = handle(&st, "POST", "/query/keywrite/kw", b"00\n01\n");
+        let r = handle(
+            &st,
+            "POST",
+            "/query/keywrite/kw",
+            &Access::Anonymous,
+            b"00\n01\n",
+        );
         assert_eq!((r.status, lines(&r).len()), (200, 2));
         assert!(lines(&r).iter().all(|l| l["result"] == "empty"));
-        let r = handle(&st, "POST", "/query/path/pc", b"00\n");
+        let r = handle(&st, "POST", "/query/path/pc", &Access::Anonymous, b"00\n");
         assert_eq!(
             (r.status, lines(&r)[0]["result"].clone()),
             (200, json!("empty"))
         );
         // The same rules as a single query.
         assert_eq!(
-            handle(&st, "POST", "/query/counter/ki?n=4", b"00").status,
+            handle(
+                &st,
+                "POST",
+                "/query/counter/ki?n=4",
+                &Access::Anonymous,
+                b"00"
+            )
+            .status,
             400
         );
-        assert_eq!(handle(&st, "POST", "/query/counter/kw", b"00").status, 400);
         assert_eq!(
-            handle(&st, "POST", "/query/counter/nope", b"00").status,
+            handle(&st, "POST", "/query/counter/kw", &Access::Anonymous, b"00").status,
+            400
+        );
+        assert_eq!(
+            handle(
+                &st,
+                "POST",
+                "/query/counter/nope",
+                &Access::Anonymous,
+                b"00"
+            )
+            .status,
             404
         );
         // No keys, a body that is not UTF-8, a broken JSON array: 400.
@@ -1046,19 +1116,63 @@ values = [[1, 9]]
             b"[\"00\", 1]",
             b"[1",
         ] {
-            let r = handle(&st, "POST", "/query/counter/ki", body);
+            let r = handle(&st, "POST", "/query/counter/ki", &Access::Anonymous, body);
             assert_eq!(r.status, 400, "{body:?}: {}", r.body);
         }
         // Too many keys, or a body longer than the limit: 413.
         let many = "00\n".repeat(MAX_BULK_KEYS + 1);
-        let r = handle(&st, "POST", "/query/counter/ki", many.as_bytes());
+        let r = handle(
+            &st,
+            "POST",
+            "/query/counter/ki",
+            &Access::Anonymous,
+            many.as_bytes(),
+        );
         assert_eq!(r.status, 413, "{}", r.body);
         let exactly = "00\n".repeat(MAX_BULK_KEYS);
-        let r = handle(&st, "POST", "/query/counter/ki", exactly.as_bytes());
+        let r = handle(
+            &st,
+            "POST",
+            "/query/counter/ki",
+            &Access::Anonymous,
+            exactly.as_bytes(),
+        );
         assert_eq!((r.status, r.body.lines().count()), (200, MAX_BULK_KEYS));
         let huge = vec![b'\n'; MAX_BODY + 1];
-        let r = handle(&st, "POST", "/query/counter/ki", &huge);
+        let r = handle(&st, "POST", "/query/counter/ki", &Access::Anonymous, &huge);
         assert_eq!(r.status, 413, "{}", r.body);
+    }
+
+    #[test]
+    fn admin_endpoints_and_rdma_coordinates_need_the_admin_token() {
+        let mut st = state();
+        let user = Access::User("prom".into());
+        let r = handle(&st, "POST", "/epoch/ki", &Access::Anonymous, b"");
+        assert_eq!(r.status, 401);
+        assert!(r
+            .headers
+            .iter()
+            .any(|(k, v)| *k == "WWW-Authenticate" && v.starts_with("Bearer")));
+        assert_eq!(handle(&st, "POST", "/epoch/ki", &user, b"").status, 403);
+        assert_eq!(
+            handle(&st, "POST", "/epoch/ki", &Access::Admin, b"").status,
+            200
+        );
+        for who in [&Access::Anonymous, &user] {
+            let v: Value =
+                serde_json::from_str(&handle(&st, "GET", "/stores", who, b"").body).unwrap();
+            for s in v.as_array().unwrap() {
+                assert!(s["meta"].get("rkey").is_none() && s["meta"].get("addr").is_none());
+                assert!(s["meta"].get("qps").is_none() && s["name"].is_string());
+            }
+        }
+        let v: Value =
+            serde_json::from_str(&handle(&st, "GET", "/stores", &Access::Admin, b"").body).unwrap();
+        assert!(v[0]["meta"]["rkey"].as_u64().unwrap() > 0);
+        // Without a configured token nobody administers.
+        st.admin_enabled = false;
+        let r = handle(&st, "POST", "/epoch/ki", &Access::Anonymous, b"");
+        assert_eq!(r.status, 403, "{}", r.body);
     }
 
     #[test]

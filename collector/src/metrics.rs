@@ -367,6 +367,7 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
 
 #[cfg(test)]
 mod tests {
+    use dta_http::Access;
     use std::collections::HashMap;
     use std::sync::atomic::AtomicU64;
     use std::sync::{Arc, Mutex};
@@ -454,6 +455,7 @@ values = [[1, 9]]
             started: Instant::now(),
             requests: AtomicU64::new(9),
             consumers: Mutex::new(HashMap::new()),
+            admin_enabled: true,
         };
         // Append list 10: one batch. List 11: batches 1..=2 read by consumer "ops", then 3..=8
         // written into the 4-batch ring (3 and 4 are overwritten), then one batch read: 2
@@ -471,15 +473,32 @@ values = [[1, 9]]
         write(0, 1);
         (1..=2).for_each(|seq| write(1, seq));
         assert_eq!(
-            handle(&st, "GET", "/tail/events/11?from=1&consumer=ops", &[]).status,
+            handle(
+                &st,
+                "GET",
+                "/tail/events/11?from=1&consumer=ops",
+                &Access::Anonymous,
+                &[]
+            )
+            .status,
             200
         );
         (3..=8).for_each(|seq| write(1, seq));
         assert_eq!(
-            handle(&st, "GET", "/tail/events/11?consumer=ops&max=1", &[]).status,
+            handle(
+                &st,
+                "GET",
+                "/tail/events/11?consumer=ops&max=1",
+                &Access::Anonymous,
+                &[]
+            )
+            .status,
             200
         );
-        assert_eq!(handle(&st, "POST", "/epoch/counts", &[]).status, 200);
+        assert_eq!(
+            handle(&st, "POST", "/epoch/counts", &Access::Admin, &[]).status,
+            200
+        );
         // Some slots, counters and chunks of the other stores written.
         for s in &st.stores {
             let step = match s.name() {

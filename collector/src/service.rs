@@ -100,6 +100,14 @@ impl Collector {
     /// metadata and starts the RNIC thread.
     pub fn start(config: CollectorConfig) -> Result<Collector, String> {
         config.validate()?;
+        // The control API's credentials and TLS files are checked before anything starts: a
+        // token file others can read, or a broken web config, refuses the start.
+        if config.collector.control.is_some()
+            || config.collector.admin_token_file.is_some()
+            || config.collector.web_config_file.is_some()
+        {
+            crate::http::server_options(&config)?;
+        }
         if config.collector.backend == crate::config::Backend::Rdma {
             // A real RNIC: rdma_cm listeners and verbs on their own thread (crate::rdma).
             let published = Arc::new(Mutex::new(Published::default()));

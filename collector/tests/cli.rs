@@ -211,3 +211,86 @@ batch = 2
     assert_eq!(rc, 1);
     assert!(err.contains("--control"), "{err}");
 }
+
+/// `epoch` needs the admin token (`--token-file`); read-only commands do not. Over TLS with
+/// basic auth, the CLI trusts `--ca-file` and takes the credentials from `DTA_BASIC_AUTH`.
+#[test]
+fn epoch_needs_the_token_and_tls_with_basic_auth_works() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("dta-cli-sec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "cli-test-admin-token-0123456789\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../io/http/tests/data");
+    let web = dir.join("web.toml");
+    std::fs::write(
+        &web,
+        format!(
+            "[tls_server_config]\ncert_file = {:?}\nkey_file = {:?}\n[basic_auth_users]\n\
+             ops = {:?}\n",
+            data.join("server.pem"),
+            data.join("server.key"),
+            bcrypt::hash("pw", 4).unwrap()
+        ),
+    )
+    .unwrap();
+    let cfg = CollectorConfig::from_toml(&format!(
+        "[collector]\nroce = \"127.0.0.1:0\"\ncontrol = \"127.0.0.1:0\"\nhugepages = false\n\
+         admin_token_file = {token:?}\nweb_config_file = {web:?}\n\
+         [[store]]\nname = \"counts\"\nkind = \"keyincrement\"\nslots = 64\n"
+    ))
+    .unwrap();
+    let c = Collector::start(cfg).unwrap();
+    let url = format!("https://{}", c.control_addr().unwrap());
+    let ca = data.join("ca.pem");
+    let cli = |args: &[&str], basic: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("RUST_LOG", "off")
+            .env_remove("DTA_BASIC_AUTH");
+        if let Some(b) = basic {
+            cmd.env("DTA_BASIC_AUTH", b);
+        }
+        let o = cmd.output().unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let ca = ca.to_str().unwrap();
+    let (rc, _, err) = cli(&["stats", "--control", &url, "--ca-file", ca], None);
+    assert_eq!(rc, 1);
+    assert!(err.contains("authentication required"), "{err}");
+    let (rc, out, err) = cli(
+        &["stats", "--control", &url, "--ca-file", ca],
+        Some("ops:pw"),
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("\"rnic\""));
+    let (rc, _, err) = cli(
+        &["epoch", "counts", "--control", &url, "--ca-file", ca],
+        Some("ops:pw"),
+    );
+    assert_eq!(rc, 1);
+    assert!(err.contains("admin bearer token"), "{err}");
+    let t = token.to_str().unwrap();
+    let (rc, out, err) = cli(
+        &[
+            "epoch",
+            "counts",
+            "--control",
+            &url,
+            "--ca-file",
+            ca,
+            "--token-file",
+            t,
+        ],
+        None,
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("\"epoch\":1"), "{out}");
+    c.shutdown();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -51,8 +51,21 @@ redundancy = 2
 values = [[1, 1000]]
 "#;
 
+/// The admin token of the tests' collectors (`POST /epoch` needs it).
+const TOKEN: &str = "metrics-test-admin-token-0123456789";
+
 fn start() -> (Collector, String) {
-    let cfg = CollectorConfig::from_toml(CONFIG).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("dta-metrics-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = CONFIG.replace(
+        "hugepages = false\n",
+        &format!("hugepages = false\nadmin_token_file = {token:?}\n"),
+    );
+    let cfg = CollectorConfig::from_toml(&cfg).unwrap();
     let c = Collector::start(cfg).unwrap();
     let addr = c.control_addr().expect("control API runs").to_string();
     (c, addr)
@@ -134,7 +147,11 @@ fn every_endpoint_answers_from_memory() {
     let r = dta_collector::client::request_with_body(&addr, "POST", "/query/counter/counts", &huge)
         .unwrap();
     assert_eq!(r.status, 413, "{}", r.body);
-    let r = request(&addr, "POST", "/epoch/counts").unwrap();
+    let admin = dta_collector::client::Endpoint {
+        token: Some(TOKEN.into()),
+        ..dta_collector::client::Endpoint::plain(&addr)
+    };
+    let r = admin.request("POST", "/epoch/counts").unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     let v = json(&addr, &format!("/query/counter/counts/{FLOW}?n=2"));
     assert_eq!(

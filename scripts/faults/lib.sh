@@ -61,6 +61,8 @@ preflight() {
     trap cleanup EXIT
     trap 'exit 130' INT TERM
     WORK=$(mktemp -d /tmp/dta-faults.XXXXXX)
+    # The collector's admin token: /stats shows QPNs only to admin (ccurl sends it).
+    ( umask 077; head -c 24 /dev/urandom | base64 | tr -d '\n' >"$WORK/admin.token" )
 }
 
 topology() {
@@ -93,6 +95,7 @@ control = "127.0.0.1:14791"
 hugepages = false
 verify_icrc = true
 cm_allow = ["$IP_TC"]
+admin_token_file = "$WORK/admin.token"
 $( [ -n "${2:-}" ] && echo "persist_dir = \"$2\"" )
 
 [[store]]
@@ -170,7 +173,7 @@ start_translator() { # start_translator CONFIG
 
 stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
 
-ccurl() { ip netns exec "$NS_C" curl -sf --max-time 5 "http://127.0.0.1:14791$1"; }
+ccurl() { ip netns exec "$NS_C" curl -sf --max-time 5 -H "Authorization: Bearer $(cat "$WORK/admin.token")" "http://127.0.0.1:14791$1"; }
 tcurl() { ip netns exec "$NS_T" curl -sf --max-time 5 "http://127.0.0.1:14792$1"; }
 
 # tstat EXPR: a Python expression over the translator's /stats JSON (c = counters, s = whole).

@@ -415,7 +415,9 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
 fn http_get(addr: SocketAddrV4, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    // The collector answers only Host headers naming an address, localhost or its
+    // control_hostnames (DNS rebinding).
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out

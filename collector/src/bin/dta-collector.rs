@@ -27,15 +27,26 @@ struct Cli {
     cmd: Cmd,
 }
 
-/// Where the running collector's control API is.
+/// Where the running collector's control API is, and how to authenticate to it.
+///
+/// With `-c FILE` the address, the admin token file and the TLS certificate come from the
+/// collector's configuration. Basic-auth credentials come from `DTA_BASIC_AUTH=user:password`
+/// (never a command-line argument, which every user can see).
 #[derive(Args, Debug, Clone)]
 struct Control {
-    /// Control API address (ip:port).
+    /// Control API address (ip:port; `https://ip:port` for TLS).
     #[arg(long, value_name = "ADDR", env = "DTA_CONTROL")]
     control: Option<String>,
-    /// Take the control address from this configuration file ([collector] control).
+    /// Take the control address (and token file, TLS certificate) from this configuration
+    /// file.
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// File holding the admin bearer token (needed by `epoch`).
+    #[arg(long, value_name = "FILE", env = "DTA_ADMIN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Trust this certificate (PEM: a CA or the collector's own) for TLS.
+    #[arg(long, value_name = "FILE", env = "DTA_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -169,7 +180,7 @@ fn main() {
             interval_ms,
             control,
         } => tail(&control, list, store, follow, &from, interval_ms),
-        Cmd::Stats { control } => control_addr(&control).and_then(|a| {
+        Cmd::Stats { control } => endpoint(&control).and_then(|a| {
             let s = get_json(&a, "/stats")?;
             let st = get_json(&a, "/stores")?;
             println!(
@@ -179,8 +190,8 @@ fn main() {
             );
             Ok(())
         }),
-        Cmd::Epoch { store, control } => control_addr(&control).and_then(|a| {
-            let r = client::request(&a, "POST", &format!("/epoch/{}", enc(&store)))?;
+        Cmd::Epoch { store, control } => endpoint(&control).and_then(|a| {
+            let r = a.request("POST", &format!("/epoch/{}", enc(&store)))?;
             print_answer(r)
         }),
     };
@@ -277,20 +288,78 @@ fn load(path: &std::path::Path) -> CollectorConfig {
     })
 }
 
-fn control_addr(c: &Control) -> Result<String, String> {
-    if let Some(a) = &c.control {
-        return Ok(a.clone());
-    }
-    if let Some(p) = &c.config {
-        let cfg = CollectorConfig::load(p)?;
-        return cfg.collector.control.map(|a| a.to_string()).ok_or_else(|| {
-            format!(
-                "{}: no [collector] control address; pass --control",
-                p.display()
+fn endpoint(c: &Control) -> Result<client::Endpoint, String> {
+    let cfg = match &c.config {
+        Some(p) => Some(CollectorConfig::load(p)?),
+        None => None,
+    };
+    let (addr, mut tls) = match (&c.control, &cfg) {
+        (Some(a), _) => match a.strip_prefix("https://") {
+            Some(rest) => (rest.trim_end_matches('/').to_string(), true),
+            None => (
+                a.strip_prefix("http://")
+                    .unwrap_or(a)
+                    .trim_end_matches('/')
+                    .to_string(),
+                false,
+            ),
+        },
+        (None, Some(cfg)) => {
+            let a = cfg.collector.control.ok_or_else(|| {
+                format!(
+                    "{}: no [collector] control address; pass --control",
+                    c.config
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new("?"))
+                        .display()
+                )
+            })?;
+            (a.to_string(), false)
+        }
+        (None, None) => {
+            return Err(
+                "where is the collector? pass --control ADDR or -c FILE (or set DTA_CONTROL)"
+                    .into(),
             )
-        });
+        }
+    };
+    let mut ep = client::Endpoint::plain(&addr);
+    // The collector's own certificate file serves as the trust anchor when the CLI runs
+    // next to it with its configuration.
+    let mut ca = c.ca_file.clone();
+    if let Some(w) = cfg
+        .as_ref()
+        .and_then(|cfg| cfg.collector.web_config_file.as_ref())
+    {
+        if let Some(t) = dta_http::WebConfig::load(w)?.tls_server_config {
+            tls = true;
+            ca = ca.or(Some(t.cert_file));
+        }
     }
-    Err("where is the collector? pass --control ADDR or -c FILE (or set DTA_CONTROL)".into())
+    if tls || c.ca_file.is_some() {
+        let ca = ca.ok_or("TLS needs a certificate to trust: pass --ca-file (or -c FILE)")?;
+        ep = ep.with_tls(&ca)?;
+    }
+    let token_file = c.token_file.clone().or_else(|| {
+        cfg.as_ref()
+            .and_then(|cfg| cfg.collector.admin_token_file.clone())
+    });
+    if let Some(f) = token_file {
+        // Readable only by the collector's operators; without it the read-only commands
+        // still work, and `epoch` says what is missing.
+        match dta_http::AdminToken::from_file(&f) {
+            Ok(t) => ep.token = Some(t.as_str().to_string()),
+            Err(e) if c.token_file.is_some() => return Err(e),
+            Err(e) => log::debug!("no admin token: {e}"),
+        }
+    }
+    if let Ok(b) = std::env::var("DTA_BASIC_AUTH") {
+        let (u, p) = b
+            .split_once(':')
+            .ok_or("DTA_BASIC_AUTH must be user:password")?;
+        ep.basic = Some((u.to_string(), p.to_string()));
+    }
+    Ok(ep)
 }
 
 /// Percent-encodes a path segment (keys keep `:`, `-`, `.`; `/` becomes `%2F`).
@@ -305,8 +374,8 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-fn get_json(addr: &str, path: &str) -> Result<Value, String> {
-    let r = client::request(addr, "GET", path)?;
+fn get_json(ep: &client::Endpoint, path: &str) -> Result<Value, String> {
+    let r = ep.request("GET", path)?;
     let v: Value = serde_json::from_str(&r.body)
         .map_err(|e| format!("GET {path}: bad JSON ({e}): {}", r.body.trim()))?;
     if r.status != 200 {
@@ -328,11 +397,11 @@ fn print_answer(r: client::Response) -> Result<(), String> {
 }
 
 /// The store named `want`, or the only store of `kind`.
-fn pick_store(addr: &str, want: Option<String>, kind: &str) -> Result<String, String> {
+fn pick_store(ep: &client::Endpoint, want: Option<String>, kind: &str) -> Result<String, String> {
     if let Some(s) = want {
         return Ok(s);
     }
-    let stores = get_json(addr, "/stores")?;
+    let stores = get_json(ep, "/stores")?;
     let names: Vec<&str> = stores
         .as_array()
         .into_iter()
@@ -388,17 +457,17 @@ fn query(q: QueryCmd) -> Result<(), String> {
     };
     if let Some(file) = &opts.keys_file {
         let body = read_keys(file)?;
-        let addr = control_addr(&opts.control)?;
+        let addr = endpoint(&opts.control)?;
         let store = pick_store(&addr, opts.store, kind)?;
         let path = format!("/query/{path_kind}/{}{query}", enc(&store));
-        return print_answer(client::request_with_body(&addr, "POST", &path, &body)?);
+        return print_answer(addr.request_with_body("POST", &path, &body)?);
     }
     let key = key.ok_or("give a KEY or --keys-file FILE")?;
     dta_collector::query::keys::parse_key(&key)?;
-    let addr = control_addr(&opts.control)?;
+    let addr = endpoint(&opts.control)?;
     let store = pick_store(&addr, opts.store, kind)?;
     let path = format!("/query/{path_kind}/{}/{}{query}", enc(&store), enc(&key));
-    print_answer(client::request(&addr, "GET", &path)?)
+    print_answer(addr.request("GET", &path)?)
 }
 
 /// A bulk query's keys: the file's bytes (`-`: standard input), at most the server's limit.
@@ -432,7 +501,7 @@ fn tail(
     from: &str,
     interval_ms: u64,
 ) -> Result<(), String> {
-    let addr = control_addr(control)?;
+    let addr = endpoint(control)?;
     let store = match store {
         Some(s) => s,
         None => {
@@ -453,8 +522,7 @@ fn tail(
     let mut from = from.to_string();
     let mut lost_total = 0u64;
     loop {
-        let r = client::request(
-            &addr,
+        let r = addr.request(
             "GET",
             &format!("/tail/{}/{list}?from={}", enc(&store), enc(&from)),
         )?;

@@ -39,7 +39,21 @@ pub fn exchange(
     match tls {
         None => {
             let mut s = s;
-            s.write_all(request)?;
+            if let Err(e) = s.write_all(request) {
+                // A server may answer (413, 401) and close before it has read the whole
+                // request: its answer is still worth reading.
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) {
+                    return Err(e);
+                }
+                match s.read_to_end(&mut out) {
+                    Ok(_) if !out.is_empty() => return Ok(out),
+                    Err(_) if !out.is_empty() => return Ok(out),
+                    _ => return Err(e),
+                }
+            }
             s.read_to_end(&mut out)?;
         }
         Some(t) => {
