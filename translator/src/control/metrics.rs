@@ -8,10 +8,7 @@
 //! `dta_build_info`. The families are listed in `translator/README.md`.
 
 use std::net::SocketAddrV4;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use dta_io::process::ProcessStats;
 use dta_proto::stats::{CounterGroup, PromKind, PromRow, PromWriter};
@@ -403,10 +400,10 @@ pub fn render_json(snaps: &[WorkerSnapshot]) -> String {
         .to_string()
 }
 
-/// A running metrics endpoint.
+/// A running metrics endpoint, on the control plane's shared server ([`dta_http`]: bounded
+/// headers, bodies, connections and time). Dropping it closes it.
 pub struct MetricsServer {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: dta_http::Server,
     /// The bound address.
     pub addr: SocketAddrV4,
 }
@@ -417,59 +414,43 @@ impl MetricsServer {
         addr: SocketAddrV4,
         snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
     ) -> Result<MetricsServer, String> {
-        let server = tiny_http::Server::http(addr)
-            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-        let bound = match server.server_addr() {
-            tiny_http::ListenAddr::IP(std::net::SocketAddr::V4(a)) => a,
+        let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
+            let path = req.target.split('?').next().unwrap_or("");
+            if req.method != "GET" && req.method != "HEAD" {
+                return dta_http::Response::text(405, format!("{} not allowed", req.method));
+            }
+            let snaps = || -> Vec<WorkerSnapshot> {
+                snapshots
+                    .iter()
+                    .map(|m| m.lock().expect("snapshot lock").clone())
+                    .collect()
+            };
+            let (body, ctype) = match path {
+                "/metrics" => (render(&snaps()), "text/plain; version=0.0.4"),
+                "/stats" => (render_json(&snaps()), "application/json"),
+                _ => return dta_http::Response::text(404, "not found: try /metrics or /stats"),
+            };
+            dta_http::Response {
+                status: 200,
+                content_type: ctype.into(),
+                headers: Vec::new(),
+                body: body.into_bytes(),
+            }
+        });
+        let opts = dta_http::ServerOptions {
+            name: "dta-metrics".into(),
+            ..Default::default()
+        };
+        let server = dta_http::Server::spawn(std::net::SocketAddr::V4(addr), opts, handler)
+            .map_err(|e| format!("cannot serve metrics: {e}"))?;
+        let bound = match server.local_addr() {
+            std::net::SocketAddr::V4(a) => a,
             _ => addr,
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let s2 = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("dta-metrics".into())
-            .spawn(move || {
-                while !s2.load(Ordering::Relaxed) {
-                    let Ok(Some(req)) = server.recv_timeout(Duration::from_millis(100)) else {
-                        continue;
-                    };
-                    let snaps: Vec<WorkerSnapshot> = snapshots
-                        .iter()
-                        .map(|m| m.lock().expect("snapshot lock").clone())
-                        .collect();
-                    let (body, ctype, code) = match req.url() {
-                        "/metrics" => (render(&snaps), "text/plain; version=0.0.4", 200),
-                        "/stats" => (render_json(&snaps), "application/json", 200),
-                        _ => (
-                            "not found: try /metrics or /stats\n".to_string(),
-                            "text/plain",
-                            404,
-                        ),
-                    };
-                    let header =
-                        tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes())
-                            .expect("static header");
-                    let _ = req.respond(
-                        tiny_http::Response::from_string(body)
-                            .with_status_code(code)
-                            .with_header(header),
-                    );
-                }
-            })
-            .map_err(|e| e.to_string())?;
         Ok(MetricsServer {
-            stop,
-            thread: Some(thread),
+            _server: server,
             addr: bound,
         })
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
