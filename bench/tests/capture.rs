@@ -177,7 +177,9 @@ fn pcap_backend_replays_reports_and_its_output_verifies() {
     let trace = Trace::generate(&mut Generator::new(&sc), 2000).unwrap();
     let input = tmp("in.pcap");
     trace.write_pcap(&input, Duration::from_micros(1)).unwrap();
-    let meta = tmp("collector.json");
+    // The metadata goes into a directory of our own (the collector refuses /tmp itself).
+    let meta_dir = tmp("meta");
+    let meta = meta_dir.join("collector.json");
     let c_ip = Ipv4Addr::new(127, 0, 0, 1);
     let roce_t = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 4791);
     // The collector only publishes the metadata here: the pcap backend sends nowhere.
@@ -235,4 +237,5 @@ fn pcap_backend_replays_reports_and_its_output_verifies() {
     for p in [input, meta] {
         let _ = std::fs::remove_file(p);
     }
+    let _ = std::fs::remove_dir_all(meta_dir);
 }

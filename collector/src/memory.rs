@@ -174,11 +174,15 @@ impl Region {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
         }
+        // A new file is the collector user's only (its contents are the telemetry the stores
+        // hold); an existing one keeps the mode its owner gave it.
+        use std::os::unix::fs::OpenOptionsExt as _;
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(path)?;
         let on_hugetlbfs = is_hugetlbfs(path);
         let map_len = round_up(len, if on_hugetlbfs { HUGE_PAGE } else { page_size() });

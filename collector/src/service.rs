@@ -75,6 +75,74 @@ pub struct QpOwner {
     pub peer: Option<SocketAddrV4>,
 }
 
+/// Writes the store metadata (addresses, R_Keys, QPNs, PSNs: everything a forged write needs)
+/// to `path`, readable by the collector's user only.
+///
+/// The file is created with mode 0600 under a new name in its directory and renamed into
+/// place, so no other user ever sees it readable, half-written or replaced. The directory is
+/// created (mode 0700) if missing; one that other users can write to (`/tmp` itself), or that
+/// belongs to another user (someone else's `/tmp/dta`), is refused: whoever can write there
+/// could swap the file for their own coordinates, or read it in the moment before the rename.
+pub fn publish_metadata(path: &std::path::Path, meta: &CollectorMeta) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+    let what = |e: &dyn std::fmt::Display| format!("metadata_file {}: {e}", path.display());
+    let name = path
+        .file_name()
+        .ok_or_else(|| what(&"names no file"))?
+        .to_string_lossy()
+        .into_owned();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| what(&format_args!("cannot create {}: {e}", dir.display())))?;
+    }
+    let md = std::fs::metadata(&dir).map_err(|e| what(&format_args!("{}: {e}", dir.display())))?;
+    if !md.is_dir() {
+        return Err(what(&format_args!("{} is not a directory", dir.display())));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(what(&format_args!(
+            "its directory {} (mode {:03o}) can be written by other users; use a directory of \
+             the collector's own, e.g. /tmp/dta/collector.json (created 0700) or one under \
+             /run",
+            dir.display(),
+            md.mode() & 0o7777
+        )));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != me && md.uid() != 0 {
+        return Err(what(&format_args!(
+            "its directory {} belongs to user {}, not to the collector's user {me}",
+            dir.display(),
+            md.uid()
+        )));
+    }
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| what(&e))?;
+    let body = serde_json::to_vec_pretty(meta).expect("metadata serialises");
+    f.write_all(&body)
+        .and_then(|_| f.sync_all())
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            what(&e)
+        })
+}
+
 /// A receive of fewer packets than this is short: with `[rnic] rx_coalesce_us` the RNIC waits
 /// before the next one.
 pub const COALESCE_BELOW: usize = 16;
@@ -189,16 +257,7 @@ impl Collector {
             stores: stores.iter().map(|s| s.meta.clone()).collect(),
         };
         if let Some(path) = &dev.metadata_file {
-            if let Some(dir) = path.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            let tmp = path.with_extension("tmp");
-            std::fs::write(
-                &tmp,
-                serde_json::to_vec_pretty(&meta).expect("metadata serialises"),
-            )
-            .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("cannot write metadata {}: {e}", path.display()))?;
+            publish_metadata(path, &meta)?;
             log::info!("published store metadata to {}", path.display());
         }
         let stop = Arc::new(AtomicBool::new(false));

@@ -1,7 +1,7 @@
 //! The control API's security end to end, against running collectors: the admin token
 //! (401/403/200), the stores' RDMA coordinates visible to admin only, cross-origin requests
-//! refused, TLS and basic auth from a web configuration, and the start refused for a token file
-//! others can read.
+//! refused, TLS and basic auth from a web configuration, the start refused for a token file
+//! others can read, and the metadata file readable by its owner only.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -252,4 +252,34 @@ fn tls_and_basic_auth_from_the_web_config() {
     assert_eq!(root.request("POST", "/epoch/counts").unwrap().status, 200);
     // Plain HTTP gets nowhere.
     assert!(request(&a, "GET", "/metrics").is_err());
+}
+
+#[test]
+fn the_metadata_file_is_readable_by_its_owner_only() {
+    let s = Scratch::new("meta");
+    let dir = s.0.join("run/dta");
+    let f = dir.join("collector.json");
+    let c = start(&format!(
+        "metadata_file = {f:?}\n[[static_peer]]\nroce = \"127.0.0.2:4791\""
+    ))
+    .unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&f), 0o600);
+    assert_eq!(mode(&dir), 0o700, "created 0700");
+    let meta: Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+    assert!(meta["stores"][0]["rkey"].as_u64().unwrap() > 0);
+    c.shutdown();
+    assert!(!f.exists());
+    // A directory other users can write to is refused.
+    let open = s.0.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = start(&format!("metadata_file = {:?}", open.join("m.json")))
+        .err()
+        .unwrap();
+    assert!(e.contains("can be written by other users"), "{e}");
+    let e = start("metadata_file = \"/tmp/dta-collector-meta.json\"")
+        .err()
+        .unwrap();
+    assert!(e.contains("/tmp"), "{e}");
 }
