@@ -5,7 +5,10 @@
 //! backend = "software"           # or "rdma": a real RNIC (build with --features rdma)
 //! roce = "127.0.0.1:4791"        # software RNIC address (ip:port); real RNICs use port 4791
 //! control = "127.0.0.1:14791"    # HTTP API and /metrics
-//! metadata_file = "/tmp/dta/collector.json"
+//! metadata_file = "/tmp/dta/collector.json"   # mode 0600, its directory 0700
+//! cm_allow = ["10.0.0.0/24"]     # who may connect over RDMA_CM (default: static peers, loopback)
+//! admin_token_file = "/etc/dta/admin.token"   # bearer token of the admin endpoints
+//! web_config_file = "/etc/dta/web.toml"       # TLS and basic_auth_users (Prometheus style)
 //!
 //! [rnic]                         # the software RNIC's packet I/O
 //! backend = "udp"                # or "af_xdp" / "dpdk" (cargo features of the same names)

@@ -16,6 +16,9 @@
 //!   protocol's NAK otherwise.
 //! - Only a QP's connected peer may use it (source address check); duplicates never execute
 //!   twice; out-of-sequence requests never execute.
+//! - Only peers in a store's allowlist ([`allow`]) get a QP and the store's coordinates over
+//!   RDMA_CM; R_Keys, PSNs, QPN bases and communication IDs come from the kernel's random
+//!   source. The control API shows those coordinates to its admin token only ([`http`]).
 //! - Every dropped packet increments a counter.
 //!
 //! # Panic contract
