@@ -276,7 +276,10 @@ where
         // hyper needs at least 8 KiB; a little more than a header lets bodies stream in
         // reasonable reads. Memory per connection stays near this.
         .max_buf_size((l.max_header_bytes * 2).max(16 << 10))
-        .keep_alive(true);
+        .keep_alive(true)
+        // Header names as handlers spell them (`X-Dta-Next-Seq`), not lower-cased: HTTP says
+        // they are case-insensitive, but scripts that look them up in a plain dict do not.
+        .title_case_headers(true);
     let s = shared.clone();
     let svc = service_fn(move |req| {
         let s = s.clone();

@@ -215,3 +215,25 @@ fn a_peer_that_never_reads_is_dropped() {
     );
     drop(c);
 }
+
+#[test]
+fn header_names_keep_their_case() {
+    // Clients that look headers up case-sensitively (the fault scripts' Python, tiny_http's
+    // users) keep working.
+    let handler: dta_http::Handler = std::sync::Arc::new(|_| dta_http::Response {
+        status: 200,
+        content_type: "text/plain".into(),
+        headers: vec![("X-Dta-Next-Seq".into(), "7".into())],
+        body: b"ok".to_vec(),
+    });
+    let s = dta_http::Server::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        dta_http::ServerOptions::default(),
+        handler,
+    )
+    .unwrap();
+    let (status, text) = get(s.local_addr(), "GET", "/", "");
+    assert_eq!(status, Some(200));
+    assert!(text.contains("\r\nX-Dta-Next-Seq: 7\r\n"), "{text}");
+    assert!(text.contains("\r\nContent-Type: text/plain\r\n"), "{text}");
+}
