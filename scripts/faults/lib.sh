@@ -35,6 +35,15 @@ known_fail() {
     return 0
 }
 
+# PIDS holds only children not yet waited for: once waited for, a PID may belong to someone
+# else (pid_max is 32768 here, and builds churn through PIDs), so stop_pid and kill9_pid
+# drop it; an exited child stays a zombie, its PID not reusable, until it is waited for.
+forget_pid() {
+    local p keep=()
+    for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+}
+
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -171,7 +180,8 @@ start_translator() { # start_translator CONFIG
     echo "translator did not start:"; tail -20 "$WORK/translator.log"; exit 1
 }
 
-stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
+stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; forget_pid "$1"; }
+kill9_pid() { kill -9 "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; forget_pid "$1"; }
 
 ccurl() { ip netns exec "$NS_C" curl -sf --max-time 5 -H "Authorization: Bearer $(cat "$WORK/admin.token")" "http://127.0.0.1:14791$1"; }
 tcurl() { ip netns exec "$NS_T" curl -sf --max-time 5 "http://127.0.0.1:14792$1"; }
@@ -256,7 +266,7 @@ proxy_start() {
     sleep 0.3
 }
 proxy_heal() { kill -USR1 "$PROXY_PID"; sleep 0.2; }
-proxy_stop() { kill "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; unset REPORT_TARGET; tail -1 "$WORK/proxy.out"; }
+proxy_stop() { kill "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; forget_pid "$PROXY_PID"; unset REPORT_TARGET; tail -1 "$WORK/proxy.out"; }
 # `dta gen --target` binds its socket to 127.0.0.1, so it cannot leave its namespace: it runs
 # in the translator's namespace and reaches the report port over lo.
 gen() { ip netns exec "$NS_T" "$BIN/dta" gen --target "$IP_TR:40040" "$@"; }

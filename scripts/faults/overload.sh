@@ -31,7 +31,7 @@ sleep 2
 f0=$(tstat 'c["frames"]'); r0=$(tstat 'c["rx_datagrams"]'); t0=$(date +%s%N)
 sleep $((SECS - 4))
 f1=$(tstat 'c["frames"]'); r1=$(tstat 'c["rx_datagrams"]'); t1=$(date +%s%N)
-wait "$LOAD"
+wait "$LOAD"; forget_pid "$LOAD"
 echo "reporter: $(cat "$WORK/load.json")"
 sleep 1
 fps=$(python3 -c "print(round(($f1 - $f0) / (($t1 - $t0) / 1e9), 1))")

@@ -45,7 +45,7 @@ log "phase 2: load (seqs 4001..) while the collector is killed and restarted"
 reporter --first 4001 --count $((RATE * 12)) --rate "$RATE" --kind mix --linger 0.2 >"$WORK/load1.json" &
 LOAD=$!; PIDS+=("$LOAD")
 sleep 2
-kill -9 "$COLLECTOR_PID"; wait "$COLLECTOR_PID" 2>/dev/null
+kill9_pid "$COLLECTOR_PID"
 log "collector killed (SIGKILL)"
 sleep 1
 rc0=$(tmetric dta_translator_reconnects)
@@ -66,7 +66,7 @@ QP1=$(cqps); TQ1=$(tqps)
 echo "FIGURE collector restart: translator reconnected after ${ms} ms, reports written again after another ${fl} ms; collector QPs $QP0 -> $QP1; translator QPs $TQ0 -> $TQ1; reconnects=$(tmetric dta_translator_reconnects)"
 check "collector restart: translator reconnects over RDMA_CM" "$([ "$ms" -ge 0 ] && [ "$fl" -ge 0 ]; echo $?)" "reconnected in ${ms} ms, flowing ${fl} ms later"
 check "collector restart: new QPs" "$([ "$TQ1" != "$TQ0" ] && [ -n "$QP1" ]; echo $?)" "translator $TQ0 -> $TQ1"
-wait "$LOAD" 2>/dev/null
+wait "$LOAD" 2>/dev/null; forget_pid "$LOAD"
 echo "load: $(cat "$WORK/load1.json")"
 id=$(identity); echo "translator accounting after the collector restart: $id"
 check "collector restart: identity" "$([[ $id == ok* ]]; echo $?)" "$id"
@@ -85,14 +85,14 @@ NEXT2=$((NEXT + 2000))
 reporter --first "$NEXT2" --count $((RATE * 8)) --rate "$RATE" --kind mix --linger 0.2 >"$WORK/load2.json" &
 LOAD=$!; PIDS+=("$LOAD")
 sleep 2
-kill -9 "$TRANSLATOR_PID"; wait "$TRANSLATOR_PID" 2>/dev/null
+kill9_pid "$TRANSLATOR_PID"
 log "translator killed (SIGKILL)"
 sleep 1
 t0=$(date +%s%N)
 start_translator "$WORK/t.toml"
 ms=$((($(date +%s%N) - t0) / 1000000))
 fl=$(wait_flowing 20)
-wait "$LOAD" 2>/dev/null
+wait "$LOAD" 2>/dev/null; forget_pid "$LOAD"
 sleep 0.5
 QP2=$(cqps); TQ2=$(tqps)
 REQS1=$(grep -c "RDMA_CM: REQ" "$WORK/collector.log")

@@ -50,7 +50,7 @@ while [ $SECONDS -lt $t_end ] && kill -0 "$GEN" 2>/dev/null; do
     echo "$SECONDS $rt $rc $(tstat 'c["rx_datagrams"], c["translated"], s["dropped"], p' | tr -d '(),')" >>"$WORK/samples"
     echo "sample $n: t=${SECONDS}s rss translator=${rt} kB collector=${rc} kB; $id"
 done
-wait "$GEN" 2>/dev/null
+wait "$GEN" 2>/dev/null; forget_pid "$GEN"
 sleep 1
 x_end=$(tstat 'c["rx_datagrams"]'); d_end=$(tstat 's["dropped"]')
 frames=$(( $(tstat 'c["frames"]') - f_start ))
