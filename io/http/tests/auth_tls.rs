@@ -35,7 +35,8 @@ fn basic_auth_and_the_admin_token_decide_access() {
     let (st, text) = get(a, "GET", "/metrics", "");
     assert_eq!(st, Some(401));
     assert!(
-        text.contains("WWW-Authenticate: Basic") || text.contains("www-authenticate: Basic"),
+        text.to_ascii_lowercase()
+            .contains("\r\nwww-authenticate: basic realm"),
         "{text}"
     );
     assert_eq!(
