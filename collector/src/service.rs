@@ -116,8 +116,7 @@ pub fn publish_metadata(path: &std::path::Path, meta: &CollectorMeta) -> Result<
             md.mode() & 0o7777
         )));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = dta_io::process::effective_uid();
     if md.uid() != me && md.uid() != 0 {
         return Err(what(&format_args!(
             "its directory {} belongs to user {}, not to the collector's user {me}",

@@ -134,6 +134,12 @@ impl ProcessStats {
     }
 }
 
+/// The effective user ID of this process (the owner a private file or directory must have).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
