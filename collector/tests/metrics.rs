@@ -4,7 +4,6 @@
 //! (`scripts/prepare-tools.sh`), and always with this file's own exposition-format parser.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -337,31 +336,14 @@ fn check_exposition(m: &str) {
 /// `promtool check metrics`: exit 0 and no lint warning. Passes with `SKIP: promtool not
 /// found` where promtool is not installed (`scripts/prepare-tools.sh` installs it).
 fn promtool(m: &str) {
-    let Ok(mut child) = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-    else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP: promtool not found (scripts/prepare-tools.sh installs Debian's prometheus); own parser checked the format"
-        );
-        return;
-    };
-    child.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && said.trim().is_empty(),
-        "promtool check metrics: {}\n{said}",
-        out.status
-    );
+    match dta_io::process::promtool_check_metrics(m) {
+        None => eprintln!(
+            "SKIP: promtool not found (scripts/prepare-tools.sh installs Debian's prometheus); \
+             own parser checked the format"
+        ),
+        Some(Ok(())) => {}
+        Some(Err(e)) => panic!("{e}"),
+    }
 }
 
 #[test]

@@ -140,9 +140,59 @@ pub fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Runs `promtool check metrics` on a Prometheus text page: `None` when promtool is not
+/// installed (`scripts/prepare-tools.sh` installs Debian's), `Some(Err(what it said))` when it
+/// exits non-zero or prints anything (a lint warning), `Some(Ok(()))` otherwise. For tests and
+/// checks of the exporters' pages.
+pub fn promtool_check_metrics(doc: &str) -> Option<Result<(), String>> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let wrote = child
+        .stdin
+        .take()
+        .map(|mut i| i.write_all(doc.as_bytes()))
+        .unwrap_or(Ok(()));
+    let out = match child.wait_with_output() {
+        Ok(o) => o,
+        Err(e) => return Some(Err(format!("promtool: {e}"))),
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(match wrote {
+        Err(e) => Err(format!("promtool: writing the page: {e}\n{said}")),
+        Ok(()) if out.status.success() && said.trim().is_empty() => Ok(()),
+        Ok(()) => Err(format!("promtool check metrics: {}\n{said}", out.status)),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn promtool_tells_a_good_page_from_a_bad_one() {
+        let good = "# HELP dta_x_total Things.\n# TYPE dta_x_total counter\ndta_x_total 1\n";
+        // No HELP, and a counter without _total: lint warnings, so an error.
+        let bad = "# TYPE dta_x counter\ndta_x 1\n";
+        match promtool_check_metrics(good) {
+            None => eprintln!("SKIP: promtool not found"),
+            Some(r) => {
+                assert_eq!(r, Ok(()));
+                assert!(promtool_check_metrics(bad).unwrap().is_err());
+                assert!(promtool_check_metrics("dta_x{ 1\n").unwrap().is_err());
+            }
+        }
+    }
 
     const STAT: &str = "4242 (dta worker) x) S 1 4242 4242 0 -1 4194560 1021 0 0 0 \
         250 130 0 0 20 0 3 0 5000 104857600 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 \

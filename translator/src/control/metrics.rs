@@ -626,38 +626,13 @@ mod tests {
         promtool_check(&live);
     }
 
-    /// Runs `promtool check metrics` on `doc`: exit 0 and nothing printed (no lint warning).
-    /// Passes with `SKIP: promtool not found` where promtool is not installed
-    /// (`scripts/prepare-tools.sh` installs it; CI has it).
+    /// `promtool check metrics` accepts `doc` (exit 0, no lint warning); skipped with a
+    /// printed reason where promtool is not installed (`scripts/prepare-tools.sh`; CI has it).
     fn promtool_check(doc: &str) {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
-        let Ok(mut child) = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-        else {
-            eprintln!("SKIP: promtool not found");
-            return;
-        };
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(doc.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success() && said.trim().is_empty(),
-            "promtool check metrics: {}\n{said}\n{doc}",
-            out.status
-        );
+        match dta_io::process::promtool_check_metrics(doc) {
+            None => eprintln!("SKIP: promtool not found"),
+            Some(Ok(())) => {}
+            Some(Err(e)) => panic!("{e}\n{doc}"),
+        }
     }
 }
