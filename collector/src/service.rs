@@ -75,17 +75,15 @@ pub struct QpOwner {
     pub peer: Option<SocketAddrV4>,
 }
 
-/// Writes the store metadata (addresses, R_Keys, QPNs, PSNs: everything a forged write needs)
-/// to `path`, readable by the collector's user only.
-///
-/// The file is created with mode 0600 under a new name in its directory and renamed into
-/// place, so no other user ever sees it readable, half-written or replaced. The directory is
-/// created (mode 0700) if missing; one that other users can write to (`/tmp` itself), or that
-/// belongs to another user (someone else's `/tmp/dta`), is refused: whoever can write there
-/// could swap the file for their own coordinates, or read it in the moment before the rename.
-pub fn publish_metadata(path: &std::path::Path, meta: &CollectorMeta) -> Result<(), String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+/// The directory `metadata_file` goes in, and the file's name, once the directory is safe: a
+/// directory, not writable by other users, owned by the collector's user (or root). With
+/// `create` a missing directory is created mode 0700; without (`dta-collector check`) a
+/// missing one is accepted as it would be created.
+pub fn metadata_dir(
+    path: &std::path::Path,
+    create: bool,
+) -> Result<(std::path::PathBuf, String), String> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
     let what = |e: &dyn std::fmt::Display| format!("metadata_file {}: {e}", path.display());
     let name = path
         .file_name()
@@ -97,6 +95,9 @@ pub fn publish_metadata(path: &std::path::Path, meta: &CollectorMeta) -> Result<
         _ => std::path::PathBuf::from("."),
     };
     if !dir.exists() {
+        if !create {
+            return Ok((dir, name));
+        }
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -110,8 +111,7 @@ pub fn publish_metadata(path: &std::path::Path, meta: &CollectorMeta) -> Result<
     if md.mode() & 0o022 != 0 {
         return Err(what(&format_args!(
             "its directory {} (mode {:03o}) can be written by other users; use a directory of \
-             the collector's own, e.g. /tmp/dta/collector.json (created 0700) or one under \
-             /run",
+             the collector's own, e.g. /run/dta/collector.json (created 0700)",
             dir.display(),
             md.mode() & 0o7777
         )));
@@ -124,6 +124,22 @@ pub fn publish_metadata(path: &std::path::Path, meta: &CollectorMeta) -> Result<
             md.uid()
         )));
     }
+    Ok((dir, name))
+}
+
+/// Writes the store metadata (addresses, R_Keys, QPNs, PSNs: everything a forged write needs)
+/// to `path`, readable by the collector's user only.
+///
+/// The file is created with mode 0600 under a new name in its directory and renamed into
+/// place, so no other user ever sees it readable, half-written or replaced. The directory is
+/// created (mode 0700) if missing; one that other users can write to (`/tmp` itself), or that
+/// belongs to another user (someone else's `/tmp/dta`), is refused: whoever can write there
+/// could swap the file for their own coordinates, or read it in the moment before the rename.
+pub fn publish_metadata(path: &std::path::Path, meta: &CollectorMeta) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let what = |e: &dyn std::fmt::Display| format!("metadata_file {}: {e}", path.display());
+    let (dir, name) = metadata_dir(path, true)?;
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()

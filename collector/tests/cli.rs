@@ -294,3 +294,38 @@ fn epoch_needs_the_token_and_tls_with_basic_auth_works() {
     c.shutdown();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `check` refuses a metadata file in a directory other users can write to (the collector
+/// would only find out after allocating every store), and accepts one it would create.
+#[test]
+fn check_refuses_a_shared_metadata_directory() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("dta-cli-check-{}", std::process::id()));
+    let shared = dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let config = |meta: &std::path::Path| {
+        let f = dir.join("c.toml");
+        std::fs::write(
+            &f,
+            format!(
+                "[collector]\nroce = \"127.0.0.1:4791\"\nhugepages = false\n\
+                 metadata_file = \"{}\"\n[[store]]\nname = \"kw\"\nkind = \"keywrite\"\n\
+                 slots = 16\n",
+                meta.display()
+            ),
+        )
+        .unwrap();
+        f
+    };
+    let f = config(&shared.join("collector.json"));
+    let (code, _, err) = run(&["check", "-c", f.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("can be written by other users"), "{err}");
+    let f = config(&dir.join("private/collector.json"));
+    let (code, out, err) = run(&["check", "-c", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("metadata file"), "{out}");
+    assert!(!dir.join("private").exists(), "check created the directory");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -228,6 +228,10 @@ fn check(config: &std::path::Path) -> Result<(), String> {
         "total memory {total} bytes ({} pages of {page} bytes)",
         total / page
     );
+    if let Some(m) = &cfg.collector.metadata_file {
+        dta_collector::service::metadata_dir(m, false)?;
+        println!("metadata file {} (mode 0600)", m.display());
+    }
     if cfg.collector.backend == dta_collector::config::Backend::Software {
         let io = &cfg.collector.rnic;
         let on = match io.backend {
