@@ -329,3 +329,29 @@ fn check_refuses_a_shared_metadata_directory() {
     assert!(!dir.join("private").exists(), "check created the directory");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A client subcommand whose reader goes away (`stats | head -c 10`) ends without a panic.
+#[test]
+fn a_closed_stdout_ends_a_client_command_quietly() {
+    let c = Collector::start(
+        CollectorConfig::from_toml(
+            "[collector]\nroce = \"127.0.0.1:0\"\ncontrol = \"127.0.0.1:0\"\nhugepages = false\n\
+             [[store]]\nname = \"kw\"\nkind = \"keywrite\"\nslots = 4096\n",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let addr = c.control_addr().unwrap().to_string();
+    let mut child = Command::new(BIN)
+        .args(["stats", "--control", &addr])
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end at once: every write of the (multi-KiB) answer hits a closed pipe.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -21,3 +21,15 @@ pub fn install_stop_flag() -> Arc<AtomicBool> {
     }
     f
 }
+
+/// Lets SIGPIPE end the process quietly, as it ends other command-line tools: Rust ignores
+/// it, so `dta-collector stats | head` would panic on the closed pipe instead. For the
+/// client subcommands that print to standard output; long-running services keep ignoring it
+/// (a closed socket is an error they handle).
+pub fn quiet_sigpipe() {
+    // SAFETY: setting SIGPIPE's disposition to the default has no preconditions; it is done
+    // before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

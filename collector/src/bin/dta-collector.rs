@@ -168,6 +168,11 @@ enum QueryCmd {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Run { .. }) {
+        // Client subcommands print; `stats | head` ends them quietly. `run` serves TCP and
+        // must not die of a peer's closed connection.
+        dta_io::signal::quiet_sigpipe();
+    }
     let r = match cli.cmd {
         Cmd::Check { config } => check(&config),
         Cmd::Run { config, progress } => run(&config, progress),
