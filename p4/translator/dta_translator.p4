@@ -103,6 +103,23 @@ const bit<8> KIND_KEYINC   = 3;
 const bit<8> KIND_POSTCARD = 4;
 const bit<8> KIND_RESPONSE = 5;
 
+/* Report headers the parser accepts (ig_md_t.rpt); tbl_report_len checks each one's UDP
+ * length. */
+const bit<8> RPT_NONE   = 0;
+const bit<8> RPT_REF_KW = 1;
+const bit<8> RPT_REF_KI = 2;
+const bit<8> RPT_REF_AP = 3;
+const bit<8> RPT_REF_PC = 4;
+const bit<8> RPT_EXT_KW = 5;
+const bit<8> RPT_EXT_KI = 6;
+const bit<8> RPT_EXT_AP = 7;
+const bit<8> RPT_EXT_PC = 8;
+
+/* What the egress QP registers do with a packet (eg_md_t.qp_op). */
+const bit<2> QP_OP_NONE   = 0;   /* forwarded, or a response that moves nothing */
+const bit<2> QP_OP_SEND   = 1;   /* a request: pass the window, take a PSN */
+const bit<2> QP_OP_RESYNC = 2;   /* a fresh PSN-sequence-error NAK: set the PSN, open the window */
+
 /* Ingress drop reasons (Counter index). */
 const bit<8> DROP_BAD_REDUNDANCY = 1;
 const bit<8> DROP_EXT_LENGTH     = 2;
@@ -229,6 +246,7 @@ struct ig_md_t {
     bit<8> hop;          /* 0-based */
     bit<8> path_len;     /* 0 = unknown */
     bit<8> drop_reason;
+    bit<8> rpt;             /* which report header the parser accepted: RPT_* (0: none) */
     list_idx_t lidx;
     bit<32> list_base_hi;
     bit<32> list_base_lo;
@@ -259,6 +277,8 @@ struct ig_md_t {
 
 struct eg_md_t {
     bit<16> rid;
+    bit<8> rid_minus_n;     /* replica index - N: bit 7 set = a FETCH_ADD replica (rid < N) */
+    bit<2> qp_op;           /* what the QP's PSN and window registers do: QP_OP_* */
     bit<32> slot;
     bit<32> checksum;
     bit<32> base_hi;
@@ -297,7 +317,7 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         md.op = 0; md.n = 0; md.immediate = 0; md.key = 0; md.value = 0; md.delta = 0;
-        md.list_id = 0; md.hop = 0; md.path_len = 0; md.drop_reason = 0; md.kind = 0;
+        md.list_id = 0; md.hop = 0; md.path_len = 0; md.drop_reason = 0; md.kind = 0; md.rpt = 0;
         md.pc_collision = 0; md.pc_evict = 0; md.pc_complete = 0;
         transition parse_ethernet;
     }
@@ -331,8 +351,10 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
     }
     /* Report validation happens here, in the parser's match units, instead of in ingress
      * gateways (bf-p4c rejected the boolean expressions and comparisons of the earlier
-     * ingress checks): PROTOCOL.md section 6.3, exactly one report per datagram, so the UDP
-     * length must be the report's; extended reserved bits and bytes zero, priority 3 invalid.
+     * ingress checks): PROTOCOL.md section 6.3; extended reserved bits and bytes zero,
+     * priority 3 invalid. Exactly one report per datagram, so the UDP length must be the
+     * report's: that is tbl_report_len in ingress (a select on udp.len here needs a parser
+     * match register from the UDP header to the report's, and there are not enough).
      * A state that rejects a report records the reason and accepts; ingress drops and counts. */
     state parse_ref {
         pkt.extract(hdr.ref);
@@ -346,31 +368,25 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
     }
     state parse_ref_kw {
         pkt.extract(hdr.ref_kw);
-        transition select(hdr.udp.len) {
-            UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KW_LEN: accept;
-            default: malformed;
-        }
+        md.rpt = RPT_REF_KW;
+        transition accept;
     }
     state parse_ref_ki {
         pkt.extract(hdr.ref_ki);
-        transition select(hdr.udp.len) {
-            UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KI_LEN: accept;
-            default: malformed;
-        }
+        md.rpt = RPT_REF_KI;
+        transition accept;
     }
     state parse_ref_ap {
         pkt.extract(hdr.ref_ap);
-        transition select(hdr.udp.len) {
-            UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_AP_LEN: accept;
-            default: malformed;
-        }
+        md.rpt = RPT_REF_AP;
+        transition accept;
     }
     state parse_ref_pc {
         pkt.extract(hdr.ref_pc);
-        transition select(hdr.udp.len, hdr.ref_pc.hop_num) {
-            (UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_PC_LEN, 0): malformed;
-            (UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_PC_LEN, _): accept;
-            default: malformed;
+        md.rpt = RPT_REF_PC;
+        transition select(hdr.ref_pc.hop_num) {
+            0: malformed;
+            default: accept;
         }
     }
     state parse_ext {
@@ -388,25 +404,28 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
     /* Keys and values are 4 bytes here (the file header); other lengths: DROP_EXT_LENGTH. */
     state parse_ext_kw {
         pkt.extract(hdr.ext_kw);
-        transition select(hdr.ext_kw.reserved, hdr.ext_kw.key_len, hdr.ext_kw.val_len, hdr.udp.len) {
-            (0, 4, DTA_VALUE_LEN, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN): accept;
-            (0, _, _, _): ext_length;
+        md.rpt = RPT_EXT_KW;
+        transition select(hdr.ext_kw.reserved, hdr.ext_kw.key_len, hdr.ext_kw.val_len) {
+            (0, 4, DTA_VALUE_LEN): accept;
+            (0, _, _): ext_length;
             default: malformed;
         }
     }
     state parse_ext_ki {
         pkt.extract(hdr.ext_ki);
-        transition select(hdr.ext_ki.reserved, hdr.ext_ki.key_len, hdr.udp.len) {
-            (0, 4, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4): accept;
-            (0, _, _): ext_length;
+        md.rpt = RPT_EXT_KI;
+        transition select(hdr.ext_ki.reserved, hdr.ext_ki.key_len) {
+            (0, 4): accept;
+            (0, _): ext_length;
             default: malformed;
         }
     }
     state parse_ext_ap {
         pkt.extract(hdr.ext_ap);
-        transition select(hdr.ext_ap.reserved, hdr.ext_ap.val_len, hdr.udp.len) {
-            (0, DTA_VALUE_LEN, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN): accept;
-            (0, _, _): ext_length;
+        md.rpt = RPT_EXT_AP;
+        transition select(hdr.ext_ap.reserved, hdr.ext_ap.val_len) {
+            (0, DTA_VALUE_LEN): accept;
+            (0, _): ext_length;
             default: malformed;
         }
     }
@@ -414,11 +433,12 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
      * path length has no tbl_pc_hop entry (DROP_BAD_HOP). */
     state parse_ext_pc {
         pkt.extract(hdr.ext_pc);
-        transition select(hdr.ext_pc.reserved, hdr.ext_pc.path_len, hdr.ext_pc.key_len, hdr.udp.len) {
-            (0, 0x00 &&& 0xF0, 4, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4): accept;
-            (0, DTA_EXT_MAX_PATH_LEN, 4, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4): accept;
-            (0, 0x00 &&& 0xF0, _, _): ext_length;
-            (0, DTA_EXT_MAX_PATH_LEN, _, _): ext_length;
+        md.rpt = RPT_EXT_PC;
+        transition select(hdr.ext_pc.reserved, hdr.ext_pc.path_len, hdr.ext_pc.key_len) {
+            (0, 0x00 &&& 0xF0, 4): accept;
+            (0, DTA_EXT_MAX_PATH_LEN, 4): accept;
+            (0, 0x00 &&& 0xF0, _): ext_length;
+            (0, DTA_EXT_MAX_PATH_LEN, _): ext_length;
             default: malformed;
         }
     }
@@ -449,6 +469,26 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     action drop(bit<8> reason) {
         md.drop_reason = reason;
         ig_dprsr_md.drop_ctl = 1;
+    }
+
+    /* The UDP length of each accepted report header: the report's own (one per datagram). */
+    action report_len_ok() { }
+    action report_len_bad() { md.drop_reason = DROP_MALFORMED; }
+    table tbl_report_len {
+        key = { md.rpt : exact; hdr.udp.len : exact; }
+        actions = { report_len_ok; report_len_bad; }
+        const entries = {
+            (RPT_REF_KW, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KW_LEN) : report_len_ok();
+            (RPT_REF_KI, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KI_LEN) : report_len_ok();
+            (RPT_REF_AP, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_AP_LEN) : report_len_ok();
+            (RPT_REF_PC, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_PC_LEN) : report_len_ok();
+            (RPT_EXT_KW, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN) : report_len_ok();
+            (RPT_EXT_KI, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4) : report_len_ok();
+            (RPT_EXT_AP, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN) : report_len_ok();
+            (RPT_EXT_PC, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4) : report_len_ok();
+        }
+        const default_action = report_len_bad();
+        size = 16;
     }
 
     /* ---- plain forwarding of everything that is not DTA or a collector response ---- */
@@ -559,11 +599,18 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     };
     /* OR of the immediate flags of the batch; read and cleared by the last entry. */
     Register<bit<8>, list_idx_t>(DTA_AP_LISTS, 0) ap_imm_reg;
-    RegisterAction<bit<8>, list_idx_t, bit<8>>(ap_imm_reg) ap_imm_add = {
-        void apply(inout bit<8> value) { value = value | (bit<8>)md.immediate; }
-    };
-    RegisterAction<bit<8>, list_idx_t, bit<8>>(ap_imm_reg) ap_imm_take = {
-        void apply(inout bit<8> value, out bit<8> rv) { rv = value | (bit<8>)md.immediate; value = 0; }
+    /* One action for both cases (a held entry ORs its flag in; the batch's last entry reads
+     * and clears): an execute on its own in a branch would need a table of its own. */
+    RegisterAction<bit<8>, list_idx_t, bit<8>>(ap_imm_reg) ap_imm_update = {
+        void apply(inout bit<8> value, out bit<8> rv) {
+            if (md.ap_pos == DTA_AP_BATCH - 1) {
+                rv = value | (bit<8>)md.immediate;
+                value = 0;
+            } else {
+                value = value | (bit<8>)md.immediate;
+                rv = 0;
+            }
+        }
     };
     /* Byte offset of the next batch slot inside the list; wraps to 0 after the last slot, so a
      * wrap never writes slot 0 twice (the reference's rollover defect). */
@@ -634,6 +681,21 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_CACHE)) pc_cache_hash;
 #endif
 
+    /* The XORs run in tables of their own: a gateway tests one field against a constant, and
+     * an XOR written in the apply block would be folded into the condition. */
+    action pc_diff_flow() { md.pc_flow_diff = md.pc_old_flow ^ md.key; }
+    table tbl_pc_diff_flow {
+        actions = { pc_diff_flow; }
+        const default_action = pc_diff_flow();
+        size = 1;
+    }
+    action pc_diff_mask() { md.pc_mask_diff = md.pc_old_mask ^ md.pc_full_xor_bit; }
+    table tbl_pc_diff_mask {
+        actions = { pc_diff_mask; }
+        const default_action = pc_diff_mask();
+        size = 1;
+    }
+
     /* The flow that owns each cache entry; every postcard takes the entry. */
     Register<bit<32>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_flow_reg;
     RegisterAction<bit<32>, pc_idx_t, bit<32>>(pc_flow_reg) pc_flow_swap = {
@@ -643,18 +705,41 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
      * are emitted to the old flow's chunk); a completed path clears it (the counter is reset
      * after emission, unlike the reference). */
     Register<bit<16>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_mask_reg;
+    /* Two actions, chosen by a table on md.pc_collision, so that each reads at most the two
+     * PHV inputs a stateful ALU has (the hop's bit and the complete mask without it). */
     RegisterAction<bit<16>, pc_idx_t, bit<16>>(pc_mask_reg) pc_mask_update = {
         void apply(inout bit<16> value, out bit<16> rv) {
             rv = value;
-            if (md.pc_collision == 1) {
-                value = md.pc_start_mask;
-            } else if (value == md.pc_full_xor_bit) {
+            if (value == md.pc_full_xor_bit) {
                 value = 0;
             } else {
                 value = value | md.pc_bit;
             }
         }
     };
+    /* A collision starts the entry afresh: the hop's bit, or nothing when the hop alone is
+     * the whole path (full XOR bit = 0: it completes at once). */
+    RegisterAction<bit<16>, pc_idx_t, bit<16>>(pc_mask_reg) pc_mask_restart = {
+        void apply(inout bit<16> value, out bit<16> rv) {
+            rv = value;
+            if (md.pc_full_xor_bit == 0) {
+                value = 0;
+            } else {
+                value = md.pc_bit;
+            }
+        }
+    };
+    action pc_mask_continue() { md.pc_old_mask = pc_mask_update.execute(md.pc_idx); }
+    action pc_mask_collide() { md.pc_old_mask = pc_mask_restart.execute(md.pc_idx); }
+    table tbl_pc_mask {
+        key = { md.pc_collision : exact; }
+        actions = { pc_mask_continue; pc_mask_collide; }
+        const entries = {
+            0 : pc_mask_continue();
+            1 : pc_mask_collide();
+        }
+        size = 2;
+    }
 
 #define PC_HOP(I) \
     Register<bit<32>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_v##I##_reg; \
@@ -736,8 +821,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         hdr.bridge.qp = 0; hdr.bridge.n = 0; hdr.bridge.pad0 = 0; hdr.bridge.immediate = 0;
         hdr.bridge.key = 0;
 
-        /* The parser validated the report (length, reserved fields, priority) and recorded
-         * the reason of a rejection; here the report only becomes (op, n, key, value, ...). */
+        /* The parser validated the report (reserved fields, priority, sub-header lengths)
+         * and recorded the reason of a rejection; tbl_report_len checks the UDP length; here
+         * the report only becomes (op, n, key, value, ...). */
+        if (md.drop_reason == 0 && md.rpt != RPT_NONE) { tbl_report_len.apply(); }
         if (md.drop_reason != 0) {
             ig_dprsr_md.drop_ctl = 1;
         } else if (hdr.ref_kw.isValid()) { norm_ref_kw(); }
@@ -762,6 +849,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         } else if (md.op == DTA_OP_APPEND) {
             if (tbl_ap_list.apply().hit) {
                 md.ap_pos = ap_pos_next.execute(md.lidx);
+                md.ap_imm = ap_imm_update.execute(md.lidx);
 #if DTA_AP_BATCH > 1
                 AP_ENTRY_APPLY(0)
 #endif
@@ -779,7 +867,6 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     /* Batch ready: own entry last, then one WRITE of the whole batch. */
                     hdr.ap_words[DTA_AP_BATCH - 1].setValid();
                     hdr.ap_words[DTA_AP_BATCH - 1].w = md.value;
-                    md.ap_imm = ap_imm_take.execute(md.lidx);
                     md.ap_off = ap_off_next.execute(md.lidx);
                     md.ap_seq = ap_seq_next.execute(md.lidx);
 #ifndef DTA_AP_REFERENCE_RING
@@ -799,7 +886,6 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     ig_tm_md.ucast_egress_port = md.port;
                 } else {
                     /* Held in the batch registers; consumes no PSN. */
-                    ap_imm_add.execute(md.lidx);
                     md.drop_reason = HELD_APPEND;
                     ig_dprsr_md.drop_ctl = 1;
                 }
@@ -811,10 +897,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     md.pc_idx = cache_hash[DTA_PC_CACHE_BITS - 1:0];
                     md.pc_old_flow = pc_flow_swap.execute(md.pc_idx);
                     /* Comparisons of two fields become XORs tested against zero. */
-                    md.pc_flow_diff = md.pc_old_flow ^ md.key;
+                    tbl_pc_diff_flow.apply();
                     if (md.pc_flow_diff != 0) { md.pc_collision = 1; }
-                    md.pc_old_mask = pc_mask_update.execute(md.pc_idx);
-                    md.pc_mask_diff = md.pc_old_mask ^ md.pc_full_xor_bit;
+                    tbl_pc_mask.apply();
+                    tbl_pc_diff_mask.apply();
                     if (md.pc_collision == 1) {
                         md.pc_complete = md.pc_start_complete;
                         if (md.pc_old_mask != 0) { md.pc_evict = 1; }
@@ -1086,6 +1172,33 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
         }
     };
 
+    /* Each register is executed from one table whose key picks the action: two execute sites
+     * of one register in two branches cannot share the register's stage. */
+    action win_pass() { md.in_window = window_pass.execute(hdr.bridge.qp); }
+    action win_open() { window_open.execute(hdr.bridge.qp); }
+    table tbl_window {
+        key = { md.qp_op : exact; }
+        actions = { win_pass; win_open; NoAction; }
+        const entries = {
+            QP_OP_SEND : win_pass();
+            QP_OP_RESYNC : win_open();
+        }
+        const default_action = NoAction();
+        size = 2;
+    }
+    action psn_take() { md.psn = psn_next.execute(hdr.bridge.qp); }
+    action psn_set() { psn_resync.execute(hdr.bridge.qp); }
+    table tbl_psn {
+        key = { md.qp_op : exact; }
+        actions = { psn_take; psn_set; NoAction; }
+        const entries = {
+            QP_OP_SEND : psn_take();
+            QP_OP_RESYNC : psn_set();
+        }
+        const default_action = NoAction();
+        size = 2;
+    }
+
     /* ---- hashes ---- */
 #ifdef DTA_HASH_REFERENCE
     Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(REF_POLY_CRC32)) h_checksum;
@@ -1178,8 +1291,17 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
         hdr.icrc.setValid();
     }
 
+    action rid_minus_n() { md.rid_minus_n = md.rid[7:0] - hdr.bridge.n; }
+    table tbl_rid_minus_n {
+        actions = { rid_minus_n; }
+        const default_action = rid_minus_n();
+        size = 1;
+    }
+
     apply {
         md.rid = eg_intr_md.egress_rid;
+        md.qp_op = QP_OP_NONE;
+        md.in_window = 0;
         bit<8> kind = hdr.bridge.kind;
 
         bool qp_hit = false;
@@ -1194,8 +1316,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                     md.nak_psn = hdr.bth.psn ++ 8w0;
                     md.nak_fresh = nak_accept.execute(hdr.bridge.qp);
                     if (md.nak_fresh == 1) {
-                        psn_resync.execute(hdr.bridge.qp);
-                        window_open.execute(hdr.bridge.qp);
+                        md.qp_op = QP_OP_RESYNC;
                     } else {
                         qp_nak_stale.count(hdr.bridge.qp);
                     }
@@ -1209,14 +1330,19 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                 }
             }
             eg_dprsr_md.drop_ctl = 1;
-        } else if (kind != KIND_FORWARD) {
-            if (qp_hit) {
-                md.in_window = window_pass.execute(hdr.bridge.qp);
-                if (md.in_window == 1) {
-                    qp_window_drops.count(hdr.bridge.qp);
-                    eg_dprsr_md.drop_ctl = 1;
-                } else {
-                    md.psn = psn_next.execute(hdr.bridge.qp);
+        } else if (kind != KIND_FORWARD && qp_hit) {
+            md.qp_op = QP_OP_SEND;
+        }
+        tbl_window.apply();
+        if (md.in_window == 1) {
+            /* Inside the resync window: dropped, consumes no PSN. */
+            qp_window_drops.count(hdr.bridge.qp);
+            eg_dprsr_md.drop_ctl = 1;
+            md.qp_op = QP_OP_NONE;
+        }
+        tbl_psn.apply();
+        if (md.qp_op == QP_OP_SEND) {
+                {
                     md.ack_req = ackreq_next.execute(hdr.bridge.qp);
 
                     /* ---- which slot / chunk ---- */
@@ -1267,7 +1393,8 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                                   IB_BTH_LEN + IB_RETH_LEN + DTA_KW_SLOT_SIZE + IB_ICRC_LEN);
                         }
                     } else if (kind == KIND_KEYINC) {
-                        if ((bit<8>)md.rid < hdr.bridge.n) {
+                        tbl_rid_minus_n.apply();
+                        if (md.rid_minus_n[7:7] == 1) {   /* rid < N (both at most 8) */
                             /* BTH + AtomicETH + ICRC: 44 bytes of transport, correct lengths. */
                             frame(IB_OP_RC_FETCH_ADD, IB_BTH_LEN + IB_ATOMIC_ETH_LEN + IB_ICRC_LEN);
                             hdr.atomic.setValid();
@@ -1390,7 +1517,6 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                     hdr.icrc.icrc_le = crc[7:0] ++ crc[15:8] ++ crc[23:16] ++ crc[31:24];
                     qp_frames.count(hdr.bridge.qp);
                 }
-            }
         }
         hdr.bridge.setInvalid(); hdr.bridge_kv.setInvalid(); hdr.bridge_ap.setInvalid();
         hdr.bridge_pc.setInvalid();
