@@ -103,7 +103,7 @@ const bit<8> KIND_KEYINC   = 3;
 const bit<8> KIND_POSTCARD = 4;
 const bit<8> KIND_RESPONSE = 5;
 
-/* Report headers the parser accepts (ig_md_t.rpt); tbl_report_len checks each one's UDP
+/* Report headers the parser accepts (ig_md_t.rpt); tbl_normalize checks each one's UDP
  * length. */
 const bit<8> RPT_NONE   = 0;
 const bit<8> RPT_REF_KW = 1;
@@ -175,10 +175,12 @@ header aeth_h { bit<8> syndrome; bit<24> msn; }
 header reth_h { bit<32> va_hi; bit<32> va_lo; bit<32> rkey; bit<32> dma_len; }
 header atomic_eth_h { bit<32> va_hi; bit<32> va_lo; bit<32> rkey; bit<64> add; bit<64> compare; }
 header immdt_h { bit<32> imm; }
-header kw_payload_h { bit<32> checksum_le; bit<32> value; }
+/* Little-endian fields as separate bytes: each is one byte move, all in one action (a
+ * concatenation of slices into one wide field took a stage per piece). */
+header kw_payload_h { bit<8> ck0; bit<8> ck1; bit<8> ck2; bit<8> ck3; bit<32> value; }
 header word_h { bit<32> w; }
-header ap_trailer_h { bit<64> trailer_le; }
-header icrc_h { bit<32> icrc_le; }
+header ap_trailer_h { bit<8> seq0; bit<8> seq1; bit<8> seq2; bit<8> seq3; bit<32> count_le; }
+header icrc_h { bit<8> c0; bit<8> c1; bit<8> c2; bit<8> c3; }
 
 /* Ingress -> egress: a common part, then one part per kind, so the egress parser's longest
  * path (Append batch 16 with its trailer) stays within Tofino-1's 160-byte parse depth: one
@@ -260,8 +262,7 @@ struct ig_md_t {
     bit<32> ap_seq;
     pc_idx_t pc_idx;
     bit<32> pc_old_flow;
-    bit<32> pc_flow_diff;    /* old flow XOR key: 0 = the entry is this flow's */
-    bit<16> pc_mask_diff;    /* old mask XOR (full XOR bit): 0 = this hop completes the path */
+    bit<16> pc_done;         /* 1: this hop completes the path (same flow) */
     bit<1> pc_start_complete;  /* a fresh entry is already complete (single-hop path) */
     bit<1> pc_collision;
     bit<16> pc_bit;
@@ -318,7 +319,7 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
         pkt.advance(PORT_METADATA_SIZE);
         md.op = 0; md.n = 0; md.immediate = 0; md.key = 0; md.value = 0; md.delta = 0;
         md.list_id = 0; md.hop = 0; md.path_len = 0; md.drop_reason = 0; md.kind = 0; md.rpt = 0;
-        md.pc_collision = 0; md.pc_evict = 0; md.pc_complete = 0;
+        md.pc_collision = 0; md.pc_evict = 0; md.pc_complete = 0; md.pc_done = 0; md.pc_old_mask = 0;
         transition parse_ethernet;
     }
     state parse_ethernet {
@@ -353,7 +354,7 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
      * gateways (bf-p4c rejected the boolean expressions and comparisons of the earlier
      * ingress checks): PROTOCOL.md section 6.3; extended reserved bits and bytes zero,
      * priority 3 invalid. Exactly one report per datagram, so the UDP length must be the
-     * report's: that is tbl_report_len in ingress (a select on udp.len here needs a parser
+     * report's: that is tbl_normalize in ingress (a select on udp.len here needs a parser
      * match register from the UDP header to the report's, and there are not enough).
      * A state that rejects a report records the reason and accepts; ingress drops and counts. */
     state parse_ref {
@@ -471,25 +472,6 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         ig_dprsr_md.drop_ctl = 1;
     }
 
-    /* The UDP length of each accepted report header: the report's own (one per datagram). */
-    action report_len_ok() { }
-    action report_len_bad() { md.drop_reason = DROP_MALFORMED; }
-    table tbl_report_len {
-        key = { md.rpt : exact; hdr.udp.len : exact; }
-        actions = { report_len_ok; report_len_bad; }
-        const entries = {
-            (RPT_REF_KW, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KW_LEN) : report_len_ok();
-            (RPT_REF_KI, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KI_LEN) : report_len_ok();
-            (RPT_REF_AP, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_AP_LEN) : report_len_ok();
-            (RPT_REF_PC, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_PC_LEN) : report_len_ok();
-            (RPT_EXT_KW, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN) : report_len_ok();
-            (RPT_EXT_KI, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4) : report_len_ok();
-            (RPT_EXT_AP, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN) : report_len_ok();
-            (RPT_EXT_PC, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4) : report_len_ok();
-        }
-        const default_action = report_len_bad();
-        size = 16;
-    }
 
     /* ---- plain forwarding of everything that is not DTA or a collector response ---- */
     action forward(PortId_t port) {
@@ -554,6 +536,30 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         md.op = DTA_OP_POSTCARD; md.key = hdr.ext_pc.key; md.hop = hdr.ext_pc.hop;
         md.path_len = hdr.ext_pc.path_len; md.value = hdr.ext_pc.value;
         md.immediate = hdr.ext.immediate;
+    }
+
+    /* One table normalises every report and checks its UDP length (one report per datagram,
+     * so the length is the report's own): a length other than the report header's is
+     * DROP_MALFORMED. One lookup instead of a chain of validity tests saves stages. */
+    action report_len_bad() { md.drop_reason = DROP_MALFORMED; }
+    table tbl_normalize {
+        key = { md.rpt : exact; hdr.udp.len : exact; }
+        actions = {
+            norm_ref_kw; norm_ref_ki; norm_ref_ap; norm_ref_pc;
+            norm_ext_kw; norm_ext_ki; norm_ext_ap; norm_ext_pc; report_len_bad;
+        }
+        const entries = {
+            (RPT_REF_KW, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KW_LEN) : norm_ref_kw();
+            (RPT_REF_KI, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_KI_LEN) : norm_ref_ki();
+            (RPT_REF_AP, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_AP_LEN) : norm_ref_ap();
+            (RPT_REF_PC, UDP_HEADER_LEN + DTA_REF_BASE_LEN + DTA_REF_PC_LEN) : norm_ref_pc();
+            (RPT_EXT_KW, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KW_FIXED + 4 + DTA_VALUE_LEN) : norm_ext_kw();
+            (RPT_EXT_KI, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_KI_FIXED + 4) : norm_ext_ki();
+            (RPT_EXT_AP, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_AP_FIXED + DTA_VALUE_LEN) : norm_ext_ap();
+            (RPT_EXT_PC, UDP_HEADER_LEN + DTA_EXT_BASE_LEN + DTA_EXT_PC_FIXED + 4) : norm_ext_pc();
+        }
+        const default_action = report_len_bad();
+        size = 16;
     }
 
     /* ---- Key-Write / Key-Increment: one multicast copy per replica, rid = replica ---- */
@@ -681,25 +687,20 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_CACHE)) pc_cache_hash;
 #endif
 
-    /* The XORs run in tables of their own: a gateway tests one field against a constant, and
-     * an XOR written in the apply block would be folded into the condition. */
-    action pc_diff_flow() { md.pc_flow_diff = md.pc_old_flow ^ md.key; }
-    table tbl_pc_diff_flow {
-        actions = { pc_diff_flow; }
-        const default_action = pc_diff_flow();
-        size = 1;
-    }
-    action pc_diff_mask() { md.pc_mask_diff = md.pc_old_mask ^ md.pc_full_xor_bit; }
-    table tbl_pc_diff_mask {
-        actions = { pc_diff_mask; }
-        const default_action = pc_diff_mask();
-        size = 1;
-    }
-
     /* The flow that owns each cache entry; every postcard takes the entry. */
     Register<bit<32>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_flow_reg;
     RegisterAction<bit<32>, pc_idx_t, bit<32>>(pc_flow_reg) pc_flow_swap = {
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = md.key; }
+    };
+    /* A copy of pc_flow_reg whose stateful ALU compares: 1 when the entry belonged to another
+     * flow (a collision). pc_flow_reg keeps the old flow for the eviction; the two run in the
+     * same stage (an XOR and a test after pc_flow_reg took two more). */
+    Register<bit<32>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_owner_reg;
+    RegisterAction<bit<32>, pc_idx_t, bit<1>>(pc_owner_reg) pc_owner_swap = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            if (value == md.key) { rv = 0; } else { rv = 1; }
+            value = md.key;
+        }
     };
     /* Hops received for the entry's flow. A collision starts a fresh mask (the old flow's words
      * are emitted to the old flow's chunk); a completed path clears it (the counter is reset
@@ -707,13 +708,15 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     Register<bit<16>, pc_idx_t>(1 << DTA_PC_CACHE_BITS, 0) pc_mask_reg;
     /* Two actions, chosen by a table on md.pc_collision, so that each reads at most the two
      * PHV inputs a stateful ALU has (the hop's bit and the complete mask without it). */
+    /* Same flow: rv = 1 when this hop completes the path (every other hop was there). */
     RegisterAction<bit<16>, pc_idx_t, bit<16>>(pc_mask_reg) pc_mask_update = {
         void apply(inout bit<16> value, out bit<16> rv) {
-            rv = value;
             if (value == md.pc_full_xor_bit) {
                 value = 0;
+                rv = 1;
             } else {
                 value = value | md.pc_bit;
+                rv = 0;
             }
         }
     };
@@ -729,7 +732,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
             }
         }
     };
-    action pc_mask_continue() { md.pc_old_mask = pc_mask_update.execute(md.pc_idx); }
+    action pc_mask_continue() { md.pc_done = pc_mask_update.execute(md.pc_idx); }
     action pc_mask_collide() { md.pc_old_mask = pc_mask_restart.execute(md.pc_idx); }
     table tbl_pc_mask {
         key = { md.pc_collision : exact; }
@@ -822,19 +825,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         hdr.bridge.key = 0;
 
         /* The parser validated the report (reserved fields, priority, sub-header lengths)
-         * and recorded the reason of a rejection; tbl_report_len checks the UDP length; here
-         * the report only becomes (op, n, key, value, ...). */
-        if (md.drop_reason == 0 && md.rpt != RPT_NONE) { tbl_report_len.apply(); }
-        if (md.drop_reason != 0) {
-            ig_dprsr_md.drop_ctl = 1;
-        } else if (hdr.ref_kw.isValid()) { norm_ref_kw(); }
-        else if (hdr.ref_ki.isValid()) { norm_ref_ki(); }
-        else if (hdr.ref_ap.isValid()) { norm_ref_ap(); }
-        else if (hdr.ref_pc.isValid()) { norm_ref_pc(); }
-        else if (hdr.ext_kw.isValid()) { norm_ext_kw(); }
-        else if (hdr.ext_ki.isValid()) { norm_ext_ki(); }
-        else if (hdr.ext_ap.isValid()) { norm_ext_ap(); }
-        else if (hdr.ext_pc.isValid()) { norm_ext_pc(); }
+         * and recorded the reason of a rejection; tbl_normalize checks the UDP length and
+         * turns the report into (op, n, key, value, ...). */
+        if (md.drop_reason == 0 && md.rpt != RPT_NONE) { tbl_normalize.apply(); }
+        if (md.drop_reason != 0) { ig_dprsr_md.drop_ctl = 1; }
 
         if (md.op == DTA_OP_KEY_WRITE || md.op == DTA_OP_KEY_INCREMENT) {
             if (md.n == 0 || md.n > DTA_MAX_N) {
@@ -872,8 +866,9 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
 #ifndef DTA_AP_REFERENCE_RING
                     hdr.ap_trailer.setValid();
                     /* LE u64: seq (48 bits, high 16 zero here) | count << 48, count = batch. */
-                    hdr.ap_trailer.trailer_le = md.ap_seq[7:0] ++ md.ap_seq[15:8] ++ md.ap_seq[23:16]
-                        ++ md.ap_seq[31:24] ++ 8w0 ++ 8w0 ++ (bit<8>)DTA_AP_BATCH ++ 8w0;
+                    hdr.ap_trailer.seq0 = md.ap_seq[7:0]; hdr.ap_trailer.seq1 = md.ap_seq[15:8];
+                    hdr.ap_trailer.seq2 = md.ap_seq[23:16]; hdr.ap_trailer.seq3 = md.ap_seq[31:24];
+                    hdr.ap_trailer.count_le = 16w0 ++ (bit<8>)DTA_AP_BATCH ++ 8w0;
 #endif
                     hdr.bridge.kind = KIND_APPEND;
                     if (md.ap_imm != 0) { hdr.bridge.immediate = 1; }
@@ -896,15 +891,12 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     bit<32> cache_hash = pc_cache_hash.get({ md.key });
                     md.pc_idx = cache_hash[DTA_PC_CACHE_BITS - 1:0];
                     md.pc_old_flow = pc_flow_swap.execute(md.pc_idx);
-                    /* Comparisons of two fields become XORs tested against zero. */
-                    tbl_pc_diff_flow.apply();
-                    if (md.pc_flow_diff != 0) { md.pc_collision = 1; }
+                    md.pc_collision = pc_owner_swap.execute(md.pc_idx);
                     tbl_pc_mask.apply();
-                    tbl_pc_diff_mask.apply();
                     if (md.pc_collision == 1) {
                         md.pc_complete = md.pc_start_complete;
                         if (md.pc_old_mask != 0) { md.pc_evict = 1; }
-                    } else if (md.pc_mask_diff == 0) {
+                    } else if (md.pc_done == 1) {
                         md.pc_complete = 1;
                     }
                     PC_CELL_APPLY(0)
@@ -1263,7 +1255,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 #ifdef DTA_AP_REFERENCE_RING
 #define AP_TRAILER_ICRC
 #else
-#define AP_TRAILER_ICRC , hdr.ap_trailer.trailer_le
+#define AP_TRAILER_ICRC , hdr.ap_trailer.seq0, hdr.ap_trailer.seq1, hdr.ap_trailer.seq2, hdr.ap_trailer.seq3, hdr.ap_trailer.count_le
 #endif
 #if DTA_PC_CHUNK_WORDS == 1
 #define PC_WORDS_ICRC hdr.pc_words[0].w
@@ -1333,6 +1325,39 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
         } else if (kind != KIND_FORWARD && qp_hit) {
             md.qp_op = QP_OP_SEND;
         }
+        /* ---- which slot / chunk ----
+         * Before the QP registers, not inside the request branch: the hashes and the address
+         * add depend only on the bridged key, the replica and tbl_qp's region, so they run in
+         * the stages the window and PSN registers take (the stage budget is 12). A frame the
+         * window drops computed them for nothing. */
+        if (kind == KIND_KEYWRITE || kind == KIND_KEYINC || kind == KIND_POSTCARD) {
+#ifdef DTA_HASH_REFERENCE
+            if (kind == KIND_POSTCARD && md.rid == 0) {
+                md.slot = h_chunk0_ref.get({ hdr.bridge.key });
+            } else {
+                md.slot = h_slot_ref.get({ hdr.bridge.key, md.rid[7:0] });
+            }
+#else
+            if (md.rid == 0) { md.slot = h_rep0.get({ hdr.bridge.key }); }
+            else if (md.rid == 1) { md.slot = h_rep1.get({ hdr.bridge.key }); }
+            else if (md.rid == 2) { md.slot = h_rep2.get({ hdr.bridge.key }); }
+            else if (md.rid == 3) { md.slot = h_rep3.get({ hdr.bridge.key }); }
+            else if (md.rid == 4) { md.slot = h_rep4.get({ hdr.bridge.key }); }
+            else if (md.rid == 5) { md.slot = h_rep5.get({ hdr.bridge.key }); }
+            else if (md.rid == 6) { md.slot = h_rep6.get({ hdr.bridge.key }); }
+            else { md.slot = h_rep7.get({ hdr.bridge.key }); }
+#endif
+            md.slot = md.slot & md.slot_mask;
+            if (kind == KIND_POSTCARD) { md.off = md.slot << DTA_PC_CHUNK_SHIFT; }
+            else { md.off = md.slot << 3; }
+            addr_carry();
+            if (md.carry_d[31:31] == 1) { md.va_hi = md.base_hi; }
+            else { md.va_hi = md.base_hi1; }
+        }
+        if (kind == KIND_KEYWRITE || kind == KIND_KEYINC) {
+            md.checksum = h_checksum.get({ hdr.bridge.key });
+        }
+
         tbl_window.apply();
         if (md.in_window == 1) {
             /* Inside the resync window: dropped, consumes no PSN. */
@@ -1345,42 +1370,13 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                 {
                     md.ack_req = ackreq_next.execute(hdr.bridge.qp);
 
-                    /* ---- which slot / chunk ---- */
-                    if (kind == KIND_KEYWRITE || kind == KIND_KEYINC || kind == KIND_POSTCARD) {
-#ifdef DTA_HASH_REFERENCE
-                        if (kind == KIND_POSTCARD && md.rid == 0) {
-                            md.slot = h_chunk0_ref.get({ hdr.bridge.key });
-                        } else {
-                            md.slot = h_slot_ref.get({ hdr.bridge.key, md.rid[7:0] });
-                        }
-#else
-                        if (md.rid == 0) { md.slot = h_rep0.get({ hdr.bridge.key }); }
-                        else if (md.rid == 1) { md.slot = h_rep1.get({ hdr.bridge.key }); }
-                        else if (md.rid == 2) { md.slot = h_rep2.get({ hdr.bridge.key }); }
-                        else if (md.rid == 3) { md.slot = h_rep3.get({ hdr.bridge.key }); }
-                        else if (md.rid == 4) { md.slot = h_rep4.get({ hdr.bridge.key }); }
-                        else if (md.rid == 5) { md.slot = h_rep5.get({ hdr.bridge.key }); }
-                        else if (md.rid == 6) { md.slot = h_rep6.get({ hdr.bridge.key }); }
-                        else { md.slot = h_rep7.get({ hdr.bridge.key }); }
-#endif
-                        md.slot = md.slot & md.slot_mask;
-                        if (kind == KIND_POSTCARD) { md.off = md.slot << DTA_PC_CHUNK_SHIFT; }
-                        else { md.off = md.slot << 3; }
-                        addr_carry();
-                        if (md.carry_d[31:31] == 1) { md.va_hi = md.base_hi; }
-                        else { md.va_hi = md.base_hi1; }
-                    }
-                    if (kind == KIND_KEYWRITE || kind == KIND_KEYINC) {
-                        md.checksum = h_checksum.get({ hdr.bridge.key });
-                    }
-
                     if (kind == KIND_KEYWRITE) {
                         hdr.reth.setValid();
                         hdr.reth.va_hi = md.va_hi; hdr.reth.va_lo = md.va_lo;
                         hdr.reth.dma_len = DTA_KW_SLOT_SIZE;
                         hdr.kw_payload.setValid();
-                        hdr.kw_payload.checksum_le = md.checksum[7:0] ++ md.checksum[15:8]
-                            ++ md.checksum[23:16] ++ md.checksum[31:24];
+                        hdr.kw_payload.ck0 = md.checksum[7:0]; hdr.kw_payload.ck1 = md.checksum[15:8];
+                        hdr.kw_payload.ck2 = md.checksum[23:16]; hdr.kw_payload.ck3 = md.checksum[31:24];
                         hdr.kw_payload.value = hdr.bridge_kv.value;
                         if (hdr.bridge.immediate == 1 && md.rid == 0) {
                             /* The first replica tells the collector CPU (ImmDt = checksum). */
@@ -1492,10 +1488,10 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 #ifndef DTA_NO_ICRC
                     if (hdr.kw_payload.isValid() && hdr.immdt.isValid()) {
                         crc = icrc_kw_imm.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                                hdr.immdt.imm, hdr.kw_payload.checksum_le, hdr.kw_payload.value });
+                                                hdr.immdt.imm, hdr.kw_payload.ck0, hdr.kw_payload.ck1, hdr.kw_payload.ck2, hdr.kw_payload.ck3, hdr.kw_payload.value });
                     } else if (hdr.kw_payload.isValid()) {
                         crc = icrc_kw.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                            hdr.kw_payload.checksum_le, hdr.kw_payload.value });
+                                            hdr.kw_payload.ck0, hdr.kw_payload.ck1, hdr.kw_payload.ck2, hdr.kw_payload.ck3, hdr.kw_payload.value });
                     } else if (hdr.atomic.isValid()) {
                         crc = icrc_ki.get({ ICRC_HEADERS, hdr.atomic.va_hi, hdr.atomic.va_lo, hdr.atomic.rkey, hdr.atomic.add,
                                             hdr.atomic.compare });
@@ -1514,7 +1510,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                     }
 #endif
                     /* Least-significant byte first on the wire. */
-                    hdr.icrc.icrc_le = crc[7:0] ++ crc[15:8] ++ crc[23:16] ++ crc[31:24];
+                    hdr.icrc.c0 = crc[7:0]; hdr.icrc.c1 = crc[15:8]; hdr.icrc.c2 = crc[23:16]; hdr.icrc.c3 = crc[31:24];
                     qp_frames.count(hdr.bridge.qp);
                 }
         }
