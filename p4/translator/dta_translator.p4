@@ -1169,11 +1169,11 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
     action win_pass() { md.in_window = window_pass.execute(hdr.bridge.qp); }
     action win_open() { window_open.execute(hdr.bridge.qp); }
     table tbl_window {
-        key = { md.qp_op : exact; }
+        key = { md.qp_op : exact; md.nak_fresh : exact; }
         actions = { win_pass; win_open; NoAction; }
         const entries = {
-            QP_OP_SEND : win_pass();
-            QP_OP_RESYNC : win_open();
+            (QP_OP_SEND, 0) : win_pass();
+            (QP_OP_RESYNC, 1) : win_open();
         }
         const default_action = NoAction();
         size = 2;
@@ -1181,11 +1181,11 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
     action psn_take() { md.psn = psn_next.execute(hdr.bridge.qp); }
     action psn_set() { psn_resync.execute(hdr.bridge.qp); }
     table tbl_psn {
-        key = { md.qp_op : exact; }
+        key = { md.qp_op : exact; md.nak_fresh : exact; md.in_window : exact; }
         actions = { psn_take; psn_set; NoAction; }
         const entries = {
-            QP_OP_SEND : psn_take();
-            QP_OP_RESYNC : psn_set();
+            (QP_OP_SEND, 0, 0) : psn_take();
+            (QP_OP_RESYNC, 1, 0) : psn_set();
         }
         const default_action = NoAction();
         size = 2;
@@ -1294,6 +1294,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
         md.rid = eg_intr_md.egress_rid;
         md.qp_op = QP_OP_NONE;
         md.in_window = 0;
+        md.nak_fresh = 0;
         bit<8> kind = hdr.bridge.kind;
 
         bool qp_hit = false;
@@ -1307,11 +1308,9 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                 if (hdr.aeth.syndrome == AETH_NAK_PSN_SEQ_ERROR) {
                     md.nak_psn = hdr.bth.psn ++ 8w0;
                     md.nak_fresh = nak_accept.execute(hdr.bridge.qp);
-                    if (md.nak_fresh == 1) {
-                        md.qp_op = QP_OP_RESYNC;
-                    } else {
-                        qp_nak_stale.count(hdr.bridge.qp);
-                    }
+                    /* Only a fresh NAK moves anything: tbl_window and tbl_psn match on
+                     * nak_fresh too (no gateway stage between the registers). */
+                    md.qp_op = QP_OP_RESYNC;
                     qp_nak_seq.count(hdr.bridge.qp);
                 } else if (syn_kind == AETH_SYN_ACK) {
                     qp_acks.count(hdr.bridge.qp);
@@ -1358,15 +1357,15 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
             md.checksum = h_checksum.get({ hdr.bridge.key });
         }
 
+        if (md.qp_op == QP_OP_RESYNC && md.nak_fresh == 0) { qp_nak_stale.count(hdr.bridge.qp); }
         tbl_window.apply();
         if (md.in_window == 1) {
-            /* Inside the resync window: dropped, consumes no PSN. */
+            /* Inside the resync window: dropped, consumes no PSN (tbl_psn matches on it). */
             qp_window_drops.count(hdr.bridge.qp);
             eg_dprsr_md.drop_ctl = 1;
-            md.qp_op = QP_OP_NONE;
         }
         tbl_psn.apply();
-        if (md.qp_op == QP_OP_SEND) {
+        if (md.qp_op == QP_OP_SEND && md.in_window == 0) {
                 {
                     md.ack_req = ackreq_next.execute(hdr.bridge.qp);
 
