@@ -13,9 +13,9 @@
 //! configured number of switches, the batch is written at once (one RDMA WRITE of its column
 //! records, `dta_proto::sketch::SketchLayout`). A flush timer, armed by the first merge into a
 //! batch not yet written, writes whatever changed when it fires (stragglers' columns arrive
-//! later and are written again) and NACKs every known switch that has not sent its whole
-//! sketch for the epoch (a lost last column reveals no gap), a bounded number of rounds per
-//! epoch. A report of a newer epoch writes what the old epoch changed and starts a fresh
+//! later and are written again); once the epoch has merged nothing for a flush delay, it
+//! NACKs every known switch that has not sent its whole sketch for the epoch (a lost last
+//! column reveals no gap), a bounded number of rounds per epoch. A report of a newer epoch writes what the old epoch changed and starts a fresh
 //! merge; a report of an older epoch is late and dropped.
 //!
 //! Nothing here allocates, locks or makes a system call per report: the switch table, the
@@ -99,6 +99,9 @@ pub struct SketchMerge {
     dirty: Vec<bool>,
     dirty_count: u32,
     deadline: Option<u64>,
+    /// When the current epoch last merged a column (stragglers are NACKed only once the
+    /// epoch has been quiet for a flush delay, not while switches are still sending).
+    last_merge: u64,
     straggler_rounds: u32,
     /// One batch's column records.
     scratch: Vec<u8>,
@@ -142,6 +145,7 @@ impl SketchMerge {
             dirty: vec![false; layout.batches() as usize],
             dirty_count: 0,
             deadline: None,
+            last_merge: 0,
             straggler_rounds: 0,
             scratch: vec![0; layout.batch_len()],
         })
@@ -262,6 +266,7 @@ impl SketchMerge {
         c.sketch_columns_duplicate += skip as u64;
         c.sketch_columns_merged += (end - first) as u64;
         c.translated += 1;
+        self.last_merge = now;
 
         let rows = self.rows;
         let col_bytes = rows * self.width.bytes();
@@ -429,13 +434,20 @@ impl StorePrimitive for SketchMerge {
         if now < d {
             return;
         }
+        let flush = self.settings.flush_ns;
         let written = self.write_changed(now, out, tx, c);
-        let mut again = !written;
-        if self.straggler_rounds < STRAGGLER_ROUNDS {
-            self.straggler_rounds += 1;
-            again |= self.nack_stragglers(tx, c);
-        }
-        self.deadline = again.then_some(now + self.settings.flush_ns);
+        let quiet_at = self.last_merge + flush;
+        self.deadline = if now < quiet_at {
+            // Switches are still sending: look for stragglers once they have been quiet.
+            Some(if written { quiet_at } else { now + flush })
+        } else {
+            let mut again = !written;
+            if self.straggler_rounds < STRAGGLER_ROUNDS {
+                self.straggler_rounds += 1;
+                again |= self.nack_stragglers(tx, c);
+            }
+            again.then_some(now + flush)
+        };
     }
 
     fn next_deadline(&self) -> Option<u64> {
