@@ -72,7 +72,7 @@ fn switch_sketches(s: u32, epoch: u32) -> (Sketch, Sketch) {
     for _ in 0..300 {
         let flow = (rng.next() % 20_000) as u32 ^ (epoch << 24);
         let key = Key::new(&flow.to_be_bytes()).unwrap();
-        let pkts = if flow % 97 == 0 {
+        let pkts = if flow.is_multiple_of(97) {
             1000
         } else {
             1 + (rng.next() % 5) as u32
