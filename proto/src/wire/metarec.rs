@@ -11,7 +11,7 @@
 //! |---:|---:|---|---|
 //! | 0 | 4 | magic | ASCII `DTAM` (`44 54 41 4D`) |
 //! | 4 | 1 | version | 2 if the record carries a redundancy N (byte 39), otherwise 1 |
-//! | 5 | 1 | kind | 1 Key-Write, 2 Append, 3 Key-Increment, 4 Postcarding |
+//! | 5 | 1 | kind | 1 Key-Write, 2 Append, 3 Key-Increment, 4 Postcarding, 5 Sketch-Merge (its fields: `PROTOCOL.md`, "Collector metadata record") |
 //! | 6 | 1 | hash profile | 0 `reference`, 1 `independent`; 0 for Append (no hash) |
 //! | 7 | 1 | flags | bit 0: the collector verifies the ICRC; bit 1: Append format is `sequenced` (0 = `reference`; must be 0 for other kinds); bit 2: list-head messages follow this record (sequenced Append only, see [`crate::wire::listheads`]); bits 3–7 zero |
 //! | 8 | 8 | address | virtual address of the region's first byte (u64) |
