@@ -119,6 +119,8 @@ pub struct HarnessOptions {
     pub verify_icrc: bool,
     /// Report parsing.
     pub parse: ParseConfig,
+    /// Sketch-Merge settings.
+    pub sketch: dta_translator::datapath::primitive::SketchSettings,
 }
 
 impl Default for HarnessOptions {
@@ -137,6 +139,7 @@ impl Default for HarnessOptions {
             rate: RateLimit::default(),
             verify_icrc: true,
             parse: ParseConfig::default(),
+            sketch: Default::default(),
         }
     }
 }
@@ -225,6 +228,7 @@ impl Harness {
             route_keywrite: first_of(&metas, "keywrite"),
             route_keyincrement: first_of(&metas, "keyincrement"),
             route_postcard: first_of(&metas, "postcard"),
+            sketch: o.sketch,
         };
         let pipeline = Pipeline::new(pc, &[target]).expect("pipeline builds");
         Harness {

@@ -9,6 +9,7 @@
 //! | `postcard` | Fig. 14 | Postcarding postcards/s and frames per postcard against cache size × concurrent flows |
 //! | `query` | Fig. 15 | Key-Write query success against load factor, with the formula |
 //! | `baselines` | Table/§7 | collector CPU ns per report: cuckoo hash, MultiLog, dta software RNIC |
+//! | `sketch` | issue 15 | Sketch-Merge: counter merges/s (vs memcpy, scalar), pipeline columns/s, merged vs central vs truth (`crate::sketchbench`) |
 
 use std::path::{Path, PathBuf};
 

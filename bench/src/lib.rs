@@ -16,6 +16,7 @@ pub mod pcapcheck;
 pub mod progress;
 pub mod replay;
 pub mod sender;
+pub mod sketchbench;
 pub mod svg;
 pub mod sys;
 pub mod trace;

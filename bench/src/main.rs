@@ -324,6 +324,9 @@ enum Figure {
     Query,
     /// Collector CPU per report: cuckoo, MultiLog, dta software RNIC.
     Baselines,
+    /// Sketch-Merge on one core: merge kernel (vs memcpy and a scalar loop), the translator
+    /// pipeline, and merged vs central vs true sketches (sketch.svg).
+    Sketch,
     /// Every figure above.
     All,
     /// Redraw the SVGs from the JSON results in --out (no measurement).
@@ -661,6 +664,10 @@ fn bench_cmd(fig: Figure, o: &FigOptions, profile: ReportFormat) -> Result<(), S
     if all || fig == Figure::Baselines {
         eprintln!("== baselines (collector CPU per report)");
         figures::baselines(o, profile)?;
+    }
+    if all || fig == Figure::Sketch {
+        eprintln!("== sketch (Sketch-Merge, one core, in memory)");
+        dta_bench::sketchbench::sketch(o)?;
     }
     eprintln!("results in {}", o.out.display());
     Ok(())

@@ -365,6 +365,7 @@ impl Rig {
             route_keywrite: Route::Single(0),
             route_keyincrement: Route::Single(1),
             route_postcard: Route::Single(2),
+            sketch: Default::default(),
         };
         let pipeline = Pipeline::new(pc, &[target]).map_err(|e| e.to_string())?;
         let cap = o.burst.max(1) * pipeline.frames_per_report_max() + 256;

@@ -282,3 +282,73 @@ mod tests {
         assert!(top > 0.2, "top 1% of flows carry {top} of packets");
     }
 }
+
+/// Sketch-Merge workload: every switch of a fat tree summarises the flows crossing it in a
+/// Count-Min sketch (packets per 5-tuple) and a HyperLogLog (distinct 5-tuples), per epoch.
+/// The flows, their paths and their sizes are [`Flows`] and [`FatTree`]'s, so the ground
+/// truth (each flow's packet count, the distinct count) is known exactly.
+#[derive(Debug, Clone, Copy)]
+pub struct SketchWorkload {
+    /// The network.
+    pub tree: FatTree,
+    /// The flow population.
+    pub flows: Flows,
+    /// Flows per epoch.
+    pub flows_per_epoch: u64,
+    /// Count-Min geometry.
+    pub cm: dta_proto::sketch::SketchShape,
+    /// HyperLogLog geometry.
+    pub hll: dta_proto::sketch::SketchShape,
+}
+
+/// One epoch of a [`SketchWorkload`]: the switches' sketches and the truth.
+#[derive(Debug, Clone)]
+pub struct SketchEpoch {
+    /// Per switch (index = switch ID − `id_base`): its Count-Min and HyperLogLog.
+    pub switches: Vec<(dta_proto::sketch::Sketch, dta_proto::sketch::Sketch)>,
+    /// The same sketches built centrally from all traffic (each flow counted once, at its
+    /// first hop; Count-Min merged over switches counts a flow at every hop it crosses, so
+    /// the central Count-Min here is built the same way: once per hop).
+    pub central: (dta_proto::sketch::Sketch, dta_proto::sketch::Sketch),
+    /// Each flow's key and its true packets summed over the hops it crosses (what the merged
+    /// Count-Min estimates), and its packet count.
+    pub truth: Vec<(Key, u64, u64)>,
+}
+
+impl SketchWorkload {
+    /// Epoch `e`'s flows crossing the tree, sketched per switch.
+    pub fn epoch(&self, e: u64) -> SketchEpoch {
+        use dta_proto::sketch::Sketch;
+        let n = self.tree.switches() as usize;
+        let mut switches = vec![(Sketch::new(self.cm), Sketch::new(self.hll)); n];
+        let mut central = (Sketch::new(self.cm), Sketch::new(self.hll));
+        let mut truth = Vec::with_capacity(self.flows_per_epoch as usize);
+        for j in 0..self.flows_per_epoch {
+            let i = e * self.flows_per_epoch + j;
+            let key = Key::new(&self.flows.tuple(i)).expect("13-byte key");
+            let pkts = self.flows.packets(i).min(u32::MAX as u64 / 64) as u32;
+            let path = self.tree.path(mix(self.flows.seed ^ i));
+            let mut hops = 0u64;
+            let mut seen = [u32::MAX; 5];
+            for (h, &sw) in path.iter().enumerate() {
+                // A path through one pod's ToR twice (same ToR both ends) counts it once.
+                if seen[..h].contains(&sw) {
+                    continue;
+                }
+                seen[h] = sw;
+                let (cm, hll) = &mut switches[(sw - self.tree.id_base) as usize];
+                cm.update(&key, pkts);
+                hll.update(&key, 1);
+                central.0.update(&key, pkts);
+                hops += 1;
+            }
+            central.1.update(&key, 1);
+            truth.push((key, pkts as u64 * hops, pkts as u64));
+        }
+        SketchEpoch {
+            switches,
+            central,
+            truth,
+        }
+    }
+}

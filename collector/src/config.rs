@@ -375,7 +375,7 @@ impl StoreConfig {
             StoreKindConfig::KeyWrite { redundancy, .. }
             | StoreKindConfig::KeyIncrement { redundancy, .. }
             | StoreKindConfig::Postcard { redundancy, .. } => Some(redundancy),
-            StoreKindConfig::Append { .. } => None,
+            StoreKindConfig::Append { .. } | StoreKindConfig::Sketch { .. } => None,
         }
     }
 }
@@ -538,6 +538,32 @@ pub enum StoreKindConfig {
         #[serde(default)]
         values: Vec<[u32; 2]>,
     },
+    /// Sketch-Merge: one network-wide sketch merged by the translator.
+    Sketch {
+        /// The sketch ID switches put in their reports (unique among the stores).
+        sketch_id: u16,
+        /// `count-min`, `count` or `hyperloglog`.
+        sketch: dta_proto::sketch::SketchKind,
+        /// Rows (default 4; HyperLogLog: 1).
+        #[serde(default)]
+        rows: Option<u8>,
+        /// Columns (a power of two; HyperLogLog: registers, 2^4..=2^16).
+        columns: u32,
+        /// Bytes per cell (default and only value: 4 for the counter sketches, 1 for
+        /// HyperLogLog).
+        #[serde(default)]
+        cell_width: Option<u8>,
+        /// Columns per RDMA WRITE (a power of two; default: as many as fit 1,024 bytes).
+        #[serde(default)]
+        batch: Option<u32>,
+        /// Epoch slots kept, so earlier epochs stay readable while one is merged (1..=16).
+        #[serde(default = "default_sketch_epochs")]
+        epochs: u32,
+    },
+}
+
+fn default_sketch_epochs() -> u32 {
+    2
 }
 
 fn default_kv_redundancy() -> u8 {
@@ -842,6 +868,27 @@ impl CollectorConfig {
                 redundancy(*n)?;
                 crate::query::postcard::ValueSet::new(values, *hash)
                     .map_err(|e| format!("{at}: values: {e}"))?;
+            }
+            StoreKindConfig::Sketch {
+                sketch_id,
+                sketch,
+                epochs,
+                ..
+            } => {
+                if let Some(other) = self.stores.iter().find(|o| {
+                    o.name != s.name
+                        && matches!(o.kind, StoreKindConfig::Sketch { sketch_id: id, .. } if id == *sketch_id)
+                }) {
+                    return Err(format!(
+                        "{at}: sketch_id: {sketch_id} is already served by store {:?}",
+                        other.name
+                    ));
+                }
+                if !(1..=dta_proto::sketch::MAX_EPOCHS).contains(epochs) {
+                    return Err(format!("{at}: epochs: must be 1..=16, not {epochs}"));
+                }
+                crate::store::sketch_shape(s.kind.clone())
+                    .map_err(|e| format!("{at}: {e} ({} sketch)", sketch.name()))?;
             }
         }
         Ok(())

@@ -208,6 +208,45 @@ fn render(state: &ControlState, process: Option<&ProcessStats>) -> String {
     w.finish()
 }
 
+/// Sketch-Merge stores: the newest epoch and how complete it is.
+fn sketch_families(w: &mut PromWriter, state: &ControlState) {
+    let newest: Vec<(&str, crate::query::sketch::Completeness)> = state
+        .stores
+        .iter()
+        .filter_map(|s| {
+            let v = s.sketch()?;
+            let e = v.latest_epoch()?;
+            Some((s.name(), v.read_epoch(e).completeness()))
+        })
+        .collect();
+    w.family(
+        PromKind::Gauge,
+        "dta_collector_sketch_epoch",
+        "Newest epoch a Sketch-Merge store holds.",
+    );
+    for (s, c) in &newest {
+        w.sample(&[("store", s)], c.epoch as f64);
+    }
+    w.family(
+        PromKind::Gauge,
+        "dta_collector_sketch_columns",
+        "Columns of the newest epoch: written by the translator, or complete (merged from the \
+         expected number of switches).",
+    );
+    for (s, c) in &newest {
+        w.sample(&[("store", s), ("state", "written")], c.written as f64);
+        w.sample(&[("store", s), ("state", "complete")], c.complete as f64);
+    }
+    w.family(
+        PromKind::Gauge,
+        "dta_collector_sketch_completeness_ratio",
+        "Fraction of the newest epoch's expected switch-column contributions merged.",
+    );
+    for (s, c) in &newest {
+        w.sample(&[("store", s)], c.ratio());
+    }
+}
+
 /// Picks one figure out of an estimate.
 type EstimateField = fn(&crate::query::estimate::Estimate) -> f64;
 
@@ -285,6 +324,7 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
             }
         }
     }
+    sketch_families(w, state);
     let consumers: Vec<(String, String, String, [u64; 3])> = {
         let m = state.consumers.lock().expect("consumers lock");
         m.iter()
@@ -403,6 +443,12 @@ name = "postcards"
 kind = "postcard"
 chunks = 64
 values = [[1, 9]]
+[[store]]
+name = "cms"
+kind = "sketch"
+sketch_id = 1
+sketch = "count-min"
+columns = 64
 "#;
 
     /// A control state whose every family has non-zero samples: device and per-QP counters
@@ -499,6 +545,16 @@ values = [[1, 9]]
             handle(&st, "POST", "/epoch/counts", &Access::Admin, &[]).status,
             200
         );
+        // Epoch 3 of the sketch: 40 columns from 2 switches, 10 from 1 (of 2 expected).
+        let sk = st.stores.iter().find(|s| s.name() == "cms").unwrap();
+        let v = sk.sketch().unwrap();
+        let mut rec = vec![0u8; v.layout.column_stride() as usize];
+        for c in 0..50 {
+            let merged = if c < 40 { 2 } else { 1 };
+            v.layout
+                .encode_record(3, merged, 2, &[c + 1, 2, 3, 4], &mut rec);
+            sk.region.write(v.layout.column_offset(3, c), &rec).unwrap();
+        }
         // Some slots, counters and chunks of the other stores written.
         for s in &st.stores {
             let step = match s.name() {
@@ -575,7 +631,7 @@ values = [[1, 9]]
             .count();
         assert_eq!(drops, 15);
         // Every series is non-zero but the formula figures that are zero by construction: an
-        // Append list never answers wrong.
+        // Append list never answers wrong, a sketch always answers (its error is its own).
         let zero: Vec<&str> = m
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -583,9 +639,21 @@ values = [[1, 9]]
             .collect();
         assert_eq!(
             zero,
-            ["dta_collector_store_p_wrong_oldest{store=\"events\",kind=\"append\"} 0"],
+            [
+                "dta_collector_store_p_empty_oldest{store=\"cms\",kind=\"sketch\"} 0",
+                "dta_collector_store_p_wrong_oldest{store=\"events\",kind=\"append\"} 0",
+                "dta_collector_store_p_wrong_oldest{store=\"cms\",kind=\"sketch\"} 0"
+            ],
             "{m}"
         );
+        for want in [
+            "dta_collector_sketch_epoch{store=\"cms\"} 3\n",
+            "dta_collector_sketch_columns{store=\"cms\",state=\"written\"} 50\n",
+            "dta_collector_sketch_columns{store=\"cms\",state=\"complete\"} 40\n",
+            "dta_collector_sketch_completeness_ratio{store=\"cms\"} 0.703125\n",
+        ] {
+            assert!(m.contains(want), "missing {want:?} in\n{m}");
+        }
     }
 
     #[test]
@@ -603,6 +671,57 @@ values = [[1, 9]]
                 .count();
             assert!(groups <= 1, "{n} in {groups} groups");
         }
+    }
+
+    #[test]
+    fn sketch_queries_over_http() {
+        let st = state();
+        let get = |url: &str| {
+            let r = handle(&st, "GET", url, &Access::Anonymous, &[]);
+            (r.status, r.body)
+        };
+        let (status, body) = get("/query/sketch/cms/completeness");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            (v["epoch"].as_u64(), v["complete"].as_u64()),
+            (Some(3), Some(40))
+        );
+        assert_eq!(v["expected_switches"].as_u64(), Some(2));
+        let (status, body) = get("/query/sketch/cms/epochs");
+        assert_eq!((status, body.trim()), (200, "{\"epochs\":[3]}"));
+        let (status, body) = get("/query/sketch/cms/point/0a000001?epoch=3");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"estimate\":"), "{body}");
+        assert_eq!(
+            get("/query/sketch/cms/cardinality").0,
+            400,
+            "not a HyperLogLog"
+        );
+        assert_eq!(
+            get("/query/sketch/counts/epochs").0,
+            400,
+            "not a sketch store"
+        );
+        assert_eq!(get("/query/sketch/cms/point/0a000001?n=2").0, 400);
+        let r = handle(
+            &st,
+            "POST",
+            "/query/sketch/cms/heavy?threshold=0",
+            &Access::Anonymous,
+            b"0a000001\n0a000002\n",
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["heavy"].as_array().map(Vec::len), Some(2), "{v}");
+        let r = handle(
+            &st,
+            "POST",
+            "/query/sketch/cms",
+            &Access::Anonymous,
+            b"0a000001\nzz\n",
+        );
+        assert_eq!(r.body.lines().count(), 2, "{}", r.body);
     }
 
     #[test]

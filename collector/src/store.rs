@@ -13,6 +13,7 @@ use crate::query::counter::{CounterView, Epochs};
 use crate::query::estimate::{self, Estimate};
 use crate::query::keywrite::KeyWriteView;
 use crate::query::postcard::{PostcardView, ValueSet};
+use crate::query::sketch::SketchView;
 use crate::rnic::responder::{Access, Responder};
 
 /// Append lists start on this boundary so every ring is cache-line aligned.
@@ -103,6 +104,12 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
                 "chunks must be a power of two and hops 1..=16 (5 with the reference hash profile)",
             )
         }
+        StoreKindConfig::Sketch { .. } => (
+            sketch_shape(cfg.kind.clone()).map_err(|e| bad(&e))?,
+            "rows 1..=8 (HyperLogLog: 1), columns a power of two (HyperLogLog: 16..=65536), \
+             cell_width 4 (HyperLogLog: 1), batch a power of two with batch × column record ≤ \
+             1024 bytes, epochs 1..=16",
+        ),
     };
     let g = StoreGeometry::of_kind(&kind).map_err(|e| bad(&format!("{hint}: {e}")))?;
     let len = match (&g, &kind) {
@@ -114,6 +121,56 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
         _ => g.used_len(),
     };
     Ok((kind, len))
+}
+
+/// The store kind a `[[store]] kind = "sketch"` configuration describes, its defaults filled
+/// in (rows 4 / 1, cell width 4 / 1, the largest batch that fits 1,024 bytes), or what is
+/// wrong with it.
+pub fn sketch_shape(kind: StoreKindConfig) -> Result<StoreKind, String> {
+    use dta_proto::sketch::{SketchKind, SketchShape, MAX_BATCH_BYTES, RECORD_HEAD_LEN};
+    let StoreKindConfig::Sketch {
+        sketch_id,
+        sketch,
+        rows,
+        columns,
+        cell_width,
+        batch,
+        epochs,
+    } = kind
+    else {
+        return Err("not a sketch store".into());
+    };
+    let hll = sketch == SketchKind::HyperLogLog;
+    let rows = rows.unwrap_or(if hll { 1 } else { 4 });
+    let cell_width = cell_width.unwrap_or(if hll { 1 } else { 4 });
+    let shape = SketchShape::new(sketch, rows, columns, cell_width).map_err(|e| {
+        format!(
+            "rows {rows}, columns {columns}, cell_width {cell_width}: {e} (rows 1..=8, 1 for \
+             hyperloglog; columns a power of two, 16..=65536 for hyperloglog; cell_width 4, 1 \
+             for hyperloglog)"
+        )
+    })?;
+    let stride = (RECORD_HEAD_LEN + shape.column_bytes()).next_multiple_of(4) as u32;
+    let fits = MAX_BATCH_BYTES / stride;
+    let batch = match batch {
+        Some(b) => b,
+        None => (1u32 << (31 - fits.max(1).leading_zeros())).min(columns),
+    };
+    if !batch.is_power_of_two() || batch * stride > MAX_BATCH_BYTES || batch > columns {
+        return Err(format!(
+            "batch: {batch} columns of {stride} bytes: must be a power of two, at most the \
+             columns and at most {MAX_BATCH_BYTES} bytes per WRITE"
+        ));
+    }
+    Ok(StoreKind::Sketch {
+        sketch_id,
+        sketch,
+        rows,
+        columns,
+        cell_width,
+        batch,
+        epochs,
+    })
 }
 
 impl Store {
@@ -170,6 +227,18 @@ impl Store {
         self.meta.redundancy
     }
 
+    /// A Sketch-Merge query view, if this is a Sketch store.
+    pub fn sketch(&self) -> Option<SketchView<'_>> {
+        match &self.geometry {
+            StoreGeometry::Sketch { layout, sketch_id } => Some(SketchView {
+                region: &self.region,
+                layout: *layout,
+                sketch_id: *sketch_id,
+            }),
+            _ => None,
+        }
+    }
+
     /// The Append layout and list stride, if this is an Append store.
     pub fn append(&self) -> Option<AppendGeometry> {
         match &self.geometry {
@@ -197,6 +266,14 @@ impl Store {
                 v.layout.hops() as u32,
                 self.values.len(),
             );
+        }
+        if let Some(v) = self.sketch() {
+            // Completeness of the newest epoch: the fraction of its expected contributions
+            // merged; nothing was "lost" by a sketch.
+            let done = v
+                .latest_epoch()
+                .map_or(0.0, |e| v.read_epoch(e).completeness().ratio());
+            return estimate::sketch(done);
         }
         let a = self.append().expect("every kind is handled");
         // Finding a list's head reads every trailer of its ring: sample lists evenly so at
@@ -280,6 +357,13 @@ pub fn build_stores_with(
         };
         let geometry =
             StoreGeometry::try_from(&meta).map_err(|e| format!("store {:?}: {e}", sc.name))?;
+        if let StoreGeometry::Sketch { layout, sketch_id } = &geometry {
+            // The header tells any reader of the raw region (a dump, a restarted collector)
+            // the geometry; the translator never writes it.
+            region
+                .write(0, &layout.encode_header(*sketch_id))
+                .map_err(|_| format!("store {:?}: region too short", sc.name))?;
+        }
         let (epoch_secs, values) = match &sc.kind {
             StoreKindConfig::KeyIncrement { epoch_secs, .. } => (*epoch_secs, ValueSet::default()),
             StoreKindConfig::Postcard { values, hash, .. } => (0, ValueSet::new(values, *hash)?),

@@ -1,4 +1,4 @@
-//! DTA NACKs (reference 2-byte and extended 12-byte): parse never panics; whatever parses is
+//! DTA NACKs (reference 2-byte, extended 12-byte, sketch-column 16-byte): parse never panics; whatever parses is
 //! valid (`check`) and re-emits to exactly the input bytes.
 #![no_main]
 
@@ -17,6 +17,8 @@ fuzz_target!(|data: &[u8]| {
     match n {
         // Reserved flag bits are ignored on parse and cleared on emit.
         NackRepr::Reference { .. } => assert_eq!(out[0], data[0]),
-        NackRepr::Extended { .. } => assert_eq!(&out[..len], data),
+        NackRepr::Extended { .. } | NackRepr::SketchColumn { .. } => {
+            assert_eq!(&out[..len], data)
+        }
     }
 });

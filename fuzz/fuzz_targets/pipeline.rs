@@ -255,6 +255,7 @@ impl World {
             route_keywrite: first_of(&metas, "keywrite"),
             route_keyincrement: first_of(&metas, "keyincrement"),
             route_postcard: first_of(&metas, "postcard"),
+            sketch: Default::default(),
         };
         World {
             pipeline: Pipeline::new(pc, &[target]).expect("pipeline builds"),

@@ -17,4 +17,6 @@ pub mod opcode {
     pub const KEY_INCREMENT: u8 = 0x03;
     /// Postcarding.
     pub const POSTCARD: u8 = 0x04;
+    /// Sketch-Merge (extended profile version 2 only; `wire::sketch`).
+    pub const SKETCH_MERGE: u8 = 0x05;
 }

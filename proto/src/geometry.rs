@@ -12,6 +12,7 @@
 use crate::hash::{HashProfile, KeyHasher, PostcardHasher};
 use crate::layout::{AppendLayout, CounterLayout, KeyWriteLayout, LayoutError, PostcardLayout};
 use crate::meta::{StoreKind, StoreMeta};
+use crate::sketch::{SketchLayout, SketchShape};
 
 /// Why a store's metadata does not describe a usable store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub enum GeometryError {
     },
     /// `addr + len` overflows the address space.
     AddressOverflow,
-    /// An Append store with a redundancy N (Append writes each entry once).
+    /// An Append or Sketch store with a redundancy N (they write each entry once).
     AppendRedundancy,
 }
 
@@ -47,9 +48,9 @@ impl core::fmt::Display for GeometryError {
                 "the layout needs {needed} bytes but the region has {len}"
             ),
             GeometryError::AddressOverflow => f.write_str("region address + length overflows"),
-            GeometryError::AppendRedundancy => {
-                f.write_str("an Append store has no redundancy N (each entry is written once)")
-            }
+            GeometryError::AppendRedundancy => f.write_str(
+                "an Append or Sketch store has no redundancy N (each entry is written once)",
+            ),
         }
     }
 }
@@ -117,6 +118,13 @@ pub enum StoreGeometry {
         /// [`PostcardHasher::with_cache_slots`]).
         hasher: PostcardHasher,
     },
+    /// A merged sketch.
+    Sketch {
+        /// Memory layout (geometry, batch, epoch slots).
+        layout: SketchLayout,
+        /// The sketch ID the store serves.
+        sketch_id: u16,
+    },
 }
 
 impl StoreGeometry {
@@ -174,6 +182,22 @@ impl StoreGeometry {
                     "chunks must be a power of two and the reference profile needs 5 hops",
                 ))?,
             },
+            StoreKind::Sketch {
+                sketch_id,
+                sketch,
+                rows,
+                columns,
+                cell_width,
+                batch,
+                epochs,
+            } => StoreGeometry::Sketch {
+                layout: SketchLayout::new(
+                    SketchShape::new(sketch, rows, columns, cell_width)?,
+                    batch,
+                    epochs,
+                )?,
+                sketch_id,
+            },
         })
     }
 
@@ -187,6 +211,7 @@ impl StoreGeometry {
                 (a.lists as u64 - 1) * a.list_stride + a.layout.region_len()
             }
             StoreGeometry::Postcard { layout, .. } => layout.region_len(),
+            StoreGeometry::Sketch { layout, .. } => layout.region_len(),
         }
     }
 
@@ -197,6 +222,7 @@ impl StoreGeometry {
             StoreGeometry::KeyIncrement { .. } => "keyincrement",
             StoreGeometry::Append(_) => "append",
             StoreGeometry::Postcard { .. } => "postcard",
+            StoreGeometry::Sketch { .. } => "sketch",
         }
     }
 }

@@ -16,6 +16,8 @@
 //!   Postcarding chunk) with their byte orders.
 //! - [`geometry`]: a store's layout and hashers, validated once against its region
 //!   ([`geometry::StoreGeometry`]); every writer and reader derives its addresses from it.
+//! - [`sketch`]: Sketch-Merge: sketch kinds, their hashes and merges, the merged sketch's
+//!   memory layout and its estimators (reports: [`wire::sketch`]).
 //! - [`analysis`]: the papers' success-probability formulas.
 //!
 //! # How data flows
@@ -43,6 +45,7 @@ pub mod hash;
 pub mod icrc;
 pub mod layout;
 pub mod meta;
+pub mod sketch;
 pub mod stats;
 pub mod types;
 pub mod wire;

@@ -62,6 +62,24 @@ pub enum StoreKind {
         /// Hash profile of the chunk and hop functions.
         hash: HashProfile,
     },
+    /// Sketch-Merge: one merged sketch, `epochs` epoch slots of `columns` column records
+    /// (layout: [`crate::sketch::SketchLayout`]).
+    Sketch {
+        /// The sketch ID reports name (selects this store).
+        sketch_id: u16,
+        /// Count-Min, Count sketch or HyperLogLog.
+        sketch: crate::sketch::SketchKind,
+        /// Rows (1 for HyperLogLog).
+        rows: u8,
+        /// Columns (a power of two; HyperLogLog: registers).
+        columns: u32,
+        /// Bytes per cell (4 for the counter sketches, 1 for HyperLogLog).
+        cell_width: u8,
+        /// Columns per RDMA WRITE.
+        batch: u32,
+        /// Epoch slots kept (epoch e in slot e % epochs).
+        epochs: u32,
+    },
 }
 
 impl StoreKind {
@@ -72,6 +90,7 @@ impl StoreKind {
             StoreKind::KeyIncrement { .. } => "keyincrement",
             StoreKind::Append { .. } => "append",
             StoreKind::Postcard { .. } => "postcard",
+            StoreKind::Sketch { .. } => "sketch",
         }
     }
 }
@@ -162,9 +181,9 @@ pub struct StoreMeta {
 }
 
 impl StoreKind {
-    /// Whether stores of this kind have a redundancy N (all but Append).
+    /// Whether stores of this kind have a redundancy N (all but Append and Sketch).
     pub fn has_redundancy(&self) -> bool {
-        !matches!(self, StoreKind::Append { .. })
+        !matches!(self, StoreKind::Append { .. } | StoreKind::Sketch { .. })
     }
 }
 

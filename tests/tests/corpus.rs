@@ -159,6 +159,7 @@ fn run_case(case: &CaseFile, reports: &[Vec<u8>]) -> Run {
         route_keywrite: first_of("keywrite"),
         route_keyincrement: first_of("keyincrement"),
         route_postcard: first_of("postcard"),
+        sketch: Default::default(),
     };
     let mut pipeline = Pipeline::new(pc, &[target]).expect("pipeline builds");
     let mut tx = TxBatch::new(4096, 2048);

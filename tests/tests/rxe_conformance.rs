@@ -92,6 +92,7 @@ fn pipeline_for(t: &Target, kind: StoreKind) -> Pipeline {
         route_keywrite: route("keywrite"),
         route_keyincrement: route("keyincrement"),
         route_postcard: route("postcard"),
+        sketch: Default::default(),
     };
     let target = CollectorTarget {
         roce: guest(),

@@ -80,6 +80,7 @@ fn pipeline_for(t: &Target, slots: u32) -> Pipeline {
         route_keywrite: Route::None,
         route_keyincrement: Route::Single(0),
         route_postcard: Route::None,
+        sketch: Default::default(),
     };
     let target = CollectorTarget {
         roce: SocketAddrV4::new(GUEST_IP, 4791),

@@ -253,6 +253,7 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
         route_keywrite: Route::Single(0),
         route_keyincrement: Route::Single(2),
         route_postcard: Route::None,
+        sketch: Default::default(),
     };
     let mut p = Pipeline::new(pc, &[target]).expect("pipeline builds from the advertised stores");
     let mut reports = Vec::new();

@@ -43,6 +43,9 @@ pub struct TranslatorConfig {
     /// Postcarding cache.
     #[serde(default)]
     pub postcard: PostcardSection,
+    /// Sketch-Merge.
+    #[serde(default)]
+    pub sketch: SketchSection,
     /// ACK cadence and loss recovery.
     #[serde(default)]
     pub reliability: ReliabilitySection,
@@ -340,6 +343,30 @@ impl Default for PostcardSection {
     }
 }
 
+/// `[sketch]`: how Sketch-Merge stores merge switches' sketches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SketchSection {
+    /// Switches whose columns complete a column: a batch is written as soon as each of its
+    /// columns has this many.
+    pub expected_switches: u16,
+    /// Switches tracked at most per sketch (the table is allocated up front).
+    pub max_switches: u32,
+    /// Milliseconds after a merge into a batch not yet written at which what changed is
+    /// written anyway and switches that have not sent their whole sketch are NACKed.
+    pub flush_delay_ms: u64,
+}
+
+impl Default for SketchSection {
+    fn default() -> Self {
+        SketchSection {
+            expected_switches: 1,
+            max_switches: 4096,
+            flush_delay_ms: 10,
+        }
+    }
+}
+
 /// `[reliability]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -568,6 +595,19 @@ impl TranslatorConfig {
                  picks an ephemeral port for a raw-frame backend)",
                 t.backend.name()
             ));
+        }
+        let sk = &self.sketch;
+        if sk.expected_switches == 0 {
+            return Err("sketch.expected_switches must be at least 1".into());
+        }
+        if sk.max_switches < sk.expected_switches as u32 || sk.max_switches > 1 << 20 {
+            return Err(format!(
+                "sketch.max_switches must be sketch.expected_switches ({})..=1048576, not {}",
+                sk.expected_switches, sk.max_switches
+            ));
+        }
+        if !(1..=60_000).contains(&sk.flush_delay_ms) {
+            return Err("sketch.flush_delay_ms must be 1..=60000".into());
         }
         if !self.postcard.cache_slots.is_power_of_two() {
             return Err("postcard.cache_slots must be a power of two".into());

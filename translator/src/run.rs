@@ -1013,6 +1013,11 @@ pub fn pipeline_for(
         route_keywrite,
         route_keyincrement,
         route_postcard,
+        sketch: crate::datapath::primitive::SketchSettings {
+            expected_switches: cfg.sketch.expected_switches,
+            max_switches: cfg.sketch.max_switches,
+            flush_ns: cfg.sketch.flush_delay_ms * 1_000_000,
+        },
     };
     check_postcard_redundancy(cfg, collectors)?;
     let mut targets = Vec::new();

@@ -163,6 +163,65 @@ enum QueryCmd {
         #[command(flatten)]
         opts: QueryOpts,
     },
+    /// Sketch-Merge: point estimates, cardinality, heavy hitters, completeness.
+    Sketch {
+        #[command(subcommand)]
+        what: SketchCmd,
+    },
+}
+
+/// Which sketch store and epoch a sketch query reads.
+#[derive(Args, Debug, Clone)]
+struct SketchOpts {
+    /// Store (default: the only sketch store).
+    #[arg(long)]
+    store: Option<String>,
+    /// Epoch (default: the newest the store holds).
+    #[arg(long)]
+    epoch: Option<u32>,
+    #[command(flatten)]
+    control: Control,
+}
+
+#[derive(Subcommand, Debug)]
+enum SketchCmd {
+    /// Count-Min or Count sketch: the point estimate of a key (or of every key of a file).
+    Point {
+        /// Key (hex or 5-tuple).
+        #[arg(required_unless_present = "keys_file")]
+        key: Option<String>,
+        /// Read the keys from this file (`-`: standard input), one per line or a JSON array.
+        #[arg(long, value_name = "FILE", conflicts_with = "key")]
+        keys_file: Option<PathBuf>,
+        #[command(flatten)]
+        opts: SketchOpts,
+    },
+    /// HyperLogLog: the cardinality estimate.
+    Cardinality {
+        #[command(flatten)]
+        opts: SketchOpts,
+    },
+    /// The candidate keys of a file whose estimate reaches --threshold, largest first.
+    Heavy {
+        /// Candidate keys (`-`: standard input), one per line or a JSON array.
+        #[arg(long, value_name = "FILE")]
+        keys_file: PathBuf,
+        /// Smallest estimate reported.
+        #[arg(long)]
+        threshold: i64,
+        #[command(flatten)]
+        opts: SketchOpts,
+    },
+    /// Columns written and complete, switches merged per column.
+    Completeness {
+        #[command(flatten)]
+        opts: SketchOpts,
+    },
+    /// The epochs the store holds, newest first.
+    Epochs {
+        #[command(flatten)]
+        opts: SketchOpts,
+    },
 }
 
 fn main() {
@@ -428,8 +487,59 @@ fn pick_store(ep: &client::Endpoint, want: Option<String>, kind: &str) -> Result
     }
 }
 
+fn sketch_query(q: SketchCmd) -> Result<(), String> {
+    let (opts, what, key, file, mut params) = match q {
+        SketchCmd::Point {
+            key,
+            keys_file,
+            opts,
+        } => (opts, "point", key, keys_file, Vec::new()),
+        SketchCmd::Cardinality { opts } => (opts, "cardinality", None, None, Vec::new()),
+        SketchCmd::Heavy {
+            keys_file,
+            threshold,
+            opts,
+        } => (
+            opts,
+            "heavy",
+            None,
+            Some(keys_file),
+            vec![format!("threshold={threshold}")],
+        ),
+        SketchCmd::Completeness { opts } => (opts, "completeness", None, None, Vec::new()),
+        SketchCmd::Epochs { opts } => (opts, "epochs", None, None, Vec::new()),
+    };
+    if let (Some(e), false) = (opts.epoch, what == "epochs") {
+        params.push(format!("epoch={e}"));
+    }
+    let query = if params.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", params.join("&"))
+    };
+    let addr = endpoint(&opts.control)?;
+    let store = enc(&pick_store(&addr, opts.store, "sketch")?);
+    if let Some(file) = &file {
+        let body = read_keys(file)?;
+        let path = match what {
+            "heavy" => format!("/query/sketch/{store}/heavy{query}"),
+            _ => format!("/query/sketch/{store}{query}"),
+        };
+        return print_answer(addr.request_with_body("POST", &path, &body)?);
+    }
+    let path = match key {
+        Some(k) => {
+            dta_collector::query::keys::parse_key(&k)?;
+            format!("/query/sketch/{store}/point/{}{query}", enc(&k))
+        }
+        None => format!("/query/sketch/{store}/{what}{query}"),
+    };
+    print_answer(addr.request("GET", &path)?)
+}
+
 fn query(q: QueryCmd) -> Result<(), String> {
     let (kind, path_kind, key, opts, mut params) = match q {
+        QueryCmd::Sketch { what } => return sketch_query(what),
         QueryCmd::Keywrite {
             key,
             threshold,

@@ -111,6 +111,20 @@ pub fn append(occupancy: f64, fill: f64, wrapped_share: f64) -> Estimate {
     }
 }
 
+/// A Sketch-Merge store: `completeness` is the fraction of the newest epoch's expected
+/// switch-column contributions merged. A sketch answers every query (its error is the
+/// sketch's own, not a lost write), so only the fill is reported.
+pub fn sketch(completeness: f64) -> Estimate {
+    Estimate {
+        occupancy: completeness,
+        load_factor: completeness,
+        p_empty_oldest: 0.0,
+        p_empty_mean: 0.0,
+        p_wrong_oldest: 0.0,
+        expected_success: 1.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,8 @@
 //! - [`keywrite`]: plurality or consensus vote over a key's N checksummed slots.
 //! - [`counter`]: count-min minimum over a key's N counters; epochs.
 //! - [`postcard`]: decode a flow's chunks over V ∪ {⊔}; agreeing valid chunks give the path.
+//! - [`sketch`]: Sketch-Merge point queries, HyperLogLog cardinality, heavy hitters and
+//!   per-epoch completeness.
 //! - [`append`]: tail readers that see the writer's head, survive wrap and count overruns.
 //! - [`estimate`]: load factors and expected success from the papers' formulas.
 //! - [`keys`]: the operator-facing key syntax (hex or IPv4 5-tuple).
@@ -15,3 +17,4 @@ pub mod estimate;
 pub mod keys;
 pub mod keywrite;
 pub mod postcard;
+pub mod sketch;

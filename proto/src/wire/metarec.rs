@@ -11,7 +11,7 @@
 //! |---:|---:|---|---|
 //! | 0 | 4 | magic | ASCII `DTAM` (`44 54 41 4D`) |
 //! | 4 | 1 | version | 2 if the record carries a redundancy N (byte 39), otherwise 1 |
-//! | 5 | 1 | kind | 1 Key-Write, 2 Append, 3 Key-Increment, 4 Postcarding |
+//! | 5 | 1 | kind | 1 Key-Write, 2 Append, 3 Key-Increment, 4 Postcarding, 5 Sketch-Merge (its fields: `PROTOCOL.md`, "Collector metadata record") |
 //! | 6 | 1 | hash profile | 0 `reference`, 1 `independent`; 0 for Append (no hash) |
 //! | 7 | 1 | flags | bit 0: the collector verifies the ICRC; bit 1: Append format is `sequenced` (0 = `reference`; must be 0 for other kinds); bit 2: list-head messages follow this record (sequenced Append only, see [`crate::wire::listheads`]); bits 3–7 zero |
 //! | 8 | 8 | address | virtual address of the region's first byte (u64) |
@@ -74,6 +74,8 @@ pub mod kind {
     pub const KEY_INCREMENT: u8 = 3;
     /// Postcarding.
     pub const POSTCARD: u8 = 4;
+    /// Sketch-Merge.
+    pub const SKETCH: u8 = 5;
 }
 
 /// Bits of the `flags` byte.
@@ -199,6 +201,23 @@ impl MetaRecord {
                 format,
                 list_stride,
             },
+            StoreKind::Sketch {
+                sketch_id,
+                sketch,
+                rows,
+                columns,
+                cell_width,
+                batch,
+                epochs,
+            } => StoreKind::Sketch {
+                sketch_id,
+                sketch,
+                rows,
+                columns,
+                cell_width,
+                batch: batch.min(u16::MAX as u32),
+                epochs,
+            },
             ref k => k.clone(),
         };
         MetaRecord {
@@ -304,6 +323,22 @@ impl MetaRecord {
                 0,
                 slot_size == 0 && append_fields_zero,
             ),
+            kind::SKETCH => (
+                StoreKind::Sketch {
+                    sketch_id: u16::try_from(lists).map_err(|_| Error::Malformed)?,
+                    sketch: u8::try_from(first_list)
+                        .ok()
+                        .and_then(crate::sketch::SketchKind::from_code)
+                        .ok_or(Error::Malformed)?,
+                    rows: hops,
+                    columns: count,
+                    cell_width: u8::try_from(slot_size).map_err(|_| Error::Malformed)?,
+                    batch,
+                    epochs: u32::try_from(list_stride).map_err(|_| Error::Malformed)?,
+                },
+                0,
+                b[f::HASH] == hash_code(HashProfile::Independent),
+            ),
             _ => return Err(Error::UnknownOpcode),
         };
         if flags & !(flags::VERIFY_ICRC | kind_flags) != 0 || !unused_zero || !reserved_zero {
@@ -400,6 +435,25 @@ impl MetaRecord {
                 out[f::HASH] = hash_code(hash);
                 put_le(out, f::COUNT, chunks as u64);
                 out[f::HOPS] = hops;
+            }
+            StoreKind::Sketch {
+                sketch_id,
+                sketch,
+                rows,
+                columns,
+                cell_width,
+                batch,
+                epochs,
+            } => {
+                out[f::KIND] = kind::SKETCH;
+                out[f::HASH] = hash_code(HashProfile::Independent);
+                put_le(out, f::SLOT_SIZE, cell_width as u64);
+                put_le(out, f::COUNT, columns as u64);
+                put_le(out, f::BATCH, batch.min(u16::MAX as u32) as u64);
+                out[f::HOPS] = rows;
+                put_le(out, f::LISTS, sketch_id as u64);
+                put_le(out, f::FIRST_LIST, sketch.code() as u64);
+                put_le(out, f::LIST_STRIDE, epochs as u64);
             }
         }
         out[f::FLAGS] = flags;
@@ -877,6 +931,28 @@ mod tests {
                 ),
             (any::<u32>(), any::<u8>(), hash_strategy())
                 .prop_map(|(chunks, hops, hash)| StoreKind::Postcard { chunks, hops, hash }),
+            (
+                (any::<u16>(), 1u8..=3, any::<u8>()),
+                (
+                    any::<u32>(),
+                    any::<u8>(),
+                    0u32..=u16::MAX as u32,
+                    any::<u32>()
+                )
+            )
+                .prop_map(
+                    |((sketch_id, k, rows), (columns, cell_width, batch, epochs))| {
+                        StoreKind::Sketch {
+                            sketch_id,
+                            sketch: crate::sketch::SketchKind::from_code(k).unwrap(),
+                            rows,
+                            columns,
+                            cell_width,
+                            batch,
+                            epochs,
+                        }
+                    }
+                ),
         ]
     }
 

@@ -22,6 +22,7 @@ pub mod metarec;
 pub mod nack;
 pub mod report;
 pub mod roce;
+pub mod sketch;
 pub mod udp;
 
 /// Why bytes were rejected. Cheap to return and to count.

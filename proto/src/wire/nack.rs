@@ -6,7 +6,13 @@
 //! ```text
 //! reference (2 B):  seqnum u8 | flags u8 (bit7 nack = 1, bits6..0 reserved)
 //! extended (12 B):  0xD1 | kind u8 (0x80 = NACK) | reserved u16 | first_missing u32 | count u32
+//! sketch (16 B):    0xD2 | kind u8 (0x81 = column NACK) | sketch_id u16 | switch_id u32 |
+//!                   epoch u32 | expected_column u32
 //! ```
+//!
+//! The sketch-column NACK (extended profile version 2, `PROTOCOL.md` §5.7) answers a
+//! Sketch-Merge report whose column is not the next one the translator expects from that
+//! switch: it names the column to resend from.
 //!
 //! A reference NACK carries the last in-order seqnum the translator accepted (not the missing
 //! one, reference §2.6); an extended NACK names the missing range itself. [`NackRepr::parse`]
@@ -24,6 +30,10 @@ pub const EXT_NACK_LEN: usize = 12;
 pub const REFERENCE_NACK_FLAG: u8 = 0x80;
 /// `kind` of an extended NACK. Other kinds are reserved for future control messages.
 pub const EXT_KIND_NACK: u8 = 0x80;
+/// `kind` of a sketch-column NACK (version 2).
+pub const EXT_KIND_SKETCH_NACK: u8 = 0x81;
+/// Length of a sketch-column NACK.
+pub const SKETCH_NACK_LEN: usize = 16;
 
 mod field {
     pub type Field = core::ops::Range<usize>;
@@ -36,6 +46,11 @@ mod field {
     pub const EXT_RESERVED: Field = 2..4;
     pub const EXT_FIRST_MISSING: Field = 4..8;
     pub const EXT_COUNT: Field = 8..12;
+
+    pub const SK_SKETCH_ID: Field = 2..4;
+    pub const SK_SWITCH: Field = 4..8;
+    pub const SK_EPOCH: Field = 8..12;
+    pub const SK_COLUMN: Field = 12..16;
 }
 
 #[inline]
@@ -235,6 +250,18 @@ pub enum NackRepr {
         /// Number of missing sequence numbers (at least 1; wraps mod 2^32).
         count: u32,
     },
+    /// The sketch-column NACK (version 2): "switch `switch`, resend sketch `sketch_id`'s
+    /// epoch `epoch` from column `expected_column` on".
+    SketchColumn {
+        /// The sketch.
+        sketch_id: u16,
+        /// The switch the NACK is for (as it put it in its reports).
+        switch: u32,
+        /// The epoch the translator is merging for that switch.
+        epoch: u32,
+        /// The next column the translator expects from the switch.
+        expected_column: u32,
+    },
 }
 
 impl NackRepr {
@@ -257,6 +284,24 @@ impl NackRepr {
         }
         match bytes.first() {
             None => Err(Error::Truncated),
+            Some(&crate::wire::sketch::MAGIC_VERSION) => {
+                if bytes.len() < SKETCH_NACK_LEN {
+                    return Err(Error::Truncated);
+                }
+                if bytes[1] != EXT_KIND_SKETCH_NACK {
+                    return Err(Error::UnknownOpcode);
+                }
+                if bytes.len() != SKETCH_NACK_LEN {
+                    return Err(Error::Malformed);
+                }
+                let be = |f: core::ops::Range<usize>| be_u32(&bytes[f]);
+                Ok(NackRepr::SketchColumn {
+                    sketch_id: u16::from_be_bytes([bytes[2], bytes[3]]),
+                    switch: be(field::SK_SWITCH),
+                    epoch: be(field::SK_EPOCH),
+                    expected_column: be(field::SK_COLUMN),
+                })
+            }
             Some(&b) if is_extended(b) => {
                 let n = ExtNack::new_checked(bytes)?;
                 if n.kind() != EXT_KIND_NACK {
@@ -290,6 +335,7 @@ impl NackRepr {
         match self {
             NackRepr::Reference { .. } => REFERENCE_NACK_LEN,
             NackRepr::Extended { .. } => EXT_NACK_LEN,
+            NackRepr::SketchColumn { .. } => SKETCH_NACK_LEN,
         }
     }
 
@@ -312,6 +358,20 @@ impl NackRepr {
                 n.set_reserved(0);
                 n.set_first_missing(first_missing);
                 n.set_missing_count(count);
+            }
+            NackRepr::SketchColumn {
+                sketch_id,
+                switch,
+                epoch,
+                expected_column,
+            } => {
+                let b = &mut buf[..len];
+                b[0] = crate::wire::sketch::MAGIC_VERSION;
+                b[1] = EXT_KIND_SKETCH_NACK;
+                b[field::SK_SKETCH_ID].copy_from_slice(&sketch_id.to_be_bytes());
+                b[field::SK_SWITCH].copy_from_slice(&switch.to_be_bytes());
+                b[field::SK_EPOCH].copy_from_slice(&epoch.to_be_bytes());
+                b[field::SK_COLUMN].copy_from_slice(&expected_column.to_be_bytes());
             }
         }
         len
@@ -379,7 +439,9 @@ mod tests {
             b[i] = v;
             NackRepr::parse(&b)
         };
-        assert_eq!(with(0, 0xd2), Err(Error::UnsupportedVersion));
+        // 0xD2 is version 2, whose only NACK (the sketch-column NACK) is 16 bytes long.
+        assert_eq!(with(0, 0xd2), Err(Error::Truncated));
+        assert_eq!(with(0, 0xd3), Err(Error::UnsupportedVersion));
         assert_eq!(with(0, 0xd0), Err(Error::UnsupportedVersion));
         assert_eq!(with(1, 0x81), Err(Error::UnknownOpcode));
         assert_eq!(with(2, 1), Err(Error::Malformed));
@@ -406,6 +468,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn sketch_column_golden_and_errors() {
+        let b = [
+            0xd2, 0x81, 0x00, 0x07, 0x0a, 0x00, 0x00, 0x01, 0, 0, 0, 3, 0, 0, 0x01, 0x00,
+        ];
+        let n = NackRepr::parse(&b).unwrap();
+        assert_eq!(
+            n,
+            NackRepr::SketchColumn {
+                sketch_id: 7,
+                switch: 0x0a00_0001,
+                epoch: 3,
+                expected_column: 256
+            }
+        );
+        let mut out = [0u8; SKETCH_NACK_LEN];
+        assert_eq!(n.emit(&mut out), 16);
+        assert_eq!(out, b);
+        for len in 3..16 {
+            assert_eq!(NackRepr::parse(&b[..len]), Err(Error::Truncated), "{len}");
+        }
+        let mut k = b;
+        k[1] = 0x80;
+        assert_eq!(NackRepr::parse(&k), Err(Error::UnknownOpcode));
+        let mut long = b.to_vec();
+        long.push(0);
+        assert_eq!(NackRepr::parse(&long), Err(Error::Malformed));
+    }
+
     fn arb_nack() -> impl Strategy<Value = NackRepr> {
         prop_oneof![
             any::<u8>().prop_map(|s| NackRepr::Reference { last_in_order: s }),
@@ -413,13 +504,21 @@ mod tests {
                 first_missing: f,
                 count: c
             }),
+            (any::<u16>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+                |(sketch_id, switch, epoch, expected_column)| NackRepr::SketchColumn {
+                    sketch_id,
+                    switch,
+                    epoch,
+                    expected_column
+                }
+            ),
         ]
     }
 
     proptest! {
         #[test]
         fn roundtrip(r in arb_nack()) {
-            let mut b = [0u8; EXT_NACK_LEN];
+            let mut b = [0u8; SKETCH_NACK_LEN];
             let n = r.emit(&mut b);
             prop_assert_eq!(n, r.buffer_len());
             prop_assert_eq!(NackRepr::parse(&b[..n]), Ok(r));
@@ -437,7 +536,7 @@ mod tests {
             let mut bytes = vec![MAGIC_VERSION, EXT_KIND_NACK];
             bytes.extend_from_slice(&rest);
             if let Ok(r) = NackRepr::parse(&bytes) {
-                let mut b = [0u8; EXT_NACK_LEN];
+                let mut b = [0u8; SKETCH_NACK_LEN];
                 let n = r.emit(&mut b);
                 prop_assert_eq!(&b[..n], &bytes[..]);
             }

@@ -152,6 +152,23 @@ impl CaseFile {
                         redundancy: self.postcard_redundancy,
                         values: vec![],
                     },
+                    StoreKind::Sketch {
+                        sketch_id,
+                        sketch,
+                        rows,
+                        columns,
+                        cell_width,
+                        batch,
+                        epochs,
+                    } => StoreKindConfig::Sketch {
+                        sketch_id,
+                        sketch,
+                        rows: Some(rows),
+                        columns,
+                        cell_width: Some(cell_width),
+                        batch: Some(batch),
+                        epochs,
+                    },
                 },
             })
             .collect()
@@ -1087,6 +1104,9 @@ fn p4_fit(
                     why.push(format!("{hops} hops (at most 8 on Tofino-1)"));
                 }
             }
+            StoreKind::Sketch { .. } => {
+                why.push("Sketch-Merge stores (not in the corpus model yet)".into());
+            }
         }
     }
     hashes.dedup();
@@ -1176,6 +1196,12 @@ fn model(spec: Spec) -> Result<Modelled, String> {
                 layout,
                 cache: (0..spec.cache_slots).map(|_| None).collect(),
             },
+            StoreGeometry::Sketch { .. } => {
+                return Err(format!(
+                    "store {:?}: the corpus model has no Sketch-Merge yet",
+                    sc.name
+                ))
+            }
         };
         metas.push(meta);
         stores.push(ModelStore {

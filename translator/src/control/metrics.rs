@@ -30,6 +30,7 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
             ("reports_keyincrement", "keyincrement"),
             ("reports_append", "append"),
             ("reports_postcard", "postcard"),
+            ("reports_sketch", "sketch"),
         ],
     },
     CounterGroup {
@@ -51,6 +52,36 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
             ("postcard_emits", "complete"),
             ("postcard_evictions", "evicted"),
             ("postcard_timeouts", "timeout"),
+        ],
+    },
+    CounterGroup {
+        family: "sketch_batches",
+        help: "Sketch batches written: complete (every column had the expected switches), or \
+               partial (flush timer, epoch roll-over, shutdown).",
+        label: "fill",
+        members: &[
+            ("sketch_batches_complete", "complete"),
+            ("sketch_batches_partial", "partial"),
+        ],
+    },
+    CounterGroup {
+        family: "sketch_columns",
+        help: "Sketch columns received in order and merged, or skipped as already merged (in a \
+               report that overlapped the columns its switch had sent).",
+        label: "outcome",
+        members: &[
+            ("sketch_columns_merged", "merged"),
+            ("sketch_columns_duplicate", "duplicate"),
+        ],
+    },
+    CounterGroup {
+        family: "sketch_nacks",
+        help: "Sketch-column NACKs sent: for a report that skipped columns (gap), or by the \
+               flush timer to switches that had not sent their whole sketch (straggler).",
+        label: "reason",
+        members: &[
+            ("sketch_gap_nacks", "gap"),
+            ("sketch_straggler_nacks", "straggler"),
         ],
     },
     CounterGroup {
@@ -77,6 +108,13 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
             ("drop_qp_queue_full", "qp_queue_full"),
             ("drop_out_of_region", "out_of_region"),
             ("drop_handoff_full", "handoff_full"),
+            ("drop_sketch_unknown", "sketch_unknown"),
+            ("drop_sketch_geometry", "sketch_geometry"),
+            ("drop_sketch_column_range", "sketch_column_range"),
+            ("drop_sketch_gap", "sketch_gap"),
+            ("drop_sketch_duplicate", "sketch_duplicate"),
+            ("drop_sketch_late", "sketch_late"),
+            ("drop_sketch_switches_full", "sketch_switches_full"),
         ],
     },
 ];
@@ -563,7 +601,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("dta_translator_drops_total{worker=\"0\""))
             .count();
-        assert_eq!(drops, 18, "one series per drop reason");
+        assert_eq!(drops, 25, "one series per drop reason");
         for line in m.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(

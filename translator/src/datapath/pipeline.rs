@@ -44,6 +44,8 @@ use super::rate::TokenBucket;
 use super::reporters::{ReporterTracker, Sequence};
 use super::sender::{QpSender, SenderSpec};
 use super::stats::TranslatorCounters;
+use super::udp_frame::NackOut;
+use dta_proto::wire::sketch::{is_sketch_datagram, SketchReportRepr};
 
 /// How reports of one primitive pick their store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +103,8 @@ pub struct PipelineConfig {
     pub route_keyincrement: Route,
     /// Routing of postcards.
     pub route_postcard: Route,
+    /// Sketch-Merge settings (sketch reports go to the store serving their sketch ID).
+    pub sketch: super::primitive::SketchSettings,
 }
 
 /// One collector as seen by this worker.
@@ -174,6 +178,8 @@ pub struct Pipeline {
     stores: Vec<Store>,
     /// Our QPN → store index (ACK demultiplexing).
     by_qpn: FastMap<u32, usize>,
+    /// Sketch ID → store index (Sketch-Merge reports).
+    sketch_by_id: FastMap<u16, usize>,
     buckets: Vec<Option<TokenBucket>>,
     backlog: VecDeque<(Report, Ipv4Addr)>,
     reporters: ReporterTracker,
@@ -211,6 +217,13 @@ impl Pipeline {
             postcard_flush_ns: cfg.postcard_flush_ns,
             postcard_cache_slots: cfg.postcard_cache_slots,
             postcard_redundancy: cfg.postcard_redundancy,
+            sketch: cfg.sketch,
+            nack: NackOut {
+                local: cfg.local,
+                mac: cfg.local_mac,
+                l2: cfg.l2_frames,
+                port: cfg.nack_port,
+            },
         };
         let mut stores = Vec::new();
         let mut buckets = Vec::new();
@@ -262,6 +275,28 @@ impl Pipeline {
             }
         }
         check_routes(&cfg, &stores)?;
+        let mut sketch_by_id = fast_map(16);
+        for (i, s) in stores.iter().enumerate() {
+            if let PrimitiveState::Sketch(p) = &s.prim {
+                if cfg.workers > 1 {
+                    // A sketch is merged in one place; reports are not handed between workers
+                    // with their columns (yet).
+                    return Err(ConfigError(format!(
+                        "store {}: Sketch-Merge stores need translator.workers = 1 ({} \
+                         configured)",
+                        s.name, cfg.workers
+                    )));
+                }
+                if let Some(j) = sketch_by_id.insert(p.sketch_id(), i) {
+                    return Err(ConfigError(format!(
+                        "stores {} and {} both serve sketch ID {}",
+                        stores[j].name,
+                        s.name,
+                        p.sketch_id()
+                    )));
+                }
+            }
+        }
         let mut by_qpn = fast_map(stores.len().max(16) * 2);
         for (i, s) in stores.iter().enumerate() {
             by_qpn.insert(s.sender.qp.local_qpn.value(), i);
@@ -275,6 +310,7 @@ impl Pipeline {
             buckets,
             by_qpn,
             stores,
+            sketch_by_id,
             prim_cfg,
             cfg,
             max_frames_per_report,
@@ -371,13 +407,12 @@ impl Pipeline {
         let mut report = Report::PLACEHOLDER;
         for d in burst {
             self.counters.rx_datagrams += 1;
+            if is_sketch_datagram(d.payload) {
+                self.handle_sketch(now, d, tx);
+                continue;
+            }
             if let Err(e) = parse_report_into(d.payload, &self.cfg.parse, &mut report) {
-                match e {
-                    WireError::Truncated => self.counters.drop_truncated += 1,
-                    WireError::Malformed => self.counters.drop_malformed += 1,
-                    WireError::UnknownOpcode => self.counters.drop_unknown_opcode += 1,
-                    WireError::UnsupportedVersion => self.counters.drop_bad_version += 1,
-                }
+                self.count_parse_error(e);
                 continue;
             }
             match report.primitive {
@@ -392,6 +427,48 @@ impl Pipeline {
                 }
             }
             self.dispatch(now, &report, *d.dst.ip(), tx);
+        }
+    }
+
+    fn count_parse_error(&mut self, e: WireError) {
+        match e {
+            WireError::Truncated => self.counters.drop_truncated += 1,
+            WireError::Malformed => self.counters.drop_malformed += 1,
+            WireError::UnknownOpcode => self.counters.drop_unknown_opcode += 1,
+            WireError::UnsupportedVersion => self.counters.drop_bad_version += 1,
+        }
+    }
+
+    /// A Sketch-Merge datagram (extended profile version 2): parsed with its cells borrowed
+    /// from the datagram and merged by the store serving its sketch ID.
+    fn handle_sketch(&mut self, now: u64, d: &Datagram<'_>, tx: &mut TxBatch) {
+        if !self.cfg.parse.accept_extended {
+            self.counters.drop_bad_version += 1;
+            return;
+        }
+        let r = match SketchReportRepr::parse(d.payload) {
+            Ok(r) => r,
+            Err(e) => {
+                self.count_parse_error(e.into());
+                return;
+            }
+        };
+        self.counters.reports_sketch += 1;
+        let Some(&si) = self.sketch_by_id.get(&r.sketch_id) else {
+            self.counters.drop_sketch_unknown += 1;
+            return;
+        };
+        let Store { sender, prim, .. } = &mut self.stores[si];
+        if sender.qp.is_broken() {
+            self.counters.drop_qp_broken += 1;
+            return;
+        }
+        if !sender.can_take(self.max_frames_per_report) {
+            self.counters.drop_qp_queue_full += 1;
+            return;
+        }
+        if let PrimitiveState::Sketch(p) = prim {
+            p.accept_sketch(now, &r, *d.src.ip(), sender, tx, &mut self.counters);
         }
     }
 
@@ -762,6 +839,7 @@ impl PipelineConfig {
             route_keywrite: Route::None,
             route_keyincrement: Route::None,
             route_postcard: Route::None,
+            sketch: super::primitive::SketchSettings::default(),
         }
     }
 
@@ -771,7 +849,7 @@ impl PipelineConfig {
             StoreKind::KeyWrite { .. } => self.route_keywrite = Route::Single(0),
             StoreKind::KeyIncrement { .. } => self.route_keyincrement = Route::Single(0),
             StoreKind::Postcard { .. } => self.route_postcard = Route::Single(0),
-            StoreKind::Append { .. } => {}
+            StoreKind::Append { .. } | StoreKind::Sketch { .. } => {}
         }
         self
     }

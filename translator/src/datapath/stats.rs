@@ -17,6 +17,24 @@ dta_proto::define_counters!(
         reports_append,
         /// Postcards parsed.
         reports_postcard,
+        /// Sketch-Merge reports parsed.
+        reports_sketch,
+        /// Sketch columns merged (a report may carry several).
+        sketch_columns_merged,
+        /// Sketch columns skipped because a report overlapped columns already merged (the
+        /// rest of the report was merged).
+        sketch_columns_duplicate,
+        /// Sketch-column NACKs sent for a report that skipped columns (a gap).
+        sketch_gap_nacks,
+        /// Sketch-column NACKs sent by the flush timer to switches that had not sent their
+        /// whole sketch for the epoch.
+        sketch_straggler_nacks,
+        /// Sketch batches written because every column had the expected switches.
+        sketch_batches_complete,
+        /// Sketch batches written incomplete (flush timer, epoch roll-over, shutdown).
+        sketch_batches_partial,
+        /// Sketch epochs started.
+        sketch_epochs,
         /// Reports whose data went out in an RDMA frame.
         translated,
         /// RoCEv2 frames emitted (all kinds).
@@ -89,6 +107,21 @@ dta_proto::define_counters!(
         drop_out_of_region,
         /// Dropped: hand-off ring to the owning worker full.
         drop_handoff_full,
+        /// Dropped: a sketch report named a sketch ID no store serves.
+        drop_sketch_unknown,
+        /// Dropped: a sketch report's rows, cell width or merge op differ from its store's.
+        drop_sketch_geometry,
+        /// Dropped: a sketch report's columns run beyond the sketch.
+        drop_sketch_column_range,
+        /// Dropped (and NACKed): a sketch report started beyond the column its switch owes.
+        drop_sketch_gap,
+        /// Dropped: a sketch report's columns were all merged already.
+        drop_sketch_duplicate,
+        /// Dropped: a sketch report of an epoch older than the one being merged (late, or
+        /// replayed).
+        drop_sketch_late,
+        /// Dropped: a sketch report from a new switch when `sketch.max_switches` are tracked.
+        drop_sketch_switches_full,
         /// RoCEv2 frames still unconfirmed when a reconnection replaced their QP: the old QP
         /// may or may not have delivered them, and they are not resent on the new one.
         frames_unconfirmed_at_reconnect,
@@ -122,6 +155,13 @@ impl TranslatorCounters {
             + self.drop_qp_queue_full
             + self.drop_out_of_region
             + self.drop_handoff_full
+            + self.drop_sketch_unknown
+            + self.drop_sketch_geometry
+            + self.drop_sketch_column_range
+            + self.drop_sketch_gap
+            + self.drop_sketch_duplicate
+            + self.drop_sketch_late
+            + self.drop_sketch_switches_full
     }
 
     /// Reports received (all primitives) that parsed.
@@ -130,6 +170,7 @@ impl TranslatorCounters {
             + self.reports_keyincrement
             + self.reports_append
             + self.reports_postcard
+            + self.reports_sketch
     }
 }
 
@@ -158,8 +199,15 @@ mod tests {
             drop_out_of_region: 1 << 15,
             drop_handoff_full: 1 << 16,
             drop_redundancy_mismatch: 1 << 17,
-            translated: 1 << 20,
-            rx_datagrams: 1 << 21,
+            drop_sketch_unknown: 1 << 18,
+            drop_sketch_geometry: 1 << 19,
+            drop_sketch_column_range: 1 << 20,
+            drop_sketch_gap: 1 << 21,
+            drop_sketch_duplicate: 1 << 22,
+            drop_sketch_late: 1 << 23,
+            drop_sketch_switches_full: 1 << 24,
+            translated: 1 << 30,
+            rx_datagrams: 1 << 31,
             ..TranslatorCounters::default()
         };
         let drops: Vec<u64> = c
@@ -168,8 +216,8 @@ mod tests {
             .map(|(_, v)| v)
             .collect();
         // A new drop_* counter must be added to `dropped` (and here).
-        assert_eq!(drops.len(), 18, "drop counters changed");
+        assert_eq!(drops.len(), 25, "drop counters changed");
         assert_eq!(c.dropped(), drops.iter().sum::<u64>());
-        assert_eq!(c.dropped(), (1 << 18) - 1);
+        assert_eq!(c.dropped(), (1 << 25) - 1);
     }
 }

@@ -18,11 +18,13 @@ pub mod append;
 pub mod keyincrement;
 pub mod keywrite;
 pub mod postcard;
+pub mod sketch;
 
 pub use append::Append;
 pub use keyincrement::KeyIncrement;
 pub use keywrite::KeyWrite;
 pub use postcard::Postcarding;
+pub use sketch::{SketchMerge, SketchSettings};
 
 /// Why a store refused a report (each a `drop_*` counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +118,8 @@ pub enum PrimitiveState {
     Append(Append),
     /// Postcarding.
     Postcard(Postcarding),
+    /// Sketch-Merge.
+    Sketch(SketchMerge),
 }
 
 /// Runs `$body` with `$p` bound to the primitive inside `$state` (a `PrimitiveState` or a
@@ -129,6 +133,7 @@ macro_rules! dispatch {
             $crate::datapath::primitive::PrimitiveState::KeyIncrement($p) => $body,
             $crate::datapath::primitive::PrimitiveState::Append($p) => $body,
             $crate::datapath::primitive::PrimitiveState::Postcard($p) => $body,
+            $crate::datapath::primitive::PrimitiveState::Sketch($p) => $body,
         }
     };
 }
@@ -149,6 +154,10 @@ pub struct PrimitiveConfig {
     pub postcard_cache_slots: u32,
     /// Copies written per postcard chunk when the store records no N.
     pub postcard_redundancy: u8,
+    /// Sketch-Merge settings.
+    pub sketch: SketchSettings,
+    /// Where NACKs a primitive sends (Sketch-Merge column NACKs) go.
+    pub nack: crate::datapath::udp_frame::NackOut,
 }
 
 impl PrimitiveState {
@@ -178,6 +187,11 @@ impl PrimitiveState {
                 let p = Postcarding::new(*layout, *hasher, n, cfg)?;
                 (PrimitiveState::Postcard(p), layout.chunk_size() as usize)
             }
+            StoreGeometry::Sketch { layout, sketch_id } => {
+                let p = SketchMerge::new(*layout, *sketch_id, cfg)?;
+                let len = p.payload_len();
+                (PrimitiveState::Sketch(p), len)
+            }
         })
     }
 
@@ -187,7 +201,7 @@ impl PrimitiveState {
         match self {
             PrimitiveState::KeyWrite(p) => p.redundancy(),
             PrimitiveState::KeyIncrement(p) => p.redundancy(),
-            PrimitiveState::Append(_) => None,
+            PrimitiveState::Append(_) | PrimitiveState::Sketch(_) => None,
             PrimitiveState::Postcard(p) => Redundancy::new(p.redundancy()),
         }
     }
@@ -198,7 +212,7 @@ impl PrimitiveState {
         match self {
             PrimitiveState::KeyWrite(p) => p.set_redundancy(n),
             PrimitiveState::KeyIncrement(p) => p.set_redundancy(n),
-            PrimitiveState::Append(_) => {}
+            PrimitiveState::Append(_) | PrimitiveState::Sketch(_) => {}
             PrimitiveState::Postcard(p) => {
                 if let Some(n) = n {
                     p.set_redundancy(n.get());
@@ -215,6 +229,7 @@ impl PrimitiveState {
             PrimitiveState::Append(_) => 1,
             // An eviction and the entry's own completion.
             PrimitiveState::Postcard(p) => 2 * p.redundancy() as usize + 1,
+            PrimitiveState::Sketch(p) => p.frames_per_report(),
         }
     }
 }

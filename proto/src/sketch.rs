@@ -1,0 +1,957 @@
+//! Sketch-Merge: the sketches switches summarise traffic in, how they merge, where a merged
+//! sketch sits in collector memory, and how it is read.
+//!
+//! A sketch is `rows × columns` cells. A *column* is one index across all rows (cell `(r, c)`
+//! for every row `r`): switches send their sketches column by column (`wire::sketch`), the
+//! translator merges column `c` of every switch into one network-wide column `c` and writes
+//! batches of `batch` contiguous columns into the store with RDMA WRITE.
+//!
+//! | Kind | Rows | Cell | Merge | Query |
+//! |---|---|---|---|---|
+//! | Count-Min | d ≤ 8 | 4 B counter | sum (saturating) | min over rows |
+//! | Count sketch | d ≤ 8 | 4 B two's-complement counter | sum (wrapping, i.e. signed) | median of signed estimates |
+//! | HyperLogLog | 1 | 1 B register (rank) | max | harmonic-mean estimator with small/large range corrections |
+//!
+//! Count-sketch cells are signed 32-bit integers carried as their two's-complement bits; their
+//! merge is wrapping addition, which is exact signed addition when no sum overflows (a Count
+//! sketch whose counters overflow 2^31 is beyond repair anyway, and saturation on the unsigned
+//! bits would be wrong for negative counters). Count-Min counters are unsigned and saturate at
+//! the cell's maximum; HyperLogLog registers take the maximum.
+//!
+//! # Hashes (independent profile only)
+//! Every sketch hash is a CRC-32 of the key followed by [`mix32`] (MurmurHash3's 32-bit
+//! finaliser, a bijection). The finaliser matters: a CRC is affine over GF(2), so structured
+//! keys (consecutive integers, addresses of one subnet) land on an affine subspace of hash
+//! values, which biases a HyperLogLog's ranks badly (counting 20,000 consecutive 4-byte keys
+//! with CRC alone estimates about 36,000). Row `r`'s column is `mix32(CRC_r(key))` reduced
+//! modulo the (power of two) column count, with [`replica_poly`]`(r)`; the Count sketch's
+//! row-`r` sign is bit 31 of `mix32` of the CRC with [`hop_poly`]`(r)` (1: −1); HyperLogLog
+//! uses the spare polynomial [`POLYNOMIALS`]`[`[`HLL_POLY_INDEX`]`]`: the top `p` bits pick the
+//! register (`m = 2^p` = columns), the rank is the position of the first 1 in the remaining
+//! `32 − p` bits (`32 − p + 1` if they are all 0).
+//!
+//! # Memory layout (little-endian)
+//! ```text
+//! offset 0:    header, 64 B (written once by the collector; geometry below)
+//! offset 64:   epoch slot 0, then slot 1, ... (`epochs` slots; epoch e lives in slot e % epochs)
+//! epoch slot:  `columns` column records of `column_stride` bytes each
+//! column rec:  epoch u32 | merged u16 | expected u16 | cells (rows × width, row 0 first) | pad to 4
+//! ```
+//! Header: `DTAS` magic, version u8 = 1, kind u8, merge op u8, cell width u8, rows u32,
+//! columns u32, batch u32, epochs u32, column stride u32, sketch ID u16, reserved to 64 bytes.
+//!
+//! A column record belongs to the epoch it names: a reader of epoch `e` treats a record
+//! naming another epoch as an empty column (cells 0, merged 0). `merged` is the number of
+//! switches whose column the translator merged, `expected` the switch count it was configured
+//! with; `merged == expected` means the column is complete. A batch is one RDMA WRITE of
+//! `batch × column_stride` bytes, at most [`MAX_BATCH_BYTES`].
+
+use crate::crc::Crc32;
+use crate::hash::{hop_poly, replica_poly, POLYNOMIALS};
+use crate::layout::{LayoutError, MAX_REGION_LEN};
+use crate::types::Key;
+
+/// Most rows a sketch may have (one independent column polynomial per row).
+pub const MAX_ROWS: u8 = 8;
+/// Most bytes one batch WRITE may carry (the smallest RoCEv2 path MTU in use).
+pub const MAX_BATCH_BYTES: u32 = 1024;
+/// Most epoch slots a store may keep.
+pub const MAX_EPOCHS: u32 = 16;
+/// Bytes of the store header.
+pub const HEADER_LEN: u64 = 64;
+/// Bytes of a column record before its cells (epoch, merged, expected).
+pub const RECORD_HEAD_LEN: usize = 8;
+/// The header's magic, ASCII `DTAS`.
+pub const MAGIC: [u8; 4] = *b"DTAS";
+/// The header's version.
+pub const LAYOUT_VERSION: u8 = 1;
+/// Index in [`POLYNOMIALS`] of the HyperLogLog hash polynomial (the first spare).
+pub const HLL_POLY_INDEX: usize = 26;
+/// Smallest and largest HyperLogLog precision p (m = 2^p registers).
+pub const HLL_PRECISION: core::ops::RangeInclusive<u32> = 4..=16;
+
+/// The epoch a column record holds before any translator wrote it (never a real epoch's slot:
+/// a reader asking for epoch `u32::MAX` sees records the collector zeroed as `0`, not it).
+pub const NO_EPOCH: u32 = 0;
+
+/// What kind of sketch a store holds.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, Default,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum SketchKind {
+    /// Count-Min: unsigned counters, sum, point query = min over rows.
+    #[default]
+    CountMin,
+    /// Count sketch: signed counters, sum, point query = median of signed estimates.
+    Count,
+    /// HyperLogLog: one row of rank registers, max, cardinality estimate.
+    HyperLogLog,
+}
+
+impl SketchKind {
+    /// The wire and metadata code (1, 2, 3).
+    pub const fn code(self) -> u8 {
+        match self {
+            SketchKind::CountMin => 1,
+            SketchKind::Count => 2,
+            SketchKind::HyperLogLog => 3,
+        }
+    }
+
+    /// The kind for a code.
+    pub const fn from_code(c: u8) -> Option<SketchKind> {
+        match c {
+            1 => Some(SketchKind::CountMin),
+            2 => Some(SketchKind::Count),
+            3 => Some(SketchKind::HyperLogLog),
+            _ => None,
+        }
+    }
+
+    /// The merge this kind needs.
+    pub const fn merge_op(self) -> MergeOp {
+        match self {
+            SketchKind::CountMin => MergeOp::Sum,
+            SketchKind::Count => MergeOp::SignedSum,
+            SketchKind::HyperLogLog => MergeOp::Max,
+        }
+    }
+
+    /// Configuration name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SketchKind::CountMin => "count-min",
+            SketchKind::Count => "count",
+            SketchKind::HyperLogLog => "hyperloglog",
+        }
+    }
+}
+
+/// How two switches' cells combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MergeOp {
+    /// Unsigned sum, saturating at the cell's maximum (Count-Min).
+    Sum = 0,
+    /// Register-wise maximum (HyperLogLog).
+    Max = 1,
+    /// Two's-complement (wrapping) sum of signed cells (Count sketch).
+    SignedSum = 2,
+}
+
+impl MergeOp {
+    /// The op for a wire code.
+    pub const fn from_code(c: u8) -> Option<MergeOp> {
+        match c {
+            0 => Some(MergeOp::Sum),
+            1 => Some(MergeOp::Max),
+            2 => Some(MergeOp::SignedSum),
+            _ => None,
+        }
+    }
+
+    /// The wire code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// Bytes per cell: 1, 2 or 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CellWidth(u8);
+
+impl CellWidth {
+    /// 1, 2 or 4 bytes; `None` otherwise.
+    pub const fn new(w: u8) -> Option<CellWidth> {
+        match w {
+            1 | 2 | 4 => Some(CellWidth(w)),
+            _ => None,
+        }
+    }
+
+    /// Bytes per cell.
+    #[inline]
+    pub const fn bytes(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The largest unsigned value a cell holds.
+    #[inline]
+    pub const fn max(self) -> u32 {
+        match self.0 {
+            1 => u8::MAX as u32,
+            2 => u16::MAX as u32,
+            _ => u32::MAX,
+        }
+    }
+}
+
+/// Merges `src` into `dst` lane by lane. `cap` is the cell maximum for [`MergeOp::Sum`]
+/// (saturation); ignored by the others. Written as one straight loop over 32-bit lanes so
+/// the compiler vectorises it.
+#[inline]
+pub fn merge_lanes(op: MergeOp, cap: u32, dst: &mut [u32], src: &[u32]) {
+    let n = dst.len().min(src.len());
+    let (dst, src) = (&mut dst[..n], &src[..n]);
+    match op {
+        MergeOp::Sum if cap == u32::MAX => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = d.saturating_add(*s);
+            }
+        }
+        MergeOp::Sum => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = d.saturating_add(*s).min(cap);
+            }
+        }
+        MergeOp::Max => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = (*d).max(*s);
+            }
+        }
+        MergeOp::SignedSum => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = d.wrapping_add(*s);
+            }
+        }
+    }
+}
+
+/// Merges big-endian cells of width `w` (as they travel in a report) into `dst`. A
+/// [`MergeOp::SignedSum`] cell narrower than 4 bytes is sign-extended first.
+#[inline]
+pub fn merge_wire_cells(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]) {
+    let cap = w.max();
+    match w.bytes() {
+        4 => {
+            let n = dst.len().min(cells.len() / 4);
+            let (dst, cells) = (&mut dst[..n], &cells[..n * 4]);
+            // One loop per op, each a lane-wise byte swap and a vector op.
+            match op {
+                MergeOp::Sum => {
+                    for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
+                        let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                        *d = d.saturating_add(s);
+                    }
+                }
+                MergeOp::Max => {
+                    for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
+                        let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                        *d = (*d).max(s);
+                    }
+                }
+                MergeOp::SignedSum => {
+                    for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
+                        let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                        *d = d.wrapping_add(s);
+                    }
+                }
+            }
+        }
+        2 => {
+            for (d, c) in dst.iter_mut().zip(cells.chunks_exact(2)) {
+                let raw = u16::from_be_bytes([c[0], c[1]]);
+                let s = if op == MergeOp::SignedSum {
+                    raw as i16 as i32 as u32
+                } else {
+                    raw as u32
+                };
+                *d = merge_one(op, cap, *d, s);
+            }
+        }
+        _ => {
+            for (d, &c) in dst.iter_mut().zip(cells) {
+                let s = if op == MergeOp::SignedSum {
+                    c as i8 as i32 as u32
+                } else {
+                    c as u32
+                };
+                *d = merge_one(op, cap, *d, s);
+            }
+        }
+    }
+}
+
+/// One cell's merge (the scalar form of [`merge_lanes`]).
+#[inline(always)]
+pub fn merge_one(op: MergeOp, cap: u32, d: u32, s: u32) -> u32 {
+    match op {
+        MergeOp::Sum => d.saturating_add(s).min(cap),
+        MergeOp::Max => d.max(s),
+        MergeOp::SignedSum => d.wrapping_add(s),
+    }
+}
+
+/// A sketch's geometry (what a reporter and the store must agree on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SketchShape {
+    /// The kind.
+    pub kind: SketchKind,
+    /// Rows (1 for HyperLogLog).
+    pub rows: u8,
+    /// Columns (a power of two; HyperLogLog: m registers).
+    pub columns: u32,
+    /// Bytes per cell.
+    pub width: CellWidth,
+}
+
+impl SketchShape {
+    /// Checks the geometry: rows 1..=8 (exactly 1 for HyperLogLog), columns a power of two
+    /// (2^4..=2^16 for HyperLogLog), width 4 for the counter sketches and 1 for HyperLogLog.
+    pub fn new(
+        kind: SketchKind,
+        rows: u8,
+        columns: u32,
+        width: u8,
+    ) -> Result<SketchShape, LayoutError> {
+        let width = CellWidth::new(width).ok_or(LayoutError::BadEntrySize)?;
+        if rows == 0 || rows > MAX_ROWS {
+            return Err(LayoutError::BadHops);
+        }
+        if columns < 2 || !columns.is_power_of_two() {
+            return Err(LayoutError::NotPowerOfTwo);
+        }
+        match kind {
+            SketchKind::HyperLogLog => {
+                if rows != 1 || width.bytes() != 1 {
+                    return Err(LayoutError::BadEntrySize);
+                }
+                if !HLL_PRECISION.contains(&columns.trailing_zeros()) {
+                    return Err(LayoutError::NotPowerOfTwo);
+                }
+            }
+            SketchKind::CountMin | SketchKind::Count => {
+                if width.bytes() != 4 {
+                    return Err(LayoutError::BadEntrySize);
+                }
+            }
+        }
+        Ok(SketchShape {
+            kind,
+            rows,
+            columns,
+            width,
+        })
+    }
+
+    /// Cells in the sketch.
+    #[inline]
+    pub fn cells(&self) -> usize {
+        self.rows as usize * self.columns as usize
+    }
+
+    /// Bytes of one column's cells on the wire (`rows × width`).
+    #[inline]
+    pub fn column_bytes(&self) -> usize {
+        self.rows as usize * self.width.bytes()
+    }
+}
+
+/// A Sketch store's memory layout (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SketchLayout {
+    shape: SketchShape,
+    batch: u32,
+    epochs: u32,
+    stride: u32,
+}
+
+impl SketchLayout {
+    /// Checks the layout: a valid shape, `batch` a power of two dividing the column count with
+    /// `batch × column_stride ≤ 1024`, and 1..=16 epoch slots.
+    pub fn new(shape: SketchShape, batch: u32, epochs: u32) -> Result<SketchLayout, LayoutError> {
+        let stride = (RECORD_HEAD_LEN + shape.column_bytes()).next_multiple_of(4) as u32;
+        if batch == 0
+            || !batch.is_power_of_two()
+            || batch > shape.columns
+            || batch as u64 * stride as u64 > MAX_BATCH_BYTES as u64
+        {
+            return Err(LayoutError::BadBatch);
+        }
+        if epochs == 0 || epochs > MAX_EPOCHS {
+            return Err(LayoutError::BadBatch);
+        }
+        let l = SketchLayout {
+            shape,
+            batch,
+            epochs,
+            stride,
+        };
+        if l.region_len() > MAX_REGION_LEN {
+            return Err(LayoutError::TooLarge);
+        }
+        Ok(l)
+    }
+
+    /// The sketch's geometry.
+    #[inline]
+    pub fn shape(&self) -> SketchShape {
+        self.shape
+    }
+
+    /// Columns per batch WRITE.
+    #[inline]
+    pub fn batch(&self) -> u32 {
+        self.batch
+    }
+
+    /// Batches per epoch.
+    #[inline]
+    pub fn batches(&self) -> u32 {
+        self.shape.columns / self.batch
+    }
+
+    /// Epoch slots kept.
+    #[inline]
+    pub fn epochs(&self) -> u32 {
+        self.epochs
+    }
+
+    /// Bytes per column record.
+    #[inline]
+    pub fn column_stride(&self) -> u32 {
+        self.stride
+    }
+
+    /// Bytes of one epoch slot.
+    #[inline]
+    pub fn slot_len(&self) -> u64 {
+        self.shape.columns as u64 * self.stride as u64
+    }
+
+    /// Bytes of one batch WRITE.
+    #[inline]
+    pub fn batch_len(&self) -> usize {
+        (self.batch * self.stride) as usize
+    }
+
+    /// Bytes the layout addresses.
+    #[inline]
+    pub fn region_len(&self) -> u64 {
+        HEADER_LEN + self.epochs as u64 * self.slot_len()
+    }
+
+    /// Region offset of `epoch`'s slot.
+    #[inline]
+    pub fn slot_offset(&self, epoch: u32) -> u64 {
+        HEADER_LEN + (epoch % self.epochs) as u64 * self.slot_len()
+    }
+
+    /// Region offset of column `c`'s record in `epoch`'s slot (`c` < columns).
+    #[inline]
+    pub fn column_offset(&self, epoch: u32, c: u32) -> u64 {
+        self.slot_offset(epoch) + c as u64 * self.stride as u64
+    }
+
+    /// Region offset of batch `b`'s first record in `epoch`'s slot.
+    #[inline]
+    pub fn batch_offset(&self, epoch: u32, b: u32) -> u64 {
+        self.column_offset(epoch, b * self.batch)
+    }
+
+    /// Writes column record `out` (`column_stride` bytes) from merged cells `cells` (`rows`).
+    #[inline]
+    pub fn encode_record(
+        &self,
+        epoch: u32,
+        merged: u16,
+        expected: u16,
+        cells: &[u32],
+        out: &mut [u8],
+    ) {
+        out[0..4].copy_from_slice(&epoch.to_le_bytes());
+        out[4..6].copy_from_slice(&merged.to_le_bytes());
+        out[6..8].copy_from_slice(&expected.to_le_bytes());
+        let w = self.shape.width.bytes();
+        let body = &mut out[RECORD_HEAD_LEN..self.stride as usize];
+        body.fill(0);
+        for (dst, &v) in body.chunks_exact_mut(w).zip(cells) {
+            dst.copy_from_slice(&v.to_le_bytes()[..w]);
+        }
+    }
+
+    /// Reads a column record (`column_stride` bytes): (epoch, merged, expected), and fills
+    /// `cells` (`rows` entries; Count-sketch cells sign-extended).
+    pub fn decode_record(&self, rec: &[u8], cells: &mut [u32]) -> (u32, u16, u16) {
+        let epoch = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
+        let merged = u16::from_le_bytes([rec[4], rec[5]]);
+        let expected = u16::from_le_bytes([rec[6], rec[7]]);
+        let w = self.shape.width.bytes();
+        let signed = self.shape.kind == SketchKind::Count;
+        for (i, c) in cells.iter_mut().enumerate().take(self.shape.rows as usize) {
+            let at = RECORD_HEAD_LEN + i * w;
+            let mut b = [0u8; 4];
+            b[..w].copy_from_slice(&rec[at..at + w]);
+            let v = u32::from_le_bytes(b);
+            *c = match (signed, w) {
+                (true, 1) => v as u8 as i8 as i32 as u32,
+                (true, 2) => v as u16 as i16 as i32 as u32,
+                _ => v,
+            };
+        }
+        (epoch, merged, expected)
+    }
+
+    /// The 64-byte store header.
+    pub fn encode_header(&self, sketch_id: u16) -> [u8; HEADER_LEN as usize] {
+        let mut h = [0u8; HEADER_LEN as usize];
+        h[0..4].copy_from_slice(&MAGIC);
+        h[4] = LAYOUT_VERSION;
+        h[5] = self.shape.kind.code();
+        h[6] = self.shape.kind.merge_op().code();
+        h[7] = self.shape.width.bytes() as u8;
+        h[8..12].copy_from_slice(&(self.shape.rows as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&self.shape.columns.to_le_bytes());
+        h[16..20].copy_from_slice(&self.batch.to_le_bytes());
+        h[20..24].copy_from_slice(&self.epochs.to_le_bytes());
+        h[24..28].copy_from_slice(&self.stride.to_le_bytes());
+        h[28..30].copy_from_slice(&sketch_id.to_le_bytes());
+        h
+    }
+
+    /// Reads a store header back: the layout and the sketch ID, or `None` if it is not one
+    /// this version wrote.
+    pub fn decode_header(h: &[u8]) -> Option<(SketchLayout, u16)> {
+        if h.len() < HEADER_LEN as usize || h[0..4] != MAGIC || h[4] != LAYOUT_VERSION {
+            return None;
+        }
+        let le = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let kind = SketchKind::from_code(h[5])?;
+        if h[6] != kind.merge_op().code() {
+            return None;
+        }
+        let rows = u8::try_from(le(8)).ok()?;
+        let shape = SketchShape::new(kind, rows, le(12), h[7]).ok()?;
+        let l = SketchLayout::new(shape, le(16), le(20)).ok()?;
+        (l.stride == le(24)).then_some((l, u16::from_le_bytes([h[28], h[29]])))
+    }
+}
+
+const UNUSED: Crc32 = Crc32::new(0);
+
+static ROW_ENGINES: [Crc32; MAX_ROWS as usize] = {
+    let mut e = [UNUSED; MAX_ROWS as usize];
+    let mut i = 0;
+    while i < MAX_ROWS as usize {
+        e[i] = Crc32::new(replica_poly(i));
+        i += 1;
+    }
+    e
+};
+
+static SIGN_ENGINES: [Crc32; MAX_ROWS as usize] = {
+    let mut e = [UNUSED; MAX_ROWS as usize];
+    let mut i = 0;
+    while i < MAX_ROWS as usize {
+        e[i] = Crc32::new(hop_poly(i));
+        i += 1;
+    }
+    e
+};
+
+static HLL_ENGINE: Crc32 = Crc32::new(POLYNOMIALS[HLL_POLY_INDEX]);
+
+/// MurmurHash3's 32-bit finaliser (`fmix32`): a bijection that makes every output bit depend
+/// on every input bit, applied to each sketch CRC (see the module docs).
+#[inline]
+pub const fn mix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h
+}
+
+/// The sketch hash functions (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SketchHasher {
+    shape: SketchShape,
+}
+
+impl SketchHasher {
+    /// Hashes for `shape`.
+    pub fn new(shape: SketchShape) -> SketchHasher {
+        SketchHasher { shape }
+    }
+
+    /// The column `key` maps to in row `row`.
+    #[inline]
+    pub fn column(&self, key: &Key, row: u8) -> u32 {
+        mix32(ROW_ENGINES[row as usize].checksum(key.as_bytes())) & (self.shape.columns - 1)
+    }
+
+    /// The Count sketch's sign of `key` in row `row` (+1 or −1).
+    #[inline]
+    pub fn sign(&self, key: &Key, row: u8) -> i32 {
+        if mix32(SIGN_ENGINES[row as usize].checksum(key.as_bytes())) >> 31 == 1 {
+            -1
+        } else {
+            1
+        }
+    }
+
+    /// HyperLogLog: the register `key` updates and its rank (1..=33 − p).
+    #[inline]
+    pub fn hll(&self, key: &Key) -> (u32, u8) {
+        let p = self.shape.columns.trailing_zeros();
+        let h = mix32(HLL_ENGINE.checksum(key.as_bytes()));
+        let idx = h >> (32 - p);
+        let rest = h << p;
+        let rank = if rest == 0 {
+            32 - p + 1
+        } else {
+            rest.leading_zeros() + 1
+        };
+        (idx, rank as u8)
+    }
+}
+
+/// One switch's sketch (or a sketch built centrally): `rows × columns` 32-bit cells, column
+/// `c` at `c * rows .. (c + 1) * rows` (the order columns travel in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sketch {
+    shape: SketchShape,
+    hasher: SketchHasher,
+    cells: Vec<u32>,
+}
+
+impl Sketch {
+    /// An empty sketch.
+    pub fn new(shape: SketchShape) -> Sketch {
+        Sketch {
+            shape,
+            hasher: SketchHasher::new(shape),
+            cells: vec![0; shape.cells()],
+        }
+    }
+
+    /// The geometry.
+    pub fn shape(&self) -> SketchShape {
+        self.shape
+    }
+
+    /// The hash functions.
+    pub fn hasher(&self) -> &SketchHasher {
+        &self.hasher
+    }
+
+    /// All cells, column-major.
+    pub fn cells(&self) -> &[u32] {
+        &self.cells
+    }
+
+    /// All cells, mutable.
+    pub fn cells_mut(&mut self) -> &mut [u32] {
+        &mut self.cells
+    }
+
+    /// Column `c`'s cells (one per row).
+    pub fn column(&self, c: u32) -> &[u32] {
+        let r = self.shape.rows as usize;
+        &self.cells[c as usize * r..(c as usize + 1) * r]
+    }
+
+    /// Adds `count` occurrences of `key` (Count-Min, Count sketch) or records it
+    /// (HyperLogLog: `count` is ignored).
+    pub fn update(&mut self, key: &Key, count: u32) {
+        let rows = self.shape.rows as usize;
+        let cap = self.shape.width.max();
+        match self.shape.kind {
+            SketchKind::CountMin => {
+                for r in 0..self.shape.rows {
+                    let i = self.hasher.column(key, r) as usize * rows + r as usize;
+                    self.cells[i] = self.cells[i].saturating_add(count).min(cap);
+                }
+            }
+            SketchKind::Count => {
+                for r in 0..self.shape.rows {
+                    let i = self.hasher.column(key, r) as usize * rows + r as usize;
+                    let d = (count as i32).wrapping_mul(self.hasher.sign(key, r));
+                    self.cells[i] = self.cells[i].wrapping_add(d as u32);
+                }
+            }
+            SketchKind::HyperLogLog => {
+                let (idx, rank) = self.hasher.hll(key);
+                let c = &mut self.cells[idx as usize];
+                *c = (*c).max(rank as u32);
+            }
+        }
+    }
+
+    /// Merges `other` (same shape) into this sketch, cell by cell.
+    pub fn merge(&mut self, other: &Sketch) {
+        let op = self.shape.kind.merge_op();
+        merge_lanes(op, self.shape.width.max(), &mut self.cells, &other.cells);
+    }
+
+    /// Point query (Count-Min: min over rows; Count sketch: median of signed estimates);
+    /// `None` for HyperLogLog.
+    pub fn point(&self, key: &Key) -> Option<i64> {
+        let rows = self.shape.rows as usize;
+        point_query(
+            self.shape.kind,
+            &self.hasher,
+            self.shape.rows,
+            key,
+            |r, c| self.cells[c as usize * rows + r as usize],
+        )
+    }
+
+    /// HyperLogLog cardinality estimate; `None` for the other kinds.
+    pub fn cardinality(&self) -> Option<f64> {
+        (self.shape.kind == SketchKind::HyperLogLog).then(|| hll_estimate(&self.cells))
+    }
+}
+
+/// A point query over any cell store: `cell(row, column)` returns the merged cell.
+/// Count-Min: the minimum over rows; Count sketch: the median of the rows' signed
+/// estimates (the mean of the middle two for an even row count, rounded towards zero);
+/// `None` for HyperLogLog.
+pub fn point_query(
+    kind: SketchKind,
+    h: &SketchHasher,
+    rows: u8,
+    key: &Key,
+    mut cell: impl FnMut(u8, u32) -> u32,
+) -> Option<i64> {
+    match kind {
+        SketchKind::CountMin => (0..rows).map(|r| cell(r, h.column(key, r)) as i64).min(),
+        SketchKind::Count => {
+            let mut est = [0i64; MAX_ROWS as usize];
+            for r in 0..rows {
+                let v = cell(r, h.column(key, r)) as i32 as i64;
+                est[r as usize] = v * h.sign(key, r) as i64;
+            }
+            let est = &mut est[..rows as usize];
+            est.sort_unstable();
+            let n = est.len();
+            if n == 0 {
+                return None;
+            }
+            Some(if n % 2 == 1 {
+                est[n / 2]
+            } else {
+                (est[n / 2 - 1] + est[n / 2]) / 2
+            })
+        }
+        SketchKind::HyperLogLog => None,
+    }
+}
+
+/// The HyperLogLog estimate from `m` registers (Flajolet et al. 2007): the bias-corrected
+/// harmonic mean, with linear counting below 5m/2 when a register is 0, and the large-range
+/// correction for a 32-bit hash above 2^32/30.
+pub fn hll_estimate(registers: &[u32]) -> f64 {
+    let m = registers.len() as f64;
+    if registers.is_empty() {
+        return 0.0;
+    }
+    let alpha = match registers.len() {
+        16 => 0.673,
+        32 => 0.697,
+        64 => 0.709,
+        _ => 0.7213 / (1.0 + 1.079 / m),
+    };
+    let mut sum = 0.0;
+    let mut zeros = 0usize;
+    for &r in registers {
+        sum += (-(r.min(64) as f64)).exp2();
+        zeros += (r == 0) as usize;
+    }
+    let e = alpha * m * m / sum;
+    let two32 = 4_294_967_296.0f64;
+    if e <= 2.5 * m {
+        if zeros > 0 {
+            m * (m / zeros as f64).ln()
+        } else {
+            e
+        }
+    } else if e > two32 / 30.0 {
+        -two32 * (1.0 - e / two32).ln()
+    } else {
+        e
+    }
+}
+
+/// Serial-number comparison of epochs (RFC 1982): true if `a` is after `b`.
+#[inline]
+pub fn epoch_after(a: u32, b: u32) -> bool {
+    let d = a.wrapping_sub(b);
+    d != 0 && d < 1 << 31
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm() -> SketchShape {
+        SketchShape::new(SketchKind::CountMin, 4, 1024, 4).unwrap()
+    }
+
+    #[test]
+    fn shapes_and_layouts_are_checked() {
+        assert!(SketchShape::new(SketchKind::CountMin, 0, 1024, 4).is_err());
+        assert!(SketchShape::new(SketchKind::CountMin, 9, 1024, 4).is_err());
+        assert!(SketchShape::new(SketchKind::CountMin, 4, 1000, 4).is_err());
+        assert!(SketchShape::new(SketchKind::CountMin, 4, 1024, 3).is_err());
+        assert!(SketchShape::new(SketchKind::CountMin, 4, 1024, 1).is_err());
+        assert!(SketchShape::new(SketchKind::HyperLogLog, 2, 1024, 1).is_err());
+        assert!(SketchShape::new(SketchKind::HyperLogLog, 1, 8, 1).is_err());
+        assert!(SketchShape::new(SketchKind::HyperLogLog, 1, 1 << 17, 1).is_err());
+        let l = SketchLayout::new(cm(), 32, 2).unwrap();
+        assert_eq!(l.column_stride(), 8 + 16);
+        assert_eq!(l.batch_len(), 32 * 24);
+        assert_eq!(l.region_len(), 64 + 2 * 1024 * 24);
+        assert_eq!(l.slot_offset(5), 64 + 1024 * 24);
+        assert_eq!(l.batch_offset(4, 2), 64 + 64 * 24);
+        assert!(
+            SketchLayout::new(cm(), 64, 2).is_err(),
+            "64 x 24 B > 1024 B"
+        );
+        assert!(SketchLayout::new(cm(), 3, 2).is_err());
+        assert!(SketchLayout::new(cm(), 32, 0).is_err());
+        assert!(SketchLayout::new(cm(), 32, 17).is_err());
+        let hll = SketchShape::new(SketchKind::HyperLogLog, 1, 4096, 1).unwrap();
+        let l = SketchLayout::new(hll, 64, 2).unwrap();
+        assert_eq!(l.column_stride(), 12);
+        let (back, id) = SketchLayout::decode_header(&l.encode_header(7)).unwrap();
+        assert_eq!((back, id), (l, 7));
+        let mut bad = l.encode_header(7);
+        bad[6] = 0;
+        assert_eq!(SketchLayout::decode_header(&bad), None);
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let cs = SketchShape::new(SketchKind::Count, 3, 64, 4).unwrap();
+        let l = SketchLayout::new(cs, 8, 1).unwrap();
+        let mut rec = vec![0xAAu8; l.column_stride() as usize];
+        l.encode_record(9, 3, 4, &[1, (-5i32) as u32, u32::MAX], &mut rec);
+        let mut cells = [0u32; 3];
+        assert_eq!(l.decode_record(&rec, &mut cells), (9, 3, 4));
+        assert_eq!(cells, [1, (-5i32) as u32, u32::MAX]);
+        let hll = SketchLayout::new(
+            SketchShape::new(SketchKind::HyperLogLog, 1, 16, 1).unwrap(),
+            4,
+            1,
+        )
+        .unwrap();
+        let mut rec = vec![0xAAu8; 12];
+        hll.encode_record(1, 1, 1, &[17], &mut rec);
+        assert_eq!(&rec[8..], &[17, 0, 0, 0], "padding is zeroed");
+    }
+
+    #[test]
+    fn merges_saturate_take_max_and_sign_extend() {
+        let mut d = [u32::MAX - 1, 5, 0, 7];
+        merge_lanes(MergeOp::Sum, u32::MAX, &mut d, &[5, 5, 0, 1]);
+        assert_eq!(d, [u32::MAX, 10, 0, 8]);
+        let mut d = [250, 5];
+        merge_lanes(MergeOp::Sum, 255, &mut d, &[10, 5]);
+        assert_eq!(d, [255, 10]);
+        let mut d = [3, 9];
+        merge_lanes(MergeOp::Max, 255, &mut d, &[4, 2]);
+        assert_eq!(d, [4, 9]);
+        let mut d = [(-3i32) as u32];
+        merge_lanes(MergeOp::SignedSum, u32::MAX, &mut d, &[5]);
+        assert_eq!(d, [2]);
+        // Wire cells are big-endian; narrow signed cells are sign-extended.
+        let mut d = [1u32, 2];
+        merge_wire_cells(
+            MergeOp::Sum,
+            CellWidth::new(4).unwrap(),
+            &mut d,
+            &[0, 0, 1, 0, 255, 255, 255, 255],
+        );
+        assert_eq!(d, [257, u32::MAX]);
+        let mut d = [10u32];
+        merge_wire_cells(
+            MergeOp::SignedSum,
+            CellWidth::new(1).unwrap(),
+            &mut d,
+            &[0xFF],
+        );
+        assert_eq!(d, [9]);
+        let mut d = [10u32];
+        merge_wire_cells(MergeOp::Max, CellWidth::new(1).unwrap(), &mut d, &[0x0C]);
+        assert_eq!(d, [12]);
+        let mut d = [0xFFF0u32];
+        merge_wire_cells(MergeOp::Sum, CellWidth::new(2).unwrap(), &mut d, &[0, 0x20]);
+        assert_eq!(d, [0xFFFF]);
+    }
+
+    #[test]
+    fn count_min_never_undercounts_and_merge_equals_central() {
+        let mut parts = vec![Sketch::new(cm()); 3];
+        let mut central = Sketch::new(cm());
+        let mut truth = std::collections::HashMap::new();
+        for i in 0..5000u32 {
+            let k = Key::new(&(i % 700).to_be_bytes()).unwrap();
+            parts[(i % 3) as usize].update(&k, 1 + i % 5);
+            central.update(&k, 1 + i % 5);
+            *truth.entry(i % 700).or_insert(0i64) += (1 + i % 5) as i64;
+        }
+        let mut merged = Sketch::new(cm());
+        for p in &parts {
+            merged.merge(p);
+        }
+        assert_eq!(merged, central);
+        for (k, t) in truth {
+            let est = merged.point(&Key::new(&k.to_be_bytes()).unwrap()).unwrap();
+            assert!(est >= t, "key {k}: {est} < {t}");
+        }
+    }
+
+    #[test]
+    fn count_sketch_is_unbiased_enough_and_merges() {
+        let shape = SketchShape::new(SketchKind::Count, 5, 1024, 4).unwrap();
+        let mut a = Sketch::new(shape);
+        let mut b = Sketch::new(shape);
+        let mut c = Sketch::new(shape);
+        for i in 0..2000u32 {
+            let k = Key::new(&i.to_be_bytes()).unwrap();
+            let n = if i < 10 { 1000 } else { 1 };
+            if i % 2 == 0 {
+                a.update(&k, n)
+            } else {
+                b.update(&k, n)
+            }
+            c.update(&k, n);
+        }
+        a.merge(&b);
+        assert_eq!(a, c);
+        for i in 0..10u32 {
+            let est = a.point(&Key::new(&i.to_be_bytes()).unwrap()).unwrap();
+            assert!((est - 1000).abs() < 60, "heavy key {i}: {est}");
+        }
+    }
+
+    #[test]
+    fn hll_estimates_within_bounds() {
+        let shape = SketchShape::new(SketchKind::HyperLogLog, 1, 1024, 1).unwrap();
+        for n in [10u32, 1000, 100_000] {
+            let mut s = Sketch::new(shape);
+            for i in 0..n {
+                s.update(
+                    &Key::new(&(i.wrapping_mul(2_654_435_761)).to_be_bytes()).unwrap(),
+                    1,
+                );
+            }
+            let e = s.cardinality().unwrap();
+            let rel = (e - n as f64).abs() / n as f64;
+            assert!(rel < 3.0 * 1.04 / 32.0, "n {n}: estimate {e}");
+        }
+        let (_, rank) = SketchHasher::new(shape).hll(&Key::new(&[1]).unwrap());
+        assert!((1..=23).contains(&rank));
+    }
+
+    #[test]
+    fn epochs_compare_serially() {
+        assert!(epoch_after(1, 0));
+        assert!(epoch_after(0, u32::MAX));
+        assert!(!epoch_after(5, 5));
+        assert!(!epoch_after(4, 5));
+    }
+}

@@ -1,0 +1,753 @@
+//! Sketch-Merge: switches' sketches merged column by column into one network-wide sketch,
+//! written to the collector in batches of C contiguous columns.
+//!
+//! Per switch the translator remembers the next column it expects in the current epoch (a
+//! dense table indexed by a slot the switch ID is mapped to once, so a report costs one hash
+//! lookup whatever the number of switches). A report whose first column is that column (or
+//! overlaps it) is merged; one that starts beyond it is not, and the switch is sent a
+//! sketch-column NACK naming the column it must resend from; one entirely behind it is a
+//! duplicate. Merging is one straight loop over 32-bit lanes (saturating sum, max, or wrapping
+//! signed sum: `dta_proto::sketch::merge_wire_cells`).
+//!
+//! Each column counts the switches merged into it; when every column of a batch has the
+//! configured number of switches, the batch is written at once (one RDMA WRITE of its column
+//! records, `dta_proto::sketch::SketchLayout`). A flush timer, armed by the first merge into a
+//! batch not yet written, writes whatever changed when it fires (stragglers' columns arrive
+//! later and are written again); once the epoch has merged nothing for a flush delay, it
+//! NACKs every known switch that has not sent its whole sketch for the epoch (a lost last
+//! column reveals no gap), a bounded number of rounds per epoch. A report of a newer epoch writes what the old epoch changed and starts a fresh
+//! merge; a report of an older epoch is late and dropped.
+//!
+//! Nothing here allocates, locks or makes a system call per report: the switch table, the
+//! merge buffers and the batch scratch are sized when the store is set up.
+
+use std::net::Ipv4Addr;
+
+use dta_proto::batch::TxBatch;
+use dta_proto::sketch::{epoch_after, merge_wire_cells, CellWidth, MergeOp, SketchLayout};
+use dta_proto::wire::nack::NackRepr;
+use dta_proto::wire::report::Report;
+use dta_proto::wire::sketch::{SketchReportRepr, MAX_CELL_BYTES};
+
+use super::{PrimitiveConfig, Refusal, StorePrimitive};
+use crate::datapath::demux::{fast_map, FastMap};
+use crate::datapath::sender::QpSender;
+use crate::datapath::stats::TranslatorCounters;
+use crate::datapath::udp_frame::NackOut;
+
+/// Straggler NACK rounds per epoch (each one flush delay apart).
+pub const STRAGGLER_ROUNDS: u32 = 16;
+
+/// What the translator knows about one switch.
+#[derive(Debug, Clone, Copy)]
+struct SwitchState {
+    /// Where its NACKs go (the source address of its latest report).
+    src: Ipv4Addr,
+    /// The epoch `next` belongs to (`None`: it has not reported the current epoch).
+    epoch: Option<u32>,
+    /// The next column expected from it.
+    next: u32,
+    /// The column the last gap NACK named and when (NACKs for the same column are spaced
+    /// a flush delay apart, so a burst behind one loss costs one NACK).
+    nacked: Option<(u32, u64)>,
+}
+
+/// Settings of Sketch-Merge stores (`[sketch]` in the translator's configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct SketchSettings {
+    /// Switches whose columns make a column complete.
+    pub expected_switches: u16,
+    /// Switches tracked at most (the table is sized for them up front).
+    pub max_switches: u32,
+    /// The flush timer (ns): changed batches are written, and stragglers NACKed, this long
+    /// after a merge into a batch not yet written.
+    pub flush_ns: u64,
+}
+
+impl Default for SketchSettings {
+    fn default() -> Self {
+        SketchSettings {
+            expected_switches: 1,
+            max_switches: 4096,
+            flush_ns: 10_000_000,
+        }
+    }
+}
+
+/// A Sketch store's merge state.
+pub struct SketchMerge {
+    layout: SketchLayout,
+    sketch_id: u16,
+    rows: usize,
+    width: CellWidth,
+    op: MergeOp,
+    batch: u32,
+    columns: u32,
+    settings: SketchSettings,
+    nack: NackOut,
+    slot_of: FastMap<u32, u32>,
+    switches: Vec<SwitchState>,
+    /// The epoch being merged.
+    epoch: Option<u32>,
+    /// Merged cells, column-major (`rows` per column).
+    cells: Vec<u32>,
+    /// Switches merged into each column.
+    merged: Vec<u16>,
+    /// Columns of each batch that reached the expected switch count.
+    complete: Vec<u32>,
+    /// Batches changed since they were last written.
+    dirty: Vec<bool>,
+    dirty_count: u32,
+    deadline: Option<u64>,
+    /// When the current epoch last merged a column (stragglers are NACKed only once the
+    /// epoch has been quiet for a flush delay, not while switches are still sending).
+    last_merge: u64,
+    straggler_rounds: u32,
+    /// One batch's column records.
+    scratch: Vec<u8>,
+}
+
+impl SketchMerge {
+    /// Merge state for `layout`, serving sketch `sketch_id`.
+    pub fn new(
+        layout: SketchLayout,
+        sketch_id: u16,
+        cfg: &PrimitiveConfig,
+    ) -> Result<SketchMerge, String> {
+        let s = cfg.sketch;
+        if s.expected_switches == 0 {
+            return Err("sketch.expected_switches must be at least 1".into());
+        }
+        if s.max_switches < s.expected_switches as u32 {
+            return Err(format!(
+                "sketch.max_switches ({}) is below sketch.expected_switches ({})",
+                s.max_switches, s.expected_switches
+            ));
+        }
+        let shape = layout.shape();
+        let columns = shape.columns;
+        Ok(SketchMerge {
+            layout,
+            sketch_id,
+            rows: shape.rows as usize,
+            width: shape.width,
+            op: shape.kind.merge_op(),
+            batch: layout.batch(),
+            columns,
+            settings: s,
+            nack: cfg.nack,
+            slot_of: fast_map(s.max_switches as usize),
+            switches: Vec::with_capacity(s.max_switches as usize),
+            epoch: None,
+            cells: vec![0; shape.cells()],
+            merged: vec![0; columns as usize],
+            complete: vec![0; layout.batches() as usize],
+            dirty: vec![false; layout.batches() as usize],
+            dirty_count: 0,
+            deadline: None,
+            last_merge: 0,
+            straggler_rounds: 0,
+            scratch: vec![0; layout.batch_len()],
+        })
+    }
+
+    /// Bytes of one batch's WRITE.
+    pub fn payload_len(&self) -> usize {
+        self.layout.batch_len()
+    }
+
+    /// The sketch ID this store serves.
+    pub fn sketch_id(&self) -> u16 {
+        self.sketch_id
+    }
+
+    /// The epoch being merged, if any.
+    pub fn epoch(&self) -> Option<u32> {
+        self.epoch
+    }
+
+    /// The most batch WRITEs one report can trigger.
+    pub fn frames_per_report(&self) -> usize {
+        let col_bytes = self.rows * self.width.bytes();
+        (MAX_CELL_BYTES / col_bytes).div_ceil(self.batch as usize) + 1
+    }
+
+    /// Merges one report from the switch at `src` (see the module docs for what is merged,
+    /// NACKed and dropped). Every report is counted once: `translated` or one `drop_sketch_*`.
+    #[inline]
+    pub fn accept_sketch(
+        &mut self,
+        now: u64,
+        r: &SketchReportRepr<'_>,
+        src: Ipv4Addr,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) {
+        if r.rows as usize != self.rows || r.width != self.width || r.op != self.op {
+            c.drop_sketch_geometry += 1;
+            return;
+        }
+        // Parsing guarantees `column + columns` does not overflow.
+        let end = r.column + r.columns as u32;
+        if end > self.columns {
+            c.drop_sketch_column_range += 1;
+            return;
+        }
+        let cur = match self.epoch {
+            Some(cur) if cur == r.epoch => cur,
+            Some(cur) if !epoch_after(r.epoch, cur) => {
+                c.drop_sketch_late += 1;
+                return;
+            }
+            Some(_) => {
+                self.write_changed(now, out, tx, c);
+                self.start_epoch(r.epoch);
+                c.sketch_epochs += 1;
+                r.epoch
+            }
+            None => {
+                self.start_epoch(r.epoch);
+                c.sketch_epochs += 1;
+                r.epoch
+            }
+        };
+        let slot = match self.slot_of.get(&r.switch) {
+            Some(&s) => s as usize,
+            None => {
+                if self.switches.len() >= self.settings.max_switches as usize {
+                    c.drop_sketch_switches_full += 1;
+                    return;
+                }
+                let s = self.switches.len();
+                self.slot_of.insert(r.switch, s as u32);
+                self.switches.push(SwitchState {
+                    src,
+                    epoch: None,
+                    next: 0,
+                    nacked: None,
+                });
+                s
+            }
+        };
+        let sw = &mut self.switches[slot];
+        sw.src = src;
+        if sw.epoch != Some(cur) {
+            sw.epoch = Some(cur);
+            sw.next = 0;
+            sw.nacked = None;
+        }
+        if r.column > sw.next {
+            c.drop_sketch_gap += 1;
+            let due = match sw.nacked {
+                Some((col, at)) => col != sw.next || now >= at + self.settings.flush_ns,
+                None => true,
+            };
+            if due {
+                sw.nacked = Some((sw.next, now));
+                let nack = NackRepr::SketchColumn {
+                    sketch_id: self.sketch_id,
+                    switch: r.switch,
+                    epoch: cur,
+                    expected_column: sw.next,
+                };
+                count_nack(self.nack.push(tx, src, &nack), c);
+                c.sketch_gap_nacks += 1;
+            }
+            return;
+        }
+        if end <= sw.next {
+            c.drop_sketch_duplicate += 1;
+            return;
+        }
+        let first = sw.next;
+        let skip = (first - r.column) as usize;
+        sw.next = end;
+        c.sketch_columns_duplicate += skip as u64;
+        c.sketch_columns_merged += (end - first) as u64;
+        c.translated += 1;
+        self.last_merge = now;
+
+        let rows = self.rows;
+        let col_bytes = rows * self.width.bytes();
+        merge_wire_cells(
+            self.op,
+            self.width,
+            &mut self.cells[first as usize * rows..end as usize * rows],
+            &r.cells[skip * col_bytes..],
+        );
+        let expected = self.settings.expected_switches;
+        for col in first..end {
+            let m = &mut self.merged[col as usize];
+            *m = m.saturating_add(1);
+            if *m == expected {
+                self.complete[(col / self.batch) as usize] += 1;
+            }
+        }
+        for b in first / self.batch..=(end - 1) / self.batch {
+            let bi = b as usize;
+            if !self.dirty[bi] {
+                self.dirty[bi] = true;
+                self.dirty_count += 1;
+            }
+            if self.complete[bi] == self.batch {
+                self.write_batch(b, now, out, tx, c);
+                c.sketch_batches_complete += 1;
+            }
+        }
+        if self.dirty_count > 0 && self.deadline.is_none() {
+            self.deadline = Some(now + self.settings.flush_ns);
+        }
+    }
+
+    /// Starts a fresh merge of `epoch`.
+    fn start_epoch(&mut self, epoch: u32) {
+        self.epoch = Some(epoch);
+        self.cells.fill(0);
+        self.merged.fill(0);
+        self.complete.fill(0);
+        self.dirty.fill(false);
+        self.dirty_count = 0;
+        self.deadline = None;
+        self.straggler_rounds = 0;
+    }
+
+    /// Writes batch `b` of the current epoch.
+    fn write_batch(
+        &mut self,
+        b: u32,
+        now: u64,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) {
+        let Some(epoch) = self.epoch else {
+            return;
+        };
+        let stride = self.layout.column_stride() as usize;
+        let expected = self.settings.expected_switches;
+        for i in 0..self.batch {
+            let col = (b * self.batch + i) as usize;
+            self.layout.encode_record(
+                epoch,
+                self.merged[col],
+                expected,
+                &self.cells[col * self.rows..(col + 1) * self.rows],
+                &mut self.scratch[i as usize * stride..(i as usize + 1) * stride],
+            );
+        }
+        out.write(
+            now,
+            tx,
+            self.layout.batch_offset(epoch, b),
+            &self.scratch,
+            c,
+        );
+        if self.dirty[b as usize] {
+            self.dirty[b as usize] = false;
+            self.dirty_count -= 1;
+        }
+    }
+
+    /// Writes every batch changed since its last write, as far as the QP takes them. True if
+    /// none is left.
+    fn write_changed(
+        &mut self,
+        now: u64,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        if self.dirty_count == 0 {
+            return true;
+        }
+        for b in 0..self.dirty.len() as u32 {
+            if !self.dirty[b as usize] {
+                continue;
+            }
+            if !out.can_take(1) {
+                return false;
+            }
+            self.write_batch(b, now, out, tx, c);
+            c.sketch_batches_partial += 1;
+        }
+        true
+    }
+
+    /// NACKs every known switch that has not sent the whole current epoch. True if any was.
+    fn nack_stragglers(&mut self, tx: &mut TxBatch, c: &mut TranslatorCounters) -> bool {
+        let Some(cur) = self.epoch else {
+            return false;
+        };
+        let mut any = false;
+        for (&switch, &slot) in &self.slot_of {
+            let sw = &self.switches[slot as usize];
+            let next = if sw.epoch == Some(cur) { sw.next } else { 0 };
+            if next >= self.columns {
+                continue;
+            }
+            any = true;
+            let nack = NackRepr::SketchColumn {
+                sketch_id: self.sketch_id,
+                switch,
+                epoch: cur,
+                expected_column: next,
+            };
+            count_nack(self.nack.push(tx, sw.src, &nack), c);
+            c.sketch_straggler_nacks += 1;
+        }
+        any
+    }
+}
+
+#[inline]
+fn count_nack(sent: bool, c: &mut TranslatorCounters) {
+    if sent {
+        c.nacks_sent += 1;
+    } else {
+        c.nacks_unsent += 1;
+    }
+}
+
+impl StorePrimitive for SketchMerge {
+    /// Sketch reports do not travel as [`Report`]s (they carry whole columns): the pipeline
+    /// hands them to [`SketchMerge::accept_sketch`]. Any `Report` is for another store.
+    fn admit(&self, _: &Report, _: u8) -> Result<u64, Refusal> {
+        Err(Refusal::WrongStore)
+    }
+
+    fn accept(
+        &mut self,
+        _: u64,
+        _: &Report,
+        _: u32,
+        _: &mut QpSender,
+        _: &mut TxBatch,
+        _: &mut TranslatorCounters,
+    ) {
+    }
+
+    fn poll(&mut self, now: u64, out: &mut QpSender, tx: &mut TxBatch, c: &mut TranslatorCounters) {
+        let Some(d) = self.deadline else {
+            return;
+        };
+        if now < d {
+            return;
+        }
+        let flush = self.settings.flush_ns;
+        let written = self.write_changed(now, out, tx, c);
+        let quiet_at = self.last_merge + flush;
+        self.deadline = if now < quiet_at {
+            // Switches are still sending: look for stragglers once they have been quiet.
+            Some(if written { quiet_at } else { now + flush })
+        } else {
+            let mut again = !written;
+            if self.straggler_rounds < STRAGGLER_ROUNDS {
+                self.straggler_rounds += 1;
+                again |= self.nack_stragglers(tx, c);
+            }
+            again.then_some(now + flush)
+        };
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        self.deadline
+    }
+
+    /// Merged reports are counted `translated` when merged; nothing is held as a report.
+    fn pending(&self) -> u64 {
+        0
+    }
+
+    fn flush(
+        &mut self,
+        now: u64,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        self.write_changed(now, out, tx, c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddrV4;
+
+    use dta_proto::batch::Datagram;
+    use dta_proto::meta::StoreKind;
+    use dta_proto::sketch::{Sketch, SketchKind, SketchShape};
+    use dta_proto::wire::report::Priority;
+    use dta_proto::wire::roce::RocePacket;
+    use dta_proto::wire::sketch::{encode_cells, MAX_SKETCH_REPORT_LEN};
+    use dta_proto::Key;
+
+    use super::*;
+    use crate::datapath::pipeline::{single_store_pipeline_with, Pipeline};
+
+    const BASE: u64 = 0x7f00_0000_0000;
+    const MS: u64 = 1_000_000;
+
+    fn kind() -> StoreKind {
+        StoreKind::Sketch {
+            sketch_id: 7,
+            sketch: SketchKind::CountMin,
+            rows: 4,
+            columns: 64,
+            cell_width: 4,
+            batch: 8,
+            epochs: 2,
+        }
+    }
+
+    fn shape() -> SketchShape {
+        SketchShape::new(SketchKind::CountMin, 4, 64, 4).unwrap()
+    }
+
+    fn pipeline(expected: u16, max_switches: u32) -> Pipeline {
+        single_store_pipeline_with(kind(), |c| {
+            c.l2_frames = false;
+            c.sketch = SketchSettings {
+                expected_switches: expected,
+                max_switches,
+                flush_ns: MS,
+            };
+        })
+    }
+
+    /// A report of `n` columns of `s` from column `col`.
+    fn report(s: &Sketch, switch: u32, epoch: u32, col: u32, n: u16) -> Vec<u8> {
+        let rows = s.shape().rows as usize;
+        let cells = &s.cells()[col as usize * rows..(col as usize + n as usize) * rows];
+        let mut wire = vec![0u8; cells.len() * 4];
+        encode_cells(s.shape().width, cells, &mut wire);
+        let r = SketchReportRepr {
+            immediate: false,
+            priority: Priority::Medium,
+            seq: 0,
+            sketch_id: 7,
+            rows: rows as u8,
+            width: s.shape().width,
+            op: MergeOp::Sum,
+            columns: n,
+            switch,
+            epoch,
+            column: col,
+            cells: &wire,
+        };
+        let mut b = vec![0u8; MAX_SKETCH_REPORT_LEN];
+        let len = r.emit(&mut b).unwrap();
+        b.truncate(len);
+        b
+    }
+
+    /// Feeds datagrams at `now`; applies the WRITEs to `mem` and returns the NACKs.
+    fn feed(p: &mut Pipeline, now: u64, bufs: &[Vec<u8>], mem: &mut [u8]) -> Vec<NackRepr> {
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+        let burst: Vec<Datagram<'_>> = bufs
+            .iter()
+            .map(|b| Datagram {
+                src,
+                dst,
+                ip: None,
+                payload: b,
+            })
+            .collect();
+        let mut tx = TxBatch::new(1024, 2048);
+        p.handle_reports(now, &burst, &mut tx);
+        p.poll(now, &mut tx);
+        drain(&tx, mem)
+    }
+
+    fn drain(tx: &TxBatch, mem: &mut [u8]) -> Vec<NackRepr> {
+        let mut nacks = Vec::new();
+        for (dest, payload) in tx.iter_payloads() {
+            if dest.port() == dta_proto::consts::DTA_NACK_PORT {
+                nacks.push(NackRepr::parse(payload).unwrap());
+                continue;
+            }
+            let pkt = RocePacket::parse(payload).unwrap();
+            if let Some(reth) = pkt.reth {
+                let at = (reth.va - BASE) as usize;
+                mem[at..at + pkt.payload.len()].copy_from_slice(pkt.payload);
+            }
+        }
+        nacks
+    }
+
+    fn switch_sketch(i: u32) -> Sketch {
+        let mut s = Sketch::new(shape());
+        for k in 0..200u32 {
+            let key = Key::new(&(k * 7 + i).to_be_bytes()).unwrap();
+            s.update(&key, 1 + (k + i) % 3);
+        }
+        s
+    }
+
+    /// Reads `epoch` back from `mem`: cells (0 for records of other epochs) and merge counts.
+    fn read_back(mem: &[u8], epoch: u32) -> (Vec<u32>, Vec<u16>) {
+        let l = SketchLayout::new(shape(), 8, 2).unwrap();
+        let mut cells = vec![0u32; shape().cells()];
+        let mut merged = vec![0u16; 64];
+        for c in 0..64u32 {
+            let at = l.column_offset(epoch, c) as usize;
+            let rec = &mem[at..at + l.column_stride() as usize];
+            let mut col = [0u32; 4];
+            let (e, m, _) = l.decode_record(rec, &mut col);
+            if e == epoch {
+                cells[c as usize * 4..c as usize * 4 + 4].copy_from_slice(&col);
+                merged[c as usize] = m;
+            }
+        }
+        (cells, merged)
+    }
+
+    #[test]
+    fn three_switches_merge_into_complete_batches() {
+        let mut p = pipeline(3, 16);
+        let mut mem = vec![0u8; 1 << 16];
+        let sk: Vec<Sketch> = (0..3).map(switch_sketch).collect();
+        let mut direct = Sketch::new(shape());
+        for s in &sk {
+            direct.merge(s);
+        }
+        // Interleaved, 5 columns per report (batches complete across report boundaries).
+        let mut bufs = Vec::new();
+        for col in (0..64).step_by(5) {
+            for (i, s) in sk.iter().enumerate() {
+                bufs.push(report(s, 100 + i as u32, 1, col, 5.min(64 - col) as u16));
+            }
+        }
+        assert!(feed(&mut p, 0, &bufs, &mut mem).is_empty());
+        let c = p.counters();
+        assert_eq!(c.reports_sketch, bufs.len() as u64);
+        assert_eq!(c.translated, bufs.len() as u64);
+        assert_eq!(c.sketch_columns_merged, 3 * 64);
+        assert_eq!(c.sketch_batches_complete, 8, "{c:?}");
+        assert_eq!(c.sketch_batches_partial, 0);
+        assert_eq!(c.dropped(), 0);
+        let (cells, merged) = read_back(&mem, 1);
+        assert_eq!(cells, direct.cells());
+        assert!(merged.iter().all(|&m| m == 3));
+        // Nothing left to write: the timer finds nothing and NACKs nobody.
+        assert!(feed(&mut p, 2 * MS, &[], &mut mem).is_empty());
+        assert_eq!(p.counters().sketch_batches_partial, 0);
+    }
+
+    #[test]
+    fn gaps_are_nacked_and_resends_complete_the_merge() {
+        let mut p = pipeline(2, 16);
+        let mut mem = vec![0u8; 1 << 16];
+        let (a, b) = (switch_sketch(1), switch_sketch(2));
+        // Switch 1 sends everything; switch 2 loses columns 8..16 and the last report.
+        let mut bufs: Vec<Vec<u8>> = (0..8).map(|i| report(&a, 1, 5, i * 8, 8)).collect();
+        bufs.extend([0, 16, 24, 32, 40, 48].map(|col| report(&b, 2, 5, col, 8)));
+        let nacks = feed(&mut p, 0, &bufs, &mut mem);
+        let gap = NackRepr::SketchColumn {
+            sketch_id: 7,
+            switch: 2,
+            epoch: 5,
+            expected_column: 8,
+        };
+        assert_eq!(nacks, vec![gap], "one NACK for a burst behind one loss");
+        let c = p.counters();
+        assert_eq!(c.drop_sketch_gap, 5);
+        assert_eq!(c.sketch_gap_nacks, 1);
+        assert_eq!(
+            c.sketch_batches_complete, 1,
+            "only batch 0 has both switches"
+        );
+        // The timer writes what changed and NACKs the straggler.
+        let nacks = feed(&mut p, MS, &[], &mut mem);
+        assert_eq!(nacks, vec![gap]);
+        assert_eq!(p.counters().sketch_batches_partial, 7);
+        let (_, merged) = read_back(&mem, 5);
+        assert_eq!(
+            &merged[..16],
+            &[2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
+        );
+        // The switch resends from column 8, with one report overlapping what arrived.
+        let mut resend: Vec<Vec<u8>> = (1..6).map(|i| report(&b, 2, 5, i * 8, 8)).collect();
+        resend.push(report(&b, 2, 5, 44, 12)); // 44..48 again, 48..56 new
+        resend.push(report(&b, 2, 5, 56, 8));
+        resend.push(report(&b, 2, 5, 60, 4)); // all merged already
+        assert!(feed(&mut p, MS + 1, &resend, &mut mem).is_empty());
+        let c = p.counters();
+        assert_eq!(c.drop_sketch_duplicate, 1);
+        assert_eq!(c.sketch_columns_duplicate, 4);
+        let mut direct = a.clone();
+        direct.merge(&b);
+        let (cells, merged) = read_back(&mem, 5);
+        assert_eq!(cells, direct.cells());
+        assert!(merged.iter().all(|&m| m == 2), "{merged:?}");
+    }
+
+    #[test]
+    fn epochs_roll_over_and_old_ones_are_late() {
+        let mut p = pipeline(2, 16);
+        let mut mem = vec![0u8; 1 << 16];
+        let a = switch_sketch(1);
+        let half: Vec<Vec<u8>> = (0..4).map(|i| report(&a, 1, 9, i * 8, 8)).collect();
+        feed(&mut p, 0, &half, &mut mem);
+        assert_eq!(p.counters().sketch_batches_complete, 0);
+        // Epoch 10 starts: epoch 9's changed batches are written, then a fresh merge.
+        feed(&mut p, 10, &[report(&a, 1, 10, 0, 8)], &mut mem);
+        let c = p.counters();
+        assert_eq!((c.sketch_epochs, c.sketch_batches_partial), (2, 4));
+        let (cells9, merged9) = read_back(&mem, 9);
+        assert_eq!(&merged9[..33], &[[1u16; 32].as_slice(), &[0]].concat()[..]);
+        assert_eq!(&cells9[..128], &a.cells()[..128]);
+        // Epoch 9 again (late or replayed): dropped, memory untouched.
+        feed(&mut p, 20, &[report(&a, 1, 9, 32, 8)], &mut mem);
+        assert_eq!(p.counters().drop_sketch_late, 1);
+        assert_eq!(read_back(&mem, 9).1, merged9);
+        // Epoch 12 overwrites the slot epoch 10 used (two slots); epoch 10's records read
+        // as another epoch's.
+        feed(&mut p, 30, &[report(&a, 1, 12, 0, 8)], &mut mem);
+        feed(&mut p, 40 + MS, &[], &mut mem);
+        assert_eq!(read_back(&mem, 10).1[0], 0);
+        assert_eq!(read_back(&mem, 12).1[0], 1);
+    }
+
+    #[test]
+    fn hostile_reports_are_counted_and_dropped() {
+        let mut p = pipeline(2, 2);
+        let mut mem = vec![0u8; 1 << 16];
+        let a = switch_sketch(1);
+        let good = report(&a, 1, 1, 0, 8);
+        let mut unknown = good.clone();
+        unknown[9] = 8; // sketch ID 8
+        let mut width = good.clone();
+        width[11] = 2; // 2-byte cells on a 4-byte sketch: 16 columns in the same bytes
+        width[14..16].copy_from_slice(&16u16.to_be_bytes());
+        let beyond = report(&a, 1, 1, 60, 4);
+        let mut beyond = beyond.clone();
+        beyond[24..28].copy_from_slice(&62u32.to_be_bytes()); // columns 62..66 of 64
+        let mut huge = good.clone();
+        huge[14..16].copy_from_slice(&u16::MAX.to_be_bytes());
+        let mut op = good.clone();
+        op[12] = 1; // max on a Count-Min sketch
+        feed(
+            &mut p,
+            0,
+            &[unknown, width, beyond, huge, op, good.clone()],
+            &mut mem,
+        );
+        // A third switch exceeds max_switches = 2.
+        feed(
+            &mut p,
+            1,
+            &[report(&a, 2, 1, 0, 8), report(&a, 3, 1, 0, 8)],
+            &mut mem,
+        );
+        let c = p.counters();
+        assert_eq!(c.drop_sketch_unknown, 1);
+        assert_eq!(c.drop_sketch_geometry, 2);
+        assert_eq!(c.drop_sketch_column_range, 1);
+        assert_eq!(c.drop_malformed, 1, "huge column count");
+        assert_eq!(c.drop_sketch_switches_full, 1);
+        assert_eq!(c.translated, 2);
+        assert_eq!(c.rx_datagrams, c.translated + c.dropped());
+    }
+}
