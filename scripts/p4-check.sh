@@ -202,10 +202,13 @@ for b in "${builds[@]}"; do
   if [ -z "$bfa" ]; then
     echo "FAIL: p4c-barefoot $c $prog wrote no .bfa"; fails=$((fails + 1)); status=1; continue
   fi
+  # Resource summary (stages per gress, per-stage SRAM/TCAM/stateful ALUs/gateways/VLIW).
+  python3 scripts/p4-resources.py "$dir" "$(basename "$prog") ${c:-(defaults)}" > "$dir/resources.md" 2>&1 || true
   if ! "$BFAS_BIN" -o "$dir" "$bfa" > "$dir/bfas.log" 2>&1 || [ -z "$(find "$dir" -name tofino.bin)" ]; then
-    echo "FAIL: bfas $c $prog"; head -20 "$dir/bfas.log"; fails=$((fails + 1)); status=1; continue
+    echo "FAIL: bfas $c $prog: $(head -1 "$dir/resources.md")"; grep -i error "$dir/bfas.log" | head -5
+    fails=$((fails + 1)); status=1; continue
   fi
-  echo "ok: $(basename "$prog") ${c:-(defaults)} -> $(find "$dir" -name tofino.bin | head -1 | sed "s|$OUT/||")"
+  echo "ok: $(head -1 "$dir/resources.md") -> $(find "$dir" -name tofino.bin | head -1 | sed "s|$OUT/||")"
 done
 echo "p4c-barefoot + bfas: $(( ${#builds[@]} - fails )) of ${#builds[@]} builds compiled end to end"
 exit $status
