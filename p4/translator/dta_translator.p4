@@ -191,16 +191,18 @@ header bridge_h {
     bit<8> n;            /* redundancy N (Key-Write / Key-Increment) */
     bit<7> pad0;
     bit<1> immediate;
-    bit<32> key;         /* memory-ready key bytes, or the chunk's flow */
+    bit<32> key;         /* memory-ready key bytes, the chunk's flow, or the Append list ID */
 }
 header bridge_kv_h {     /* Key-Write, Key-Increment */
-    bit<32> value;       /* memory-ready value bytes */
-    bit<64> delta;       /* Key-Increment */
+    bit<64> data;        /* Key-Write: the memory-ready value bytes in the low 32 bits;
+                          * Key-Increment: the delta. One field for both keeps the egress
+                          * parser's longest path (which it computes over the bridge headers
+                          * of every kind) within its 160-byte depth with 16 Append words. */
 }
 header bridge_ap_h {     /* Append */
     bit<32> va_hi;       /* the batch's address */
-    bit<32> va_lo;
-    bit<32> list_id;     /* global list ID (immediate data) */
+    bit<32> va_lo;       /* (the global list ID, the immediate data, rides in bridge.key: the
+                          * egress parser's 160-byte depth has no room for it with 16 words) */
 }
 header bridge_pc_h {     /* Postcarding */
     bit<8> present;      /* hops present in the chunk */
@@ -492,7 +494,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         md.kind = KIND_KEYWRITE;
         md.op = DTA_OP_KEY_WRITE; md.n = hdr.ref_kw.n;
         md.key = hdr.ref_kw.key[7:0] ++ hdr.ref_kw.key[15:8] ++ hdr.ref_kw.key[23:16] ++ hdr.ref_kw.key[31:24];
-        md.value = hdr.ref_kw.data;
+        md.value = hdr.ref_kw.data; md.delta = 32w0 ++ hdr.ref_kw.data;
         md.immediate = hdr.ref.immediate;
     }
     action norm_ref_ki() {
@@ -519,7 +521,8 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     action norm_ext_kw() {
         md.kind = KIND_KEYWRITE;
         md.op = DTA_OP_KEY_WRITE; md.n = hdr.ext_kw.n; md.key = hdr.ext_kw.key;
-        md.value = hdr.ext_kw.value; md.immediate = hdr.ext.immediate;
+        md.value = hdr.ext_kw.value; md.delta = 32w0 ++ hdr.ext_kw.value;
+        md.immediate = hdr.ext.immediate;
     }
     action norm_ext_ki() {
         md.kind = KIND_KEYINC;
@@ -838,7 +841,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                 hdr.bridge.kind = md.kind;
                 hdr.bridge.n = md.n; hdr.bridge.immediate = md.immediate; hdr.bridge.key = md.key;
                 hdr.bridge_kv.setValid();
-                hdr.bridge_kv.value = md.value; hdr.bridge_kv.delta = md.delta;
+                hdr.bridge_kv.data = md.delta;   /* a Key-Write's value, see bridge_kv_h */
             }
         } else if (md.op == DTA_OP_APPEND) {
             if (tbl_ap_list.apply().hit) {
@@ -877,7 +880,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                     /* 64-bit address = high half (+1 when the low half carried) ++ low half. */
                     if (md.ap_carry_d[31:31] == 1) { hdr.bridge_ap.va_hi = md.list_base_hi; }
                     else { hdr.bridge_ap.va_hi = md.list_base_hi1; }
-                    hdr.bridge_ap.list_id = md.list_id;
+                    hdr.bridge.key = md.list_id;
                     ig_tm_md.ucast_egress_port = md.port;
                 } else {
                     /* Held in the batch registers; consumes no PSN. */
@@ -1376,7 +1379,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                         hdr.kw_payload.setValid();
                         hdr.kw_payload.ck0 = md.checksum[7:0]; hdr.kw_payload.ck1 = md.checksum[15:8];
                         hdr.kw_payload.ck2 = md.checksum[23:16]; hdr.kw_payload.ck3 = md.checksum[31:24];
-                        hdr.kw_payload.value = hdr.bridge_kv.value;
+                        hdr.kw_payload.value = hdr.bridge_kv.data[31:0];
                         if (hdr.bridge.immediate == 1 && md.rid == 0) {
                             /* The first replica tells the collector CPU (ImmDt = checksum). */
                             frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
@@ -1394,7 +1397,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                             frame(IB_OP_RC_FETCH_ADD, IB_BTH_LEN + IB_ATOMIC_ETH_LEN + IB_ICRC_LEN);
                             hdr.atomic.setValid();
                             hdr.atomic.va_hi = md.va_hi; hdr.atomic.va_lo = md.va_lo;
-                            hdr.atomic.add = hdr.bridge_kv.delta;
+                            hdr.atomic.add = hdr.bridge_kv.data;
                             hdr.atomic.compare = 0;
                         } else {
                             /* Replica N of an immediate report: a zero-length WRITE with
@@ -1415,7 +1418,7 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                             frame(IB_OP_RC_RDMA_WRITE_ONLY_IMM,
                                   IB_BTH_LEN + IB_RETH_LEN + IB_IMMDT_LEN + DTA_AP_STRIDE + IB_ICRC_LEN);
                             hdr.immdt.setValid();
-                            hdr.immdt.imm = hdr.bridge_ap.list_id;
+                            hdr.immdt.imm = hdr.bridge.key;
                         } else {
                             frame(IB_OP_RC_RDMA_WRITE_ONLY,
                                   IB_BTH_LEN + IB_RETH_LEN + DTA_AP_STRIDE + IB_ICRC_LEN);
