@@ -21,9 +21,7 @@ use dta_proto::meta::StoreKind;
 use dta_proto::sketch::{
     merge_wire_cells, CellWidth, MergeOp, Sketch, SketchKind, SketchLayout, SketchShape,
 };
-use dta_proto::wire::report::Priority;
 use dta_proto::wire::roce::parse_frame;
-use dta_proto::wire::sketch::{encode_cells, SketchReportRepr, MAX_SKETCH_REPORT_LEN};
 use dta_translator::datapath::pipeline::single_store_pipeline_with;
 use dta_translator::datapath::primitive::SketchSettings;
 use serde_json::json;
@@ -39,31 +37,10 @@ fn rate(n: u64, secs: f64) -> f64 {
     n as f64 / secs.max(1e-9)
 }
 
-/// The report of `n` columns of `s` from `col`.
+/// The report of `n` columns of `s` from `col`, as switch `switch` sends it.
 fn report(id: u16, s: &Sketch, switch: u32, epoch: u32, col: u32, n: u32) -> Vec<u8> {
-    let rows = s.shape().rows as usize;
-    let w = s.shape().width;
-    let cells = &s.cells()[col as usize * rows..(col + n) as usize * rows];
-    let mut wire = vec![0u8; cells.len() * w.bytes()];
-    encode_cells(w, cells, &mut wire);
-    let r = SketchReportRepr {
-        immediate: false,
-        priority: Priority::Medium,
-        seq: col,
-        sketch_id: id,
-        rows: rows as u8,
-        width: w,
-        op: s.shape().kind.merge_op(),
-        columns: n as u16,
-        switch,
-        epoch,
-        column: col,
-        cells: &wire,
-    };
-    let mut b = vec![0u8; MAX_SKETCH_REPORT_LEN];
-    let len = r.emit(&mut b).expect("a valid report");
-    b.truncate(len);
-    b
+    s.column_report(id, switch, epoch, col, n)
+        .expect("columns within the sketch")
 }
 
 /// All reports of a sketch, `per` columns each.

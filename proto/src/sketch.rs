@@ -637,6 +637,46 @@ impl Sketch {
         &self.hasher
     }
 
+    /// The Sketch-Merge report switch `switch` sends for `n` columns from `col` of this
+    /// sketch in `epoch` (sequence number = `col`, medium priority), as wire bytes. `None`
+    /// when the columns are beyond the sketch or do not fit one report.
+    pub fn column_report(
+        &self,
+        sketch_id: u16,
+        switch: u32,
+        epoch: u32,
+        col: u32,
+        n: u32,
+    ) -> Option<Vec<u8>> {
+        use crate::wire::report::Priority;
+        use crate::wire::sketch::{encode_cells, SketchReportRepr, MAX_SKETCH_REPORT_LEN};
+        let rows = self.shape.rows as usize;
+        let w = self.shape.width;
+        let cells = self
+            .cells
+            .get(col as usize * rows..(col as usize + n as usize) * rows)?;
+        let mut wire = vec![0u8; cells.len() * w.bytes()];
+        encode_cells(w, cells, &mut wire);
+        let r = SketchReportRepr {
+            immediate: false,
+            priority: Priority::Medium,
+            seq: col,
+            sketch_id,
+            rows: rows as u8,
+            width: w,
+            op: self.shape.kind.merge_op(),
+            columns: u16::try_from(n).ok()?,
+            switch,
+            epoch,
+            column: col,
+            cells: &wire,
+        };
+        let mut b = vec![0u8; MAX_SKETCH_REPORT_LEN];
+        let len = r.emit(&mut b).ok()?;
+        b.truncate(len);
+        Some(b)
+    }
+
     /// All cells, column-major.
     pub fn cells(&self) -> &[u32] {
         &self.cells

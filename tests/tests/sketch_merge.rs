@@ -19,8 +19,6 @@ use dta_collector::config::{
 use dta_collector::Collector;
 use dta_proto::sketch::{Sketch, SketchKind, SketchShape};
 use dta_proto::wire::nack::NackRepr;
-use dta_proto::wire::report::Priority;
-use dta_proto::wire::sketch::{encode_cells, SketchReportRepr, MAX_SKETCH_REPORT_LEN};
 use dta_proto::Key;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
@@ -175,29 +173,8 @@ impl System {
 
 /// The report of `n` columns of `s` from `col`, as switch `switch` sends it.
 fn report(id: u16, s: &Sketch, switch: u32, epoch: u32, col: u32, n: u32) -> Vec<u8> {
-    let rows = s.shape().rows as usize;
-    let w = s.shape().width;
-    let cells = &s.cells()[col as usize * rows..(col + n) as usize * rows];
-    let mut wire = vec![0u8; cells.len() * w.bytes()];
-    encode_cells(w, cells, &mut wire);
-    let r = SketchReportRepr {
-        immediate: false,
-        priority: Priority::Medium,
-        seq: col,
-        sketch_id: id,
-        rows: rows as u8,
-        width: w,
-        op: s.shape().kind.merge_op(),
-        columns: n as u16,
-        switch,
-        epoch,
-        column: col,
-        cells: &wire,
-    };
-    let mut b = vec![0u8; MAX_SKETCH_REPORT_LEN];
-    let len = r.emit(&mut b).unwrap();
-    b.truncate(len);
-    b
+    s.column_report(id, switch, epoch, col, n)
+        .expect("columns within the sketch")
 }
 
 /// The reports one switch sends for one sketch, from column `from` to the end.
