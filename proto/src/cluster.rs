@@ -431,7 +431,9 @@ impl Cluster {
 
     /// The newest partition.
     pub fn newest(&self) -> &Partition {
-        self.epochs.last().expect("a validated cluster has an epoch")
+        self.epochs
+            .last()
+            .expect("a validated cluster has an epoch")
     }
 
     /// The partition writers use at Unix time `now` (seconds): the newest that has started
@@ -529,10 +531,7 @@ sketches = [{ id = 7, collector = "c3", store = "cm" }]
         assert_eq!(e2.members(3), vec![0, 1, 2]);
         assert_eq!(c.active_at(99).number, 1);
         assert_eq!(c.active_at(100).number, 2);
-        assert_eq!(
-            c.history(1).map(|p| p.number).collect::<Vec<_>>(),
-            vec![1]
-        );
+        assert_eq!(c.history(1).map(|p| p.number).collect::<Vec<_>>(), vec![1]);
         assert_eq!(
             c.history(2).map(|p| p.number).collect::<Vec<_>>(),
             vec![2, 1]
@@ -605,7 +604,11 @@ sketches = [{ id = 7, collector = "c3", store = "cm" }]
                 "id = 7, collector = \"c4\"",
                 "sketch 7: unknown collector",
             ),
-            ("control = \"127.0.0.1:1\"", "control = \"nowhere\"", "not ip:port"),
+            (
+                "control = \"127.0.0.1:1\"",
+                "control = \"nowhere\"",
+                "not ip:port",
+            ),
             ("epoch = 2", "epoch = 2\nbogus = 1", "bogus"),
         ];
         for (from, to, want) in cases {
