@@ -9,6 +9,7 @@
 
 pub mod backend_replay;
 pub mod baseline;
+pub mod cluster;
 pub mod demo;
 pub mod figures;
 pub mod gen;

@@ -10,6 +10,9 @@
 //! 2. Both that pair and `examples/two-hosts/` pass the static check: the translator's `cm`
 //!    is the collector's RoCEv2 address, its `ports` are exactly the collector's stores, and
 //!    every report kind of the default mix (and every Append list it uses) has a store.
+//! 3. `examples/cluster/`: the cluster file parses, both translators load as its members, and
+//!    each collector's configuration is what the cluster file says of it (address, control
+//!    API, rdma_cm ports, store names, and an Append store holding exactly its lists).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -164,4 +167,72 @@ fn the_one_host_example_pair_takes_the_whole_default_mix() {
     let k = collector.counters();
     assert!(k.writes > 0 && k.atomics > 0, "{k:?}");
     collector.shutdown();
+}
+
+#[test]
+fn the_cluster_example_agrees_with_its_collectors_and_translators() {
+    let cluster = dta_collector::cluster::load_cluster(&repo("examples/cluster/cluster.toml"))
+        .expect("cluster.toml parses");
+    assert_eq!(cluster.collectors.len(), 3);
+    for t in ["translator-1", "translator-2"] {
+        let cfg = TranslatorConfig::load(&repo(&format!("examples/cluster/{t}.toml")))
+            .unwrap_or_else(|e| panic!("{t}: {e}"));
+        let names: Vec<&str> = cfg.collectors.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["c1", "c2", "c3"], "{t}: the cluster's collectors");
+        assert!(cfg.cluster_map.is_some(), "{t}");
+    }
+    let p = cluster.newest();
+    for (i, cc) in cluster.collectors.iter().enumerate() {
+        let c = CollectorConfig::load(&repo(&format!("examples/cluster/{}.toml", cc.name)))
+            .unwrap_or_else(|e| panic!("{}: {e}", cc.name));
+        let what = &cc.name;
+        assert_eq!(cc.cm, Some(c.collector.roce), "{what}: cm");
+        assert_eq!(
+            cc.control.as_deref(),
+            c.collector.control.map(|a| a.to_string()).as_deref(),
+            "{what}: control"
+        );
+        let mut ports: Vec<u16> = (0..c.stores.len())
+            .map(|j| c.stores[j].cm_port(j).unwrap())
+            .collect();
+        ports.sort_unstable();
+        assert_eq!(ports, cc.ports, "{what}: ports");
+        for name in [
+            &cluster.stores.keywrite,
+            &cluster.stores.keyincrement,
+            &cluster.stores.append,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            assert!(
+                c.stores.iter().any(|s| &s.name == name),
+                "{what}: store {name}"
+            );
+        }
+        let owned: Vec<(u64, u64)> = p
+            .lists
+            .iter()
+            .filter(|r| r.collector == i)
+            .map(|r| (u64::from(r.first), r.end))
+            .collect();
+        let held: Vec<(u64, u64)> = c
+            .stores
+            .iter()
+            .filter_map(|s| match s.kind {
+                StoreKindConfig::Append {
+                    first_list, lists, ..
+                } => Some((
+                    u64::from(first_list),
+                    u64::from(first_list) + u64::from(lists),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            owned, held,
+            "{what}: its Append store holds exactly its lists"
+        );
+        assert!(p.keys.contains(&i), "{what} owns key slots");
+    }
 }

@@ -243,7 +243,7 @@ impl Reply {
     }
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let hex = |c: u8| (c as char).to_digit(16);
     let mut out = Vec::with_capacity(b.len());
@@ -579,8 +579,9 @@ fn query(
     Ok(Reply::json(200, answer(s, &rule, &key)))
 }
 
-/// The keys of a bulk query's body: a JSON array of strings, or one key per line.
-fn bulk_keys(body: &[u8]) -> Result<Vec<String>, Reply> {
+/// The keys of a bulk query's body: a JSON array of strings, or one key per line (or the
+/// answer refusing them).
+pub fn bulk_keys(body: &[u8]) -> Result<Vec<String>, Reply> {
     if body.len() > MAX_BODY {
         return Err(Reply::error(
             413,

@@ -18,6 +18,8 @@
 //!   ([`geometry::StoreGeometry`]); every writer and reader derives its addresses from it.
 //! - [`sketch`]: Sketch-Merge: sketch kinds, their hashes and merges, the merged sketch's
 //!   memory layout and its estimators (reports: [`wire::sketch`]).
+//! - [`cluster`]: the collector cluster file: which collector holds each key, Append list and
+//!   sketch, epoch by epoch (translators, query clients and the P4 control plane share it).
 //! - [`analysis`]: the papers' success-probability formulas.
 //!
 //! # How data flows
@@ -38,6 +40,7 @@
 
 pub mod analysis;
 pub mod batch;
+pub mod cluster;
 pub mod consts;
 pub mod crc;
 pub mod geometry;

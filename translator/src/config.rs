@@ -18,12 +18,20 @@
 //! [routing]
 //! keywrite = "key-hash"
 //! ```
+//!
+//! Or, as a member of a collector cluster, with no `[[collector]]` of its own:
+//!
+//! ```toml
+//! cluster = "/etc/dta/cluster.toml"      # collectors and partitioning (dta_proto::cluster)
+//! ```
 
 use std::net::SocketAddrV4;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use dta_proto::cluster::Cluster;
 use dta_proto::wire::dta::BaseVariant;
 use dta_proto::wire::report::Priority;
 
@@ -31,6 +39,16 @@ use dta_proto::wire::report::Priority;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TranslatorConfig {
+    /// A collector cluster file: the collectors to write to and how keys, Append lists and
+    /// sketches are partitioned among them, epoch by epoch (instead of `[[collector]]`; a
+    /// relative path is relative to this file). Its keyed stores are routed by the cluster's
+    /// key slot table, its Append lists by its list ranges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<PathBuf>,
+    /// The parsed cluster file (set by [`TranslatorConfig::load`] or
+    /// [`TranslatorConfig::with_cluster`]).
+    #[serde(skip)]
+    pub cluster_map: Option<Arc<Cluster>>,
     /// Sockets, workers, limits.
     #[serde(default)]
     pub translator: Section,
@@ -513,10 +531,61 @@ impl TranslatorConfig {
         Ok(c)
     }
 
-    /// Reads and parses a file.
-    pub fn load(path: &std::path::Path) -> Result<TranslatorConfig, String> {
+    /// Reads and parses a file, and the cluster file it names, if any.
+    pub fn load(path: &Path) -> Result<TranslatorConfig, String> {
+        Self::load_member(path, None)
+    }
+
+    /// Reads and parses a file as a member of the cluster described in `cluster` (given on
+    /// the command line: it replaces the file's own `cluster`), or of the file's own.
+    pub fn load_member(path: &Path, cluster: Option<&Path>) -> Result<TranslatorConfig, String> {
         let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::from_toml(&s).map_err(|e| format!("{}: {e}", path.display()))
+        let at = |e: String| format!("{}: {e}", path.display());
+        let c: TranslatorConfig = toml::from_str(&s).map_err(|e| at(e.to_string()))?;
+        let file = match (cluster, &c.cluster) {
+            (Some(f), _) => Some(f.to_path_buf()),
+            (None, Some(f)) => Some(path.parent().unwrap_or(Path::new(".")).join(f)),
+            (None, None) => None,
+        };
+        match file {
+            Some(f) => {
+                let cluster = load_cluster(&f)?;
+                c.with_cluster(f, cluster).map_err(at)
+            }
+            None => {
+                c.validate().map_err(at)?;
+                Ok(c)
+            }
+        }
+    }
+
+    /// Makes this translator a member of `cluster` (read from `path`): its collectors become
+    /// the cluster's, and its keyed stores, Append lists and sketches are routed by the
+    /// cluster's partitioning. A configuration with `[[collector]]`s of its own is refused.
+    pub fn with_cluster(mut self, path: PathBuf, cluster: Cluster) -> Result<Self, String> {
+        if !self.collectors.is_empty() {
+            return Err(format!(
+                "a cluster member takes its collectors from the cluster file {}; remove the \
+                 [[collector]] sections (or the cluster)",
+                path.display()
+            ));
+        }
+        self.collectors = cluster
+            .collectors
+            .iter()
+            .map(|c| CollectorSection {
+                name: c.name.clone(),
+                metadata: c.metadata.clone(),
+                cm: c.cm,
+                ports: c.ports.clone(),
+                mac: c.mac.clone(),
+                connect_timeout_secs: default_connect_timeout(),
+            })
+            .collect();
+        self.cluster = Some(path);
+        self.cluster_map = Some(Arc::new(cluster));
+        self.validate()?;
+        Ok(self)
     }
 
     /// Checks cross-field rules.
@@ -636,7 +705,7 @@ impl TranslatorConfig {
         {
             return Err("overload: 0 <= medium_reserve <= low_reserve < 1".into());
         }
-        if self.collectors.is_empty() {
+        if self.collectors.is_empty() && self.cluster.is_none() {
             return Err(
                 "no [[collector]]: a translator needs at least one collector to write to \
                  (`cm` and `ports` for RDMA_CM, or `metadata`; see translator.example.toml)"
@@ -703,6 +772,15 @@ impl TranslatorConfig {
         }
         Ok(())
     }
+}
+
+/// Reads and validates a cluster file; relative `metadata` paths are taken relative to its
+/// folder.
+pub fn load_cluster(path: &Path) -> Result<Cluster, String> {
+    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut c = Cluster::from_toml(&s).map_err(|e| format!("{}: {e}", path.display()))?;
+    c.resolve_paths(path.parent().unwrap_or(Path::new(".")));
+    Ok(c)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::report::ParseConfig;
 
 use crate::config::TranslatorConfig;
+use crate::control::cluster::{cluster_routes, RouteBoard};
 use crate::control::cm::{CmEvent, CmInitiator};
 use crate::datapath::pipeline::{
     CollectorTarget, Handoff, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
@@ -188,6 +189,8 @@ pub struct Worker {
     pub reconnects: u64,
     /// Period of [`Worker::publish`].
     pub stats_interval_ns: u64,
+    /// A collector cluster's routes and the generation this worker routes by.
+    pub routes: Option<(Arc<RouteBoard>, u64)>,
 }
 
 /// A receive that returned at least this many datagrams found a queue waiting (the smallest
@@ -517,6 +520,7 @@ impl Worker {
             // arrived (reads showed up at ~5% of a worker's time when each step took its own).
             let t = got_at.unwrap_or_else(now);
             n = t;
+            self.follow_routes();
             self.take_dispatched(t, &mut tx);
             if self.workers > 1 {
                 self.exchange_handoffs(t, &mut tx);
@@ -582,6 +586,31 @@ impl Worker {
                 self.publish();
                 break;
             }
+        }
+    }
+
+    /// Takes up a collector cluster's new routes (a new epoch) if the board has them: one
+    /// atomic load per loop iteration, a copy of the tables when they changed.
+    fn follow_routes(&mut self) {
+        let Some((board, seen)) = &mut self.routes else {
+            return;
+        };
+        if board.generation() == *seen {
+            return;
+        }
+        let (g, r) = board.current();
+        *seen = g;
+        match self.pipeline.set_routes(&r) {
+            Ok(()) => log::info!(
+                "worker {}: routing by cluster epoch {}",
+                self.index,
+                r.epoch
+            ),
+            Err(e) => log::error!(
+                "worker {}: cluster epoch {} refused: {e}",
+                self.index,
+                r.epoch
+            ),
         }
     }
 
@@ -809,6 +838,8 @@ pub struct Translator {
     snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// A collector cluster's routes, if this translator is a member of one.
+    board: Option<Arc<RouteBoard>>,
 }
 
 /// Loads every collector's published metadata.
@@ -1319,6 +1350,32 @@ impl Translator {
                 }
             }
         }
+        // A cluster member routes by the epoch active now, and follows the epochs after it.
+        let board = match &cfg.cluster_map {
+            Some(cluster) => {
+                let fallback = resolve_routes(&cfg, &collectors)?;
+                let p = cluster.active_at(crate::control::cluster::unix_now());
+                let rs = cluster_routes(cluster, p, &collectors, fallback.clone())?;
+                log::info!(
+                    "cluster {:?}: routing by epoch {} of {}",
+                    cluster.name,
+                    p.number,
+                    cluster.epoch
+                );
+                let board = Arc::new(RouteBoard::new(rs));
+                let path = cfg.cluster.clone().unwrap_or_default();
+                threads.push(crate::control::cluster::spawn_watcher(
+                    path,
+                    cluster.clone(),
+                    collectors.clone(),
+                    fallback,
+                    board.clone(),
+                    stop.clone(),
+                )?);
+                Some(board)
+            }
+            None => None,
+        };
         let mut pipelines = Vec::new();
         for (w, &roce) in roce_addrs.iter().enumerate() {
             let (mut pc, targets) = pipeline_for(&cfg, w, roce, &collectors)?;
@@ -1326,7 +1383,12 @@ impl Translator {
             if shared_roce {
                 check_qpn_steering(&targets, w, t.workers)?;
             }
-            pipelines.push(Pipeline::new(pc, &targets).map_err(|e| e.to_string())?);
+            let mut p = Pipeline::new(pc, &targets).map_err(|e| e.to_string())?;
+            if let Some(b) = &board {
+                p.set_routes(&b.current().1)
+                    .map_err(|e| format!("cluster: {e}"))?;
+            }
+            pipelines.push(p);
         }
         let mut dispatch_ends: Vec<Option<DispatchRx>> = Vec::new();
         if let Some((d, ends)) = dispatcher {
@@ -1359,6 +1421,7 @@ impl Translator {
                 links: links[w].take().expect("one link set per worker"),
                 reconnects: 0,
                 stats_interval_ns: t.stats_interval_ms * 1_000_000,
+                routes: board.as_ref().map(|b| (b.clone(), b.generation())),
             };
             let core = cores.get(w).copied();
             let th = std::thread::Builder::new()
@@ -1401,7 +1464,14 @@ impl Translator {
             snapshots,
             stop,
             threads,
+            board,
         })
+    }
+
+    /// The collector-cluster epoch the workers are told to route by (they take it up within
+    /// a loop iteration), if this translator is a cluster member.
+    pub fn cluster_epoch(&self) -> Option<u32> {
+        self.board.as_ref().map(|b| b.current().1.epoch)
     }
 
     /// Per-worker snapshots (at most ~50 ms old).

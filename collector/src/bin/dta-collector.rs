@@ -96,12 +96,76 @@ enum Cmd {
         #[command(flatten)]
         control: Control,
     },
+    /// A collector cluster as one system (the cluster file: collectors, and which one holds
+    /// each key, Append list and sketch, epoch by epoch).
+    Cluster {
+        #[command(subcommand)]
+        what: ClusterCmd,
+    },
     /// Reset a Key-Increment store's counters (start a new epoch).
     Epoch {
         /// Store name.
         store: String,
         #[command(flatten)]
         control: Control,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Check a cluster file and print its partitioning (JSON: collectors, and per epoch the
+    /// key slot table, list ranges and sketch owners), the plan translators and the P4
+    /// control plane route by.
+    Check {
+        /// Cluster file (TOML); see examples/cluster/cluster.toml.
+        #[arg(long, value_name = "FILE", env = "DTA_CLUSTER")]
+        cluster: PathBuf,
+    },
+    /// Query keys across the cluster: each key goes to the collector holding it (one bulk
+    /// request per collector, in parallel); one JSON line per key, in order, naming the
+    /// collector and cluster epoch that answered.
+    Query {
+        /// keywrite, counter or path.
+        #[arg(value_parser = ["keywrite", "counter", "path"])]
+        kind: String,
+        /// Keys (hex or 5-tuple).
+        #[arg(required_unless_present = "keys_file")]
+        keys: Vec<String>,
+        /// Read the keys from this file (`-`: standard input): one per line or a JSON array.
+        #[arg(long, value_name = "FILE", conflicts_with = "keys")]
+        keys_file: Option<PathBuf>,
+        /// Ask only this cluster epoch's owners (default: the newest epoch's, falling back to
+        /// older epochs' owners for keys they do not have; counters add every owner's).
+        #[arg(long)]
+        epoch: Option<u32>,
+        /// Replicas to read (passed on to the collectors).
+        #[arg(short, value_parser = clap::value_parser!(u8).range(1..=8))]
+        n: Option<u8>,
+        /// Cluster file.
+        #[arg(long, value_name = "FILE", env = "DTA_CLUSTER")]
+        cluster: PathBuf,
+    },
+    /// Print an Append list's entries from every collector that held it, oldest epoch first.
+    Tail {
+        /// Global list ID.
+        list: u32,
+        /// Only this cluster epoch's owner.
+        #[arg(long)]
+        epoch: Option<u32>,
+        /// Cluster file.
+        #[arg(long, value_name = "FILE", env = "DTA_CLUSTER")]
+        cluster: PathBuf,
+    },
+    /// Serve the single collector's query API (/query, /tail, /query/sketch) answered from
+    /// the cluster, with /cluster, /stores, /stats and /metrics, until SIGINT/SIGTERM. The
+    /// cluster file is re-read when it changes.
+    Serve {
+        /// Cluster file.
+        #[arg(long, value_name = "FILE", env = "DTA_CLUSTER")]
+        cluster: PathBuf,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:14790")]
+        listen: std::net::SocketAddr,
     },
 }
 
@@ -254,6 +318,7 @@ fn main() {
             );
             Ok(())
         }),
+        Cmd::Cluster { what } => cluster(what),
         Cmd::Epoch { store, control } => endpoint(&control).and_then(|a| {
             let r = a.request("POST", &format!("/epoch/{}", enc(&store)))?;
             print_answer(r)
@@ -664,6 +729,86 @@ fn tail(
         }
         if empty {
             std::thread::sleep(Duration::from_millis(interval_ms));
+        }
+    }
+}
+
+fn cluster(what: ClusterCmd) -> Result<(), String> {
+    use dta_collector::cluster::{describe, load_cluster, ClusterClient, Gateway, KeyQuery};
+    match what {
+        ClusterCmd::Check { cluster } => {
+            let c = load_cluster(&cluster)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&describe(&c)).expect("json")
+            );
+            Ok(())
+        }
+        ClusterCmd::Query {
+            kind,
+            keys,
+            keys_file,
+            epoch,
+            n,
+            cluster,
+        } => {
+            let client = ClusterClient::new(load_cluster(&cluster)?);
+            let keys = match keys_file {
+                Some(f) => {
+                    let body = read_keys(&f)?;
+                    dta_collector::http::bulk_keys(&body).map_err(|r| r.body.trim().to_string())?
+                }
+                None => keys,
+            };
+            let params = n.map(|n| format!("?n={n}")).unwrap_or_default();
+            let kind = KeyQuery::parse(&kind).expect("clap checked the kind");
+            for line in client.query(kind, &keys, epoch, &params)? {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        ClusterCmd::Tail {
+            list,
+            epoch,
+            cluster,
+        } => {
+            let client = ClusterClient::new(load_cluster(&cluster)?);
+            let (entries, lost) = client.tail(list, epoch, "")?;
+            for e in entries {
+                println!("{e}");
+            }
+            if lost > 0 {
+                eprintln!("dta-collector: {lost} batch(es) of list {list} were overwritten before they were read");
+            }
+            Ok(())
+        }
+        ClusterCmd::Serve { cluster, listen } => {
+            let gw = std::sync::Arc::new(Gateway::new(ClusterClient::new(load_cluster(&cluster)?)));
+            let server = dta_collector::cluster::serve(listen, gw.clone())?;
+            log::info!(
+                "cluster gateway on {} for {}",
+                server.local_addr(),
+                cluster.display()
+            );
+            let stop = dta_io::signal::install_stop_flag();
+            let mut text = std::fs::read(&cluster).unwrap_or_default();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                let Ok(now) = std::fs::read(&cluster) else {
+                    continue;
+                };
+                if now != text {
+                    text = now;
+                    match load_cluster(&cluster) {
+                        Ok(c) => {
+                            log::info!("cluster file changed: epochs up to {}", c.epoch);
+                            gw.replace(ClusterClient::new(c));
+                        }
+                        Err(e) => log::error!("{e}; keeping the previous cluster"),
+                    }
+                }
+            }
+            Ok(())
         }
     }
 }

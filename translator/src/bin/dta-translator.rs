@@ -25,6 +25,12 @@ struct Cli {
     /// Configuration file (TOML).
     #[arg(short, long, value_name = "FILE")]
     config: PathBuf,
+    /// Join the collector cluster this file describes (collectors, and how keys, Append lists
+    /// and sketches are partitioned among them, epoch by epoch): replaces `cluster` in the
+    /// configuration, which must then have no [[collector]] of its own. The file is re-read
+    /// while running; the workers switch routes when a new epoch starts.
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
     /// Override `translator.workers`.
     #[arg(long)]
     workers: Option<usize>,
@@ -64,7 +70,7 @@ struct Cli {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
-    let mut cfg = match TranslatorConfig::load(&cli.config) {
+    let mut cfg = match TranslatorConfig::load_member(&cli.config, cli.cluster.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("dta-translator: {e}");

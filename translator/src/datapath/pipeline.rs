@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use dta_proto::batch::{Datagram, TxBatch};
-use dta_proto::crc::IEEE;
+use dta_proto::cluster::key_slot;
 use dta_proto::geometry::StoreGeometry;
 use dta_proto::hash::MAX_REDUNDANCY;
 use dta_proto::meta::{StoreKind, StoreMeta};
@@ -58,6 +58,50 @@ pub enum Route {
     ByKeyHash(Vec<usize>),
     /// No store serves this primitive.
     None,
+}
+
+impl Route {
+    /// The store a report with `key` addressed to `dst` goes to. Key hashing is
+    /// [`dta_proto::cluster::key_slot`], the rule every member of a collector cluster uses: a
+    /// table of one entry per store is `[routing] key-hash`, a cluster epoch's slot table
+    /// repeats stores.
+    #[inline(always)]
+    pub fn pick(&self, key: &[u8], dst: Ipv4Addr) -> Option<usize> {
+        match self {
+            Route::Single(i) => Some(*i),
+            Route::ByDestination(v) => v.iter().find(|(ip, _)| *ip == dst).map(|(_, i)| *i),
+            Route::ByKeyHash(v) => Some(v[key_slot(key, v.len())]),
+            Route::None => None,
+        }
+    }
+}
+
+/// Append lists `first..end` go to store `store` (a collector cluster's list ranges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListRoute {
+    /// First list ID.
+    pub first: u32,
+    /// One past the last list ID.
+    pub end: u64,
+    /// Store index.
+    pub store: usize,
+}
+
+/// Every route of one collector-cluster epoch, swapped into a running pipeline at the epoch
+/// boundary ([`Pipeline::set_routes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSet {
+    /// The cluster epoch these routes implement.
+    pub epoch: u32,
+    /// Key-Write reports.
+    pub keywrite: Route,
+    /// Key-Increment reports.
+    pub keyincrement: Route,
+    /// Postcards.
+    pub postcard: Route,
+    /// Append lists, sorted by first list and disjoint (empty: each list goes to the first
+    /// Append store that holds it).
+    pub append: Vec<ListRoute>,
 }
 
 /// Everything a pipeline needs, derived from configuration and collector metadata.
@@ -187,6 +231,10 @@ pub struct Pipeline {
     handoffs: Vec<Handoff>,
     /// Frames a single report may need at most (over all stores), and a NACK.
     max_frames_per_report: usize,
+    /// Append list ranges of a cluster epoch (empty: by the stores' own ranges).
+    append_routes: Vec<ListRoute>,
+    /// The cluster epoch routed, if the routes came from a cluster.
+    route_epoch: Option<u32>,
 }
 
 impl Pipeline {
@@ -314,7 +362,58 @@ impl Pipeline {
             prim_cfg,
             cfg,
             max_frames_per_report,
+            append_routes: Vec::new(),
+            route_epoch: None,
         })
+    }
+
+    /// Replaces every route with a collector-cluster epoch's (between bursts: a report is
+    /// routed either by the old epoch or by the new). Refused, with the routes left as they
+    /// were, if a route names a store of another kind or an Append range a store does not
+    /// hold.
+    pub fn set_routes(&mut self, r: &RouteSet) -> Result<(), ConfigError> {
+        let mut cfg = self.cfg.clone();
+        cfg.route_keywrite = r.keywrite.clone();
+        cfg.route_keyincrement = r.keyincrement.clone();
+        cfg.route_postcard = r.postcard.clone();
+        check_routes(&cfg, &self.stores)?;
+        for w in r.append.windows(2) {
+            if u64::from(w[1].first) < w[0].end {
+                return Err(ConfigError(format!(
+                    "append routes {}..{} and {}..{} overlap or are not sorted",
+                    w[0].first, w[0].end, w[1].first, w[1].end
+                )));
+            }
+        }
+        for l in &r.append {
+            let s = self.stores.get(l.store);
+            let holds = s.is_some_and(|s| match &s.prim {
+                PrimitiveState::Append(a) => {
+                    l.end > u64::from(l.first) && a.serves(l.first) && a.serves((l.end - 1) as u32)
+                }
+                _ => false,
+            });
+            if !holds {
+                return Err(ConfigError(format!(
+                    "append lists {}..{} routed to store #{} ({}), which does not hold them",
+                    l.first,
+                    l.end,
+                    l.store,
+                    s.map_or("none", |s| s.name.as_str())
+                )));
+            }
+        }
+        self.cfg.route_keywrite = cfg.route_keywrite;
+        self.cfg.route_keyincrement = cfg.route_keyincrement;
+        self.cfg.route_postcard = cfg.route_postcard;
+        self.append_routes.clone_from(&r.append);
+        self.route_epoch = Some(r.epoch);
+        Ok(())
+    }
+
+    /// The collector-cluster epoch this pipeline routes by, if any.
+    pub fn route_epoch(&self) -> Option<u32> {
+        self.route_epoch
     }
 
     /// Transmit-batch frames one report may need in the worst case (a batch with room for
@@ -489,6 +588,11 @@ impl Pipeline {
             Primitive::KeyWrite { key, .. } => (&self.cfg.route_keywrite, key),
             Primitive::KeyIncrement { key, .. } => (&self.cfg.route_keyincrement, key),
             Primitive::Postcard { flow, .. } => (&self.cfg.route_postcard, flow),
+            Primitive::Append { list, .. } if !self.append_routes.is_empty() => {
+                let i = self.append_routes.partition_point(|l| l.first <= *list);
+                let l = self.append_routes.get(i.checked_sub(1)?)?;
+                return (u64::from(*list) < l.end).then_some(l.store);
+            }
             Primitive::Append { list, .. } => {
                 return self.stores.iter().position(|s| match &s.prim {
                     PrimitiveState::Append(a) => a.serves(*list),
@@ -496,12 +600,7 @@ impl Pipeline {
                 });
             }
         };
-        match route {
-            Route::Single(i) => Some(*i),
-            Route::ByDestination(v) => v.iter().find(|(ip, _)| *ip == dst).map(|(_, i)| *i),
-            Route::ByKeyHash(v) => Some(v[IEEE.checksum(key.as_bytes()) as usize % v.len()]),
-            Route::None => None,
-        }
+        route.pick(key.as_bytes(), dst)
     }
 
     #[inline(always)]
