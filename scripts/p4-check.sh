@@ -198,17 +198,25 @@ for b in "${builds[@]}"; do
     echo "FAIL: p4c-barefoot $c $prog"; grep -iE "error|warning: .*unsupported" "$dir/compile.log" | head -20
     fails=$((fails + 1)); status=1; continue
   fi
-  bfa=$(find "$dir" -name '*.bfa' | head -1)
-  if [ -z "$bfa" ]; then
+  # One .bfa per pipe: the translator's default build has two (pipe, icrc_pipe).
+  mapfile -t bfas < <(find "$dir" -name '*.bfa' | sort)
+  if [ ${#bfas[@]} -eq 0 ]; then
     echo "FAIL: p4c-barefoot $c $prog wrote no .bfa"; fails=$((fails + 1)); status=1; continue
   fi
   # Resource summary (stages per gress, per-stage SRAM/TCAM/stateful ALUs/gateways/VLIW).
   python3 scripts/p4-resources.py "$dir" "$(basename "$prog") ${c:-(defaults)}" > "$dir/resources.md" 2>&1 || true
-  if ! "$BFAS_BIN" -o "$dir" "$bfa" > "$dir/bfas.log" 2>&1 || [ -z "$(find "$dir" -name tofino.bin)" ]; then
-    echo "FAIL: bfas $c $prog: $(head -1 "$dir/resources.md")"; grep -i error "$dir/bfas.log" | head -5
+  asm_ok=1
+  for bfa in "${bfas[@]}"; do
+    pdir=$(dirname "$bfa")
+    if ! "$BFAS_BIN" -o "$pdir" "$bfa" > "$pdir/bfas.log" 2>&1 || [ ! -f "$pdir/tofino.bin" ]; then
+      echo "FAIL: bfas $c $prog ($(basename "$pdir")): $(head -1 "$dir/resources.md")"; grep -i error "$pdir/bfas.log" | head -5
+      asm_ok=0
+    fi
+  done
+  if [ $asm_ok -eq 0 ]; then
     fails=$((fails + 1)); status=1; continue
   fi
-  echo "ok: $(head -1 "$dir/resources.md") -> $(find "$dir" -name tofino.bin | head -1 | sed "s|$OUT/||")"
+  echo "ok: $(head -1 "$dir/resources.md") -> $(find "$dir" -name tofino.bin | sort | sed "s|$OUT/||" | tr '\n' ' ')"
 done
 echo "p4c-barefoot + bfas: $(( ${#builds[@]} - fails )) of ${#builds[@]} builds compiled end to end"
 exit $status
