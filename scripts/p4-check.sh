@@ -123,7 +123,7 @@ tool() {  # tool NAME ENVVAR
   local v=${!2:-} d
   if [ -n "$v" ]; then [ -x "$v" ] && echo "$v"; return; fi
   if [ -n "${P4C_BUILD:-}" ]; then
-    for d in "" backends/p4test backends/tofino backends/tofino/bf-asm backends/p4tools; do
+    for d in "" backends/p4test backends/tofino backends/tofino/bf-p4c backends/tofino/bf-asm backends/p4tools; do
       [ -x "$P4C_BUILD/$d/$1" ] && [ -f "$P4C_BUILD/$d/$1" ] && { echo "$P4C_BUILD/$d/$1"; return; }
     done
   fi
