@@ -26,8 +26,7 @@ translator_combos=(
   "-DDTA_HASH_REFERENCE"
   "-DDTA_REF_VARIANT_B"
   "-DDTA_NO_EXTENDED -DDTA_AP_BATCH=1"
-  "-DDTA_AP_BATCH=16 -DDTA_AP_REFERENCE_RING"
-  "-DDTA_AP_BATCH=16"
+  "-DDTA_AP_BATCH=8 -DDTA_AP_REFERENCE_RING"
   "-DDTA_AP_BATCH=2 -DDTA_PC_HOPS=3 -DDTA_MAX_N=8"
   "-DDTA_AP_BATCH=8 -DDTA_PC_HOPS=8"
   "-DDTA_PC_HOPS=1 -DDTA_NO_ICRC"
@@ -124,7 +123,7 @@ tool() {  # tool NAME ENVVAR
   local v=${!2:-} d
   if [ -n "$v" ]; then [ -x "$v" ] && echo "$v"; return; fi
   if [ -n "${P4C_BUILD:-}" ]; then
-    for d in "" backends/p4test backends/tofino backends/tofino/bf-asm backends/p4tools; do
+    for d in "" backends/p4test backends/tofino backends/tofino/bf-p4c backends/tofino/bf-asm backends/p4tools; do
       [ -x "$P4C_BUILD/$d/$1" ] && [ -f "$P4C_BUILD/$d/$1" ] && { echo "$P4C_BUILD/$d/$1"; return; }
     done
   fi
@@ -198,17 +197,25 @@ for b in "${builds[@]}"; do
     echo "FAIL: p4c-barefoot $c $prog"; grep -iE "error|warning: .*unsupported" "$dir/compile.log" | head -20
     fails=$((fails + 1)); status=1; continue
   fi
-  bfa=$(find "$dir" -name '*.bfa' | head -1)
-  if [ -z "$bfa" ]; then
+  # One .bfa per pipe: the translator's default build has two (pipe, icrc_pipe).
+  mapfile -t bfas < <(find "$dir" -name '*.bfa' | sort)
+  if [ ${#bfas[@]} -eq 0 ]; then
     echo "FAIL: p4c-barefoot $c $prog wrote no .bfa"; fails=$((fails + 1)); status=1; continue
   fi
   # Resource summary (stages per gress, per-stage SRAM/TCAM/stateful ALUs/gateways/VLIW).
   python3 scripts/p4-resources.py "$dir" "$(basename "$prog") ${c:-(defaults)}" > "$dir/resources.md" 2>&1 || true
-  if ! "$BFAS_BIN" -o "$dir" "$bfa" > "$dir/bfas.log" 2>&1 || [ -z "$(find "$dir" -name tofino.bin)" ]; then
-    echo "FAIL: bfas $c $prog: $(head -1 "$dir/resources.md")"; grep -i error "$dir/bfas.log" | head -5
+  asm_ok=1
+  for bfa in "${bfas[@]}"; do
+    pdir=$(dirname "$bfa")
+    if ! "$BFAS_BIN" -o "$pdir" "$bfa" > "$pdir/bfas.log" 2>&1 || [ ! -f "$pdir/tofino.bin" ]; then
+      echo "FAIL: bfas $c $prog ($(basename "$pdir")): $(head -1 "$dir/resources.md")"; grep -i error "$pdir/bfas.log" | head -5
+      asm_ok=0
+    fi
+  done
+  if [ $asm_ok -eq 0 ]; then
     fails=$((fails + 1)); status=1; continue
   fi
-  echo "ok: $(head -1 "$dir/resources.md") -> $(find "$dir" -name tofino.bin | head -1 | sed "s|$OUT/||")"
+  echo "ok: $(head -1 "$dir/resources.md") -> $(find "$dir" -name tofino.bin | sort | sed "s|$OUT/||" | tr '\n' ' ')"
 done
 echo "p4c-barefoot + bfas: $(( ${#builds[@]} - fails )) of ${#builds[@]} builds compiled end to end"
 exit $status

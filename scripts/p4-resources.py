@@ -2,9 +2,11 @@
 """Summarises a p4c-barefoot build's resource use (Tofino-1).
 
 Usage: p4-resources.py BUILD_DIR [NAME]
-BUILD_DIR is p4c-barefoot's -o directory (it reads pipe/logs/resources.json, and the .bfa for
-the stages each gress uses). Prints one line per MAU stage (the stage's resources are shared by
-ingress and egress) and a total line, as Markdown table rows.
+BUILD_DIR is p4c-barefoot's -o directory: one subdirectory per pipeline instance (`pipe`; the
+translator's two-pipe build adds `icrc_pipe`), each with logs/resources.json and the .bfa for
+the stages each gress uses. Prints a summary line, then per pipe one line per MAU stage (a
+stage's resources are shared by that pipe's ingress and egress) and a total line, as Markdown
+table rows.
 """
 import glob
 import json
@@ -17,10 +19,10 @@ import sys
 LIMITS = {"sram": 80, "tcam": 24, "salu": 4, "gw": 16, "vliw": 32, "tables": 16}
 
 
-def stage_counts(build):
+def stage_counts(pipe_dir):
     """Stages per gress, from the assembler input (the compiler may emit more than exist)."""
     counts = {}
-    for bfa in glob.glob(os.path.join(build, "pipe", "*.bfa")):
+    for bfa in glob.glob(os.path.join(pipe_dir, "*.bfa")):
         for line in open(bfa):
             m = re.match(r"\s*stage (\d+) (ingress|egress):", line)
             if m:
@@ -28,33 +30,55 @@ def stage_counts(build):
     return {g: len(s) for g, s in counts.items()}
 
 
+def pipe_dirs(build):
+    """The build's pipeline directories, `pipe` first."""
+    dirs = [d for d in sorted(glob.glob(os.path.join(build, "*")))
+            if os.path.isfile(os.path.join(d, "logs", "resources.json"))]
+    return sorted(dirs, key=lambda d: (os.path.basename(d) != "pipe", d))
+
+
+def stage_rows(pipe_dir):
+    res = json.load(open(os.path.join(pipe_dir, "logs", "resources.json")))["resources"]
+    rows = []
+    for st in res["mau"]["mau_stages"]:
+        rows.append((st["stage_number"], {
+            "sram": sum(1 for r in st["rams"]["srams"] if r.get("usages")),
+            "tcam": sum(1 for t in st["tcams"]["tcams"] if t.get("usages")),
+            "salu": len(st["meter_alus"]["meters"]),
+            "gw": len(st["gateways"]["gateways"]),
+            "vliw": len(st["vliw"]["instructions"]),
+            "tables": len(st["logical_tables"]["ids"]),
+        }))
+    return rows
+
+
 def main():
     build = sys.argv[1]
     name = sys.argv[2] if len(sys.argv) > 2 else os.path.basename(build.rstrip("/"))
-    res = json.load(open(os.path.join(build, "pipe", "logs", "resources.json")))["resources"]
-    rows = []
-    total = {k: 0 for k in LIMITS}
-    for st in res["mau"]["mau_stages"]:
-        srams = sum(1 for r in st["rams"]["srams"] if r.get("usages"))
-        tcams = sum(1 for t in st["tcams"]["tcams"] if t.get("usages"))
-        salus = len(st["meter_alus"]["meters"])
-        gws = len(st["gateways"]["gateways"])
-        vliw = len(st["vliw"]["instructions"])
-        tables = len(st["logical_tables"]["ids"])
-        row = {"sram": srams, "tcam": tcams, "salu": salus, "gw": gws, "vliw": vliw, "tables": tables}
-        for k, v in row.items():
-            total[k] += v
-        rows.append((st["stage_number"], row))
-    gress = stage_counts(build)
-    print(f"{name}: ingress {gress.get('ingress', 0)} stages, egress {gress.get('egress', 0)} "
-          f"stages (Tofino-1 has 12)")
-    print("| stage | SRAM /80 | TCAM /24 | stateful ALU /4 | gateways /16 | VLIW /32 | tables /16 |")
-    print("|---|---|---|---|---|---|---|")
-    for n, r in rows:
-        print(f"| {n} | {r['sram']} | {r['tcam']} | {r['salu']} | {r['gw']} | {r['vliw']} | {r['tables']} |")
-    n = len(rows)
-    print(f"| all {n} | {total['sram']} ({100 * total['sram'] / (80 * n):.0f} %) | "
-          f"{total['tcam']} | {total['salu']} | {total['gw']} | {total['vliw']} | {total['tables']} |")
+    dirs = pipe_dirs(build)
+    if not dirs:
+        sys.exit(f"{build}: no pipe directory with logs/resources.json")
+    gress = {os.path.basename(d): stage_counts(d) for d in dirs}
+    if len(dirs) == 1:
+        g = next(iter(gress.values()))
+        print(f"{name}: ingress {g.get('ingress', 0)} stages, egress {g.get('egress', 0)} "
+              f"stages (Tofino-1 has 12)")
+    else:
+        parts = [f"{p} ingress {g.get('ingress', 0)} / egress {g.get('egress', 0)}"
+                 for p, g in gress.items()]
+        print(f"{name}: {'; '.join(parts)} stages (Tofino-1 has 12 per gress)")
+    for d in dirs:
+        rows = stage_rows(d)
+        total = {k: sum(r[k] for _, r in rows) for k in LIMITS}
+        if len(dirs) > 1:
+            print(f"\n{os.path.basename(d)}:\n")
+        print("| stage | SRAM /80 | TCAM /24 | stateful ALU /4 | gateways /16 | VLIW /32 | tables /16 |")
+        print("|---|---|---|---|---|---|---|")
+        for n, r in rows:
+            print(f"| {n} | {r['sram']} | {r['tcam']} | {r['salu']} | {r['gw']} | {r['vliw']} | {r['tables']} |")
+        n = len(rows)
+        print(f"| all {n} | {total['sram']} ({100 * total['sram'] / (80 * n):.0f} %) | "
+              f"{total['tcam']} | {total['salu']} | {total['gw']} | {total['vliw']} | {total['tables']} |")
 
 
 if __name__ == "__main__":

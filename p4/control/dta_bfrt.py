@@ -48,9 +48,17 @@ DEFAULT_KNOBS = {
     "qps": 256,
     "variant": "a",
     "extended": True,
+    "icrc": True,   # the ICRC pipe (dta_icrc_pipe.p4); False: -DDTA_NO_ICRC, one pipe, ICRC 0
 }
 
+# Tofino-1's recirculation port of pipe 0: the default loop port of the two-pipe build.
+DEFAULT_LOOP_PORT = 68
+
 AP_TRAILER_LEN = 8
+
+# Tables that also hold entries the operator adds (plain IPv4 routes): apply() replaces only
+# the plan's keys instead of clearing them.
+SHARED_TABLES = ("Ingress.tbl_forward",)
 
 
 class ConfigError(Exception):
@@ -161,13 +169,17 @@ def _route_stores(route, what, stores):
     raise ConfigError(f"routing.{what}: unknown rule {route!r}")
 
 
-def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
+def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
+         loop_port=DEFAULT_LOOP_PORT):
     """Everything the program needs, as plain data:
     {"tables": {table: [(action, {key...}, {param...})]},
      "registers": {register: [(index, value)]},
      "mcast": {"nodes": [(node_id, rid, port)], "groups": [(mgid, [node_ids])]}}"""
     k = dict(DEFAULT_KNOBS)
     k.update(knobs or {})
+    if k["ap_batch"] not in (1, 2, 4, 8):
+        raise ConfigError(f"DTA_AP_BATCH {k['ap_batch']}: Tofino-1 builds take 1, 2, 4 or 8 "
+                          "(batch 16 needs 22 ingress stages; p4/README.md)")
     t = cfg["translator"]
     src_ip, src_port = split_addr(t["roce"])
     listen_ip, _ = split_addr(t["listen"])
@@ -212,7 +224,11 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
             else:
                 raise ConfigError(f"store {s['name']}: no QP (static qps or a connection)")
             st = dict(s)
-            st.update(collector=cname, roce_ip=roce_ip, mac=meta["mac"], port=ports[cname],
+            # Two-pipe build: frames leave pipe 0's Ingress for the loop port (Egress builds
+            # them there), and responses come back through it; the collector's own port is
+            # on pipe 1 (tbl_forward below).
+            st.update(collector=cname, roce_ip=roce_ip, mac=meta["mac"],
+                      port=loop_port if k["icrc"] else ports[cname], collector_port=ports[cname],
                       local_qpn=local, remote_qpn=remote, psn=psn, addr=addr, rkey=rkey)
             if "hash" in st and st["hash"] != k["hash"]:
                 raise ConfigError(f"store {s['name']}: hash profile {st.get('hash')} but the "
@@ -239,6 +255,26 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
                             "Ingress.ap_imm_reg")}
     nodes, groups = [], []
     group_of = {}
+    if k["icrc"]:
+        # Tofino-1 device ports: bits 8..7 are the pipe.
+        if not 0 <= loop_port < 128:
+            raise ConfigError(f"loop port {loop_port} is not on pipe 0 (device ports 0..127): "
+                              "the translator's Egress runs there")
+        for cname, port in ports.items():
+            if not 128 <= port < 256:
+                raise ConfigError(f"collector {cname}: port {port} is not on pipe 1 (device ports "
+                                  "128..255), where the ICRC pipe appends the ICRC; compile with "
+                                  "-DDTA_NO_ICRC (and --no-icrc here) for one pipe without it")
+        tables["Ingress.tbl_icrc_loop"] = [("icrc_mark", {"ingress_port": loop_port}, {})]
+        tables["Ingress.tbl_forward"] = []
+        seen = set()
+        for cname, meta in collectors:
+            ip = ip_int(split_addr(meta["roce"])[0])
+            if ip not in seen:
+                seen.add(ip)
+                tables["Ingress.tbl_forward"].append(("forward", {"dst": ip}, {"port": ports[cname]}))
+        tables["icrc_pipe.IcrcIngress.tbl_icrc_return"] = [
+            ("to_port", {"dst": ip_int(src_ip)}, {"port": loop_port})]
 
     def group(port, count):
         if (port, count) not in group_of:
@@ -328,6 +364,10 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
         if s["kind"] != "append":
             continue
         seq = s.get("format", "sequenced") == "sequenced"
+        if s["batch"] > 8:
+            raise ConfigError(f"store {s['name']}: Append batch {s['batch']}, but the Tofino-1 "
+                              "program batches at most 8 entries (p4/README.md): give the store "
+                              "batch 8 or less, or use the software translator")
         if s["batch"] != k["ap_batch"] or s["entry_size"] != k["value_len"] or seq != k["ap_sequenced"]:
             raise ConfigError(f"store {s['name']}: batch {s['batch']}, entry {s['entry_size']}, "
                               f"format {s.get('format')} differ from the compiled program")
@@ -350,18 +390,27 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0):
 def apply(p, bfrt, program=PROGRAM):
     """Writes a plan through bfrt_python: clears the tables it owns, then adds every entry,
     writes every register cell and creates the multicast nodes and groups."""
-    pipe = getattr(bfrt, program).pipe
+    prog = getattr(bfrt, program)
     for name, entries in p["tables"].items():
-        ctrl, tbl = name.split(".")
-        table = getattr(getattr(pipe, ctrl), tbl)
-        table.clear()
+        parts = name.split(".")
+        pipe_name, ctrl, tbl = parts if len(parts) == 3 else ["pipe"] + parts
+        table = getattr(getattr(getattr(prog, pipe_name), ctrl), tbl)
+        if name in SHARED_TABLES:
+            # The operator's own routes stay; only ours are replaced.
+            for _, key, _ in entries:
+                try:
+                    table.delete(**key)
+                except Exception:  # noqa: BLE001 (bfrt raises its own types; absent is fine)
+                    pass
+        else:
+            table.clear()
         for action, key, params in entries:
             args = dict(key)
             args.update(params)
             getattr(table, "add_with_" + action)(**args)
     for name, cells in p["registers"].items():
         ctrl, reg = name.split(".")
-        r = getattr(getattr(pipe, ctrl), reg)
+        r = getattr(getattr(prog.pipe, ctrl), reg)
         for index, value in cells:
             r.mod(REGISTER_INDEX=index, f1=value)
     pre = bfrt.pre
@@ -383,11 +432,12 @@ def parse_ports(s):
     return out
 
 
-def run(bfrt, config, ports, connections=None, resync_window=0, knobs=None):
+def run(bfrt, config, ports, connections=None, resync_window=0, knobs=None,
+        loop_port=DEFAULT_LOOP_PORT):
     cfg = load_config(config)
     collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(config)))
     conns = load_connections(connections) if connections else None
-    p = plan(cfg, collectors, ports, conns, knobs, resync_window)
+    p = plan(cfg, collectors, ports, conns, knobs, resync_window, loop_port)
     apply(p, bfrt)
     return p
 
@@ -399,12 +449,17 @@ def main(argv):
     ap.add_argument("--ports", required=True, help="collector=devport,...")
     ap.add_argument("--connections")
     ap.add_argument("--resync-window", type=int, default=0)
+    ap.add_argument("--loop-port", type=int, default=DEFAULT_LOOP_PORT,
+                    help="pipe-0 loopback port of the two-pipe (ICRC) build (default 68)")
+    ap.add_argument("--no-icrc", action="store_true",
+                    help="the program was compiled with -DDTA_NO_ICRC (one pipe, ICRC 0)")
     ap.add_argument("--print", action="store_true", help="print the plan as JSON")
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
     collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(a.config)))
     conns = load_connections(a.connections) if a.connections else None
-    p = plan(cfg, collectors, parse_ports(a.ports), conns, None, a.resync_window)
+    knobs = {"icrc": not a.no_icrc}
+    p = plan(cfg, collectors, parse_ports(a.ports), conns, knobs, a.resync_window, a.loop_port)
     json.dump(p, sys.stdout, indent=1)
     print()
     return 0
@@ -412,6 +467,8 @@ def main(argv):
 
 if "bfrt" in globals():  # running inside bfshell's bfrt_python
     run(globals()["bfrt"], os.environ["DTA_CONFIG"], parse_ports(os.environ.get("DTA_PORTS", "")),
-        os.environ.get("DTA_CONNECTIONS"), int(os.environ.get("DTA_RESYNC_WINDOW", "0")))
+        os.environ.get("DTA_CONNECTIONS"), int(os.environ.get("DTA_RESYNC_WINDOW", "0")),
+        {"icrc": os.environ.get("DTA_NO_ICRC", "") in ("", "0")},
+        int(os.environ.get("DTA_LOOP_PORT", str(DEFAULT_LOOP_PORT))))
 elif __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

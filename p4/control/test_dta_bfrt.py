@@ -91,7 +91,7 @@ class ControlPlaneTest(unittest.TestCase):
 
     def run_fake(self, connections=None, window=0):
         log = []
-        plan = dta_bfrt.run(Fake(log), self.cfg, {"c1": 8}, connections, window)
+        plan = dta_bfrt.run(Fake(log), self.cfg, {"c1": 136}, connections, window)
         return log, plan
 
     @staticmethod
@@ -148,7 +148,7 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual([c["f1"] >> 8 for c in nak], [0xABBFFF, 0xF, 0xFFFFFE, 4])
         resp = self.calls(log, "Ingress.tbl_resp_qp.add_with_resp_qp")
         self.assertEqual([(r["src"], r["dest_qp"], r["qp"], r["port"]) for r in resp],
-                         [(ip("10.0.0.51"), 0x100 + i, i, 8) for i in range(4)])
+                         [(ip("10.0.0.51"), 0x100 + i, i, 68) for i in range(4)])
         # Tables are cleared before they are filled.
         first_add = next(i for i, (p, _, _) in enumerate(log) if ".add_with_" in p)
         self.assertTrue(all(p.endswith(".clear") for p, _, _ in log[:first_add]))
@@ -166,9 +166,38 @@ class ControlPlaneTest(unittest.TestCase):
             want = e["n"] + (e["immediate"] if e["op"] == 3 else 0)
             self.assertEqual(len(members), want)
             self.assertEqual(sorted(nodes[m]["MULTICAST_RID"] for m in members), list(range(want)))
-            self.assertTrue(all(nodes[m]["DEV_PORT"] == [8] for m in members))
+            self.assertTrue(all(nodes[m]["DEV_PORT"] == [68] for m in members))
             self.assertEqual(e["qp"], 0 if e["op"] == 1 else 1)
         self.assertEqual(len(groups), len(plan["mcast"]["groups"]))
+
+    def test_icrc_pipe_routes_frames_through_the_loop_port(self):
+        """Two-pipe build: frames and responses use the loop port (pipe 0), looped frames are
+        marked for the ICRC pipe and routed to the collector's pipe-1 port, and pipe 1 sends
+        what the collectors answer back to the loop port."""
+        log, _ = self.run_fake()
+        mark = self.calls(log, "Ingress.tbl_icrc_loop.add_with_icrc_mark")
+        self.assertEqual(mark, [{"ingress_port": 68}])
+        fwd = self.calls(log, "Ingress.tbl_forward.add_with_forward")
+        self.assertEqual(fwd, [{"dst": ip("10.0.0.51"), "port": 136}])
+        # tbl_forward keeps the operator's routes: our keys are deleted, the table not cleared.
+        self.assertFalse(any(p.endswith("tbl_forward.clear") for p, _, _ in log))
+        self.assertTrue(any(p.endswith("tbl_forward.delete") for p, _, _ in log))
+        ret = [(p, kw) for p, _, kw in log if p.endswith("tbl_icrc_return.add_with_to_port")]
+        self.assertEqual(ret, [("dta_translator.icrc_pipe.IcrcIngress.tbl_icrc_return.add_with_to_port",
+                                {"dst": ip("10.0.0.101"), "port": 68})])
+
+    def test_icrc_pipe_port_rules_and_the_one_pipe_build(self):
+        cfg = dta_bfrt.load_config(self.cfg)
+        cols = dta_bfrt.load_collectors(cfg, self.dir.name)
+        with self.assertRaises(dta_bfrt.ConfigError):   # a collector on pipe 0
+            dta_bfrt.plan(cfg, cols, {"c1": 8})
+        with self.assertRaises(dta_bfrt.ConfigError):   # the loop port on pipe 1
+            dta_bfrt.plan(cfg, cols, {"c1": 136}, loop_port=196)
+        p = dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"icrc": False})
+        self.assertNotIn("Ingress.tbl_icrc_loop", p["tables"])
+        self.assertNotIn("Ingress.tbl_forward", p["tables"])
+        self.assertTrue(all(port == 8 for _, _, port in p["mcast"]["nodes"]))
+        self.assertEqual({e[2]["port"] for e in p["tables"]["Ingress.tbl_resp_qp"]}, {8})
 
     def test_append_lists_and_postcard_tables(self):
         log, _ = self.run_fake()
@@ -212,20 +241,20 @@ class ControlPlaneTest(unittest.TestCase):
         cols = dta_bfrt.load_collectors(cfg, self.dir.name)
         cfg["routing"]["keywrite"] = "key-hash"
         with self.assertRaises(dta_bfrt.ConfigError):
-            dta_bfrt.plan(cfg, cols, {"c1": 8})
+            dta_bfrt.plan(cfg, cols, {"c1": 136})
         cfg = dta_bfrt.load_config(self.cfg)
         cfg["translator"]["max_redundancy"] = 8
         with self.assertRaises(dta_bfrt.ConfigError):
-            dta_bfrt.plan(cfg, cols, {"c1": 8})
+            dta_bfrt.plan(cfg, cols, {"c1": 136})
         cfg = dta_bfrt.load_config(self.cfg)
         with self.assertRaises(dta_bfrt.ConfigError):
-            dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"hash": "reference"})
+            dta_bfrt.plan(cfg, cols, {"c1": 136}, knobs={"hash": "reference"})
         with self.assertRaises(dta_bfrt.ConfigError):
             dta_bfrt.plan(cfg, cols, {})
         cfg["reports"] = {"reference_variant": "b"}
         with self.assertRaises(dta_bfrt.ConfigError):
-            dta_bfrt.plan(cfg, cols, {"c1": 8})
-        dta_bfrt.plan(cfg, cols, {"c1": 8}, knobs={"variant": "b"})
+            dta_bfrt.plan(cfg, cols, {"c1": 136})
+        dta_bfrt.plan(cfg, cols, {"c1": 136}, knobs={"variant": "b"})
 
     def test_store_redundancy_from_the_metadata(self):
         # Metadata that records each store's N (record version 2 / JSON `redundancy`).
@@ -250,27 +279,27 @@ class ControlPlaneTest(unittest.TestCase):
         with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
             json.dump(meta, f)
         cols = dta_bfrt.load_collectors(cfg, self.dir.name)
-        p = dta_bfrt.plan(cfg, cols, {"c1": 8})
+        p = dta_bfrt.plan(cfg, cols, {"c1": 136})
         (_, _, params), = p["tables"]["Ingress.tbl_pc_route"]
         members = dict((g, ids) for g, ids in p["mcast"]["groups"])[params["grp"]]
         self.assertEqual(len(members), 3)
         # ... and contradicting it (2 in the config) is refused, as is N above max_redundancy.
         cfg = dta_bfrt.load_config(self.cfg)
         with self.assertRaises(dta_bfrt.ConfigError):
-            dta_bfrt.plan(cfg, cols, {"c1": 8})
+            dta_bfrt.plan(cfg, cols, {"c1": 136})
         meta["stores"][3]["redundancy"] = 2
         meta["stores"][1]["redundancy"] = 6
         with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
             json.dump(meta, f)
         with self.assertRaises(dta_bfrt.ConfigError):
-            dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, self.dir.name), {"c1": 8})
+            dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, self.dir.name), {"c1": 136})
 
     def test_command_line_prints_the_plan(self):
         import io
         import contextlib
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=8", "--print"])
+            rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=136", "--print"])
         self.assertEqual(rc, 0)
         p = json.loads(out.getvalue())
         self.assertEqual(len(p["tables"]["Egress.tbl_qp"]), 4)
@@ -294,7 +323,7 @@ class CorpusSetupTest(unittest.TestCase):
                     continue
                 cfg = dta_bfrt.load_config(cfg_path)
                 knobs = corpus_setup.knobs_from_defines(case["p4_defines"])
-                p = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, out), {"corpus": 8},
+                p = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, out), {"corpus": 136},
                                   knobs=knobs)
                 qps = p["tables"]["Egress.tbl_qp"]
                 self.assertEqual(len(qps), len(case["metas"]), case["name"])

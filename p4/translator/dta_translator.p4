@@ -15,13 +15,15 @@
  *   DTA_NO_EXTENDED        do not parse the extended profile
  *   DTA_MAX_N              highest Key-Write/Key-Increment redundancy, 1..8 (default: the
  *                          software translator's, DEFAULT_MAX_REDUNDANCY = 4)
- *   DTA_AP_BATCH           Append entries per WRITE: 1, 2, 4, 8 or 16 (default 4)
+ *   DTA_AP_BATCH           Append entries per WRITE: 1, 2, 4 or 8 (default 4; 16 does not fit
+ *                          Tofino-1's ingress, p4/README.md)
  *   DTA_AP_REFERENCE_RING  Append reference ring format; default sequenced (8 B trailer)
  *   DTA_AP_LISTS           Append lists (register entries, default 256)
  *   DTA_PC_HOPS            Postcarding hops per chunk, 1..8 (default 5)
  *   DTA_PC_CACHE_BITS      log2 of the postcard cache entries (DEFAULT_PC_CACHE_BITS = 15)
  *   DTA_QPS                queue pairs (default 256)
- *   DTA_NO_ICRC            send ICRC 0 (the collector NIC must not check it; p4/README.md)
+ *   DTA_NO_ICRC            one pipe, ICRC 0 (the collector NIC must not check it); default:
+ *                          a second pipe appends the ICRC (dta_icrc_pipe.p4, p4/README.md)
  * Keys and values are 4 bytes in both profiles (extended reports with other lengths are
  * counted and dropped); Key-Write slots are therefore 8 bytes.
  */
@@ -52,8 +54,8 @@
 #if DTA_MAX_N < 1 || DTA_MAX_N > MAX_REDUNDANCY
 #error "DTA_MAX_N must be 1..MAX_REDUNDANCY"
 #endif
-#if DTA_AP_BATCH != 1 && DTA_AP_BATCH != 2 && DTA_AP_BATCH != 4 && DTA_AP_BATCH != 8 && DTA_AP_BATCH != 16
-#error "DTA_AP_BATCH must be 1, 2, 4, 8 or 16"
+#if DTA_AP_BATCH != 1 && DTA_AP_BATCH != 2 && DTA_AP_BATCH != 4 && DTA_AP_BATCH != 8
+#error "DTA_AP_BATCH must be 1, 2, 4 or 8 on Tofino-1 (batch 16 needs 22 ingress stages; p4/README.md)"
 #endif
 #if DTA_PC_HOPS < 1 || DTA_PC_HOPS > 8
 #error "DTA_PC_HOPS must be 1..8 on Tofino-1 (stage budget)"
@@ -102,6 +104,7 @@ const bit<8> KIND_APPEND   = 2;
 const bit<8> KIND_KEYINC   = 3;
 const bit<8> KIND_POSTCARD = 4;
 const bit<8> KIND_RESPONSE = 5;
+const bit<8> KIND_ICRC     = 6;   /* a finished frame for the ICRC pipe (dta_icrc_pipe.p4) */
 
 /* Report headers the parser accepts (ig_md_t.rpt); tbl_normalize checks each one's UDP
  * length. */
@@ -481,6 +484,17 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
     }
     action no_route() { ig_dprsr_md.drop_ctl = 1; }
+#ifndef DTA_NO_ICRC
+    /* A frame the egress built, back from the loop port: for the ICRC pipe, with the TTL the
+     * egress gave it (tbl_forward's route to the collector's pipe-1 port decremented it). */
+    action icrc_mark() { hdr.bridge.kind = KIND_ICRC; hdr.ipv4.ttl = 64; }
+    table tbl_icrc_loop {
+        key = { ig_intr_md.ingress_port : exact; }
+        actions = { icrc_mark; NoAction; }
+        const default_action = NoAction();
+        size = 16;
+    }
+#endif
     table tbl_forward {
         key = { hdr.ipv4.dst : exact; }
         actions = { forward; no_route; }
@@ -954,6 +968,9 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
             }
         } else if (hdr.ipv4.isValid() && md.drop_reason == 0) {
             tbl_forward.apply();
+#ifndef DTA_NO_ICRC
+            if (hdr.bth.isValid()) { tbl_icrc_loop.apply(); }
+#endif
         }
 
         /* Report headers never leave ingress: egress rebuilds the packet. */
@@ -1224,25 +1241,6 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
     Hash<bit<32>>(HashAlgorithm_t.CUSTOM, CRC32_CUSTOM(IND_POLY_HOP7)) h_hop7;
 #endif
 
-    /* ICRC engines: reflected CRC-32 seeded with the 8 x 0xFF prefix, over the masked IPv4,
-     * UDP and BTH fields and everything up to the ICRC (p4/README.md: "ICRC"). */
-#define ICRC_ENGINE(NAME) Hash<bit<32>>(HashAlgorithm_t.CUSTOM, \
-        CRCPolynomial<bit<32>>(ICRC_POLY, true, false, false, ICRC_SEED_NORMAL, ICRC_XOROUT)) NAME
-    ICRC_ENGINE(icrc_kw);
-    ICRC_ENGINE(icrc_kw_imm);
-    ICRC_ENGINE(icrc_ki);
-    ICRC_ENGINE(icrc_imm0);
-    ICRC_ENGINE(icrc_ap);
-    ICRC_ENGINE(icrc_ap_imm);
-    ICRC_ENGINE(icrc_pc);
-#define ICRC_HEADERS \
-        hdr.ipv4.version, hdr.ipv4.ihl, ICRC_MASK8, hdr.ipv4.total_len, hdr.ipv4.ident, \
-        hdr.ipv4.flags, hdr.ipv4.frag_offset, ICRC_MASK8, hdr.ipv4.protocol, ICRC_MASK16, \
-        hdr.ipv4.src, hdr.ipv4.dst, \
-        hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.len, ICRC_MASK16, \
-        hdr.bth.opcode, hdr.bth.se, hdr.bth.mig_req, hdr.bth.pad, hdr.bth.tver, hdr.bth.pkey, \
-        ICRC_MASK8, hdr.bth.dest_qp, hdr.bth.ack_req, hdr.bth.resv7, hdr.bth.psn
-
 /* Payload words in ICRC order. */
 #if DTA_AP_BATCH == 1
 #define AP_WORDS_ICRC hdr.ap_words[0].w
@@ -1485,34 +1483,13 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
                     if (hdr.reth.isValid()) { hdr.reth.rkey = md.rkey; }
                     if (hdr.atomic.isValid()) { hdr.atomic.rkey = md.rkey; }
 
-                    /* ---- ICRC, per frame shape ---- */
-                    bit<32> crc = 0;
-#ifndef DTA_NO_ICRC
-                    if (hdr.kw_payload.isValid() && hdr.immdt.isValid()) {
-                        crc = icrc_kw_imm.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                                hdr.immdt.imm, hdr.kw_payload.ck0, hdr.kw_payload.ck1, hdr.kw_payload.ck2, hdr.kw_payload.ck3, hdr.kw_payload.value });
-                    } else if (hdr.kw_payload.isValid()) {
-                        crc = icrc_kw.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                            hdr.kw_payload.ck0, hdr.kw_payload.ck1, hdr.kw_payload.ck2, hdr.kw_payload.ck3, hdr.kw_payload.value });
-                    } else if (hdr.atomic.isValid()) {
-                        crc = icrc_ki.get({ ICRC_HEADERS, hdr.atomic.va_hi, hdr.atomic.va_lo, hdr.atomic.rkey, hdr.atomic.add,
-                                            hdr.atomic.compare });
-                    } else if (kind == KIND_KEYINC) {
-                        crc = icrc_imm0.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                              hdr.immdt.imm });
-                    } else if (kind == KIND_APPEND && hdr.immdt.isValid()) {
-                        crc = icrc_ap_imm.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                                hdr.immdt.imm, AP_WORDS_ICRC AP_TRAILER_ICRC });
-                    } else if (kind == KIND_APPEND) {
-                        crc = icrc_ap.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                            AP_WORDS_ICRC AP_TRAILER_ICRC });
-                    } else {
-                        crc = icrc_pc.get({ ICRC_HEADERS, hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len,
-                                            PC_WORDS_ICRC });
-                    }
+#ifdef DTA_NO_ICRC
+                    /* ICRC 0: the collector NIC must not check it (p4/README.md, "ICRC"). */
+                    hdr.icrc.c0 = 0; hdr.icrc.c1 = 0; hdr.icrc.c2 = 0; hdr.icrc.c3 = 0;
+#else
+                    /* The ICRC pipe appends the ICRC (dta_icrc_pipe.p4). */
+                    hdr.icrc.setInvalid();
 #endif
-                    /* Least-significant byte first on the wire. */
-                    hdr.icrc.c0 = crc[7:0]; hdr.icrc.c1 = crc[15:8]; hdr.icrc.c2 = crc[23:16]; hdr.icrc.c3 = crc[31:24];
                     qp_frames.count(hdr.bridge.qp);
                 }
         }
@@ -1545,4 +1522,10 @@ control EgDeparser(packet_out pkt, inout headers_t hdr, in eg_md_t md,
 }
 
 Pipeline(IgParser(), Ingress(), IgDeparser(), EgParser(), Egress(), EgDeparser()) pipe;
+#ifdef DTA_NO_ICRC
 Switch(pipe) main;
+#else
+#include "dta_icrc_pipe.p4"
+Pipeline(IcrcIgParser(), IcrcIngress(), IcrcIgDeparser(), IcrcEgParser(), IcrcEgress(), IcrcEgDeparser()) icrc_pipe;
+Switch(pipe, icrc_pipe) main;
+#endif

@@ -1090,6 +1090,11 @@ fn p4_fit(
                 ..
             } => {
                 d.push(format!("-DDTA_AP_BATCH={batch}"));
+                if *batch > 8 {
+                    why.push(format!(
+                        "Append batch {batch} (Tofino-1 fits 1..8: batch 16 needs 22 ingress stages)"
+                    ));
+                }
                 if *format == AppendFormat::Reference {
                     d.push("-DDTA_AP_REFERENCE_RING".into());
                 }
