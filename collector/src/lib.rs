@@ -8,7 +8,9 @@
 //! touches a report. Operators query the regions in place through [`query`], from Rust or
 //! over the HTTP control API ([`http`], served in its own threads, never on the RNIC thread),
 //! which the `dta-collector` CLI reaches through [`client`]. [`metrics`] renders its
-//! `/metrics` page. `collector/README.md` is the operator guide.
+//! `/metrics` page. [`export`] (`dta-collector export`) streams Append entries and snapshots
+//! into ClickHouse from another process, through the same API. `collector/README.md` is the
+//! operator guide.
 //!
 //! # Invariants
 //! - Nothing remote can write outside a registered region: every RDMA access is checked
@@ -28,6 +30,7 @@ pub mod allow;
 pub mod backends;
 pub mod client;
 pub mod config;
+pub mod export;
 pub mod http;
 pub mod memory;
 pub mod metrics;
