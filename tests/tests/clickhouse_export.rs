@@ -1,5 +1,6 @@
 //! Issue 17, part 3: `dta-collector export` puts every Append entry into ClickHouse exactly
-//! once, across an exporter killed with SIGKILL in the middle of a run and a ClickHouse
+//! once, across exporters killed with SIGKILL (one with a stale state file, one in the
+//! middle of a stream) and a ClickHouse
 //! outage; its counter snapshots match live queries; an unreachable server or a wrong
 //! password gives clear errors and counted retries.
 //!
@@ -100,12 +101,16 @@ impl Server {
             .output();
     }
 
-    /// Runs `sql` as `default`; the TabSeparated answer.
+    /// Runs `sql` as `default` in the database `dta`; the TabSeparated answer.
     fn query(&self, sql: &str) -> Result<String, String> {
+        self.query_in("dta", sql)
+    }
+
+    fn query_in(&self, db: &str, sql: &str) -> Result<String, String> {
         let mut s = TcpStream::connect(("127.0.0.1", self.http)).map_err(|e| e.to_string())?;
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let req = format!(
-            "POST /?database=dta HTTP/1.0\r\nContent-Length: {}\r\n\r\n{sql}",
+            "POST /?database={db} HTTP/1.0\r\nContent-Length: {}\r\n\r\n{sql}",
             sql.len()
         );
         s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
@@ -385,54 +390,70 @@ fn every_append_entry_lands_exactly_once_across_a_kill_and_an_outage() {
     }
     assert!(col.wait_for(Duration::from_secs(20), |c| c.atomics >= 2 * sent));
 
+    // append_entries as a plain MergeTree (same columns and order): a ReplacingMergeTree
+    // would collapse duplicates in a background merge and hide them from this test, which
+    // checks the exporter's own exactly-once logic (the exporter's CREATE TABLE IF NOT
+    // EXISTS leaves this table alone).
+    ch.query_in("default", "CREATE DATABASE IF NOT EXISTS dta")
+        .unwrap();
+    let schema = dta_collector::export::clickhouse::statements(dta_collector::export::SCHEMA);
+    ch.query(&schema[0].replace("ReplacingMergeTree()", "MergeTree()"))
+        .unwrap();
     // Phase 1 with exporter A.
     let metrics_a = free_tcp();
     let mut a = spawn_exporter(&cfg_path, metrics_a);
     const PER_PHASE: u32 = 1024;
+    let phase = (PER_PHASE * LISTS) as u64;
+    let rows = || ch.count("SELECT count() FROM append_entries");
     append(&t, 0, PER_PHASE);
-    wait(60, "exporter A exports something", || {
-        ch.count("SELECT count() FROM append_entries") > 0
-    });
-    // The state file as it was then: restored after the kill below, it stands for a crash
-    // between ClickHouse's acknowledgement and the state file's rename, which only
-    // ClickHouse's own max(seq) can then correct.
+    wait(60, "exporter A exports phase 1", || rows() == phase);
+    // The state file as it is now: restored after phase 2 is in ClickHouse too, it stands
+    // for a crash between ClickHouse's acknowledgement and the state file's rename, which
+    // only ClickHouse's own max(seq) can then correct.
     let state = dir.join("state.json");
-    wait(30, "a state file", || state.exists());
+    wait(30, "the state file after phase 1", || {
+        std::fs::read_to_string(&state).is_ok_and(|s| s.contains("ev/3"))
+    });
     let stale = std::fs::read(&state).unwrap();
-    // Phase 2 while A runs; A dies in the middle (SIGKILL: no clean-up, no state save).
-    let writer = {
-        let t = &t;
-        std::thread::scope(|s| {
-            let h = s.spawn(move || append(t, PER_PHASE, 2 * PER_PHASE));
-            std::thread::sleep(Duration::from_millis(150));
-            a.kill();
-            h.join().is_ok()
-        })
-    };
-    assert!(writer);
+    append(&t, PER_PHASE, 2 * PER_PHASE);
+    wait(60, "exporter A exports phase 2", || rows() == 2 * phase);
+    a.kill();
     std::fs::write(&state, &stale).unwrap();
-    // Exporter B takes over from the stale state file and from ClickHouse.
+    // Exporter B takes over from the stale state file and from ClickHouse; it dies
+    // (SIGKILL: no clean-up, no state save) while phase 3 streams in.
     let metrics_b = free_tcp();
     let mut b = spawn_exporter(&cfg_path, metrics_b);
-    wait(60, "exporter B serves its metrics", || {
-        scrape(metrics_b, "dta_export_retries_total").is_some()
+    let writer = std::thread::scope(|s| {
+        let t = &t;
+        let h = s.spawn(move || append(t, 2 * PER_PHASE, 3 * PER_PHASE));
+        wait(60, "exporter B exports part of phase 3", || {
+            rows() > 2 * phase
+        });
+        b.kill();
+        h.join().is_ok()
     });
-    // Phase 3 across a ClickHouse outage.
+    assert!(writer);
+    // Exporter C, then phase 4 across a ClickHouse outage.
+    let metrics_c = free_tcp();
+    let mut c = spawn_exporter(&cfg_path, metrics_c);
+    wait(60, "exporter C serves its metrics", || {
+        scrape(metrics_c, "dta_export_retries_total").is_some()
+    });
     ch.down();
-    append(&t, 2 * PER_PHASE, 3 * PER_PHASE);
+    append(&t, 3 * PER_PHASE, 4 * PER_PHASE);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(ch.up(), "ClickHouse restarts");
-    let total = (3 * PER_PHASE * LISTS) as u64;
+    let total = 4 * phase;
     wait(120, "every entry in ClickHouse", || {
         ch.count("SELECT count() FROM append_entries") >= total
     });
     // Nothing more arrives: a duplicate would push the count past the total.
     std::thread::sleep(Duration::from_millis(1000));
-    let retries = scrape(metrics_b, "dta_export_retries_total").unwrap_or(0.0);
+    let retries = scrape(metrics_c, "dta_export_retries_total").unwrap_or(0.0);
     let ch_errors =
-        scrape(metrics_b, "dta_export_errors_total{source=\"clickhouse\"}").unwrap_or(0.0);
-    let lost = scrape(metrics_b, "dta_export_lost_batches_total").unwrap_or(-1.0);
-    b.kill();
+        scrape(metrics_c, "dta_export_errors_total{source=\"clickhouse\"}").unwrap_or(0.0);
+    let lost = scrape(metrics_c, "dta_export_lost_batches_total").unwrap_or(-1.0);
+    c.kill();
     let summary = ch
         .query(
             "SELECT count(), uniqExact(store, list, generation, seq, idx), uniqExact(entry), \
@@ -454,7 +475,7 @@ fn every_append_entry_lands_exactly_once_across_a_kill_and_an_outage() {
         )
         .unwrap();
     let want: Vec<String> = (0..LISTS)
-        .map(|l| format!("{l}\t{}\t0\t{}\t0", 3 * PER_PHASE, 3 * PER_PHASE - 1))
+        .map(|l| format!("{l}\t{}\t0\t{}\t0", 4 * PER_PHASE, 4 * PER_PHASE - 1))
         .collect();
     assert_eq!(per_list, want.join("\n"));
     assert!(retries >= 1.0, "retries counted: {retries}");
@@ -489,7 +510,10 @@ fn every_append_entry_lands_exactly_once_across_a_kill_and_an_outage() {
         assert!(ki.query(key, 2).estimate > 3 * k as u64);
     }
 
-    // The example queries and the Grafana dashboard's SQL run on this server.
+    // The example queries and the Grafana dashboard's SQL run on this server, over the
+    // real schema (FINAL needs the ReplacingMergeTree).
+    ch.query("DROP TABLE append_entries").unwrap();
+    ch.query(&schema[0]).unwrap();
     let queries = std::fs::read_to_string(root().join("collector/clickhouse/queries.sql")).unwrap();
     for q in dta_collector::export::clickhouse::statements(&queries) {
         ch.query(&q)
