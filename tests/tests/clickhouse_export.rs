@@ -577,3 +577,127 @@ fn an_unreachable_clickhouse_is_retried_with_counted_errors() {
         .contains("dta_export_errors_total{source=\"clickhouse\"}"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// CPU seconds (user + system) of process `pid` so far.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    let tick = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0);
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(0.0, |(u, s)| (u + s) / tick)
+}
+
+/// The exporter's throughput and CPU cost on a full store: 64 lists of 65,536 8-byte entries
+/// (4.2 M rows) written straight into the collector's memory in the sequenced layout, then
+/// exported by one exporter process into a private ClickHouse. Prints rows/s and CPU seconds
+/// per million rows (the exporter process, and the collector process serving its /tail
+/// requests). `cargo test -p dta-tests --test clickhouse_export -- --ignored --nocapture`;
+/// set `DTA_EXPORT_MEASURE_SECS` to keep exporting a growing store that long instead (for
+/// running `dta bench micro` next to it).
+#[test]
+#[ignore]
+fn measure_export_throughput() {
+    let Some(ch) = Server::start("measure") else {
+        return;
+    };
+    let dir = ch.dir.join("exporter");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("pw"), "dta-test\n").unwrap();
+    std::fs::write(dir.join("keys.txt"), "00\n").unwrap();
+    const L: u32 = 64;
+    let text = config_text(&dir, free_tcp(), free_udp(), ch.http, "")
+        .replace("lists = 4\n", &format!("lists = {L}\n"))
+        .replace("capacity = 32768", "capacity = 65536")
+        .replace("batch = 8\n", "batch = 16\n")
+        .replace("batch_rows = 2000", "batch_rows = 100000")
+        .replace("interval_ms = 50", "interval_ms = 200");
+    let cfg_path = dir.join("collector.toml");
+    std::fs::write(&cfg_path, &text).unwrap();
+    let col = Collector::start(CollectorConfig::from_toml(&text).unwrap()).unwrap();
+    let st = col.store("ev").unwrap().clone();
+    let a = st.append().unwrap();
+    let batches = a.layout.batch_slots() as u64;
+    let fill = |from: u64, to: u64| {
+        for l in 0..L {
+            let base = a.list_offset(l);
+            for seq in from..to {
+                let slot = a.layout.slot_for_seq(seq);
+                let mut b = [0u8; 16 * 8];
+                for (i, e) in b.chunks_exact_mut(8).enumerate() {
+                    e[..4].copy_from_slice(&l.to_le_bytes());
+                    e[4..].copy_from_slice(&((seq * 16 + i as u64) as u32).to_le_bytes());
+                }
+                st.region
+                    .write(base + a.layout.batch_offset(slot), &b)
+                    .unwrap();
+                let t = u64::from_le_bytes(a.layout.encode_trailer(seq, 16));
+                st.region
+                    .store_u64_release(base + a.layout.trailer_offset(slot).unwrap(), t)
+                    .unwrap();
+            }
+        }
+    };
+    fill(1, batches + 1);
+    let total = L as u64 * batches * 16;
+    let rows = || ch.count("SELECT count() FROM append_entries");
+    let ch_pid = std::fs::read_to_string(ch.dir.join("pid"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let ch_cpu0 = cpu_seconds(&ch_pid);
+    let me_cpu0 = cpu_seconds("self");
+    let t0 = Instant::now();
+    let ex = spawn_exporter(&cfg_path, free_tcp());
+    let pid = ex.0.id().to_string();
+    let mut ex = ex;
+    let secs: u64 = std::env::var("DTA_EXPORT_MEASURE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if secs > 0 {
+        // Keep the store busy: a new batch per list every 10 ms (102 k entries/s), the ring
+        // lapping the exporter if it falls behind.
+        let mut next = batches + 1;
+        while t0.elapsed() < Duration::from_secs(secs) {
+            fill(next, next + 1);
+            next += 1;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let n = rows();
+        let cpu = cpu_seconds(&pid);
+        println!(
+            "exported {n} rows in {secs} s while writing; exporter CPU {cpu:.2} s ({:.2} s per M rows)",
+            cpu / (n as f64 / 1e6)
+        );
+        ex.kill();
+        return;
+    }
+    wait(600, "every row exported", || rows() >= total);
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(&pid);
+    let me_cpu = cpu_seconds("self") - me_cpu0;
+    let ch_cpu = cpu_seconds(&ch_pid) - ch_cpu0;
+    ex.kill();
+    let m = total as f64 / 1e6;
+    println!(
+        "exported {total} Append rows in {wall:.2} s: {:.0} rows/s; exporter CPU {cpu:.2} s \
+         ({:.2} s per M rows); collector (control API) CPU {me_cpu:.2} s ({:.2} s per M rows); \
+         ClickHouse CPU {ch_cpu:.2} s ({:.2} s per M rows)",
+        total as f64 / wall,
+        cpu / m,
+        me_cpu / m,
+        ch_cpu / m
+    );
+    assert_eq!(rows(), total);
+}
