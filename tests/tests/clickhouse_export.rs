@@ -603,8 +603,8 @@ fn cpu_seconds(pid: &str) -> f64 {
 /// exported by one exporter process into a private ClickHouse. Prints rows/s and CPU seconds
 /// per million rows (the exporter process, and the collector process serving its /tail
 /// requests). `cargo test -p dta-tests --test clickhouse_export -- --ignored --nocapture`;
-/// set `DTA_EXPORT_MEASURE_SECS` to keep exporting a growing store that long instead (for
-/// running `dta bench micro` next to it).
+/// set `DTA_EXPORT_MEASURE_SECS` to measure a steady state instead: no backlog, a new batch
+/// per list every 10 ms for that long (for running `dta bench micro` next to it).
 #[test]
 #[ignore]
 fn measure_export_throughput() {
@@ -648,7 +648,13 @@ fn measure_export_throughput() {
             }
         }
     };
-    fill(1, batches + 1);
+    let secs: u64 = std::env::var("DTA_EXPORT_MEASURE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // A backlog of full rings to measure throughput; none when measuring a steady state.
+    let filled = if secs > 0 { 0 } else { batches };
+    fill(1, filled + 1);
     let total = L as u64 * batches * 16;
     let rows = || ch.count("SELECT count() FROM append_entries");
     let ch_pid = std::fs::read_to_string(ch.dir.join("pid"))
@@ -661,14 +667,10 @@ fn measure_export_throughput() {
     let ex = spawn_exporter(&cfg_path, free_tcp());
     let pid = ex.0.id().to_string();
     let mut ex = ex;
-    let secs: u64 = std::env::var("DTA_EXPORT_MEASURE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
     if secs > 0 {
         // Keep the store busy: a new batch per list every 10 ms (102 k entries/s), the ring
         // lapping the exporter if it falls behind.
-        let mut next = batches + 1;
+        let mut next = filled + 1;
         while t0.elapsed() < Duration::from_secs(secs) {
             fill(next, next + 1);
             next += 1;
