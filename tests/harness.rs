@@ -164,6 +164,7 @@ impl Harness {
             },
             static_peers: vec![],
             stores,
+            export: Default::default(),
         };
         let mut rnic = Responder::new(DeviceConfig {
             local: COLLECTOR,

@@ -97,6 +97,7 @@ fn run(
             }]
         },
         stores,
+        export: Default::default(),
     })?;
     let rnic = sys::new_threads_named("dta-rnic", &rnic_before);
     let mut cfg = TranslatorConfig::default();

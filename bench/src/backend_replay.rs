@@ -317,6 +317,7 @@ fn metadata_collector(sc: &Scenario, dir: &Path, peer: SocketAddrV4) -> Result<C
             mac: "02:00:00:00:00:01".into(),
         }],
         stores: sc.stores(),
+        export: Default::default(),
     })
 }
 
@@ -547,6 +548,7 @@ pub fn translator_netns(
                 mac: MAC_B.into(),
             }],
             stores,
+            export: Default::default(),
         })
     })?;
     let mut cfg = translator_config(sc, meta);
@@ -1236,6 +1238,7 @@ pub fn translator_netns_prefilled(
                 mac: MAC_B.into(),
             }],
             stores,
+            export: Default::default(),
         };
         // The software RNIC on AF_XDP when it is compiled in: the frames the translator sends
         // over the veth are then redirected by XDP on arrival, instead of running namespace

@@ -174,6 +174,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
                 },
             },
         ],
+        export: Default::default(),
     };
     let collector = Collector::start(ccfg)?;
     let mut tcfg = TranslatorConfig::default();

@@ -292,6 +292,7 @@ impl Rig {
             },
             static_peers: vec![],
             stores: sc.stores(),
+            export: Default::default(),
         };
         let mut rnic = Responder::new(DeviceConfig {
             local: RIG_COLLECTOR,
@@ -756,6 +757,7 @@ impl UdpRig {
                 mac: "02:00:00:00:00:01".into(),
             }],
             stores: sc.stores(),
+            export: Default::default(),
         })?;
         let mut tcfg = TranslatorConfig::default();
         tcfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
@@ -1007,6 +1009,7 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
             mac: "02:00:00:00:00:01".into(),
         }],
         stores: sc.stores(),
+        export: Default::default(),
     })?;
     let run = || -> Result<RnicSaturated, String> {
         let mut tcfg = TranslatorConfig::default();

@@ -198,6 +198,7 @@ fn pcap_backend_replays_reports_and_its_output_verifies() {
             mac: "02:00:00:00:00:01".into(),
         }],
         stores: sc.stores(),
+        export: Default::default(),
     })
     .unwrap();
     let port = collector.roce.port();

@@ -78,6 +78,7 @@ mod tests {
             },
             static_peers: vec![],
             stores: vec![],
+            export: Default::default(),
         };
         c.collector.rnic.backend = b;
         c

@@ -46,6 +46,7 @@ use dta_proto::hash::{HashProfile, MAX_REDUNDANCY};
 use dta_proto::layout::AppendFormat;
 
 use crate::allow::{Cidr, PeerAllowlist};
+pub use crate::export::config::{ClickHouseExport, ExportSection, KeySet};
 
 /// The whole file.
 ///
@@ -63,6 +64,9 @@ pub struct CollectorConfig {
     /// The stores.
     #[serde(default, rename = "store")]
     pub stores: Vec<StoreConfig>,
+    /// `[export.*]`: where `dta-collector export` sends history ([`crate::export`]).
+    #[serde(default)]
+    pub export: ExportSection,
 }
 
 /// The file's layout (see [`CollectorConfig`]).
@@ -83,6 +87,8 @@ struct ConfigFile {
     /// store and the key instead of a position in the merged document.
     #[serde(default, rename = "store")]
     stores: Vec<toml::Table>,
+    #[serde(default)]
+    export: ExportSection,
 }
 
 impl TryFrom<ConfigFile> for CollectorConfig {
@@ -103,6 +109,7 @@ impl TryFrom<ConfigFile> for CollectorConfig {
                 .into_iter()
                 .map(StoreConfig::try_from)
                 .collect::<Result<_, _>>()?,
+            export: f.export,
         })
     }
 }
@@ -120,6 +127,7 @@ impl From<CollectorConfig> for ConfigFile {
             dpdk: io.dpdk,
             static_peers: c.static_peers,
             stores: c.stores.into_iter().map(toml::Table::from).collect(),
+            export: c.export,
         }
     }
 }
@@ -621,6 +629,7 @@ impl CollectorConfig {
         }
         self.validate_device()?;
         self.validate_stores()?;
+        crate::export::config::validate(self)?;
         self.check_host(mem_total())
     }
 

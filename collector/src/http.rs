@@ -25,6 +25,7 @@
 //! | `POST /query/sketch/{store}?epoch=` | read | point estimates of every key of the body, as JSON Lines |
 //! | `POST /query/sketch/{store}/heavy?epoch=&threshold=` | read | heavy hitters among the body's candidate keys |
 //! | `GET /tail/{store}/{list}?from=&max=&consumer=` | read | new Append entries as JSON Lines |
+//! | `GET /tail/{store}` | read | the newest batch sequence number of every list of a sequenced Append store (JSON) |
 //! | `GET /stats` | read (admin: + QPNs) | RNIC counters (device and per QP), events, uptime (JSON) |
 //! | `POST /epoch/{store}` | admin | reset a Key-Increment store's counters, start a new epoch |
 //!
@@ -328,9 +329,13 @@ pub fn handle(
             ),
         )),
         ("GET", ["tail", store, list]) => tail(state, store, list, &params),
+        ("GET", ["tail", store]) => heads(state, store),
         ("GET", ["tail", ..]) => Err(Reply::error(
             400,
-            format!("{path}: give a store and a list: GET /tail/{{store}}/{{list}}"),
+            format!(
+                "{path}: give a store (its lists' heads) or a store and a list (its entries): \
+                 GET /tail/{{store}} or /tail/{{store}}/{{list}}"
+            ),
         )),
         ("POST", ["epoch", store]) => admin(state, access).and_then(|()| epoch(state, store)),
         ("POST", ["epoch"]) => Err(Reply::error(
@@ -905,6 +910,34 @@ fn tail(
     })
 }
 
+/// `GET /tail/{store}`: every list's head (its newest batch sequence number, 0 if none), so a
+/// follower of many lists (the ClickHouse exporter) asks only the lists that moved.
+fn heads(state: &ControlState, store: &str) -> Result<Reply, Reply> {
+    let s = find_store(state, store)?;
+    let a = s
+        .append()
+        .ok_or_else(|| Reply::error(400, format!("store {:?} is not an Append store", s.name())))?;
+    if a.layout.format() != dta_proto::layout::AppendFormat::Sequenced {
+        return Err(Reply::error(
+            400,
+            format!(
+                "store {:?} has the reference format: its lists have no sequence numbers",
+                s.name()
+            ),
+        ));
+    }
+    let heads: Vec<u64> = (0..a.lists)
+        .map(|l| {
+            ListReader::new(&s.region, a.layout, a.list_offset(l), Start::Seq(1))
+                .newest_seq(&s.region)
+        })
+        .collect();
+    Ok(Reply::json(
+        200,
+        json!({ "store": s.name(), "first_list": a.first_list, "heads": heads }),
+    ))
+}
+
 fn epoch(state: &ControlState, store: &str) -> Result<Reply, Reply> {
     let s = find_store(state, store)?;
     if s.counter().is_none() {
@@ -1082,7 +1115,10 @@ values = [[1, 9]]
             ("GET", "/query/keywrite/kw", 400),
             ("GET", "/query/keywrite", 400),
             ("GET", "/query", 400),
-            ("GET", "/tail/ap", 400),
+            ("GET", "/tail/ap", 200),
+            ("GET", "/tail/ap-ref", 400),
+            ("GET", "/tail/kw", 400),
+            ("GET", "/tail/ap/1/2", 400),
             ("POST", "/epoch", 400),
             ("POST", "/query/keywrite/kw/00", 405),
         ] {

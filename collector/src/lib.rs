@@ -8,8 +8,10 @@
 //! touches a report. Operators query the regions in place through [`query`], from Rust or
 //! over the HTTP control API ([`http`], served in its own threads, never on the RNIC thread),
 //! which the `dta-collector` CLI reaches through [`client`]. [`metrics`] renders its
-//! `/metrics` page. `collector/README.md` is the operator guide. [`cluster`] queries a
-//! cluster of collectors as one: each key from the collector the cluster file says holds it.
+//! `/metrics` page. [`cluster`] queries a cluster of collectors as one: each key from the
+//! collector the cluster file says holds it. [`export`] (`dta-collector export`) streams Append
+//! entries and snapshots into ClickHouse from another process, through the same API.
+//! `collector/README.md` is the operator guide.
 //!
 //! # Invariants
 //! - Nothing remote can write outside a registered region: every RDMA access is checked
@@ -30,6 +32,7 @@ pub mod backends;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod export;
 pub mod http;
 pub mod memory;
 pub mod metrics;

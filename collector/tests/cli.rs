@@ -355,3 +355,49 @@ fn a_closed_stdout_ends_a_client_command_quietly() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn export_explains_itself_and_refuses_what_cannot_work() {
+    let (code, out, _) = run(&["export", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("ClickHouse") && out.contains("exactly once"),
+        "{out}"
+    );
+    let dir = std::env::temp_dir().join(format!("dta-cli-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = "[collector]\nhugepages = false\ncontrol = \"127.0.0.1:1\"\n\
+                [[store]]\nname = \"ev\"\nkind = \"append\"\nlists = 1\ncapacity = 4\nbatch = 2\n";
+    let cfg = dir.join("c.toml");
+    // No section.
+    std::fs::write(&cfg, base).unwrap();
+    let (code, _, err) = run(&["export", "-c", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no [export.clickhouse] section"), "{err}");
+    // A password file that is not there.
+    std::fs::write(
+        &cfg,
+        format!(
+            "{base}[export.clickhouse]\nurl = \"http://127.0.0.1:1\"\nstate_file = \"{}\"\n\
+             password_file = \"{}\"\n",
+            dir.join("s.json").display(),
+            dir.join("missing").display()
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = run(&["export", "-c", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("password_file"), "{err}");
+    // A wrong key is refused by `check` too, with its name.
+    std::fs::write(
+        &cfg,
+        format!(
+            "{base}[export.clickhouse]\nurl = \"http://h\"\nstate_file = \"s\"\nbatch_rows = 0\n"
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = run(&["check", "-c", cfg.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("batch_rows"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -104,6 +104,7 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
                 format: AppendFormat::Sequenced,
             },
         }],
+        export: Default::default(),
     })
     .expect("collector starts");
     let store = col.store("ap").unwrap().clone();

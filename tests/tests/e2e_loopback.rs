@@ -64,6 +64,7 @@ impl System {
                 mac: "02:00:00:00:00:01".into(),
             }],
             stores,
+            export: Default::default(),
         })
         .expect("collector starts");
         let mut t = TranslatorConfig::default();

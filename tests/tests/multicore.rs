@@ -50,6 +50,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
                 format: AppendFormat::Sequenced,
             },
         }],
+        export: Default::default(),
     })
     .unwrap();
     let mut cfg = TranslatorConfig::default();

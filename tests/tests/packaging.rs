@@ -87,3 +87,55 @@ fn grafana_dashboard_is_valid_and_names_real_metrics() {
         assert!(documented(&n), "{n} is not in its README's metrics table");
     }
 }
+
+#[test]
+fn clickhouse_dashboard_reads_real_tables_and_metrics() {
+    let text =
+        std::fs::read_to_string(root().join("packaging/grafana/dta-clickhouse.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let schema = std::fs::read_to_string(root().join("collector/clickhouse/schema.sql")).unwrap();
+    let readme = std::fs::read_to_string(root().join("collector/README.md")).unwrap();
+    let panels = v["panels"].as_array().unwrap();
+    assert!(panels.len() >= 8);
+    let (mut sql, mut prom) = (0, 0);
+    for p in panels {
+        let t = &p["targets"][0];
+        match p["datasource"]["type"].as_str() {
+            Some("grafana-clickhouse-datasource") => {
+                let q = t["rawSql"].as_str().expect("a ClickHouse panel has rawSql");
+                let table = q
+                    .split_whitespace()
+                    .skip_while(|w| *w != "FROM")
+                    .nth(1)
+                    .expect("FROM a table");
+                assert!(
+                    schema.contains(&format!("CREATE TABLE IF NOT EXISTS {table} (")),
+                    "{table} is no table of schema.sql"
+                );
+                sql += 1;
+            }
+            Some("prometheus") => {
+                let e = t["expr"].as_str().unwrap();
+                let mut rest = e;
+                while let Some(i) = rest.find("dta_export_") {
+                    let tail = &rest[i..];
+                    let end = tail
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(tail.len());
+                    assert!(
+                        readme.contains(&format!("`{}`", &tail[..end])),
+                        "{} is not in collector/README.md",
+                        &tail[..end]
+                    );
+                    rest = &tail[end..];
+                }
+                prom += 1;
+            }
+            other => panic!("panel {} has datasource {other:?}", p["title"]),
+        }
+    }
+    assert!(
+        sql >= 6 && prom >= 2,
+        "{sql} SQL panels, {prom} Prometheus panels"
+    );
+}

@@ -133,6 +133,7 @@ impl System {
                 sketch("cm", CM_ID, SketchKind::CountMin, 1024),
                 sketch("hll", HLL_ID, SketchKind::HyperLogLog, 1024),
             ],
+            export: Default::default(),
         })
         .expect("collector starts");
         let nacks = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -102,6 +102,23 @@ enum Cmd {
         #[command(subcommand)]
         what: ClusterCmd,
     },
+    /// Stream Append entries and periodic snapshots into ClickHouse (`[export.clickhouse]`).
+    ///
+    /// Runs until SIGINT/SIGTERM, next to (or far from) a running collector whose control API
+    /// it reads, never its memory or its RNIC: every entry of every sequenced Append list
+    /// goes to the table `append_entries` exactly once, across restarts of the exporter,
+    /// of ClickHouse and of the collector; every `snapshot_secs` the active keys' counters,
+    /// Key-Write answers and sketch estimates go to the `*_snapshots` tables. ClickHouse
+    /// errors are retried with exponential back-off; the cursor lives in `state_file`.
+    /// The tables are in collector/clickhouse/schema.sql (created at start unless
+    /// `create_tables = false`); collector/README.md explains the exactly-once argument.
+    Export {
+        /// Check the configuration and ClickHouse (credentials, tables, cursors) and exit.
+        #[arg(long)]
+        check: bool,
+        #[command(flatten)]
+        control: Control,
+    },
     /// Reset a Key-Increment store's counters (start a new epoch).
     Epoch {
         /// Store name.
@@ -319,6 +336,7 @@ fn main() {
             Ok(())
         }),
         Cmd::Cluster { what } => cluster(what),
+        Cmd::Export { check, control } => export(&control, check),
         Cmd::Epoch { store, control } => endpoint(&control).and_then(|a| {
             let r = a.request("POST", &format!("/epoch/{}", enc(&store)))?;
             print_answer(r)
@@ -412,6 +430,58 @@ fn run(config: &std::path::Path, progress: u64) -> Result<(), String> {
     log::info!("shutting down");
     c.shutdown();
     Ok(())
+}
+
+fn export(control: &Control, check: bool) -> Result<(), String> {
+    use dta_collector::export::{metrics::ExportMetrics, Exporter};
+    use std::sync::Arc;
+    let path = control.config.as_ref().ok_or(
+        "export needs the collector's configuration: -c FILE (with [collector] control and \
+         [export.clickhouse])",
+    )?;
+    let cfg = CollectorConfig::load(path)?;
+    let ch = cfg.export.clickhouse.as_ref().ok_or_else(|| {
+        format!(
+            "{}: no [export.clickhouse] section (see collector/collector.example.toml)",
+            path.display()
+        )
+    })?;
+    let metrics = Arc::new(ExportMetrics::default());
+    let _server = match (ch.metrics, check) {
+        (Some(addr), false) => {
+            let m = metrics.clone();
+            let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
+                match (req.method.as_str(), req.target.split('?').next()) {
+                    ("GET", Some("/metrics")) => dta_http::Response {
+                        status: 200,
+                        content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
+                        headers: Vec::new(),
+                        body: m.render().into_bytes(),
+                    },
+                    _ => dta_http::Response::text(404, "the exporter serves GET /metrics only"),
+                }
+            });
+            let opts = dta_http::ServerOptions {
+                name: "dta-export-http".into(),
+                hosts: dta_http::HostPolicy::Checked(cfg.collector.control_hostnames.clone()),
+                ..Default::default()
+            };
+            let s = dta_http::Server::spawn(std::net::SocketAddr::V4(addr), opts, handler)
+                .map_err(|e| format!("[export.clickhouse] metrics: {e}"))?;
+            log::info!("exporter metrics on http://{}/metrics", s.local_addr());
+            Some(s)
+        }
+        _ => None,
+    };
+    let mut ex = Exporter::new(&cfg, endpoint(control)?, metrics)?;
+    let stop = dta_io::signal::install_stop_flag();
+    if check {
+        if ex.start(&stop)? {
+            println!("ClickHouse reachable, tables present, cursors read: ready to export");
+        }
+        return Ok(());
+    }
+    ex.run(&stop)
 }
 
 fn load(path: &std::path::Path) -> CollectorConfig {

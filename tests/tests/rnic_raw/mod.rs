@@ -89,6 +89,7 @@ pub fn collector_config(rnic: impl FnOnce(&mut RnicIo)) -> CollectorConfig {
                 },
             },
         ],
+        export: Default::default(),
     };
     rnic(&mut c.collector.rnic);
     c
