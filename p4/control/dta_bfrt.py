@@ -177,9 +177,9 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
      "mcast": {"nodes": [(node_id, rid, port)], "groups": [(mgid, [node_ids])]}}"""
     k = dict(DEFAULT_KNOBS)
     k.update(knobs or {})
-    if k["ap_batch"] not in (1, 2, 4, 8):
-        raise ConfigError(f"DTA_AP_BATCH {k['ap_batch']}: Tofino-1 builds take 1, 2, 4 or 8 "
-                          "(batch 16 needs 22 ingress stages; p4/README.md)")
+    if k["ap_batch"] not in (1, 2, 4):
+        raise ConfigError(f"DTA_AP_BATCH {k['ap_batch']}: Tofino-1 builds take 1, 2 or 4 "
+                          "(batch 8 needs 14 ingress stages, 16 needs 22; p4/README.md)")
     t = cfg["translator"]
     src_ip, src_port = split_addr(t["roce"])
     listen_ip, _ = split_addr(t["listen"])
@@ -364,10 +364,10 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
         if s["kind"] != "append":
             continue
         seq = s.get("format", "sequenced") == "sequenced"
-        if s["batch"] > 8:
+        if s["batch"] > 4:
             raise ConfigError(f"store {s['name']}: Append batch {s['batch']}, but the Tofino-1 "
-                              "program batches at most 8 entries (p4/README.md): give the store "
-                              "batch 8 or less, or use the software translator")
+                              "program batches at most 4 entries (p4/README.md): give the store "
+                              "batch 4 or less, or use the software translator")
         if s["batch"] != k["ap_batch"] or s["entry_size"] != k["value_len"] or seq != k["ap_sequenced"]:
             raise ConfigError(f"store {s['name']}: batch {s['batch']}, entry {s['entry_size']}, "
                               f"format {s.get('format')} differ from the compiled program")

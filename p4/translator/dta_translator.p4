@@ -15,7 +15,7 @@
  *   DTA_NO_EXTENDED        do not parse the extended profile
  *   DTA_MAX_N              highest Key-Write/Key-Increment redundancy, 1..8 (default: the
  *                          software translator's, DEFAULT_MAX_REDUNDANCY = 4)
- *   DTA_AP_BATCH           Append entries per WRITE: 1, 2, 4 or 8 (default 4; 16 does not fit
+ *   DTA_AP_BATCH           Append entries per WRITE: 1, 2 or 4 (default 4; 8 and 16 do not fit
  *                          Tofino-1's ingress, p4/README.md)
  *   DTA_AP_REFERENCE_RING  Append reference ring format; default sequenced (8 B trailer)
  *   DTA_AP_LISTS           Append lists (register entries, default 256)
@@ -54,8 +54,8 @@
 #if DTA_MAX_N < 1 || DTA_MAX_N > MAX_REDUNDANCY
 #error "DTA_MAX_N must be 1..MAX_REDUNDANCY"
 #endif
-#if DTA_AP_BATCH != 1 && DTA_AP_BATCH != 2 && DTA_AP_BATCH != 4 && DTA_AP_BATCH != 8
-#error "DTA_AP_BATCH must be 1, 2, 4 or 8 on Tofino-1 (batch 16 needs 22 ingress stages; p4/README.md)"
+#if DTA_AP_BATCH != 1 && DTA_AP_BATCH != 2 && DTA_AP_BATCH != 4
+#error "DTA_AP_BATCH must be 1, 2 or 4 on Tofino-1 (batch 8 needs 14 ingress stages, 16 needs 22; p4/README.md)"
 #endif
 #if DTA_PC_HOPS < 1 || DTA_PC_HOPS > 8
 #error "DTA_PC_HOPS must be 1..8 on Tofino-1 (stage budget)"

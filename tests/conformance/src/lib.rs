@@ -1090,9 +1090,10 @@ fn p4_fit(
                 ..
             } => {
                 d.push(format!("-DDTA_AP_BATCH={batch}"));
-                if *batch > 8 {
+                if *batch > 4 {
                     why.push(format!(
-                        "Append batch {batch} (Tofino-1 fits 1..8: batch 16 needs 22 ingress stages)"
+                        "Append batch {batch} (Tofino-1 fits 1, 2 or 4: batch 8 needs 14 ingress \
+                         stages, 16 needs 22)"
                     ));
                 }
                 if *format == AppendFormat::Reference {
