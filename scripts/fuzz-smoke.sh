@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SECS=${SECS:-15}
-targets=(report nack metarec listheads cm_mad config rnic cm_state pipeline sketch)
+targets=(report nack metarec listheads cm_mad config rnic cm_state pipeline sketch telemetry_report)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "SKIP: fuzz smoke: no nightly toolchain (cargo +nightly)"

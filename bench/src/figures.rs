@@ -180,6 +180,29 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
             with_rnic,
         });
     }
+    // INT ingest: P4.org Telemetry Reports (the default mix as INT-MD sink reports, INT-XD
+    // postcards, drop, congestion and inner-only reports) of each version, per core. A report
+    // derives about 1.85 DTA reports (every one a per-flow count, most also a path, postcard
+    // or event), so these rows count Telemetry Reports, not derived ones.
+    let mut int_rows = Vec::new();
+    for version in [1u8, 2] {
+        let sc = Scenario {
+            telemetry: version,
+            ..Scenario::default()
+        };
+        let t = trace_for(&sc, o.reports)?;
+        let name = format!("INT ingest, Telemetry Report v{version}.0 (default mix)");
+        let pipeline = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
+        log(o, &format!("{name} [pipeline]"), &pipeline);
+        let with_rnic = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Inline))?;
+        log(o, &format!("{name} [+RNIC]"), &with_rnic);
+        int_rows.push(MicroRow {
+            name,
+            target_reports_per_sec: 0.0,
+            pipeline,
+            with_rnic,
+        });
+    }
     // Reporter demultiplexing: the same Append reports, retransmittable and sequenced, from
     // one reporter and from 10,000 (each tracked for sequence gaps): per-report lookups are
     // O(1), so the two rates must be within 10 %.
@@ -220,6 +243,7 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
         "reports_per_trace": o.reports,
         "loops": o.loops,
         "rows": rows,
+        "int_rows": int_rows,
         "scaling": { "one_worker": one, "two_workers": two, "ratio": ratio, "target": 1.7 },
         "reporters": {
             "one": reporters[0], "ten_thousand": reporters[1],

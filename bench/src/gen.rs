@@ -32,6 +32,11 @@ use dta_proto::{Key, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::workload::{mix, FatTree, Flows, SplitMix64};
+use dta_proto::wire::telemetry_report::{
+    self as tr, DropInfo, EmbeddedIntRepr, Flags, FlowKey, GroupRepr, HopMetadata, IndividualRepr,
+    InnerPacketRepr, IntKind, QueueOccupancy, RepType, CONGESTION_ENTRY_LEN,
+};
+use dta_translator::datapath::int_ingest::{CountWhat, HopField, IntSettings, ListRule};
 
 /// Relative weights of the report kinds in a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -170,6 +175,12 @@ pub struct Scenario {
     pub hosts: u64,
     /// Seed.
     pub seed: u64,
+    /// 0: DTA reports. 1 or 2: P4.org Telemetry Reports of that version instead (INT-MD sink
+    /// reports for the paths, INT-XD postcards, drop and congestion reports, inner-only
+    /// reports for the counters; see [`Generator::next_int_report`]), sent to `int_port`.
+    pub telemetry: u8,
+    /// UDP port Telemetry Reports go to (the translator's `[int] port`).
+    pub int_port: u16,
 }
 
 impl Default for Scenario {
@@ -198,9 +209,16 @@ impl Default for Scenario {
             cache_slots: 4096,
             hosts: 0,
             seed: 2023,
+            telemetry: 0,
+            int_port: INT_PORT,
         }
     }
 }
+
+/// The translator's INT Telemetry Report port in generated workloads (`[int] port`).
+pub const INT_PORT: u16 = 32766;
+/// TTL the generated packets carry at their first hop (`[int.postcard] initial_ttl`).
+pub const INT_INITIAL_TTL: u8 = 64;
 
 /// Where generated reports come from and go to on the wire.
 pub const TRANSLATOR_REPORTS: SocketAddrV4 =
@@ -225,6 +243,27 @@ impl Scenario {
 
     fn extended(&self) -> bool {
         self.profile == ReportFormat::Extended
+    }
+
+    /// The translator's INT ingest settings that match what [`Generator::next_int_report`]
+    /// writes and [`Scenario::stores`] receives.
+    pub fn int_settings(&self) -> IntSettings {
+        IntSettings {
+            inner: tr::InnerConfig::default(),
+            path: Some((HopField::NodeId, 0)),
+            postcard: Some((HopField::NodeId, INT_INITIAL_TTL, 5)),
+            drop: Some(ListRule {
+                first: 0,
+                lists: self.lists,
+            }),
+            congestion: Some(ListRule {
+                first: self.lists,
+                lists: self.lists,
+            }),
+            counter: Some((CountWhat::Reports, 0)),
+            priority: Priority::Medium,
+            max_sources: 4096,
+        }
     }
 
     /// Switch ID of fat-tree switch index `i`.
@@ -259,6 +298,14 @@ impl Scenario {
         if self.shape.is_nan() || self.shape <= 0.0 {
             return Err("shape must be positive".into());
         }
+        if self.telemetry > 2 {
+            return Err(
+                "telemetry must be 0 (DTA reports), 1 or 2 (Telemetry Report version)".into(),
+            );
+        }
+        if self.telemetry != 0 && self.int_port == 0 {
+            return Err("Telemetry Reports need an int_port".into());
+        }
         Ok(())
     }
 
@@ -279,7 +326,7 @@ impl Scenario {
     /// The collector stores this scenario writes into: `paths` (Key-Write), `counters`
     /// (Key-Increment), `postcards` (Postcarding), `losses` and `congestion` (Append).
     pub fn stores(&self) -> Vec<StoreConfig> {
-        let ext = self.extended();
+        let ext = self.extended() || self.telemetry != 0;
         vec![
             StoreConfig {
                 name: "paths".into(),
@@ -336,7 +383,11 @@ impl Scenario {
                     lists: self.lists,
                     first_list: self.lists,
                     capacity: self.capacity,
-                    entry_size: if ext { 8 } else { 4 },
+                    entry_size: match (self.telemetry, ext) {
+                        (1.., _) => CONGESTION_ENTRY_LEN as u32,
+                        (_, true) => 8,
+                        _ => 4,
+                    },
                     batch: self.batch,
                     format: AppendFormat::Sequenced,
                 },
@@ -367,6 +418,8 @@ pub struct Generator {
     pub per_kind: [u64; 5],
     /// Flows started so far.
     pub flows_started: u64,
+    /// Telemetry Report sequence numbers by switch index (hw_id 0).
+    int_seq: Vec<u32>,
 }
 
 impl Generator {
@@ -397,6 +450,14 @@ impl Generator {
             seq: 0,
             per_kind: [0; 5],
             flows_started: 0,
+            int_seq: vec![
+                0;
+                FatTree {
+                    k: sc.k,
+                    id_base: 0
+                }
+                .switches() as usize
+            ],
             sc: sc.clone(),
         };
         for _ in 0..sc.concurrent {
@@ -558,6 +619,172 @@ impl Generator {
             self.active[slot] = self.start_flow();
         }
         Report { header, primitive }
+    }
+
+    /// The flow 5-tuple of flow `id`.
+    pub fn flow_tuple(&self, id: u64) -> FlowKey {
+        FlowKey::from_bytes(&self.flows.tuple(id))
+    }
+
+    /// The next report of the stream as a P4.org Telemetry Report of version
+    /// `self.scenario().telemetry` (1 or 2), written to `out` (at least 512 bytes). Returns the
+    /// switch address it is sent from, its length and its kind (0 path, 1 postcard, 2 drop,
+    /// 3 congestion, 4 counter-only, as in [`Generator::per_kind`]).
+    ///
+    /// - path: the sink ToR's INT-MD report; the truncated packet carries INT over UDP (port
+    ///   [`tr::DEFAULT_MD_UDP_PORT`], shim NPT 2) with the stack of the 4 hops before it (node
+    ///   ID, hop latency, queue occupancy each), the sink's own queue in its metadata;
+    /// - postcard: the INT-XD report of the flow's next hop (F bit, its node's hop latency and
+    ///   queue; the packet's TTL is 64 minus the hop index);
+    /// - drop: a hop's drop report (D bit, queue ID and a drop reason 1..=7);
+    /// - congestion: a hop's congested-queue report (Q bit, queue ID and occupancy);
+    /// - counter: a report with neither (v2.0: inner only; v1.0: no metadata, F clear).
+    pub fn next_int_report(&mut self, out: &mut [u8]) -> (SocketAddrV4, usize, usize) {
+        let r = self.rng.below(*self.cum.last().expect("5 kinds"));
+        let kind = self.cum.iter().position(|&c| r < c).unwrap_or(0);
+        self.per_kind[kind] += 1;
+        let slot = self.rng.below(self.active.len() as u64) as usize;
+        let f = self.active[slot];
+        let path = self.path(f.id);
+        let idx = self.tree_path(f.id);
+        let flow = self.flow_tuple(f.id);
+        let mut consumed = true;
+        let hop_md = |h: usize, sw: u32| HopMetadata {
+            node_id: Some(sw),
+            hop_latency: Some(500 + 100 * h as u32),
+            queue: Some(QueueOccupancy {
+                id: (h % 8) as u8,
+                occupancy: (sw.wrapping_mul(37) ^ f.sent) & 0xFFFF,
+            }),
+            ..HopMetadata::default()
+        };
+        let stack: [HopMetadata; 4] = core::array::from_fn(|h| hop_md(h, path[h]));
+        let (hop, flags, local, rep_type, int) = match kind {
+            0 => (
+                4,
+                Flags {
+                    tracked: true,
+                    ..Flags::default()
+                },
+                HopMetadata {
+                    queue: stack[3].queue,
+                    ..HopMetadata::default()
+                },
+                RepType::Int,
+                true,
+            ),
+            1 => {
+                let hop = f.hop as usize;
+                self.active[slot].hop = ((hop + 1) % 5) as u8;
+                consumed = hop == 4;
+                let mut m = hop_md(hop, path[hop]);
+                m.node_id = None;
+                let flags = Flags {
+                    tracked: true,
+                    ..Flags::default()
+                };
+                (hop, flags, m, RepType::Int, false)
+            }
+            2 => {
+                let hop = self.rng.below(5) as usize;
+                let local = HopMetadata {
+                    drop: Some(DropInfo {
+                        queue: (hop % 8) as u8,
+                        reason: 1 + (self.rng.next_u64() % 7) as u8,
+                    }),
+                    ..HopMetadata::default()
+                };
+                let flags = Flags {
+                    dropped: true,
+                    ..Flags::default()
+                };
+                (hop, flags, local, RepType::Int, false)
+            }
+            3 => {
+                let hop = self.rng.below(5) as usize;
+                let local = HopMetadata {
+                    queue: Some(QueueOccupancy {
+                        id: (hop % 8) as u8,
+                        occupancy: (self.rng.unit().powi(3) * 65535.0) as u32,
+                    }),
+                    ..HopMetadata::default()
+                };
+                let flags = Flags {
+                    congested: true,
+                    ..Flags::default()
+                };
+                (hop, flags, local, RepType::Int, false)
+            }
+            _ => (
+                4,
+                Flags::default(),
+                HopMetadata::default(),
+                if self.sc.telemetry == 1 {
+                    RepType::Int
+                } else {
+                    RepType::InnerOnly
+                },
+                false,
+            ),
+        };
+        let node_index = idx[hop];
+        let node = path[hop];
+        let si = node_index as usize % self.int_seq.len().max(1);
+        let seq = &mut self.int_seq[si];
+        let seq_no = *seq;
+        *seq = seq.wrapping_add(1)
+            & if self.sc.telemetry == 1 {
+                u32::MAX
+            } else {
+                tr::V2_SEQ_MAX
+            };
+        let report = IndividualRepr {
+            rep_type,
+            flags,
+            local,
+            ingress_ts32: f.sent.wrapping_mul(1000),
+            packet: InnerPacketRepr {
+                ethernet: self.sc.telemetry == 1,
+                flow,
+                ttl: INT_INITIAL_TTL - hop as u8,
+                dscp: 0,
+                payload_len: 64 + (f.sent % 1400) as u16,
+                int: int.then_some((
+                    EmbeddedIntRepr {
+                        kind: IntKind::Md,
+                        instruction: 0xB000,
+                        remaining_hop_count: 4,
+                        hops: &stack,
+                    },
+                    tr::DEFAULT_MD_UDP_PORT,
+                )),
+            },
+        };
+        let g = GroupRepr {
+            version: self.sc.telemetry,
+            hw_id: 0,
+            seq_no,
+            node_id: node,
+        };
+        let n = tr::emit(&g, &[report], out).expect("a generated report fits 512 bytes");
+        let a = &mut self.active[slot];
+        a.sent = a.sent.wrapping_add(1);
+        if consumed {
+            a.left -= 1;
+        }
+        if a.left == 0 {
+            self.active[slot] = self.start_flow();
+        }
+        let src = SocketAddrV4::new(
+            Ipv4Addr::new(10, 1, (node_index >> 8) as u8, node_index as u8),
+            40041,
+        );
+        (src, n, kind)
+    }
+
+    /// Flow `id`'s 5-hop path as fat-tree switch indices.
+    fn tree_path(&self, id: u64) -> [u32; 5] {
+        self.tree.path(mix(self.sc.seed ^ 0x9a7 ^ id))
     }
 
     /// The reporter (switch) address a report is sent from.

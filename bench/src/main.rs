@@ -15,7 +15,7 @@ use dta_bench::progress::Progress;
 use dta_bench::replay::{replay_memory, replay_udp, MemOptions, RnicMode, UdpReplayOptions};
 use dta_bench::sender::PacedSender;
 use dta_bench::trace::Trace;
-use dta_proto::wire::report::{ReportFormat, MAX_EMIT_LEN};
+use dta_proto::wire::report::ReportFormat;
 
 /// DTA (Direct Telemetry Access) workbench: run the whole system end to end on loopback,
 /// generate telemetry workloads, and measure.
@@ -256,6 +256,15 @@ struct ScenarioArgs {
     /// Seed.
     #[arg(long, default_value_t = 2023)]
     seed: u64,
+    /// Write P4.org Telemetry Reports of this version (1 or 2) instead of DTA reports: INT-MD
+    /// sink reports (paths), INT-XD postcards, drop and congestion reports, inner-only reports
+    /// (counters), by the same mix weights (`kw`, `pc`, `loss`, `cong`, `ctr`). 0: DTA reports.
+    #[arg(long, default_value_t = 0)]
+    telemetry: u8,
+    /// UDP port of Telemetry Reports (the translator's `[int] port`); `replay` hands datagrams
+    /// to this port to the INT ingest.
+    #[arg(long, default_value_t = dta_bench::gen::INT_PORT)]
+    int_port: u16,
 }
 
 fn parse_ids(s: &str) -> Result<Vec<u32>, String> {
@@ -297,6 +306,8 @@ impl ScenarioArgs {
             cache_slots: self.cache_slots,
             slots_log2: self.slots_log2,
             seed: self.seed,
+            telemetry: self.telemetry,
+            int_port: self.int_port,
             ..Scenario::default()
         };
         sc.validate()?;
@@ -394,15 +405,18 @@ fn gen_cmd(
     // No receiver feedback towards a remote target: the window is unbounded.
     s.set_window(u64::MAX / 2);
     let profile = sc.wire_profile();
-    let mut buf = [0u8; MAX_EMIT_LEN];
+    let mut buf = [0u8; dta_bench::trace::MAX_INT_LEN];
     let t0 = Instant::now();
     let mut progress = Progress::new(count, "reports", Duration::from_secs(2));
     let done = || 0u64;
     for i in 0..count {
-        let r = g.next_report();
-        let n = r
-            .emit(profile, &mut buf)
-            .map_err(|e| format!("emit: {e}"))?;
+        let n = if sc.telemetry != 0 {
+            g.next_int_report(&mut buf).1
+        } else {
+            g.next_report()
+                .emit(profile, &mut buf)
+                .map_err(|e| format!("emit: {e}"))?
+        };
         s.push(&buf[..n], done)?;
         if i % 1024 == 0 && progress.due() {
             progress.set(i + 1, "sent");
@@ -443,6 +457,11 @@ fn replay_cmd(
     let sc: Scenario = match std::fs::read_to_string(&side) {
         Ok(s) => serde_json::from_str(&s).map_err(|e| format!("{}: {e}", side.display()))?,
         Err(_) => args.scenario()?,
+    };
+    // A Telemetry Report capture: keep the datagrams to the INT port (unless --port says).
+    let port = match port {
+        Some(dta_proto::consts::DTA_PORT) if sc.telemetry != 0 => Some(sc.int_port),
+        p => p,
     };
     let t = Trace::read_pcap_to(pcap, port)?;
     eprintln!(
@@ -643,6 +662,14 @@ fn print_result(r: &dta_bench::replay::ReplayResult) {
     );
     if !r.drop_reasons.is_empty() {
         println!("         drops: {:?}", r.drop_reasons);
+    }
+    if r.int_datagrams > 0 {
+        println!(
+            "         INT: {} datagrams, {} reports (v1 {}, v2 {}), {} DTA reports derived, {} not read {:?}, sequence gaps {} ({} missing)",
+            r.int_datagrams, r.int_reports_v1 + r.int_reports_v2, r.int_reports_v1,
+            r.int_reports_v2, r.int_derived, r.int_dropped, r.int_drop_reasons, r.int_seq_gaps,
+            r.int_seq_missing
+        );
     }
     if let Some(l) = r.latency {
         println!(

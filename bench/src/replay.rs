@@ -181,6 +181,40 @@ pub struct ReplayResult {
     pub rnic_cpu_secs: Option<f64>,
     /// Peak resident memory of the process so far (KiB, VmHWM).
     pub peak_rss_kib: u64,
+    /// Datagrams on the INT Telemetry Report port (`reports` counts them too).
+    pub int_datagrams: u64,
+    /// Telemetry Report v1.0 reports read.
+    pub int_reports_v1: u64,
+    /// Telemetry Report v2.0 individual reports read.
+    pub int_reports_v2: u64,
+    /// DTA reports derived from them.
+    pub int_derived: u64,
+    /// Telemetry Reports not read or mapped (all reasons).
+    pub int_dropped: u64,
+    /// Non-zero `int_drop_*` counters, by reason.
+    pub int_drop_reasons: Vec<(String, u64)>,
+    /// Sequence gaps per (node, hw_id), and reports missing in them.
+    pub int_seq_gaps: u64,
+    /// Reports missing in those gaps.
+    pub int_seq_missing: u64,
+}
+
+impl ReplayResult {
+    /// Adds a worker's INT ingest counters.
+    pub fn add_int(&mut self, c: &TranslatorCounters) {
+        self.int_datagrams += c.int_rx_datagrams;
+        self.int_reports_v1 += c.int_reports_v1;
+        self.int_reports_v2 += c.int_reports_v2;
+        self.int_derived += c.int_derived();
+        self.int_dropped += c.int_dropped();
+        self.int_seq_gaps += c.int_seq_gaps;
+        self.int_seq_missing += c.int_seq_missing;
+        for (i, v) in c.iter() {
+            if let (Some(reason), true) = (i.name.strip_prefix("int_drop_"), v > 0) {
+                merge_reason(&mut self.int_drop_reasons, reason, v);
+            }
+        }
+    }
 }
 
 impl ReplayResult {
@@ -267,6 +301,8 @@ pub struct Rig {
     tx: TxBatch,
     rnic_tx: TxBatch,
     mode: RnicMode,
+    /// Datagrams to this port go to the INT ingest (Telemetry Report scenarios).
+    int_port: Option<u16>,
     /// Frames emitted and their bytes.
     pub frames: u64,
     /// Bytes of the frames emitted.
@@ -368,8 +404,19 @@ impl Rig {
             route_postcard: Route::Single(2),
             sketch: Default::default(),
         };
-        let pipeline = Pipeline::new(pc, &[target]).map_err(|e| e.to_string())?;
-        let cap = o.burst.max(1) * pipeline.frames_per_report_max() + 256;
+        let mut pipeline = Pipeline::new(pc, &[target]).map_err(|e| e.to_string())?;
+        let int_port = (sc.telemetry != 0).then_some(sc.int_port);
+        if int_port.is_some() {
+            pipeline.set_int_ingest(sc.int_settings());
+        }
+        // A Telemetry Report may derive up to MAX_DERIVED reports.
+        let per = pipeline.frames_per_report_max()
+            * if int_port.is_some() {
+                dta_translator::datapath::int_ingest::MAX_DERIVED
+            } else {
+                1
+            };
+        let cap = o.burst.max(1) * per + 256;
         Ok(Rig {
             pipeline,
             rnic,
@@ -377,6 +424,7 @@ impl Rig {
             tx: TxBatch::new(cap, 2048),
             rnic_tx: TxBatch::new(cap, 256),
             mode: o.rnic,
+            int_port,
             frames: 0,
             frame_bytes: 0,
         })
@@ -385,7 +433,28 @@ impl Rig {
     /// Feeds one burst of reports at `now`, and moves every frame it produced.
     #[inline]
     pub fn feed(&mut self, now: u64, burst: &[Datagram<'_>]) {
-        self.pipeline.handle_reports(now, burst, &mut self.tx);
+        match self.int_port {
+            None => self.pipeline.handle_reports(now, burst, &mut self.tx),
+            Some(port) => {
+                // Runs of INT and of DTA datagrams, each to its handler.
+                let mut i = 0;
+                while i < burst.len() {
+                    let int = burst[i].dst.port() == port;
+                    let mut j = i + 1;
+                    while j < burst.len() && (burst[j].dst.port() == port) == int {
+                        j += 1;
+                    }
+                    if int {
+                        self.pipeline
+                            .handle_int_reports(now, &burst[i..j], &mut self.tx);
+                    } else {
+                        self.pipeline
+                            .handle_reports(now, &burst[i..j], &mut self.tx);
+                    }
+                    i = j;
+                }
+            }
+        }
         self.pump(now);
     }
 
@@ -652,6 +721,7 @@ pub fn replay_memory(sc: &Scenario, trace: &Trace, o: &MemOptions) -> Result<Rep
         r.translated += w.counters.translated;
         r.dropped += w.counters.dropped();
         r.handoffs += w.counters.handoffs_out;
+        r.add_int(&w.counters);
         r.frames += w.frames;
         r.frame_bytes += w.frame_bytes;
         r.rnic_executed += w.rnic.writes + w.rnic.atomics;

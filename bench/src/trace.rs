@@ -30,6 +30,10 @@ pub struct Trace {
     pub skipped: u64,
 }
 
+/// Longest generated Telemetry Report datagram (and the room [`Trace::write_pcap`] keeps per
+/// frame).
+pub const MAX_INT_LEN: usize = 512;
+
 /// Headers in front of every report in a generated frame.
 pub const FRAME_OVERHEAD: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
 
@@ -91,6 +95,15 @@ impl Trace {
     pub fn generate(g: &mut Generator, n: usize) -> Result<Trace, String> {
         let profile = g.scenario().wire_profile();
         let mut t = Trace::with_capacity(n);
+        if g.scenario().telemetry != 0 {
+            let dst = SocketAddrV4::new(*TRANSLATOR_REPORTS.ip(), g.scenario().int_port);
+            let mut b = [0u8; MAX_INT_LEN];
+            for _ in 0..n {
+                let (src, len, _) = g.next_int_report(&mut b);
+                t.push(src, dst, &b[..len]);
+            }
+            return Ok(t);
+        }
         let mut b = [0u8; MAX_EMIT_LEN];
         for _ in 0..n {
             let r = g.next_report();
@@ -116,7 +129,7 @@ impl Trace {
         };
         let mut w =
             PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| format!("pcap: {e}"))?;
-        let mut frame = [0u8; FRAME_OVERHEAD + MAX_EMIT_LEN];
+        let mut frame = [0u8; FRAME_OVERHEAD + MAX_INT_LEN];
         let mut ts = Duration::from_secs(1_700_000_000);
         for i in 0..self.len() {
             let n = self.frame(i, i as u16, &mut frame);

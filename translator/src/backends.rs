@@ -126,7 +126,10 @@ impl RawBackends {
                 t.workers
             ));
         }
-        let ports = [report_port, roce.port()];
+        let mut ports = vec![report_port, roce.port()];
+        if cfg.int.port != 0 {
+            ports.push(cfg.int.port);
+        }
         let backend: Box<dyn Backend> = match self.kind {
             BackendKind::Udp => unreachable!("prepare refuses udp"),
             BackendKind::Pcap => {

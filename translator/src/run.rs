@@ -171,6 +171,8 @@ pub struct Worker {
     pub backend: Box<dyn Backend>,
     /// Datagrams to this UDP port are reports; everything else is RoCEv2 responses.
     pub report_port: u16,
+    /// Datagrams to this UDP port are P4.org Telemetry Reports (0: none).
+    pub int_port: u16,
     /// Set to stop (after flushing).
     pub stop: Arc<AtomicBool>,
     /// Where to publish snapshots.
@@ -433,6 +435,7 @@ impl Worker {
         let mut stopping: Option<Instant> = None;
         let mut reconnect_at: Vec<(String, u64, u64)> = Vec::new();
         let report_port = self.report_port;
+        let int_port = self.int_port;
         // The time at the end of the previous iteration: timers are coarse enough that the
         // microseconds the send took do not matter, and a clock read is not free under KVM.
         let mut n = now();
@@ -452,12 +455,18 @@ impl Worker {
                 let mut i = 0;
                 while i < burst.len() {
                     let is_report = burst[i].dst.port() == report_port;
+                    let is_int = int_port != 0 && burst[i].dst.port() == int_port;
                     let mut j = i + 1;
-                    while j < burst.len() && (burst[j].dst.port() == report_port) == is_report {
+                    while j < burst.len()
+                        && (burst[j].dst.port() == report_port) == is_report
+                        && (int_port != 0 && burst[j].dst.port() == int_port) == is_int
+                    {
                         j += 1;
                     }
                     if is_report {
                         pipeline.handle_reports(t, &burst[i..j], txr);
+                    } else if is_int {
+                        pipeline.handle_int_reports(t, &burst[i..j], txr);
                     } else {
                         // Responses go to the pipeline in runs (one call per run of
                         // datagrams); RDMA_CM messages (QP 1) to their initiator.
@@ -693,17 +702,19 @@ impl Worker {
     fn pump_responses(&mut self, epoch: Instant, wait: Duration, tx: &mut TxBatch) {
         let pipeline = &mut self.pipeline;
         let report_port = self.report_port;
+        let int_port = self.int_port;
+        let is_report = |p: u16| p == report_port || int_port != 0 && p == int_port;
         let _ = self.backend.recv_with(wait, &mut |burst| {
             let now = epoch.elapsed().as_nanos() as u64;
             // Runs of responses go over in one call each (reports are no longer taken).
             let mut i = 0;
             while i < burst.len() {
-                if burst[i].dst.port() == report_port {
+                if is_report(burst[i].dst.port()) {
                     i += 1;
                     continue;
                 }
                 let mut j = i + 1;
-                while j < burst.len() && burst[j].dst.port() != report_port {
+                while j < burst.len() && !is_report(burst[j].dst.port()) {
                     j += 1;
                 }
                 pipeline.handle_responses(now, &burst[i..j], tx);
@@ -1117,6 +1128,29 @@ fn bind_report_sockets(
     Ok((rxs.into_iter().map(Some).collect(), addr, None))
 }
 
+/// Binds one INT Telemetry Report socket per worker at `listen`'s IP and `int.port`
+/// (`SO_REUSEPORT` across workers: one switch's reports stay on one worker, so its sequence
+/// numbers are tracked in order); none when INT ingest is off.
+fn bind_int_sockets(cfg: &TranslatorConfig) -> Result<Vec<Option<UdpRx>>, String> {
+    let t = &cfg.translator;
+    if cfg.int.port == 0 {
+        return Ok(Vec::new());
+    }
+    let opts = UdpOptions {
+        rcvbuf: t.socket_buffer,
+        sndbuf: t.socket_buffer,
+        reuse_port: t.workers > 1,
+    };
+    let addr = SocketAddrV4::new(*t.listen.ip(), cfg.int.port);
+    (0..t.workers)
+        .map(|_| {
+            UdpSocket::bind(addr, &opts)
+                .map(|s| Some(s.split().0))
+                .map_err(|e| format!("cannot bind the INT report socket {addr}: {e}"))
+        })
+        .collect()
+}
+
 /// Binds one RoCEv2 socket per worker as `translator.roce_steering` says; returns them and
 /// whether they share one port (BPF steering by QPN attached).
 fn bind_roce_sockets(cfg: &TranslatorConfig) -> Result<(Vec<UdpSocket>, bool), String> {
@@ -1213,6 +1247,7 @@ impl Translator {
             report_addr = addr;
             dispatcher = d;
             let (roce_socks, shared) = bind_roce_sockets(&cfg)?;
+            let mut int_rxs = bind_int_sockets(&cfg)?;
             shared_roce = shared;
             roce_addrs = roce_socks.iter().map(|s| s.local_addr()).collect();
             if roce_addrs
@@ -1227,6 +1262,9 @@ impl Translator {
                 let (qrx, qtx) = qs.split();
                 let mut rxs = Vec::new();
                 if let Some(r) = report_rxs.get_mut(w).and_then(Option::take) {
+                    rxs.push(r);
+                }
+                if let Some(r) = int_rxs.get_mut(w).and_then(Option::take) {
                     rxs.push(r);
                 }
                 rxs.push(qrx);
@@ -1388,6 +1426,9 @@ impl Translator {
                 p.set_routes(&b.current().1)
                     .map_err(|e| format!("cluster: {e}"))?;
             }
+            if let Some(s) = cfg.int.settings() {
+                p.set_int_ingest(s);
+            }
             pipelines.push(p);
         }
         let mut dispatch_ends: Vec<Option<DispatchRx>> = Vec::new();
@@ -1412,6 +1453,7 @@ impl Translator {
                 pipeline,
                 backend,
                 report_port: report_addr.port(),
+                int_port: cfg.int.port,
                 stop: stop.clone(),
                 snapshots: snapshots.clone(),
                 initiators: std::mem::take(&mut initiators[w]),

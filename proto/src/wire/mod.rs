@@ -23,6 +23,7 @@ pub mod nack;
 pub mod report;
 pub mod roce;
 pub mod sketch;
+pub mod telemetry_report;
 pub mod udp;
 
 /// Why bytes were rejected. Cheap to return and to count.

@@ -117,6 +117,37 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
             ("drop_sketch_switches_full", "sketch_switches_full"),
         ],
     },
+    CounterGroup {
+        family: "int_reports",
+        help: "P4.org Telemetry Reports read on the INT port, by version (v2.0 counts each \
+               individual report of a coalesced datagram).",
+        label: "version",
+        members: &[("int_reports_v1", "1"), ("int_reports_v2", "2")],
+    },
+    CounterGroup {
+        family: "int_drops",
+        help: "Telemetry Reports not read or not mapped, by reason (translator/README.md).",
+        label: "reason",
+        members: &[
+            ("int_drop_truncated", "truncated"),
+            ("int_drop_bad_version", "bad_version"),
+            ("int_drop_bad_length", "bad_length"),
+            ("int_drop_unknown_rep_type", "unknown_rep_type"),
+            ("int_drop_unsupported_inner_type", "unsupported_inner_type"),
+            ("int_drop_malformed_inner", "malformed_inner"),
+        ],
+    },
+    CounterGroup {
+        family: "int_derived",
+        help: "DTA reports derived from Telemetry Reports, by primitive.",
+        label: "kind",
+        members: &[
+            ("int_derived_keywrite", "keywrite"),
+            ("int_derived_keyincrement", "keyincrement"),
+            ("int_derived_append", "append"),
+            ("int_derived_postcard", "postcard"),
+        ],
+    },
 ];
 
 /// Picks one figure out of a QP's stats.

@@ -7,8 +7,10 @@
 //! - [`qp`]: the RC requester (PSNs, queue, recovery, window); [`rtt`] and [`timer`] are its
 //!   parts; [`retx`] its ring.
 //! - [`reporters`], [`demux`]: O(1) per-packet lookups; [`rate`]: message-rate limits.
+//! - [`int_ingest`]: P4.org Telemetry Reports (INT) mapped onto DTA reports.
 
 pub mod demux;
+pub mod int_ingest;
 pub mod pipeline;
 pub mod primitive;
 pub mod qp;

@@ -35,6 +35,7 @@ use dta_proto::wire::roce::{RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
 
 use super::demux::{fast_map, FastMap};
+use super::int_ingest::{count_error, Derived, IntIngest, IntSettings};
 use super::primitive::{
     dispatch, postcard::NO_HINT, PrimitiveConfig, PrimitiveState, Shard, StorePrimitive,
 };
@@ -46,6 +47,7 @@ use super::sender::{QpSender, SenderSpec};
 use super::stats::TranslatorCounters;
 use super::udp_frame::NackOut;
 use dta_proto::wire::sketch::{is_sketch_datagram, SketchReportRepr};
+use dta_proto::wire::telemetry_report::TelemetryReport;
 
 /// How reports of one primitive pick their store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +237,8 @@ pub struct Pipeline {
     append_routes: Vec<ListRoute>,
     /// The cluster epoch routed, if the routes came from a cluster.
     route_epoch: Option<u32>,
+    /// INT Telemetry Report ingest (`[int]`), if configured.
+    int: Option<Box<IntIngest>>,
 }
 
 impl Pipeline {
@@ -364,6 +368,7 @@ impl Pipeline {
             max_frames_per_report,
             append_routes: Vec::new(),
             route_epoch: None,
+            int: None,
         })
     }
 
@@ -414,6 +419,71 @@ impl Pipeline {
     /// The collector-cluster epoch this pipeline routes by, if any.
     pub fn route_epoch(&self) -> Option<u32> {
         self.route_epoch
+    }
+
+    /// Turns on INT Telemetry Report ingest ([`Pipeline::handle_int_reports`]). Redundancies
+    /// left at 0 take the N of the store the derived reports route to.
+    pub fn set_int_ingest(&mut self, s: IntSettings) {
+        let n_of = |route: &Route| {
+            let i = match route {
+                Route::Single(i) => Some(*i),
+                Route::ByKeyHash(v) => v.first().copied(),
+                Route::ByDestination(v) => v.first().map(|(_, i)| *i),
+                Route::None => None,
+            }?;
+            self.stores.get(i)?.prim.redundancy().map(|n| n.get())
+        };
+        let mut ing = IntIngest::new(s);
+        ing.resolve_redundancy(
+            n_of(&self.cfg.route_keywrite),
+            n_of(&self.cfg.route_keyincrement),
+        );
+        self.int = Some(Box::new(ing));
+    }
+
+    /// The INT ingest settings, if INT ingest is on.
+    pub fn int_settings(&self) -> Option<&IntSettings> {
+        self.int.as_deref().map(IntIngest::settings)
+    }
+
+    /// Processes a burst of datagrams received on the INT Telemetry Report port: each
+    /// individual report is mapped onto DTA reports ([`super::int_ingest`]), which are then
+    /// dispatched like received ones. Datagrams are counted in `int_rx_datagrams`, reports
+    /// that cannot be read under an `int_drop_*` reason. Without INT ingest every report is
+    /// `int_unmapped`.
+    pub fn handle_int_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) {
+        let Some(ing) = self.int.take() else {
+            self.counters.int_rx_datagrams += burst.len() as u64;
+            self.counters.int_unmapped += burst.len() as u64;
+            return;
+        };
+        let mut ing = ing;
+        let mut out = Derived::default();
+        for d in burst {
+            self.counters.int_rx_datagrams += 1;
+            let t = match TelemetryReport::parse(d.payload) {
+                Ok(t) => t,
+                Err(e) => {
+                    count_error(e, &mut self.counters);
+                    continue;
+                }
+            };
+            ing.track_sequence(&t, &mut self.counters);
+            for ir in t.reports() {
+                let ir = match ir {
+                    Ok(ir) => ir,
+                    Err(e) => {
+                        count_error(e, &mut self.counters);
+                        break;
+                    }
+                };
+                ing.derive(&t, &ir, &mut self.counters, &mut out);
+                for r in out.as_slice() {
+                    self.dispatch(now, r, *d.dst.ip(), tx);
+                }
+            }
+        }
+        self.int = Some(ing);
     }
 
     /// Transmit-batch frames one report may need in the worst case (a batch with room for

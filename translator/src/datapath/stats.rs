@@ -129,6 +129,42 @@ dta_proto::define_counters!(
         roce_rx,
         /// RoCEv2 responses that were malformed or named an unknown QP.
         roce_rx_invalid,
+        /// Datagrams received on the INT Telemetry Report port.
+        int_rx_datagrams,
+        /// Telemetry Report v1.0 reports read.
+        int_reports_v1,
+        /// Telemetry Report v2.0 individual reports read.
+        int_reports_v2,
+        /// INT not read: shorter than a header or than a length field claims.
+        int_drop_truncated,
+        /// INT not read: version other than 1 and 2.
+        int_drop_bad_version,
+        /// INT not read: a length field inconsistent with the bitmaps or other lengths.
+        int_drop_bad_length,
+        /// INT not read: RepType other than inner-only and INT (IOAM, reserved).
+        int_drop_unknown_rep_type,
+        /// INT not mapped: no IPv4 flow in the inner contents (none, IPv6, DS data, ...).
+        int_drop_unsupported_inner_type,
+        /// INT not mapped: malformed inner headers (IP, TCP, INT shim or metadata header).
+        int_drop_malformed_inner,
+        /// INT reports that matched no configured mapping.
+        int_unmapped,
+        /// INT path values cut to the longest value a report carries (8 hops).
+        int_path_truncated,
+        /// Key-Write reports derived from INT reports (paths).
+        int_derived_keywrite,
+        /// Key-Increment reports derived from INT reports (per-flow counters).
+        int_derived_keyincrement,
+        /// Append reports derived from INT reports (drop and congestion events).
+        int_derived_append,
+        /// Postcards derived from INT reports (INT-XD / INT-MX per-hop reports).
+        int_derived_postcard,
+        /// Sequence gaps seen per (node ID, hw_id): telemetry reports lost on the way.
+        int_seq_gaps,
+        /// Telemetry reports missing in those gaps.
+        int_seq_missing,
+        /// Telemetry reports behind their source's sequence (reordered or duplicated).
+        int_seq_late,
     }
 );
 
@@ -162,6 +198,27 @@ impl TranslatorCounters {
             + self.drop_sketch_duplicate
             + self.drop_sketch_late
             + self.drop_sketch_switches_full
+    }
+
+    /// DTA reports derived from INT Telemetry Reports (each then translated, dropped under a
+    /// `drop_*` reason or pending, like a received report: `rx_datagrams + int_derived() ==
+    /// translated + dropped() + pending`).
+    #[inline]
+    pub fn int_derived(&self) -> u64 {
+        self.int_derived_keywrite
+            + self.int_derived_keyincrement
+            + self.int_derived_append
+            + self.int_derived_postcard
+    }
+
+    /// Individual Telemetry Reports that could not be read or mapped, all reasons.
+    pub fn int_dropped(&self) -> u64 {
+        self.int_drop_truncated
+            + self.int_drop_bad_version
+            + self.int_drop_bad_length
+            + self.int_drop_unknown_rep_type
+            + self.int_drop_unsupported_inner_type
+            + self.int_drop_malformed_inner
     }
 
     /// Reports received (all primitives) that parsed.

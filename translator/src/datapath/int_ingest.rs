@@ -1,0 +1,536 @@
+//! INT ingest: P4.org Telemetry Reports (v1.0 and v2.0) in, DTA [`Report`]s out.
+//!
+//! Switches that speak the P4.org Telemetry Report format send to `[int] port`. Each individual
+//! report is read in place (`dta_proto::wire::telemetry_report`) and mapped onto the DTA
+//! primitives the way the DTA paper's Table 2 maps INT onto them, every rule optional
+//! ([`IntSettings`]):
+//!
+//! | The report | DTA primitive | Key | Value |
+//! |---|---|---|---|
+//! | carries an embedded INT-MD stack (a sink's report) | Key-Write | flow 5-tuple (13 B) | the configured per-hop field of every hop, source first, then the sink's own (4 B BE each, at most 8 hops) |
+//! | tracked flow (F) without a stack (INT-XD postcards, INT-MX per-hop reports) | Postcarding | flow 5-tuple, hop = `initial_ttl − TTL` | the hop's configured field |
+//! | dropped (D, or a drop reason in its metadata) | Append to `first + node % lists` | — | [`DropEvent`] (flow, node, reason, queue; 20 B) |
+//! | congested queue (Q) | Append to `first + node % lists` | — | [`CongestionEvent`] (flow, node, queue, occupancy; 24 B) |
+//! | any report with a flow | Key-Increment | flow 5-tuple | 1 (reports) or the IPv4 total length (bytes) |
+//!
+//! The derived reports are dispatched exactly like received ones (routing, ownership between
+//! workers, admission, budget), so every one of them ends translated, pending or under one
+//! `drop_*` reason: `rx_datagrams + int_derived() == translated + dropped() + pending`.
+//! Reports that cannot be read are counted under one `int_drop_*` reason; reports no rule
+//! takes, as `int_unmapped`. The spec's sequence numbers are tracked per (version, node ID,
+//! hw_id) to count lost reports (`int_seq_gaps`, `int_seq_missing`, `int_seq_late`).
+//!
+//! Per report: no allocation, no lock, no system call; the source map is bounded.
+
+use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
+use dta_proto::wire::telemetry_report::{
+    CongestionEvent, DropEvent, EmbeddedInt, HopMetadata, IndividualReport, InnerConfig,
+    InnerPacket, IntKind, ReportError, TelemetryReport, V2_SEQ_MAX, VERSION_1,
+};
+use dta_proto::{Key, Value, MAX_VALUE_LEN};
+
+use super::demux::{fast_map, FastMap};
+use super::stats::TranslatorCounters;
+
+/// The per-hop field a path or postcard value is made of.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum HopField {
+    /// Node (switch) ID.
+    #[default]
+    NodeId,
+    /// Level 1 ingress interface ID.
+    IngressPort,
+    /// Level 1 egress interface ID.
+    EgressPort,
+    /// Hop latency.
+    HopLatency,
+    /// Queue occupancy (24 bits).
+    QueueOccupancy,
+    /// Low 32 bits of the egress timestamp.
+    EgressTimestamp,
+}
+
+impl HopField {
+    /// The field of `m` (0 when the hop did not report it).
+    #[inline]
+    pub fn of(self, m: &HopMetadata) -> u32 {
+        match self {
+            HopField::NodeId => m.node_id.unwrap_or(0),
+            HopField::IngressPort => m.l1_ports.map_or(0, |p| p.0 as u32),
+            HopField::EgressPort => m.l1_ports.map_or(0, |p| p.1 as u32),
+            HopField::HopLatency => m.hop_latency.unwrap_or(0),
+            HopField::QueueOccupancy => m.queue.map_or(0, |q| q.occupancy),
+            HopField::EgressTimestamp => m.egress_ts.map_or(0, |t| t as u32),
+        }
+    }
+}
+
+/// What a per-flow counter counts.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CountWhat {
+    /// One per report.
+    #[default]
+    Reports,
+    /// The original packet's IPv4 total length.
+    Bytes,
+}
+
+/// A range of Append lists events go to (`first + node_id % lists`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListRule {
+    /// First list.
+    pub first: u32,
+    /// Lists (at least 1).
+    pub lists: u32,
+}
+
+/// How INT reports become DTA reports (from `[int]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntSettings {
+    /// Where embedded INT is found in truncated packets.
+    pub inner: InnerConfig,
+    /// Path Key-Write: the field, and the redundancy N (0: the routed store's N).
+    pub path: Option<(HopField, u8)>,
+    /// Postcards: the field, the TTL reports show at the first hop, and the path length (0:
+    /// unknown; the entry is written when it ages out).
+    pub postcard: Option<(HopField, u8, u8)>,
+    /// Drop events.
+    pub drop: Option<ListRule>,
+    /// Congestion events.
+    pub congestion: Option<ListRule>,
+    /// Per-flow counters, and their redundancy N (0: the routed store's N).
+    pub counter: Option<(CountWhat, u8)>,
+    /// Priority of the derived reports.
+    pub priority: Priority,
+    /// (version, node, hw_id) sources tracked for sequence gaps.
+    pub max_sources: usize,
+}
+
+impl Default for IntSettings {
+    fn default() -> Self {
+        IntSettings {
+            inner: InnerConfig::default(),
+            path: Some((HopField::NodeId, 0)),
+            postcard: Some((HopField::NodeId, 64, 0)),
+            drop: Some(ListRule { first: 0, lists: 1 }),
+            congestion: Some(ListRule { first: 1, lists: 1 }),
+            counter: Some((CountWhat::Reports, 0)),
+            priority: Priority::Medium,
+            max_sources: 4096,
+        }
+    }
+}
+
+/// Up to one derived report per rule.
+pub const MAX_DERIVED: usize = 5;
+
+/// The derived reports of one individual report (a fixed array: no allocation).
+pub struct Derived {
+    reports: [Report; MAX_DERIVED],
+    len: usize,
+}
+
+impl Default for Derived {
+    fn default() -> Self {
+        Derived {
+            reports: [Report::PLACEHOLDER; MAX_DERIVED],
+            len: 0,
+        }
+    }
+}
+
+impl Derived {
+    #[inline]
+    fn push(&mut self, r: Report) {
+        if self.len < MAX_DERIVED {
+            self.reports[self.len] = r;
+            self.len += 1;
+        }
+    }
+
+    /// The reports.
+    #[inline]
+    pub fn as_slice(&self) -> &[Report] {
+        &self.reports[..self.len]
+    }
+
+    #[inline]
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+/// The INT ingest state of one worker: settings and the sequence tracker.
+pub struct IntIngest {
+    s: IntSettings,
+    header: ReportHeader,
+    /// (version, hw_id, node) → next expected sequence number.
+    seq: FastMap<u64, u32>,
+}
+
+/// Counts a read error under its `int_drop_*` reason.
+#[inline]
+pub fn count_error(e: ReportError, c: &mut TranslatorCounters) {
+    match e {
+        ReportError::Truncated => c.int_drop_truncated += 1,
+        ReportError::BadVersion => c.int_drop_bad_version += 1,
+        ReportError::BadLength => c.int_drop_bad_length += 1,
+        ReportError::UnknownRepType => c.int_drop_unknown_rep_type += 1,
+        ReportError::UnsupportedInnerType => c.int_drop_unsupported_inner_type += 1,
+        ReportError::MalformedInner => c.int_drop_malformed_inner += 1,
+    }
+}
+
+impl IntIngest {
+    /// Ingest state for `s` (the source map is allocated here, once).
+    pub fn new(s: IntSettings) -> IntIngest {
+        IntIngest {
+            header: ReportHeader {
+                profile: Profile::Extended,
+                immediate: false,
+                retransmittable: false,
+                seq: None,
+                priority: s.priority,
+            },
+            seq: fast_map(s.max_sources.max(1)),
+            s,
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &IntSettings {
+        &self.s
+    }
+
+    /// Fills in redundancies left at 0 with the routed stores' N.
+    pub fn resolve_redundancy(&mut self, keywrite: Option<u8>, keyincrement: Option<u8>) {
+        if let Some((_, n @ 0)) = &mut self.s.path {
+            *n = keywrite.unwrap_or(1);
+        }
+        if let Some((_, n @ 0)) = &mut self.s.counter {
+            *n = keyincrement.unwrap_or(1);
+        }
+    }
+
+    /// Tracks the datagram's sequence number for its (version, node, hw_id).
+    #[inline]
+    pub fn track_sequence(&mut self, t: &TelemetryReport<'_>, c: &mut TranslatorCounters) {
+        let modulus: u64 = if t.version == VERSION_1 {
+            1 << 32
+        } else {
+            V2_SEQ_MAX as u64 + 1
+        };
+        let key = (t.version as u64) << 40 | (t.hw_id as u64) << 32 | t.node_id as u64;
+        let next = (t.seq_no as u64 + 1) % modulus;
+        let full = self.seq.len() >= self.s.max_sources;
+        match self.seq.get_mut(&key) {
+            None if full => {}
+            None => {
+                self.seq.insert(key, next as u32);
+            }
+            Some(expected) => {
+                let d = (t.seq_no as u64 + modulus - *expected as u64) % modulus;
+                if d == 0 {
+                    *expected = next as u32;
+                } else if d < modulus / 2 {
+                    c.int_seq_gaps += 1;
+                    c.int_seq_missing += d;
+                    *expected = next as u32;
+                } else {
+                    c.int_seq_late += 1;
+                }
+            }
+        }
+    }
+
+    /// Maps one individual report of `t` onto DTA reports (into `out`, cleared first).
+    /// Unreadable inner contents are counted and yield nothing.
+    #[inline]
+    pub fn derive(
+        &self,
+        t: &TelemetryReport<'_>,
+        ir: &IndividualReport<'_>,
+        c: &mut TranslatorCounters,
+        out: &mut Derived,
+    ) {
+        out.clear();
+        if t.version == VERSION_1 {
+            c.int_reports_v1 += 1;
+        } else {
+            c.int_reports_v2 += 1;
+        }
+        let p = match ir.parse_inner(&self.s.inner) {
+            Ok(p) => p,
+            Err(e) => {
+                count_error(e, c);
+                return;
+            }
+        };
+        let fb = p.flow.to_bytes();
+        let Some(flow) = Key::new(&fb) else {
+            return;
+        };
+        let node = t.node_id;
+        let mut local = ir.local;
+        local.node_id = Some(node);
+        let header = self.header;
+        let stack = p.int.filter(|e| e.kind == IntKind::Md && e.hops() > 0);
+        if let (Some(e), Some((field, n))) = (stack, self.s.path) {
+            if let Some(value) = self.path_value(&e, &local, field, c) {
+                c.int_derived_keywrite += 1;
+                out.push(Report {
+                    header,
+                    primitive: Primitive::KeyWrite {
+                        redundancy: n,
+                        key: flow,
+                        value,
+                    },
+                });
+            }
+        } else if let (true, Some((field, initial_ttl, path_len))) =
+            (ir.flags.tracked && stack.is_none(), self.s.postcard)
+        {
+            if let Some(hop) = initial_ttl.checked_sub(p.ttl) {
+                c.int_derived_postcard += 1;
+                out.push(Report {
+                    header,
+                    primitive: Primitive::Postcard {
+                        flow,
+                        hop,
+                        path_len,
+                        value: field.of(&local),
+                    },
+                });
+            }
+        }
+        if let (true, Some(rule)) = (ir.flags.dropped || ir.local.drop.is_some(), self.s.drop) {
+            let e = DropEvent {
+                flow: p.flow,
+                node_id: node,
+                drop: ir.local.drop.unwrap_or_default(),
+            };
+            c.int_derived_append += 1;
+            out.push(Report {
+                header,
+                primitive: Primitive::Append {
+                    list: list_of(rule, node),
+                    value: Value::new(&e.to_bytes()).unwrap_or(Value::EMPTY),
+                },
+            });
+        }
+        if let (true, Some(rule)) = (ir.flags.congested, self.s.congestion) {
+            let e = CongestionEvent {
+                flow: p.flow,
+                node_id: node,
+                queue: ir.local.queue.unwrap_or_default(),
+            };
+            c.int_derived_append += 1;
+            out.push(Report {
+                header,
+                primitive: Primitive::Append {
+                    list: list_of(rule, node),
+                    value: Value::new(&e.to_bytes()).unwrap_or(Value::EMPTY),
+                },
+            });
+        }
+        if let Some((what, n)) = self.s.counter {
+            c.int_derived_keyincrement += 1;
+            out.push(Report {
+                header,
+                primitive: Primitive::KeyIncrement {
+                    redundancy: n,
+                    key: flow,
+                    delta: delta(what, &p),
+                },
+            });
+        }
+        if out.len == 0 {
+            c.int_unmapped += 1;
+        }
+    }
+
+    /// The path value: each stacked hop's field, source first, then the reporting node's.
+    #[inline]
+    fn path_value(
+        &self,
+        e: &EmbeddedInt<'_>,
+        local: &HopMetadata,
+        field: HopField,
+        c: &mut TranslatorCounters,
+    ) -> Option<Value> {
+        const MAX_HOPS: usize = MAX_VALUE_LEN / 4;
+        let mut v = [0u8; MAX_VALUE_LEN];
+        let hops = e.hops();
+        let n = (hops + 1).min(MAX_HOPS);
+        if hops + 1 > MAX_HOPS {
+            c.int_path_truncated += 1;
+        }
+        for i in 0..n {
+            let x = if i < hops {
+                field.of(&e.hop_from_source(i)?)
+            } else {
+                field.of(local)
+            };
+            v[4 * i..4 * i + 4].copy_from_slice(&x.to_be_bytes());
+        }
+        Value::new(&v[..4 * n])
+    }
+}
+
+#[inline]
+fn list_of(rule: ListRule, node: u32) -> u32 {
+    rule.first + node % rule.lists.max(1)
+}
+
+#[inline]
+fn delta(what: CountWhat, p: &InnerPacket<'_>) -> u64 {
+    match what {
+        CountWhat::Reports => 1,
+        CountWhat::Bytes => p.ip_len as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dta_proto::wire::telemetry_report::{
+        emit, EmbeddedIntRepr, Flags, FlowKey, GroupRepr, IndividualRepr, InnerPacketRepr, RepType,
+        DEFAULT_MD_UDP_PORT,
+    };
+
+    fn flow() -> FlowKey {
+        FlowKey {
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 0, 2],
+            proto: 17,
+            sport: 1000,
+            dport: 2000,
+        }
+    }
+
+    fn datagram(version: u8, seq: u32, r: IndividualRepr<'_>) -> Vec<u8> {
+        let g = GroupRepr {
+            version,
+            hw_id: 3,
+            seq_no: seq,
+            node_id: 50,
+        };
+        let mut b = vec![0u8; 512];
+        let n = emit(&g, &[r], &mut b).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    fn derive(ing: &IntIngest, b: &[u8], c: &mut TranslatorCounters) -> Vec<Report> {
+        let t = TelemetryReport::parse(b).unwrap();
+        let mut out = Derived::default();
+        let mut all = Vec::new();
+        for ir in t.reports() {
+            ing.derive(&t, &ir.unwrap(), c, &mut out);
+            all.extend_from_slice(out.as_slice());
+        }
+        all
+    }
+
+    #[test]
+    fn a_sink_report_becomes_a_path_and_a_count() {
+        let hops: Vec<HopMetadata> = (10..14)
+            .map(|n| HopMetadata {
+                node_id: Some(n),
+                ..HopMetadata::default()
+            })
+            .collect();
+        let mut ing = IntIngest::new(IntSettings::default());
+        ing.resolve_redundancy(Some(2), Some(3));
+        for version in [1, 2] {
+            let b = datagram(
+                version,
+                1,
+                IndividualRepr {
+                    rep_type: RepType::Int,
+                    flags: Flags {
+                        tracked: true,
+                        ..Flags::default()
+                    },
+                    local: HopMetadata::default(),
+                    ingress_ts32: 0,
+                    packet: InnerPacketRepr {
+                        ethernet: version == 1,
+                        flow: flow(),
+                        ttl: 60,
+                        dscp: 0,
+                        payload_len: 10,
+                        int: Some((
+                            EmbeddedIntRepr {
+                                kind: IntKind::Md,
+                                instruction: 0x8000,
+                                remaining_hop_count: 4,
+                                hops: &hops,
+                            },
+                            DEFAULT_MD_UDP_PORT,
+                        )),
+                    },
+                },
+            );
+            let mut c = TranslatorCounters::default();
+            let r = derive(&ing, &b, &mut c);
+            assert_eq!(r.len(), 2, "{r:?}");
+            let Primitive::KeyWrite {
+                redundancy,
+                key,
+                value,
+            } = r[0].primitive
+            else {
+                panic!("{r:?}")
+            };
+            assert_eq!(redundancy, 2);
+            assert_eq!(key.as_bytes(), &flow().to_bytes());
+            let ids: Vec<u32> = value
+                .as_bytes()
+                .chunks(4)
+                .map(|w| u32::from_be_bytes(w.try_into().unwrap()))
+                .collect();
+            assert_eq!(ids, vec![10, 11, 12, 13, 50]);
+            assert!(matches!(
+                r[1].primitive,
+                Primitive::KeyIncrement {
+                    redundancy: 3,
+                    delta: 1,
+                    ..
+                }
+            ));
+            assert_eq!(c.int_derived(), 2);
+        }
+    }
+
+    #[test]
+    fn sequence_gaps_are_counted_per_source() {
+        let mut ing = IntIngest::new(IntSettings::default());
+        let mut c = TranslatorCounters::default();
+        let mut b = [0u8; 12];
+        for (seq, node) in [
+            (1u32, 1u32),
+            (2, 1),
+            (5, 1),
+            (3, 1),
+            (1, 2),
+            (V2_SEQ_MAX, 3),
+            (0, 3),
+        ] {
+            b[..4].copy_from_slice(&(2 << 28 | seq).to_be_bytes());
+            b[4..8].copy_from_slice(&node.to_be_bytes());
+            let t = TelemetryReport::parse(&b).unwrap();
+            ing.track_sequence(&t, &mut c);
+        }
+        assert_eq!(
+            (c.int_seq_gaps, c.int_seq_missing, c.int_seq_late),
+            (1, 2, 1)
+        );
+    }
+}
