@@ -2,8 +2,8 @@
 
 It reads the same TOML file as the software translator (translator/src/config.rs: [translator],
 [reports], [append], [postcard], [reliability], [[collector]] with `metadata` = the collector's
-published CollectorMeta JSON, [routing]) and fills the program's tables, registers and multicast
-groups.
+published CollectorMeta JSON, [routing]; or `cluster = FILE`, a collector cluster's file, see
+apply_cluster) and fills the program's tables, registers and multicast groups.
 
 Each store's redundancy N comes from the collector metadata's `redundancy` (collector
 `[[store]] redundancy`, carried in metadata record version 2): Key-Write and Key-Increment
@@ -121,7 +121,48 @@ def load_config(path):
     r.setdefault("postcard", "single")
     r.setdefault("destinations", {})
     cfg.setdefault("collector", [])
+    if "cluster" in cfg:
+        if cfg["collector"]:
+            raise ConfigError("give either `cluster` or [[collector]] sections, not both")
+        apply_cluster(cfg, os.path.dirname(os.path.abspath(path)))
     return cfg
+
+
+def apply_cluster(cfg, base_dir="."):
+    """A collector-cluster member (`cluster = FILE`, dta_proto::cluster): the collectors, and
+    the routing of the cluster's current epoch, come from the one cluster file translators and
+    query clients read. The program routes Key-Write, Key-Increment and postcards by IPv4
+    destination, not by key hash, so an epoch whose key slot table names more than one
+    collector is refused (the software translator serves it); Append lists go to the collector
+    whose store holds them, and plan() checks that every store holds exactly its range."""
+    path = cfg["cluster"]
+    if not os.path.isabs(path):
+        path = os.path.join(base_dir, path)
+    with open(path, "rb") as f:
+        cl = tomllib.load(f)
+    cl_dir = os.path.dirname(os.path.abspath(path))
+    current = cl.get("cluster", {}).get("epoch")
+    epoch = next((e for e in cl.get("epoch", []) if e.get("number") == current), None)
+    if epoch is None:
+        raise ConfigError(f"{path}: cluster.epoch {current} has no [[epoch]]")
+    for c in cl.get("collector", []):
+        entry = {"name": c["name"]}
+        if c.get("metadata"):
+            m = c["metadata"]
+            entry["metadata"] = m if os.path.isabs(m) else os.path.join(cl_dir, m)
+        cfg["collector"].append(entry)
+    names = cl.get("stores", {})
+    owners = sorted(set(epoch.get("keys", [])))
+    if len(owners) > 1:
+        raise ConfigError(
+            f"{path}: epoch {current} partitions keys over {len(owners)} collectors "
+            f"({', '.join(owners)}) by key hash; the Tofino program routes by IPv4 destination, "
+            "so run the software translator for this cluster or give the epoch one key owner")
+    for what in ("keywrite", "keyincrement", "postcard"):
+        if names.get(what):
+            cfg["routing"][what] = f"single:{owners[0]}/{names[what]}" if owners else "none"
+    cfg["_cluster"] = {"path": path, "epoch": current, "lists": epoch.get("lists", []),
+                       "append": names.get("append")}
 
 
 def load_collectors(cfg, base_dir="."):
@@ -156,8 +197,9 @@ def _route_stores(route, what, stores):
         return [(None, kind_stores[0])]
     if route.startswith("single:"):
         name = route.split(":", 1)[1]
+        collector, _, store = name.rpartition("/")   # "COLLECTOR/STORE" or "STORE"
         for i in kind_stores:
-            if stores[i]["name"] == name:
+            if stores[i]["name"] == store and collector in ("", stores[i]["collector"]):
                 return [(None, i)]
         raise ConfigError(f"routing.{what}: no {what} store {name!r}")
     if route == "key-hash":
@@ -359,6 +401,19 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
                     "start_mask": 0 if want == 1 else bit,
                     "start_complete": 1 if want == 1 else 0}))
 
+    cl = cfg.get("_cluster")
+    if cl and cl["append"]:
+        # Each collector's Append store must hold exactly the lists the cluster gives it.
+        for r in cl["lists"]:
+            held = [s for s in stores if s["kind"] == "append" and s["collector"] == r["collector"]
+                    and s["name"] == cl["append"]]
+            if not held or (held[0]["first_list"], held[0]["lists"]) != (r["first"], r["count"]):
+                got = (f"lists {held[0]['first_list']}..{held[0]['first_list'] + held[0]['lists']}"
+                       if held else "no such store")
+                raise ConfigError(
+                    f"{cl['path']}: epoch {cl['epoch']} gives lists {r['first']}.."
+                    f"{r['first'] + r['count']} to {r['collector']}, whose store "
+                    f"{cl['append']!r} has {got}")
     list_idx = 0
     for qp, s in enumerate(stores):
         if s["kind"] != "append":

@@ -338,5 +338,81 @@ class CorpusSetupTest(unittest.TestCase):
         self.assertGreaterEqual(planned, 30)
 
 
+class ClusterMemberTest(unittest.TestCase):
+    """A translator TOML with `cluster = FILE` (dta_proto::cluster): collectors and routing come
+    from the cluster file's current epoch."""
+
+    CLUSTER = """
+[cluster]
+name = "t"
+epoch = 1
+[stores]
+keywrite = "kw"
+append = "ap"
+[[collector]]
+name = "c1"
+metadata = "c1.json"
+[[collector]]
+name = "c2"
+metadata = "c2.json"
+[[epoch]]
+number = 1
+keys = [KEYS]
+lists = [{ collector = "c1", first = 10, count = 3 }, { collector = "c2", first = 13, count = 3 }]
+"""
+
+    def setUp(self):
+        import copy
+        self.dir = tempfile.TemporaryDirectory()
+        d = self.dir.name
+        with open(os.path.join(d, "translator.toml"), "w") as f:
+            f.write('cluster = "cluster.toml"\n[translator]\nroce = "10.0.0.101:4791"\n'
+                    'listen = "10.0.0.101:40040"\n')
+        c1 = copy.deepcopy(META)
+        c1["stores"] = [st for st in c1["stores"] if st["name"] in ("kw", "ap")]
+        c2 = copy.deepcopy(c1)
+        c2["roce"] = "10.0.0.52:4791"
+        c2["stores"][1]["first_list"] = 13
+        for i, st in enumerate(c2["stores"]):
+            st["rkey"] += 0x100
+            st["qps"][0]["peer_qpn"] += 0x10 + i
+        for name, meta in (("c1.json", c1), ("c2.json", c2)):
+            with open(os.path.join(d, name), "w") as f:
+                json.dump(meta, f)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def plan(self, keys='"c2"'):
+        with open(os.path.join(self.dir.name, "cluster.toml"), "w") as f:
+            f.write(self.CLUSTER.replace("KEYS", keys))
+        cfg = dta_bfrt.load_config(os.path.join(self.dir.name, "translator.toml"))
+        cols = dta_bfrt.load_collectors(cfg, self.dir.name)
+        return dta_bfrt.plan(cfg, cols, {"c1": 136, "c2": 140})
+
+    def test_routes_come_from_the_cluster_epoch(self):
+        p = self.plan()
+        qps = p["tables"]["Egress.tbl_qp"]
+        kv = p["tables"]["Ingress.tbl_kv_route"]
+        self.assertTrue(kv)
+        # Every Key-Write route goes to c2's store (the epoch's only key owner).
+        owner = {e[2]["qp"] for e in kv}
+        self.assertEqual(len(owner), 1)
+        self.assertEqual(qps[owner.pop()][2]["dst_ip"], ip("10.0.0.52"))
+        # Lists 10..13 to c1, 13..16 to c2.
+        ap = {e[1]["list_id"]: qps[e[2]["qp"]][2]["dst_ip"] for e in p["tables"]["Ingress.tbl_ap_list"]}
+        self.assertEqual(ap, {**{l: ip("10.0.0.51") for l in range(10, 13)},
+                              **{l: ip("10.0.0.52") for l in range(13, 16)}})
+        # Both collectors get their pipe-1 route.
+        self.assertEqual(sorted(e[2]["port"] for e in p["tables"]["Ingress.tbl_forward"]), [136, 140])
+
+    def test_key_hash_partitions_and_wrong_ranges_are_refused(self):
+        with self.assertRaisesRegex(dta_bfrt.ConfigError, "key hash"):
+            self.plan('"c1", "c2"')
+        self.CLUSTER = self.CLUSTER.replace("first = 13, count = 3", "first = 13, count = 2")
+        with self.assertRaisesRegex(dta_bfrt.ConfigError, "gives lists 13..15 to c2"):
+            self.plan()
+
+
 if __name__ == "__main__":
     unittest.main()
