@@ -16,7 +16,9 @@ import sys
 
 # Tofino-1 per stage: 80 SRAM blocks (8 rows x 10 columns), 24 TCAM blocks, 48 map RAMs,
 # 4 stateful ALUs, 16 gateways, 32 VLIW instructions, 16 logical tables.
-LIMITS = {"sram": 80, "tcam": 24, "salu": 4, "gw": 16, "vliw": 32, "tables": 16}
+LIMITS = {"sram": 80, "tcam": 24, "salu": 4, "gw": 16, "vliw": 32, "tables": 16, "hash_bits": 416,
+          "hash_dist": 6}
+# Per stage: 8 hash groups x 52 bits; 2 hash ids x 3 hash-distribution units (16 bits each).
 
 
 def stage_counts(pipe_dir):
@@ -48,8 +50,22 @@ def stage_rows(pipe_dir):
             "gw": len(st["gateways"]["gateways"]),
             "vliw": len(st["vliw"]["instructions"]),
             "tables": len(st["logical_tables"]["ids"]),
+            "hash_bits": len({(b["hash_function"], b["hash_bit"]) for b in st["hash_bits"]["bits"]}),
+            "hash_dist": len(st["hash_distribution_units"]["units"]),
         }))
     return rows
+
+
+def phv_use(pipe_dir):
+    """(bits of PHV containers used, bits of PHV containers there are), tagalong included."""
+    phv = os.path.join(pipe_dir, "logs", "phv.json")
+    if not os.path.isfile(phv):
+        return None
+    p = json.load(open(phv))
+    used = sum(c["bit_width"] for c in p["containers"])
+    total = sum(g["bit_width"] * g["num_containers"] for g in p["resources"]
+                if g.get("group_type") == "mau")   # the deparser view lists the same containers
+    return used, total
 
 
 def main():
@@ -72,13 +88,19 @@ def main():
         total = {k: sum(r[k] for _, r in rows) for k in LIMITS}
         if len(dirs) > 1:
             print(f"\n{os.path.basename(d)}:\n")
-        print("| stage | SRAM /80 | TCAM /24 | stateful ALU /4 | gateways /16 | VLIW /32 | tables /16 |")
-        print("|---|---|---|---|---|---|---|")
+        print("| stage | SRAM /80 | TCAM /24 | stateful ALU /4 | gateways /16 | VLIW /32 | tables /16 "
+              "| hash bits /416 | hash dist /6 |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for n, r in rows:
-            print(f"| {n} | {r['sram']} | {r['tcam']} | {r['salu']} | {r['gw']} | {r['vliw']} | {r['tables']} |")
+            print(f"| {n} | {r['sram']} | {r['tcam']} | {r['salu']} | {r['gw']} | {r['vliw']} | "
+                  f"{r['tables']} | {r['hash_bits']} | {r['hash_dist']} |")
         n = len(rows)
         print(f"| all {n} | {total['sram']} ({100 * total['sram'] / (80 * n):.0f} %) | "
-              f"{total['tcam']} | {total['salu']} | {total['gw']} | {total['vliw']} | {total['tables']} |")
+              f"{total['tcam']} | {total['salu']} | {total['gw']} | {total['vliw']} | {total['tables']} "
+              f"| {total['hash_bits']} | {total['hash_dist']} |")
+        use = phv_use(d)
+        if use:
+            print(f"\nPHV: {use[0]} of {use[1]} container bits ({100 * use[0] / use[1]:.0f} %)")
 
 
 if __name__ == "__main__":
