@@ -137,6 +137,46 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         rate: u64,
     },
+    /// Write Sketch-Merge reports: every switch of a fat tree summarises each epoch's flows in a
+    /// Count-Min sketch (sketch ID 1, packets per 5-tuple) and a HyperLogLog (ID 2, distinct
+    /// 5-tuples) and sends them column by column, in order (Ethernet/IPv4/UDP to a pcap, with
+    /// FILE.json holding the sketch shapes and each epoch's ground truth; or live to --target).
+    GenSketch {
+        /// Write the reports to this pcap file (plus FILE.json).
+        #[arg(long)]
+        pcap: Option<PathBuf>,
+        /// The translator's report address (the reports' destination; with no --pcap they
+        /// are sent there).
+        #[arg(long, default_value = "10.0.0.101:40040")]
+        target: SocketAddrV4,
+        /// Epochs to generate (each with its own flows).
+        #[arg(long, default_value_t = 4)]
+        epochs: u32,
+        /// Fat-tree arity k (k*k + k*k/4 switches: k = 8 is 80 switches).
+        #[arg(long, default_value_t = 8)]
+        k: u32,
+        /// Flows per epoch.
+        #[arg(long, default_value_t = 20_000)]
+        flows: u64,
+        /// Count-Min rows (1..=8).
+        #[arg(long, default_value_t = 4)]
+        cm_rows: u8,
+        /// Count-Min columns (a power of two).
+        #[arg(long, default_value_t = 2048)]
+        cm_columns: u32,
+        /// HyperLogLog registers (a power of two, 2^4..2^16).
+        #[arg(long, default_value_t = 1024)]
+        hll_registers: u32,
+        /// Columns per report.
+        #[arg(long, default_value_t = 16)]
+        columns_per_report: u32,
+        /// Flow-population seed.
+        #[arg(long, default_value_t = 2023)]
+        seed: u64,
+        /// Live sending: reports per second (0 = as fast as possible).
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+    },
     /// Replay a pcap of reports through the translator (in memory on 1..k workers, and/or
     /// over kernel UDP through a translator and collector this command starts on loopback) and
     /// measure.
@@ -369,6 +409,69 @@ enum Figure {
     All,
     /// Redraw the SVGs from the JSON results in --out (no measurement).
     Plot,
+}
+
+fn gen_sketch_cmd(
+    pcap: Option<PathBuf>,
+    target: SocketAddrV4,
+    epochs: u32,
+    (k, flows, seed): (u32, u64, u64),
+    (cm_rows, cm_columns, hll_registers): (u8, u32, u32),
+    per: u32,
+    rate: u64,
+) -> Result<(), String> {
+    use dta_bench::workload::{FatTree, Flows, SketchWorkload};
+    use dta_proto::sketch::{SketchKind, SketchShape};
+    if k < 2 || k % 2 != 0 || k > 64 {
+        return Err(format!("--k {k}: the fat-tree arity must be even, 2..=64"));
+    }
+    let cm = SketchShape::new(SketchKind::CountMin, cm_rows, cm_columns, 4)
+        .map_err(|e| format!("Count-Min {cm_rows} x {cm_columns}: {e}"))?;
+    let hll = SketchShape::new(SketchKind::HyperLogLog, 1, hll_registers, 1)
+        .map_err(|e| format!("HyperLogLog with {hll_registers} registers: {e}"))?;
+    let wl = SketchWorkload {
+        tree: FatTree { k, id_base: 1 },
+        flows: Flows { seed, shape: 1.2 },
+        flows_per_epoch: flows,
+        cm,
+        hll,
+    };
+    let (t, truth) = dta_bench::sketchbench::sketch_trace(&wl, epochs, per, target)?;
+    if let Some(path) = pcap {
+        let gap = if rate > 0 {
+            Duration::from_secs_f64(1.0 / rate as f64)
+        } else {
+            Duration::from_micros(1)
+        };
+        t.write_pcap(&path, gap)?;
+        let side = PathBuf::from(format!("{}.json", path.display()));
+        let js = serde_json::to_string_pretty(&truth).map_err(|e| e.to_string())?;
+        std::fs::write(&side, js).map_err(|e| format!("{}: {e}", side.display()))?;
+        eprintln!(
+            "dta gen-sketch: wrote {} reports ({} payload bytes) from {} switches x {epochs} \
+             epochs to {} (shapes and ground truth in {})",
+            t.len(),
+            t.payload_bytes(),
+            wl.tree.switches(),
+            path.display(),
+            side.display()
+        );
+        return Ok(());
+    }
+    let mut s = PacedSender::new(target, rate)?;
+    s.set_window(u64::MAX / 2);
+    let done = || 0u64;
+    let t0 = Instant::now();
+    for i in 0..t.len() {
+        s.push(t.get(i).payload, done)?;
+    }
+    s.flush(done)?;
+    eprintln!(
+        "dta gen-sketch: sent {} reports to {target} in {:.2} s",
+        s.sent,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn gen_cmd(
@@ -863,6 +966,33 @@ fn main() {
                 .and_then(|sc| gen_cmd(&sc, count, pcap, target, rate));
             if let Err(e) = r {
                 eprintln!("dta gen: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::GenSketch {
+            pcap,
+            target,
+            epochs,
+            k,
+            flows,
+            cm_rows,
+            cm_columns,
+            hll_registers,
+            columns_per_report,
+            seed,
+            rate,
+        } => {
+            let r = gen_sketch_cmd(
+                pcap,
+                target,
+                epochs,
+                (k, flows, seed),
+                (cm_rows, cm_columns, hll_registers),
+                columns_per_report,
+                rate,
+            );
+            if let Err(e) = r {
+                eprintln!("dta gen-sketch: {e}");
                 std::process::exit(1);
             }
         }

@@ -28,6 +28,7 @@ use serde_json::json;
 
 use crate::figures::FigOptions;
 use crate::svg::{Chart, Series};
+use crate::trace::Trace;
 use crate::workload::{FatTree, Flows, SketchWorkload, SplitMix64};
 
 /// Seconds each kernel measurement runs for (at least).
@@ -412,9 +413,128 @@ pub fn sketch(o: &FigOptions) -> Result<serde_json::Value, String> {
     Ok(v)
 }
 
+/// Sketch IDs of the generated workload (`dta gen-sketch`, the accuracy figure).
+pub const CM_SKETCH_ID: u16 = 1;
+/// See [`CM_SKETCH_ID`].
+pub const HLL_SKETCH_ID: u16 = 2;
+
+/// The source address switch `id` sends its sketch reports from (10.1.x.y).
+pub fn switch_addr(id: u32) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::new(10, 1, (id >> 8) as u8, id as u8), 40041)
+}
+
+/// `dta gen-sketch`: every switch's Count-Min and HyperLogLog sketch reports, `per` columns
+/// each and in column order, for epochs `0..epochs` of `wl`, switch by switch (what a
+/// reporter sends at the end of an epoch), towards `target`. Returns the trace and the ground
+/// truth per epoch: the distinct flows, the centrally built HyperLogLog's estimate and the
+/// largest flows' true packet counts (summed over their hops, what the merged Count-Min
+/// estimates).
+pub fn sketch_trace(
+    wl: &SketchWorkload,
+    epochs: u32,
+    per: u32,
+    target: SocketAddrV4,
+) -> Result<(Trace, serde_json::Value), String> {
+    if per == 0 {
+        return Err("columns per report must be at least 1".into());
+    }
+    let mut trace = Trace::with_capacity(0);
+    let mut truth = Vec::new();
+    for e in 0..epochs {
+        let ep = wl.epoch(u64::from(e));
+        for (i, (cm, hll)) in ep.switches.iter().enumerate() {
+            let id = wl.tree.id_base + i as u32;
+            for (sid, sk) in [(CM_SKETCH_ID, cm), (HLL_SKETCH_ID, hll)] {
+                let cols = sk.shape().columns;
+                for c in (0..cols).step_by(per as usize) {
+                    let r = sk
+                        .column_report(sid, id, e, c, per.min(cols - c))
+                        .ok_or_else(|| {
+                            format!("{per} columns of sketch {sid} do not fit one report")
+                        })?;
+                    trace.push(switch_addr(id), target, &r);
+                }
+            }
+        }
+        let mut top = ep.truth.clone();
+        top.sort_by_key(|t| std::cmp::Reverse(t.1));
+        top.truncate(20);
+        truth.push(json!({
+            "epoch": e,
+            "distinct_flows": wl.flows_per_epoch,
+            "hll_central_estimate": ep.central.1.cardinality(),
+            "largest_flows": top.iter().map(|(k, hops_pkts, pkts)| json!({
+                "key": k.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                "packets_over_hops": hops_pkts,
+                "packets": pkts,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    let v = json!({
+        "switches": wl.tree.switches(),
+        "fat_tree_k": wl.tree.k,
+        "epochs": epochs,
+        "columns_per_report": per,
+        "sketches": [
+            { "id": CM_SKETCH_ID, "kind": "count-min", "rows": wl.cm.rows,
+              "columns": wl.cm.columns, "cell_bytes": wl.cm.width.bytes() },
+            { "id": HLL_SKETCH_ID, "kind": "hyperloglog", "rows": wl.hll.rows,
+              "columns": wl.hll.columns, "cell_bytes": wl.hll.width.bytes() },
+        ],
+        "truth": truth,
+    });
+    Ok((trace, v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generated_sketch_reports_tile_every_sketch_in_column_order() {
+        use dta_proto::wire::sketch::SketchReport;
+        let wl = SketchWorkload {
+            tree: FatTree { k: 4, id_base: 100 },
+            flows: Flows {
+                seed: 7,
+                shape: 1.2,
+            },
+            flows_per_epoch: 300,
+            cm: SketchShape::new(SketchKind::CountMin, 2, 64, 4).unwrap(),
+            hll: SketchShape::new(SketchKind::HyperLogLog, 1, 16, 1).unwrap(),
+        };
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+        let (t, v) = sketch_trace(&wl, 2, 5, target).unwrap();
+        // 20 switches x 2 epochs x (ceil(64/5) + ceil(16/5)) reports.
+        assert_eq!(t.len(), 20 * 2 * (13 + 4));
+        let mut next = std::collections::HashMap::new();
+        let rows = wl.cm.rows as usize;
+        let mut cm = vec![vec![0u32; rows * 64]; 2];
+        for i in 0..t.len() {
+            let d = t.get(i);
+            assert_eq!(d.dst, target);
+            let r = SketchReport::new_checked(d.payload).unwrap();
+            assert_eq!(d.src, switch_addr(r.switch_id()));
+            let k = (r.switch_id(), r.sketch_id(), r.epoch());
+            let col = next.entry(k).or_insert(0u32);
+            assert_eq!(r.column(), *col, "columns in order");
+            *col += u32::from(r.columns());
+            if r.sketch_id() == CM_SKETCH_ID {
+                let (c, n) = (r.column() as usize, r.columns() as usize);
+                let dst = &mut cm[r.epoch() as usize][c * rows..(c + n) * rows];
+                merge_wire_cells(MergeOp::Sum, wl.cm.width, dst, r.cells());
+            }
+        }
+        assert_eq!(next.len(), 20 * 2 * 2);
+        assert!(next
+            .iter()
+            .all(|(k, c)| *c == if k.1 == CM_SKETCH_ID { 64 } else { 16 }));
+        // Merging every switch's columns gives the central Count-Min, epoch by epoch.
+        for (e, merged) in cm.iter().enumerate() {
+            assert_eq!(merged.as_slice(), wl.epoch(e as u64).central.0.cells());
+        }
+        assert_eq!(v["truth"].as_array().unwrap().len(), 2);
+    }
 
     #[test]
     fn accuracy_merges_through_the_pipeline_identically() {
