@@ -565,7 +565,8 @@ impl Default for PostcardSection {
     }
 }
 
-/// `[sketch]`: how Sketch-Merge stores merge switches' sketches.
+/// `[sketch]`: how Sketch-Merge stores merge switches' sketches (one worker merges them: a
+/// translator with Sketch-Merge stores and `workers` above 1 refuses to start).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SketchSection {

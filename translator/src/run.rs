@@ -969,6 +969,35 @@ fn check_postcard_redundancy(
     Ok(())
 }
 
+/// Sketch-Merge needs one worker: every worker merges the switches whose reports reach it
+/// into its own copy of a sketch and writes it to the same collector memory, so with several
+/// workers each column in memory would hold only one worker's switches (the last writer's).
+/// Refused at start, naming the store, instead of writing wrong sketches.
+fn check_sketch_workers(
+    collectors: &[(String, CollectorMeta)],
+    workers: usize,
+) -> Result<(), String> {
+    if workers <= 1 {
+        return Ok(());
+    }
+    for (cn, m) in collectors {
+        if let Some(s) = m
+            .stores
+            .iter()
+            .find(|s| matches!(s.kind, StoreKind::Sketch { .. }))
+        {
+            return Err(format!(
+                "collector {cn:?} store {:?} is a Sketch-Merge store, which one translator worker \
+                 merges (with {workers} workers each would write its own partial sketch over the \
+                 others'): set [translator] workers = 1, or give the sketches a translator of \
+                 their own",
+                s.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What the translator will drop for want of a store, one sentence per report kind that no
 /// store serves (a kind routed `"none"` on purpose is not named). Logged as warnings at start
 /// (every such report is counted as `drop_no_store` or `drop_unknown_list`).
@@ -1373,6 +1402,7 @@ impl Translator {
         for warning in unserved_report_kinds(&cfg, &collectors) {
             log::warn!("translator: {warning}");
         }
+        check_sketch_workers(&collectors, t.workers)?;
         for (cn, m) in &collectors {
             for s in &m.stores {
                 if let StoreKind::Append {
@@ -1722,6 +1752,25 @@ mod tests {
             hops: 5,
             hash: dta_proto::hash::HashProfile::Independent,
         }
+    }
+
+    #[test]
+    fn sketch_stores_refuse_several_workers() {
+        let sk = StoreKind::Sketch {
+            sketch_id: 1,
+            sketch: dta_proto::sketch::SketchKind::CountMin,
+            rows: 4,
+            columns: 1024,
+            cell_width: 4,
+            batch: 16,
+            epochs: 2,
+        };
+        let with = collector(vec![store("kw", kw(), 2), store("flows", sk, 1)]);
+        assert!(check_sketch_workers(&with, 1).is_ok());
+        let e = check_sketch_workers(&with, 2).unwrap_err();
+        assert!(e.contains("\"flows\"") && e.contains("workers = 1"), "{e}");
+        // Without a sketch store, any number of workers.
+        assert!(check_sketch_workers(&collector(vec![store("kw", kw(), 2)]), 4).is_ok());
     }
 
     #[test]
