@@ -219,6 +219,9 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
      "mcast": {"nodes": [(node_id, rid, port)], "groups": [(mgid, [node_ids])]}}"""
     k = dict(DEFAULT_KNOBS)
     k.update(knobs or {})
+    if not 1 <= k["pc_hops"] <= 5:
+        raise ConfigError(f"DTA_PC_HOPS {k['pc_hops']}: Tofino-1 builds take 1..5 "
+                          "(6 to 8 hops need 13 egress stages; p4/README.md)")
     if k["ap_batch"] not in (1, 2, 4):
         raise ConfigError(f"DTA_AP_BATCH {k['ap_batch']}: Tofino-1 builds take 1, 2 or 4 "
                           "(batch 8 needs 14 ingress stages, 16 needs 22; p4/README.md)")

@@ -256,6 +256,18 @@ class ControlPlaneTest(unittest.TestCase):
             dta_bfrt.plan(cfg, cols, {"c1": 136})
         dta_bfrt.plan(cfg, cols, {"c1": 136}, knobs={"variant": "b"})
 
+    def test_knobs_outside_the_tofino1_ranges_are_refused(self):
+        """Append batch 8 and 16 and 6..8 postcard hops do not fit Tofino-1 (p4/README.md)."""
+        cfg = dta_bfrt.load_config(self.cfg)
+        cols = dta_bfrt.load_collectors(cfg, self.dir.name)
+        for knobs in ({"ap_batch": 8}, {"ap_batch": 16}, {"pc_hops": 6}, {"pc_hops": 8}):
+            with self.assertRaisesRegex(dta_bfrt.ConfigError, "Tofino-1", msg=str(knobs)):
+                dta_bfrt.plan(cfg, cols, {"c1": 136}, knobs=knobs)
+        # A store written with batch 8 is refused even against a batch-4 program.
+        cols[0][1]["stores"][2]["batch"] = 8
+        with self.assertRaisesRegex(dta_bfrt.ConfigError, "at most 4 entries"):
+            dta_bfrt.plan(cfg, cols, {"c1": 136})
+
     def test_store_redundancy_from_the_metadata(self):
         # Metadata that records each store's N (record version 2 / JSON `redundancy`).
         meta = json.loads(json.dumps(META))

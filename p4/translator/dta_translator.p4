@@ -19,7 +19,8 @@
  *                          Tofino-1's ingress, p4/README.md)
  *   DTA_AP_REFERENCE_RING  Append reference ring format; default sequenced (8 B trailer)
  *   DTA_AP_LISTS           Append lists (register entries, default 256)
- *   DTA_PC_HOPS            Postcarding hops per chunk, 1..8 (default 5)
+ *   DTA_PC_HOPS            Postcarding hops per chunk, 1..5 (default 5; more do not fit
+ *                          Tofino-1's egress, p4/README.md)
  *   DTA_PC_CACHE_BITS      log2 of the postcard cache entries (DEFAULT_PC_CACHE_BITS = 15)
  *   DTA_QPS                queue pairs (default 256)
  *   DTA_NO_ICRC            one pipe, ICRC 0 (the collector NIC must not check it); default:
@@ -57,8 +58,8 @@
 #if DTA_AP_BATCH != 1 && DTA_AP_BATCH != 2 && DTA_AP_BATCH != 4
 #error "DTA_AP_BATCH must be 1, 2 or 4 on Tofino-1 (batch 8 needs 14 ingress stages, 16 needs 22; p4/README.md)"
 #endif
-#if DTA_PC_HOPS < 1 || DTA_PC_HOPS > 8
-#error "DTA_PC_HOPS must be 1..8 on Tofino-1 (stage budget)"
+#if DTA_PC_HOPS < 1 || DTA_PC_HOPS > 5
+#error "DTA_PC_HOPS must be 1..5 on Tofino-1 (6, 7 and 8 hops need 13 egress stages; p4/README.md)"
 #endif
 #if defined(DTA_HASH_REFERENCE) && DTA_PC_HOPS != REF_HOPS
 #error "the reference hash profile has exactly 5 postcard hops"

@@ -1106,8 +1106,10 @@ fn p4_fit(
             StoreKind::Postcard { hops, hash, .. } => {
                 hashes.push(*hash);
                 d.push(format!("-DDTA_PC_HOPS={hops}"));
-                if *hops > 8 {
-                    why.push(format!("{hops} hops (at most 8 on Tofino-1)"));
+                if *hops > 5 {
+                    why.push(format!(
+                        "{hops} hops (Tofino-1 fits 1..5: 6 to 8 hops need 13 egress stages)"
+                    ));
                 }
             }
             StoreKind::Sketch { .. } => {
