@@ -411,6 +411,27 @@ enum Figure {
     Plot,
 }
 
+/// Writes `t` to the pcap `path` (capture timestamps `1 / rate` apart, 1 µs for rate 0) and
+/// `about` as JSON next to it (`path.json`, returned): what `dta gen` and `dta gen-sketch`
+/// leave for `dta replay` and for the user.
+fn write_trace(
+    t: &Trace,
+    path: &std::path::Path,
+    rate: u64,
+    about: &impl serde::Serialize,
+) -> Result<PathBuf, String> {
+    let gap = if rate > 0 {
+        Duration::from_secs_f64(1.0 / rate as f64)
+    } else {
+        Duration::from_micros(1)
+    };
+    t.write_pcap(path, gap)?;
+    let side = PathBuf::from(format!("{}.json", path.display()));
+    let js = serde_json::to_string_pretty(about).map_err(|e| e.to_string())?;
+    std::fs::write(&side, js).map_err(|e| format!("{}: {e}", side.display()))?;
+    Ok(side)
+}
+
 fn gen_sketch_cmd(
     pcap: Option<PathBuf>,
     target: SocketAddrV4,
@@ -438,15 +459,7 @@ fn gen_sketch_cmd(
     };
     let (t, truth) = dta_bench::sketchbench::sketch_trace(&wl, epochs, per, target)?;
     if let Some(path) = pcap {
-        let gap = if rate > 0 {
-            Duration::from_secs_f64(1.0 / rate as f64)
-        } else {
-            Duration::from_micros(1)
-        };
-        t.write_pcap(&path, gap)?;
-        let side = PathBuf::from(format!("{}.json", path.display()));
-        let js = serde_json::to_string_pretty(&truth).map_err(|e| e.to_string())?;
-        std::fs::write(&side, js).map_err(|e| format!("{}: {e}", side.display()))?;
+        let side = write_trace(&t, &path, rate, &truth)?;
         eprintln!(
             "dta gen-sketch: wrote {} reports ({} payload bytes) from {} switches x {epochs} \
              epochs to {} (shapes and ground truth in {})",
@@ -484,15 +497,7 @@ fn gen_cmd(
     let mut g = Generator::new(sc);
     if let Some(path) = pcap {
         let t = Trace::generate(&mut g, count as usize)?;
-        let gap = if rate > 0 {
-            Duration::from_secs_f64(1.0 / rate as f64)
-        } else {
-            Duration::from_micros(1)
-        };
-        t.write_pcap(&path, gap)?;
-        let side = PathBuf::from(format!("{}.json", path.display()));
-        let js = serde_json::to_string_pretty(sc).map_err(|e| e.to_string())?;
-        std::fs::write(&side, js).map_err(|e| format!("{}: {e}", side.display()))?;
+        let side = write_trace(&t, &path, rate, sc)?;
         eprintln!(
             "dta gen: wrote {} reports ({} payload bytes) to {} (scenario in {})",
             t.len(),

@@ -452,12 +452,12 @@ impl Pipeline {
     /// that cannot be read under an `int_drop_*` reason. Without INT ingest every report is
     /// `int_unmapped`.
     pub fn handle_int_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) {
-        let Some(ing) = self.int.take() else {
+        // Taken out for the burst, so `dispatch` can borrow the pipeline mutably.
+        let Some(mut ing) = self.int.take() else {
             self.counters.int_rx_datagrams += burst.len() as u64;
             self.counters.int_unmapped += burst.len() as u64;
             return;
         };
-        let mut ing = ing;
         let mut out = Derived::default();
         for d in burst {
             self.counters.int_rx_datagrams += 1;
