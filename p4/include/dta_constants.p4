@@ -51,6 +51,16 @@ const bit<8> DTA_REF_NACK_FLAG = 8w0x80; // N bit
 #define DTA_EXT_NACK_LEN 12 // magic/version, kind, rsvd, first, count
 const bit<8> DTA_EXT_NACK_KIND = 8w0x80; // kind = NACK
 
+// ---- Sketch-Merge (proto::wire::sketch, proto::wire::nack, proto::sketch) ----
+const bit<8> DTA_SK_MAGIC_VERSION = 8w0xD2; // byte 0: magic 0xD, version 2
+const bit<8> DTA_OP_SKETCH_MERGE = 8w5; // Sketch-Merge (extended profile version 2 only)
+#define DTA_SK_FIXED_LEN 28 // base header + sub-header, before the cells
+const bit<8> DTA_SK_NACK_KIND = 8w0x81; // kind = sketch-column NACK
+#define DTA_SK_NACK_LEN 16 // magic/version, kind, sketch ID, switch, epoch, column
+#define SK_LAYOUT_HEADER_LEN 64 // Sketch store header before epoch slot 0
+#define SK_RECORD_HEAD_LEN 8 // column record: epoch u32, merged u16, expected u16 (LE)
+#define SK_MAX_EPOCHS 16 // most epoch slots
+
 // ---- Ethernet / IPv4 / UDP ----
 #define ETH_HEADER_LEN 14 // bytes
 const bit<16> ETHERTYPE_IPV4 = 16w0x800; // IPv4

@@ -25,20 +25,126 @@
 
 #define UDP_LEN_OF(TRANSPORT_LEN) ((TRANSPORT_LEN) + UDP_HEADER_LEN)
 
-parser IcrcIgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
+#include "dta_sketch.p4"
+
+parser IcrcIgParser(packet_in pkt, out ipipe_headers_t hdr, out ipipe_ig_md_t md,
                     out ingress_intrinsic_metadata_t ig_intr_md) {
     state start {
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
+        md.sk_shape = 0;
+        md.sk_far = 0;
+        md.sk_udp_len = 0;
+        md.nack_mk = DTA_SK_MAGIC_VERSION ++ DTA_SK_NACK_KIND;
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) { ETHERTYPE_IPV4: parse_ipv4; default: accept; }
     }
-    state parse_ipv4 { pkt.extract(hdr.ipv4); transition accept; }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (5, 0, IP_PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+#ifndef DTA_NO_SKETCH
+            DTA_PORT: parse_dta;
+#endif
+            ROCEV2_PORT: parse_bth;
+            default: accept;
+        }
+    }
+#ifndef DTA_NO_SKETCH
+    /* Sketch-Merge reports; other reports reaching a pipe-1 port go on to pipe 0 untouched. */
+    state parse_dta {
+        transition select(pkt.lookahead<bit<16>>()) {
+            DTA_SK_MAGIC_VERSION ++ DTA_OP_SKETCH_MERGE: parse_sk;
+            default: accept;
+        }
+    }
+    state parse_sk {
+        pkt.extract(hdr.sk_base);
+        pkt.extract(hdr.sk);
+        pkt.extract(hdr.sk_b);
+        transition select(hdr.sk_b.column[31:16]) {
+            0: sk_shape;
+            default: sk_far;   /* beyond any sketch this program holds: SK_RANGE */
+        }
+    }
+    state sk_far {
+        md.sk_far = 1;
+        transition accept;
+    }
+    state sk_shape {
+        transition select(hdr.sk.rows, hdr.sk.cell_width, hdr.sk.columns) {
+            (DTA_SK_ROWS, 4, 1): sk_wide;
+#if DTA_SK_ROWS > 1
+            (1, 4, 1): sk_one4;
+#endif
+            (1, 1, 1): sk_one1;
+            default: accept;   /* counted SK_UNSUPPORTED (or malformed) and dropped */
+        }
+    }
+    state sk_wide {
+        pkt.extract(hdr.sk_in[0]);
+#if DTA_SK_ROWS > 1
+        pkt.extract(hdr.sk_in[1]);
+#endif
+#if DTA_SK_ROWS > 2
+        pkt.extract(hdr.sk_in[2]);
+#endif
+#if DTA_SK_ROWS > 3
+        pkt.extract(hdr.sk_in[3]);
+#endif
+#if DTA_SK_ROWS > 4
+        pkt.extract(hdr.sk_in[4]);
+#endif
+#if DTA_SK_ROWS > 5
+        pkt.extract(hdr.sk_in[5]);
+#endif
+#if DTA_SK_ROWS > 6
+        pkt.extract(hdr.sk_in[6]);
+#endif
+#if DTA_SK_ROWS > 7
+        pkt.extract(hdr.sk_in[7]);
+#endif
+        md.sk_shape = 1;
+        md.sk_udp_len = SK_RPT_UDP_LEN(4 * DTA_SK_ROWS);
+        transition accept;
+    }
+#if DTA_SK_ROWS > 1
+    state sk_one4 {
+        pkt.extract(hdr.sk_in[0]);
+        md.sk_shape = 1;
+        md.sk_udp_len = SK_RPT_UDP_LEN(4);
+        transition accept;
+    }
+#endif
+    state sk_one1 {
+        pkt.extract(hdr.sk_in8);
+        md.sk_shape = 1;
+        md.sk_udp_len = SK_RPT_UDP_LEN(1);
+        transition accept;
+    }
+#endif
+    state parse_bth {
+        pkt.extract(hdr.bth);
+        transition select(hdr.bth.opcode) {
+            IB_OP_RC_ACKNOWLEDGE: parse_aeth;
+            IB_OP_RC_ATOMIC_ACKNOWLEDGE: parse_aeth;
+            default: accept;
+        }
+    }
+    state parse_aeth { pkt.extract(hdr.aeth); transition accept; }
 }
 
-/* Collector-side traffic (ACK/NAKs, anything else the collectors send) goes to a pipe-0 port:
- * the loop port for the translator's own address, so the response re-enters pipe 0's Ingress. */
-control IcrcIngress(inout headers_t hdr, inout ig_md_t md,
+/* Sketch-Merge reports and their QPs' responses are handled here (dta_sketch.p4). Other
+ * collector-side traffic (ACK/NAKs of pipe 0's QPs, anything else the collectors send) goes to
+ * a pipe-0 port: the loop port for the translator's own address, so the response re-enters
+ * pipe 0's Ingress. */
+control IcrcIngress(inout ipipe_headers_t hdr, inout ipipe_ig_md_t md,
                     in ingress_intrinsic_metadata_t ig_intr_md,
                     in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
                     inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
@@ -52,45 +158,120 @@ control IcrcIngress(inout headers_t hdr, inout ig_md_t md,
         default_action = no_route();
         size = 1024;
     }
+#ifndef DTA_NO_SKETCH
+    SketchMerge() sketch;
+#endif
     apply {
         hdr.bridge.setValid();
         hdr.bridge.kind = KIND_FORWARD;
         hdr.bridge.qp = 0; hdr.bridge.n = 0; hdr.bridge.pad0 = 0; hdr.bridge.immediate = 0;
         hdr.bridge.key = 0;
-        if (hdr.ipv4.isValid()) {
-            if (tbl_icrc_return.apply().hit) {
-                icrc_ig_events.count(0);
+        md.handled = 0;
+#ifndef DTA_NO_SKETCH
+        sketch.apply(hdr, md, ig_intr_md, ig_dprsr_md, ig_tm_md);
+#endif
+        if (md.handled == 0) {
+            if (hdr.ipv4.isValid()) {
+                if (tbl_icrc_return.apply().hit) {
+                    icrc_ig_events.count(0);
+                } else {
+                    icrc_ig_events.count(1);   /* no_route dropped it */
+                }
             } else {
-                icrc_ig_events.count(1);   /* no_route dropped it */
+                ig_dprsr_md.drop_ctl = 1;
+                icrc_ig_events.count(1);
             }
-        } else {
-            ig_dprsr_md.drop_ctl = 1;
-            icrc_ig_events.count(1);
         }
     }
 }
 
-control IcrcIgDeparser(packet_out pkt, inout headers_t hdr, in ig_md_t md,
+control IcrcIgDeparser(packet_out pkt, inout ipipe_headers_t hdr, in ipipe_ig_md_t md,
                        in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Checksum() ipv4_csum;
+    Checksum() udp_csum;
     apply {
+        /* Frames and NACKs built here get their IPv4 checksum; what passes through keeps its
+         * bytes (the sum of an unchanged header is its checksum). */
+        hdr.ipv4.checksum = ipv4_csum.update({
+            hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.tos, hdr.ipv4.total_len, hdr.ipv4.ident,
+            hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+            hdr.ipv4.src, hdr.ipv4.dst });
+        if (hdr.sk_nack.isValid()) {
+            /* The NACK's UDP checksum, as a socket (the software translator) fills it. */
+            hdr.udp.checksum = udp_csum.update({
+                hdr.ipv4.src, hdr.ipv4.dst, 8w0, hdr.ipv4.protocol, hdr.udp.len,
+                hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.len,
+                hdr.sk_nack.magic_kind, hdr.sk_nack.sketch_id,
+                hdr.sk_b.switch_id, hdr.sk_b.epoch, hdr.sk_b.column });
+        }
         pkt.emit(hdr.bridge);
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.udp);
+        pkt.emit(hdr.sk_nack);
+        pkt.emit(hdr.sk_base);
+        pkt.emit(hdr.sk);
+        pkt.emit(hdr.sk_b);
+        pkt.emit(hdr.bth);
+        pkt.emit(hdr.aeth);
+        pkt.emit(hdr.reth);
+        pkt.emit(hdr.sk_rec);
+        pkt.emit(hdr.sk_in);    /* a WRITE's merged cells, little-endian (a report's cells) */
+        pkt.emit(hdr.sk_in8);
     }
 }
 
 /* Every frame shape the translator sends, told apart by opcode and UDP length. Two shapes of
  * the same opcode and length (e.g. an 8-byte Append batch and a Key-Write slot) hash the same
  * bytes, so the first match serves both. */
-parser IcrcEgParser(packet_in pkt, out headers_t hdr, out eg_md_t md,
+parser IcrcEgParser(packet_in pkt, out ipipe_headers_t hdr, out ipipe_eg_md_t md,
                     out egress_intrinsic_metadata_t eg_intr_md) {
     state start {
         pkt.extract(eg_intr_md);
         pkt.extract(hdr.bridge);
         transition select(hdr.bridge.kind) {
             KIND_ICRC: parse_ethernet;
+            KIND_SKETCH: sk_frame;
             default: accept;   /* forwarded as it is */
         }
+    }
+    /* A Sketch-Merge WRITE from this pipe's ingress: one record, wide or one cell. */
+    state sk_frame {
+        pkt.extract(hdr.ethernet);
+        pkt.extract(hdr.ipv4);
+        pkt.extract(hdr.udp);
+        pkt.extract(hdr.bth);
+        pkt.extract(hdr.reth);
+        pkt.extract(hdr.sk_rec);
+        pkt.extract(hdr.sk_o0);
+        transition select(hdr.udp.len) {
+            UDP_LEN_OF(SK_WRITE_TRANSPORT(SK_STRIDE_WIDE)): sk_frame_wide;
+            default: accept;
+        }
+    }
+    state sk_frame_wide {
+#if DTA_SK_ROWS > 1
+        pkt.extract(hdr.sk_o1);
+#endif
+#if DTA_SK_ROWS > 2
+        pkt.extract(hdr.sk_o2);
+#endif
+#if DTA_SK_ROWS > 3
+        pkt.extract(hdr.sk_o3);
+#endif
+#if DTA_SK_ROWS > 4
+        pkt.extract(hdr.sk_o4);
+#endif
+#if DTA_SK_ROWS > 5
+        pkt.extract(hdr.sk_o5);
+#endif
+#if DTA_SK_ROWS > 6
+        pkt.extract(hdr.sk_o6);
+#endif
+#if DTA_SK_ROWS > 7
+        pkt.extract(hdr.sk_o7);
+#endif
+        transition accept;
     }
     state parse_ethernet {
         pkt.extract(hdr.ethernet);
@@ -169,7 +350,7 @@ parser IcrcEgParser(packet_in pkt, out headers_t hdr, out eg_md_t md,
     }
 }
 
-control IcrcEgress(inout headers_t hdr, inout eg_md_t md,
+control IcrcEgress(inout ipipe_headers_t hdr, inout ipipe_eg_md_t md,
                    in egress_intrinsic_metadata_t eg_intr_md,
                    in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
                    inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
@@ -188,6 +369,10 @@ control IcrcEgress(inout headers_t hdr, inout eg_md_t md,
     ICRC_ENGINE(icrc_ap);
     ICRC_ENGINE(icrc_ap_imm);
     ICRC_ENGINE(icrc_pc);
+    ICRC_ENGINE(icrc_sk);
+#if DTA_SK_ROWS > 1
+    ICRC_ENGINE(icrc_sk1);
+#endif
 #define ICRC_HEADERS \
         hdr.ipv4.version, hdr.ipv4.ihl, ICRC_MASK8, hdr.ipv4.total_len, hdr.ipv4.ident, \
         hdr.ipv4.flags, hdr.ipv4.frag_offset, ICRC_MASK8, hdr.ipv4.protocol, ICRC_MASK16, \
@@ -199,11 +384,41 @@ control IcrcEgress(inout headers_t hdr, inout eg_md_t md,
 #define KW_ICRC hdr.kw_payload.ck0, hdr.kw_payload.ck1, hdr.kw_payload.ck2, hdr.kw_payload.ck3, \
         hdr.kw_payload.value
 
+#define SK_REC_ICRC hdr.sk_rec.epoch_le, hdr.sk_rec.merged_le, hdr.sk_rec.expected_le
+#define SK_CELL_ICRC(R) , hdr.sk_o##R.w
+#if DTA_SK_ROWS == 1
+#define SK_WIDE_ICRC SK_CELL_ICRC(0)
+#elif DTA_SK_ROWS == 2
+#define SK_WIDE_ICRC SK_CELL_ICRC(0) SK_CELL_ICRC(1)
+#elif DTA_SK_ROWS == 3
+#define SK_WIDE_ICRC SK_CELL_ICRC(0) SK_CELL_ICRC(1) SK_CELL_ICRC(2)
+#elif DTA_SK_ROWS == 4
+#define SK_WIDE_ICRC SK_CELL_ICRC(0) SK_CELL_ICRC(1) SK_CELL_ICRC(2) SK_CELL_ICRC(3)
+#elif DTA_SK_ROWS == 5
+#define SK_WIDE_ICRC SK_CELL_ICRC(0) SK_CELL_ICRC(1) SK_CELL_ICRC(2) SK_CELL_ICRC(3) SK_CELL_ICRC(4)
+#elif DTA_SK_ROWS == 6
+#define SK_WIDE_ICRC SK_CELL_ICRC(0) SK_CELL_ICRC(1) SK_CELL_ICRC(2) SK_CELL_ICRC(3) SK_CELL_ICRC(4) SK_CELL_ICRC(5)
+#elif DTA_SK_ROWS == 7
+#define SK_WIDE_ICRC SK_CELL_ICRC(0) SK_CELL_ICRC(1) SK_CELL_ICRC(2) SK_CELL_ICRC(3) SK_CELL_ICRC(4) SK_CELL_ICRC(5) SK_CELL_ICRC(6)
+#else
+#define SK_WIDE_ICRC SK_CELL_ICRC(0) SK_CELL_ICRC(1) SK_CELL_ICRC(2) SK_CELL_ICRC(3) SK_CELL_ICRC(4) SK_CELL_ICRC(5) SK_CELL_ICRC(6) SK_CELL_ICRC(7)
+#endif
+
     apply {
-        if (hdr.bridge.kind == KIND_ICRC) {
+        if (hdr.bridge.kind == KIND_ICRC || hdr.bridge.kind == KIND_SKETCH) {
             bit<32> crc = 0;
             bool known = true;
-            if (hdr.atomic.isValid()) {
+            if (hdr.sk_rec.isValid()) {
+#if DTA_SK_ROWS > 1
+                if (hdr.sk_o1.isValid()) {
+                    crc = icrc_sk.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_WIDE_ICRC });
+                } else {
+                    crc = icrc_sk1.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_CELL_ICRC(0) });
+                }
+#else
+                crc = icrc_sk.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_CELL_ICRC(0) });
+#endif
+            } else if (hdr.atomic.isValid()) {
                 crc = icrc_ki.get({ ICRC_HEADERS, hdr.atomic.va_hi, hdr.atomic.va_lo, hdr.atomic.rkey,
                                     hdr.atomic.add, hdr.atomic.compare });
             } else if (hdr.immdt.isValid() && hdr.kw_payload.isValid()) {
@@ -235,7 +450,7 @@ control IcrcEgress(inout headers_t hdr, inout eg_md_t md,
     }
 }
 
-control IcrcEgDeparser(packet_out pkt, inout headers_t hdr, in eg_md_t md,
+control IcrcEgDeparser(packet_out pkt, inout ipipe_headers_t hdr, in ipipe_eg_md_t md,
                        in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
     apply {
         pkt.emit(hdr.ethernet);
@@ -249,6 +464,9 @@ control IcrcEgDeparser(packet_out pkt, inout headers_t hdr, in eg_md_t md,
         pkt.emit(hdr.ap_words);
         pkt.emit(hdr.ap_trailer);
         pkt.emit(hdr.pc_words);
+        pkt.emit(hdr.sk_rec);
+        pkt.emit(hdr.sk_o0); pkt.emit(hdr.sk_o1); pkt.emit(hdr.sk_o2); pkt.emit(hdr.sk_o3);
+        pkt.emit(hdr.sk_o4); pkt.emit(hdr.sk_o5); pkt.emit(hdr.sk_o6); pkt.emit(hdr.sk_o7);
         pkt.emit(hdr.icrc);
     }
 }

@@ -242,6 +242,51 @@ pub fn render() -> String {
     );
     o.c("DTA_EXT_NACK_KIND", 8, EXT_KIND_NACK as u64, "kind = NACK");
 
+    o.section("Sketch-Merge (proto::wire::sketch, proto::wire::nack, proto::sketch)");
+    o.c(
+        "DTA_SK_MAGIC_VERSION",
+        8,
+        dta_proto::wire::sketch::MAGIC_VERSION as u64,
+        "byte 0: magic 0xD, version 2",
+    );
+    o.c(
+        "DTA_OP_SKETCH_MERGE",
+        8,
+        opcode::SKETCH_MERGE as u64,
+        "Sketch-Merge (extended profile version 2 only)",
+    );
+    o.define(
+        "DTA_SK_FIXED_LEN",
+        dta_proto::wire::sketch::FIXED_LEN as u64,
+        "base header + sub-header, before the cells",
+    );
+    o.c(
+        "DTA_SK_NACK_KIND",
+        8,
+        dta_proto::wire::nack::EXT_KIND_SKETCH_NACK as u64,
+        "kind = sketch-column NACK",
+    );
+    o.define(
+        "DTA_SK_NACK_LEN",
+        dta_proto::wire::nack::SKETCH_NACK_LEN as u64,
+        "magic/version, kind, sketch ID, switch, epoch, column",
+    );
+    o.define(
+        "SK_LAYOUT_HEADER_LEN",
+        dta_proto::sketch::HEADER_LEN,
+        "Sketch store header before epoch slot 0",
+    );
+    o.define(
+        "SK_RECORD_HEAD_LEN",
+        dta_proto::sketch::RECORD_HEAD_LEN as u64,
+        "column record: epoch u32, merged u16, expected u16 (LE)",
+    );
+    o.define(
+        "SK_MAX_EPOCHS",
+        dta_proto::sketch::MAX_EPOCHS as u64,
+        "most epoch slots",
+    );
+
     o.section("Ethernet / IPv4 / UDP");
     o.define("ETH_HEADER_LEN", ethernet::HEADER_LEN as u64, "bytes");
     o.c(
