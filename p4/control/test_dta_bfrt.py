@@ -595,6 +595,7 @@ class CorpusSetupTest(unittest.TestCase):
             off = va - q["addr"] - slot[(sk, epoch & 15)]
             self.assertEqual(length, stride, name)
             self.assertEqual(off % stride, 0, name)
+            self.assertGreaterEqual(off, 0, name)
             self.assertLess(off // stride, m["columns"], name)
             writes += 1
         self.assertGreater(writes, 0, name)
