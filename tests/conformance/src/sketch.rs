@@ -127,13 +127,7 @@ fn shape_of(kind: &StoreKindConfig) -> Option<SketchShape> {
             columns,
             cell_width,
             ..
-        } => SketchShape::new(
-            *sketch,
-            rows.unwrap_or(1),
-            *columns,
-            cell_width.unwrap_or(4),
-        )
-        .ok(),
+        } => SketchShape::new(*sketch, (*rows)?, *columns, (*cell_width)?).ok(),
         _ => None,
     }
 }
