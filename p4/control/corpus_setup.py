@@ -4,9 +4,11 @@
 
 writes OUT_DIR/collector.json (the case's stores at their canonical coordinates, as a collector
 would publish them), OUT_DIR/translator.toml (the translator knobs the case was generated with)
-and prints the bf-p4c flags and the bfrt plan's size. Then compile with the flags, start the
-program, and run `DTA_CONFIG=OUT_DIR/translator.toml DTA_PORTS=corpus=<port> bfshell -b
-p4/control/dta_bfrt.py` (p4/README.md, "Checking a Tofino run").
+and prints the bf-p4c flags, the Sketch-Merge switches and the bfrt plan's size. Then compile
+with the flags, start the program, and run `DTA_CONFIG=OUT_DIR/translator.toml
+DTA_PORTS=corpus=<port> [DTA_SKETCH_SWITCHES=<printed spec>] bfshell -b p4/control/dta_bfrt.py`
+(p4/README.md, "Checking a Tofino run"). Sketch cases expect the sketch-column NACK frames of
+expected.pcap too (UDP to port 40044).
 """
 
 import json
@@ -43,7 +45,18 @@ def knobs_from_defines(defines):
             k["pc_cache_bits"] = int(value)
         elif name == "DTA_QPS":
             k["qps"] = int(value)
+        elif name == "DTA_SK_ROWS":
+            k["sk_rows"] = int(value)
+        elif name == "DTA_NO_SKETCH":
+            k["sketch"] = False
     return k
+
+
+def sketch_switches(case):
+    """The --sketch-switches spec of a case: its switches, per sketch ID ("" without sketches)."""
+    sk = case.get("sketch") or {}
+    return ";".join(f"{e['sketch_id']}:{','.join(str(w) for w in e['switches'])}"
+                    for e in sk.get("switches", []) if e["switches"])
 
 
 def setup(case_dir, out_dir):
@@ -77,6 +90,12 @@ redundancy = {case['postcard_redundancy']}
 name = "corpus"
 metadata = "collector.json"
 """)
+        if case.get("sketch"):
+            f.write(f"""
+[sketch]
+expected_switches = {case['sketch']['expected_switches']}
+max_switches = {case['sketch']['max_switches']}
+""")
     return case, cfg
 
 
@@ -92,9 +111,13 @@ def main(argv):
         print(f"the Tofino program cannot run {case['name']}: {case['p4_unsupported']}")
         return 1
     cfg = dta_bfrt.load_config(cfg_path)
+    switches = sketch_switches(case)
     plan = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, a.out_dir), {"corpus": a.port},
-                         knobs=knobs_from_defines(case["p4_defines"]))
+                         knobs=knobs_from_defines(case["p4_defines"]),
+                         sketch_switches=dta_bfrt.parse_sketch_switches(switches))
     print("bf-p4c flags:", case["p4_defines"])
+    if switches:
+        print("sketch switches (DTA_SKETCH_SWITCHES):", switches)
     print("compare the first", case["frames_before_flush"], "frames of expected.pcap")
     print("plan:", {t: len(e) for t, e in plan["tables"].items()})
     return 0

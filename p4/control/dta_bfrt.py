@@ -20,9 +20,21 @@ Queue pairs come from one of two sources:
     switch's behalf and prints, per store, {"store", "collector", "qpn", "remote_qpn", "psn",
     "rkey", "addr", "len", layout...}; pass that file with DTA_CONNECTIONS / --connections.
 
+Sketch-Merge stores (kind "sketch") are merged by the second pipe of the two-pipe build
+(p4/translator/dta_sketch.p4, in icrc_pipe's ingress): plan_sketches() gives each store a sketch
+index, its cells in the shared row registers, a state slot per (sketch, switch), its epoch slots
+and its QP (tbl_sketch, tbl_sk_switch, tbl_sk_slot, tbl_sk_qp, tbl_sk_resp and the sk_*_reg
+registers; the names are in SK_NAMES). The program tracks only the switches the control plane
+installs: DTA_SKETCH_SWITCHES / --sketch-switches "1-100,200" (every sketch) or
+"7:1-100;9:0x0a000001-0x0a000010" (per sketch ID). Stores the program cannot merge (batch other
+than 1, epochs not 1/2/4/8/16, shapes other than DTA_SK_ROWS rows of 4-byte sum or signed-sum
+cells or one row of 1- or 4-byte cells) are refused, as is any sketch with --no-icrc or
+-DDTA_NO_SKETCH (DTA_NO_SKETCH=1 / --no-sketch).
+
 Run on the switch:   bfshell -b p4/control/dta_bfrt.py   with DTA_CONFIG=translator.toml,
-DTA_PORTS="c1=8,c2=12" (collector name -> dev port), optional DTA_CONNECTIONS=conn.json and
-DTA_RESYNC_WINDOW=N. Off the switch `python3 dta_bfrt.py --config ... --print` prints the plan.
+DTA_PORTS="c1=8,c2=12" (collector name -> dev port), optional DTA_CONNECTIONS=conn.json,
+DTA_RESYNC_WINDOW=N, DTA_SKETCH_SWITCHES=SPEC and DTA_SK_ROWS=R. Off the switch
+`python3 dta_bfrt.py --config ... --print` prints the plan.
 
 The module is pure Python 3.11 (tomllib, json); `plan()` computes everything and `apply()` is the
 only function that touches bfrt, so tests run it against a fake bfrt.
@@ -49,7 +61,33 @@ DEFAULT_KNOBS = {
     "variant": "a",
     "extended": True,
     "icrc": True,   # the ICRC pipe (dta_icrc_pipe.p4); False: -DDTA_NO_ICRC, one pipe, ICRC 0
+    "sketch": True,  # Sketch-Merge in the ICRC pipe; False: -DDTA_NO_SKETCH
+    "sk_rows": 4,    # DTA_SK_ROWS: rows of a wide (Count-Min / Count sketch) sketch
+    "sketches": 16,  # DTA_SKETCHES
+    "sk_cells": 16384,   # DTA_SK_CELLS: cells per row register, shared by all sketches
+    "sk_switches": 4096,  # DTA_SK_SWITCHES: (sketch, switch) state slots
 }
+
+# Sketch-Merge tables, actions and registers of p4/translator/dta_sketch.p4 (pipe 1's ingress).
+SK_CTRL = "icrc_pipe.IcrcIngress"
+SK_NAMES = {
+    "tbl_sketch": (f"{SK_CTRL}.tbl_sketch", "set_sketch"),
+    "tbl_sk_switch": (f"{SK_CTRL}.tbl_sk_switch", "set_switch"),
+    "tbl_sk_slot": (f"{SK_CTRL}.tbl_sk_slot", "set_slot"),
+    "tbl_sk_qp": (f"{SK_CTRL}.tbl_sk_qp", "set_sk_qp"),
+    "tbl_sk_resp": (f"{SK_CTRL}.tbl_sk_resp", "sk_resp"),
+    "sk_psn_reg": (f"{SK_CTRL}.sk_psn_reg", None),
+    "sk_nak_reg": (f"{SK_CTRL}.sk_nak_reg", None),
+    "sk_ackreq_reg": (f"{SK_CTRL}.sk_ackreq_reg", None),
+    "sk_epoch_reg": (f"{SK_CTRL}.sk_epoch_reg", None),
+}
+# Pipe names of the program's bfrt tree (a name starting with another is in pipe 0, "pipe").
+PIPES = ("pipe", "icrc_pipe")
+
+# Sketch-Merge layout (dta_proto::sketch, PROTOCOL.md section 9).
+SK_HEADER_LEN = 64
+SK_RECORD_HEAD_LEN = 8
+SK_MERGE_OP = {"count-min": 0, "hyper-log-log": 1, "count": 2}  # 0 sum, 1 max, 2 signed sum
 
 # Tofino-1's recirculation port of pipe 0: the default loop port of the two-pipe build.
 DEFAULT_LOOP_PORT = 68
@@ -212,11 +250,12 @@ def _route_stores(route, what, stores):
 
 
 def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
-         loop_port=DEFAULT_LOOP_PORT):
+         loop_port=DEFAULT_LOOP_PORT, sketch_switches=None):
     """Everything the program needs, as plain data:
     {"tables": {table: [(action, {key...}, {param...})]},
      "registers": {register: [(index, value)]},
-     "mcast": {"nodes": [(node_id, rid, port)], "groups": [(mgid, [node_ids])]}}"""
+     "mcast": {"nodes": [(node_id, rid, port)], "groups": [(mgid, [node_ids])]}}
+    sketch_switches: parse_sketch_switches()'s {sketch_id or None: [switch IDs]}."""
     k = dict(DEFAULT_KNOBS)
     k.update(knobs or {})
     if not 1 <= k["pc_hops"] <= 5:
@@ -290,6 +329,9 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
                                   f"[postcard] redundancy = {pc_cfg}: remove the setting or "
                                   "make them agree")
             stores.append(st)
+    # Sketch-Merge stores have their QPs in pipe 1 (plan_sketches); the rest in pipe 0.
+    sketches = [s for s in stores if s["kind"] == "sketch"]
+    stores = [s for s in stores if s["kind"] != "sketch"]
     if len(stores) > k["qps"]:
         raise ConfigError("more stores than DTA_QPS")
 
@@ -442,7 +484,174 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
                 regs[r].append((list_idx, 0))
             list_idx += 1
 
+    if sketches:
+        plan_sketches(sketches, cfg, k, ports, sketch_switches, tables, regs)
     return {"tables": tables, "registers": regs, "mcast": {"nodes": nodes, "groups": groups}}
+
+
+def parse_switch_ids(spec):
+    """Switch IDs of "1-100,200,0x0a000001,10.0.0.1-10.0.0.4" (decimal, 0x hex or dotted IPv4;
+    ranges inclusive), in order, without repeats."""
+    def one(x):
+        x = x.strip()
+        try:
+            v = ip_int(x) if x.count(".") == 3 else int(x, 0)
+        except ValueError:
+            raise ConfigError(f"sketch switches: {x!r} is not a switch ID") from None
+        if not 0 <= v < 1 << 32:
+            raise ConfigError(f"sketch switches: {x!r} is not a 32-bit switch ID")
+        return v
+    out, seen = [], set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        lo, sep, hi = part.partition("-")
+        a = one(lo)
+        b = one(hi) if sep else a
+        if b < a:
+            raise ConfigError(f"sketch switches: empty range {part!r}")
+        if b - a >= 1 << 20:
+            raise ConfigError(f"sketch switches: range {part!r} is too large")
+        for v in range(a, b + 1):
+            if v not in seen:
+                seen.add(v)
+                out.append(v)
+    return out
+
+
+def parse_sketch_switches(spec):
+    """--sketch-switches / DTA_SKETCH_SWITCHES: "SPEC" (every sketch) or "ID:SPEC;ID:SPEC"
+    (per sketch ID) -> {sketch_id or None: [switch IDs]}."""
+    out = {}
+    if not spec or not spec.strip():
+        return out
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        sid, sep, ids = part.partition(":")
+        if sep:
+            try:
+                key = int(sid, 0)
+            except ValueError:
+                raise ConfigError(f"sketch switches: {sid!r} is not a sketch ID") from None
+        else:
+            key, ids = None, part
+        if key in out:
+            raise ConfigError(f"sketch switches: sketch {key if key is not None else '*'} "
+                              "given twice")
+        out[key] = parse_switch_ids(ids)
+    return out
+
+
+def sketch_stride(rows, width):
+    """Bytes of one column record: epoch, merged, expected, the cells, padded to 4."""
+    return (SK_RECORD_HEAD_LEN + rows * width + 3) // 4 * 4
+
+
+def plan_sketches(sketches, cfg, k, ports, switches, tables, regs):
+    """Pipe 1's Sketch-Merge tables and registers for the Sketch stores (see the module docs)."""
+    names = [s["name"] for s in sketches]
+    if not k["icrc"]:
+        raise ConfigError(f"Sketch-Merge stores {names}: the one-pipe build (--no-icrc, "
+                          "-DDTA_NO_ICRC) has no Sketch-Merge; it runs in the ICRC pipe")
+    if not k["sketch"]:
+        raise ConfigError(f"Sketch-Merge stores {names}: the program is built with "
+                          "-DDTA_NO_SKETCH; rebuild without it or use the software translator")
+    if len(sketches) > k["sketches"]:
+        raise ConfigError(f"{len(sketches)} Sketch-Merge stores, but the program holds "
+                          f"DTA_SKETCHES = {k['sketches']}")
+    t = cfg["translator"]
+    src_ip, src_port = split_addr(t["roce"])
+    ack_every = int(cfg["reliability"]["ack_every"])
+    sk_cfg = cfg.get("sketch", {})
+    expected = int(sk_cfg.get("expected_switches", 1))
+    if not 1 <= expected < 1 << 16:
+        raise ConfigError(f"sketch.expected_switches {expected} is not 1..=65535")
+    switches = switches or {}
+    for sid in switches:
+        if sid is not None and sid not in {s["sketch_id"] for s in sketches}:
+            raise ConfigError(f"sketch switches: no Sketch-Merge store serves sketch ID {sid}")
+    for n, (name, action) in SK_NAMES.items():
+        (tables if action else regs)[name] = []
+    T = {n: SK_NAMES[n][0] for n in SK_NAMES}
+    cell_base, sw_next = 0, 0
+    ids = set()
+    for sk, s in enumerate(sketches):
+        what = f"store {s['name']} (sketch {s['sketch_id']})"
+        if s["sketch_id"] in ids:
+            raise ConfigError(f"{what}: another store serves the same sketch ID")
+        ids.add(s["sketch_id"])
+        rows, width, columns = int(s["rows"]), int(s["cell_width"]), int(s["columns"])
+        batch, epochs = int(s["batch"]), int(s["epochs"])
+        op = SK_MERGE_OP.get(s["sketch"])
+        if op is None:
+            raise ConfigError(f"{what}: unknown sketch kind {s['sketch']!r}")
+        if batch != 1:
+            raise ConfigError(f"{what}: batch {batch}, but the program writes one column "
+                              "record per WRITE: give the store batch = 1, or use the software "
+                              "translator")
+        if epochs not in (1, 2, 4, 8, 16):
+            raise ConfigError(f"{what}: {epochs} epoch slots, but the program takes 1, 2, 4, 8 "
+                              "or 16 (the epoch's low 4 bits pick the slot)")
+        wide = rows == k["sk_rows"] and width == 4 and op in (0, 2)
+        if not wide and not (rows == 1 and width in (1, 4)):
+            raise ConfigError(f"{what}: {rows} rows of {width}-byte cells ({s['sketch']}), but "
+                              f"the program merges DTA_SK_ROWS = {k['sk_rows']} rows of 4-byte "
+                              "sum or signed-sum cells, or one row of 1- or 4-byte cells")
+        if cell_base + columns > k["sk_cells"]:
+            raise ConfigError(f"{what}: {columns} columns do not fit the program's cell "
+                              f"registers (DTA_SK_CELLS = {k['sk_cells']}, {cell_base} taken "
+                              "by the stores before it)")
+        stride = sketch_stride(rows, width)
+        assert stride == (4 * (rows + 2) if rows > 1 else 12)
+        region = SK_HEADER_LEN + epochs * columns * stride
+        if not 128 <= s["collector_port"] < 256:
+            raise ConfigError(f"{what}: collector port {s['collector_port']} is not on pipe 1 "
+                              "(device ports 128..255), where Sketch-Merge runs")
+        ids_of = switches.get(s["sketch_id"], switches.get(None))
+        if not ids_of:
+            raise ConfigError(f"{what}: no switches given (--sketch-switches / "
+                              "DTA_SKETCH_SWITCHES): the program merges only installed switches")
+        if len(ids_of) < expected:
+            raise ConfigError(f"{what}: {len(ids_of)} switches installed, fewer than "
+                              f"sketch.expected_switches = {expected}: no column would complete")
+        if sw_next + len(ids_of) > k["sk_switches"]:
+            raise ConfigError(f"{what}: {sw_next + len(ids_of)} (sketch, switch) pairs, above "
+                              f"DTA_SK_SWITCHES = {k['sk_switches']}")
+        tables[T["tbl_sketch"]].append((SK_NAMES["tbl_sketch"][1], {
+            "sketch_id": s["sketch_id"], "rows": rows, "cell_width": width, "merge_op": op}, {
+            "sk": sk, "columns_m1": columns - 1, "cell_base": cell_base, "expected": expected,
+            "wide": 1 if wide else 0}))
+        for sw in ids_of:
+            tables[T["tbl_sk_switch"]].append((SK_NAMES["tbl_sk_switch"][1], {
+                "sk": sk, "switch_id": sw}, {"sw": sw_next}))
+            sw_next += 1
+        for lo4 in range(16):
+            tables[T["tbl_sk_slot"]].append((SK_NAMES["tbl_sk_slot"][1], {
+                "sk": sk, "epoch_lo4": lo4}, {
+                "slot_off": SK_HEADER_LEN + (lo4 % epochs) * columns * stride}))
+        tables[T["tbl_sk_qp"]].append((SK_NAMES["tbl_sk_qp"][1], {"sk": sk}, {
+            "src_mac": mac_int(t["mac"]), "dst_mac": mac_int(s["mac"]),
+            "src_ip": ip_int(src_ip), "dst_ip": ip_int(s["roce_ip"]), "src_port": src_port,
+            "remote_qpn": s["remote_qpn"], "rkey": s["rkey"],
+            **addr_parts(s["addr"], region - 1, what),
+            "ack_every_m1": ack_every - 1, "port": s["collector_port"],
+            # NACKs leave from the translator's RoCEv2 address, as the software translator's.
+            "nack_src_port": src_port}))
+        tables[T["tbl_sk_resp"]].append((SK_NAMES["tbl_sk_resp"][1], {
+            "src": ip_int(s["roce_ip"]), "dest_qp": s["local_qpn"]}, {"sk": sk}))
+        regs[T["sk_psn_reg"]].append((sk, psn_cell(s["psn"])))
+        regs[T["sk_nak_reg"]].append((sk, psn_cell(s["psn"] - 1)))
+        regs[T["sk_ackreq_reg"]].append((sk, 0))
+        regs[T["sk_epoch_reg"]].append((sk, 0))
+        cell_base += columns
+
+
+def _node(prog, name):
+    """The bfrt object of a plan name: "Ctrl.x" in pipe 0, or "pipe_name.Ctrl[.Inner].x"."""
+    parts = name.split(".")
+    if parts[0] not in PIPES:
+        parts = ["pipe"] + parts
+    obj = prog
+    for p in parts:
+        obj = getattr(obj, p)
+    return obj
 
 
 def apply(p, bfrt, program=PROGRAM):
@@ -450,9 +659,7 @@ def apply(p, bfrt, program=PROGRAM):
     writes every register cell and creates the multicast nodes and groups."""
     prog = getattr(bfrt, program)
     for name, entries in p["tables"].items():
-        parts = name.split(".")
-        pipe_name, ctrl, tbl = parts if len(parts) == 3 else ["pipe"] + parts
-        table = getattr(getattr(getattr(prog, pipe_name), ctrl), tbl)
+        table = _node(prog, name)
         if name in SHARED_TABLES:
             # The operator's own routes stay; only ours are replaced.
             for _, key, _ in entries:
@@ -467,8 +674,7 @@ def apply(p, bfrt, program=PROGRAM):
             args.update(params)
             getattr(table, "add_with_" + action)(**args)
     for name, cells in p["registers"].items():
-        ctrl, reg = name.split(".")
-        r = getattr(getattr(prog.pipe, ctrl), reg)
+        r = _node(prog, name)
         for index, value in cells:
             r.mod(REGISTER_INDEX=index, f1=value)
     pre = bfrt.pre
@@ -491,11 +697,12 @@ def parse_ports(s):
 
 
 def run(bfrt, config, ports, connections=None, resync_window=0, knobs=None,
-        loop_port=DEFAULT_LOOP_PORT):
+        loop_port=DEFAULT_LOOP_PORT, sketch_switches=None):
     cfg = load_config(config)
     collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(config)))
     conns = load_connections(connections) if connections else None
-    p = plan(cfg, collectors, ports, conns, knobs, resync_window, loop_port)
+    p = plan(cfg, collectors, ports, conns, knobs, resync_window, loop_port,
+             parse_sketch_switches(sketch_switches or ""))
     apply(p, bfrt)
     return p
 
@@ -511,13 +718,21 @@ def main(argv):
                     help="pipe-0 loopback port of the two-pipe (ICRC) build (default 68)")
     ap.add_argument("--no-icrc", action="store_true",
                     help="the program was compiled with -DDTA_NO_ICRC (one pipe, ICRC 0)")
+    ap.add_argument("--no-sketch", action="store_true",
+                    help="the program was compiled with -DDTA_NO_SKETCH (no Sketch-Merge)")
+    ap.add_argument("--sk-rows", type=int, default=DEFAULT_KNOBS["sk_rows"],
+                    help="DTA_SK_ROWS the program was compiled with (default 4)")
+    ap.add_argument("--sketch-switches", default="",
+                    help='switch IDs of every sketch ("1-100,200") or per sketch ID '
+                         '("7:1-100;9:200")')
     ap.add_argument("--print", action="store_true", help="print the plan as JSON")
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
     collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(a.config)))
     conns = load_connections(a.connections) if a.connections else None
-    knobs = {"icrc": not a.no_icrc}
-    p = plan(cfg, collectors, parse_ports(a.ports), conns, knobs, a.resync_window, a.loop_port)
+    knobs = {"icrc": not a.no_icrc, "sketch": not a.no_sketch, "sk_rows": a.sk_rows}
+    p = plan(cfg, collectors, parse_ports(a.ports), conns, knobs, a.resync_window, a.loop_port,
+             parse_sketch_switches(a.sketch_switches))
     json.dump(p, sys.stdout, indent=1)
     print()
     return 0
@@ -526,7 +741,10 @@ def main(argv):
 if "bfrt" in globals():  # running inside bfshell's bfrt_python
     run(globals()["bfrt"], os.environ["DTA_CONFIG"], parse_ports(os.environ.get("DTA_PORTS", "")),
         os.environ.get("DTA_CONNECTIONS"), int(os.environ.get("DTA_RESYNC_WINDOW", "0")),
-        {"icrc": os.environ.get("DTA_NO_ICRC", "") in ("", "0")},
-        int(os.environ.get("DTA_LOOP_PORT", str(DEFAULT_LOOP_PORT))))
+        {"icrc": os.environ.get("DTA_NO_ICRC", "") in ("", "0"),
+         "sketch": os.environ.get("DTA_NO_SKETCH", "") in ("", "0"),
+         "sk_rows": int(os.environ.get("DTA_SK_ROWS", str(DEFAULT_KNOBS["sk_rows"])))},
+        int(os.environ.get("DTA_LOOP_PORT", str(DEFAULT_LOOP_PORT))),
+        os.environ.get("DTA_SKETCH_SWITCHES", ""))
 elif __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

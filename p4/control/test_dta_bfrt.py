@@ -318,16 +318,179 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual(p["registers"]["Egress.psn_reg"][0], [0, 0xABC000 << 8])
 
 
+SK_META = {
+    "roce": "10.0.0.51:4791",
+    "mac": "02:00:00:00:00:51",
+    "verify_icrc": True,
+    "stores": [
+        {"name": "cm", "addr": 0x7f5000000000, "len": 64 + 4 * 1024 * 24, "rkey": 0x5001,
+         "qps": [{"qpn": 0x21, "psn": 0, "peer_qpn": 0x200}],
+         "kind": "sketch", "sketch_id": 7, "sketch": "count-min", "rows": 4, "columns": 1024,
+         "cell_width": 4, "batch": 1, "epochs": 4},
+        {"name": "hll", "addr": 0x7f6000000000, "len": 64 + 2 * 256 * 12, "rkey": 0x5002,
+         "qps": [{"qpn": 0x22, "psn": 0x10, "peer_qpn": 0x201}],
+         "kind": "sketch", "sketch_id": 9, "sketch": "hyper-log-log", "rows": 1,
+         "columns": 256, "cell_width": 1, "batch": 1, "epochs": 2},
+        {"name": "cs", "addr": 0x7f7000000000, "len": 64 + 16 * 64 * 24, "rkey": 0x5003,
+         "qps": [{"qpn": 0x23, "psn": 0x123, "peer_qpn": 0x202}],
+         "kind": "sketch", "sketch_id": 11, "sketch": "count", "rows": 4, "columns": 64,
+         "cell_width": 4, "batch": 1, "epochs": 16},
+    ],
+}
+
+
+class SketchPlanTest(unittest.TestCase):
+    """Sketch-Merge stores: pipe 1's tables and registers (dta_sketch.p4) and the refusals."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.cfg = os.path.join(self.dir.name, "translator.toml")
+        with open(self.cfg, "w") as f:
+            f.write(CONFIG + "\n[sketch]\nexpected_switches = 3\n")
+        self.meta = json.loads(json.dumps(META))
+        self.meta["stores"] += json.loads(json.dumps(SK_META["stores"]))
+        self.write_meta()
+
+    def write_meta(self):
+        with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
+            json.dump(self.meta, f)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def plan(self, spec="1-3,0x0a000001", knobs=None, ports=None):
+        cfg = dta_bfrt.load_config(self.cfg)
+        cols = dta_bfrt.load_collectors(cfg, self.dir.name)
+        return dta_bfrt.plan(cfg, cols, ports or {"c1": 136}, knobs=knobs,
+                             sketch_switches=dta_bfrt.parse_sketch_switches(spec))
+
+    def test_switch_specs(self):
+        p = dta_bfrt.parse_sketch_switches
+        self.assertEqual(p("1-3,200, 2"), {None: [1, 2, 3, 200]})
+        self.assertEqual(p("7:1-2;9:10.0.0.1-10.0.0.2,0x10"),
+                         {7: [1, 2], 9: [0x0A000001, 0x0A000002, 16]})
+        self.assertEqual(p(""), {})
+        for bad in ("x", "5-1", "7:1;7:2", "1-99999999", "4294967296", "a:1"):
+            with self.assertRaises(dta_bfrt.ConfigError, msg=bad):
+                p(bad)
+
+    def test_tables_and_registers(self):
+        p = self.plan("7:1-3;9:1-4;11:100-102")
+        T = {n: v[0] for n, v in dta_bfrt.SK_NAMES.items()}
+        sk = p["tables"][T["tbl_sketch"]]
+        self.assertEqual([(k["sketch_id"], k["rows"], k["cell_width"], k["merge_op"]) for _, k, _ in sk],
+                         [(7, 4, 4, 0), (9, 1, 1, 1), (11, 4, 4, 2)])
+        self.assertEqual([(v["sk"], v["columns_m1"], v["cell_base"], v["expected"], v["wide"])
+                          for _, _, v in sk],
+                         [(0, 1023, 0, 3, 1), (1, 255, 1024, 3, 0), (2, 63, 1280, 3, 1)])
+        sw = [(k["sk"], k["switch_id"], v["sw"]) for _, k, v in p["tables"][T["tbl_sk_switch"]]]
+        self.assertEqual(sw, [(0, 1, 0), (0, 2, 1), (0, 3, 2), (1, 1, 3), (1, 2, 4), (1, 3, 5),
+                              (1, 4, 6), (2, 100, 7), (2, 101, 8), (2, 102, 9)])
+        slot = {(k["sk"], k["epoch_lo4"]): v["slot_off"] for _, k, v in p["tables"][T["tbl_sk_slot"]]}
+        self.assertEqual(len(slot), 48)
+        self.assertEqual([slot[(0, e)] for e in (0, 1, 4, 7, 15)],
+                         [64, 64 + 1024 * 24, 64, 64 + 3 * 1024 * 24, 64 + 3 * 1024 * 24])
+        self.assertEqual([slot[(1, e)] for e in (0, 1, 2, 3)], [64, 64 + 256 * 12, 64, 64 + 256 * 12])
+        self.assertEqual(slot[(2, 13)], 64 + 13 * 64 * 24)
+        qp = [v for _, _, v in p["tables"][T["tbl_sk_qp"]]]
+        for v, st in zip(qp, SK_META["stores"]):
+            self.assertEqual((v["remote_qpn"], v["rkey"], ControlPlaneTest.base(v)),
+                             (st["qps"][0]["qpn"], st["rkey"], st["addr"]))
+            self.assertEqual((v["src_ip"], v["dst_ip"], v["src_port"], v["nack_src_port"]),
+                             (ip("10.0.0.101"), ip("10.0.0.51"), 4791, 4791))
+            self.assertEqual((v["port"], v["ack_every_m1"], v["dst_mac"]), (136, 15, 0x020000000051))
+        resp = [(k["src"], k["dest_qp"], v["sk"]) for _, k, v in p["tables"][T["tbl_sk_resp"]]]
+        self.assertEqual(resp, [(ip("10.0.0.51"), 0x200 + i, i) for i in range(3)])
+        regs = p["registers"]
+        self.assertEqual(regs[T["sk_psn_reg"]], [(0, 0), (1, 0x10 << 8), (2, 0x123 << 8)])
+        self.assertEqual(regs[T["sk_nak_reg"]], [(0, 0xFFFFFF << 8), (1, 0xF << 8), (2, 0x122 << 8)])
+        self.assertEqual(regs[T["sk_ackreq_reg"]], [(i, 0) for i in range(3)])
+        self.assertEqual(regs[T["sk_epoch_reg"]], [(i, 0) for i in range(3)])
+        # Pipe 0 keeps its four stores, QPs 0..3; the sketches have none there.
+        self.assertEqual(len(p["tables"]["Egress.tbl_qp"]), 4)
+        self.assertEqual(len(p["registers"]["Egress.psn_reg"]), 4)
+
+    def test_apply_writes_pipe_1_names(self):
+        log = []
+        dta_bfrt.run(Fake(log), self.cfg, {"c1": 136}, sketch_switches="1-3")
+        paths = {path for path, _, _ in log}
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.tbl_sketch.clear", paths)
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.tbl_sketch.add_with_set_sketch", paths)
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.tbl_sk_qp.add_with_set_sk_qp", paths)
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.sk_psn_reg.mod", paths)
+        self.assertIn("dta_translator.pipe.Egress.psn_reg.mod", paths)
+        # Without sketch stores nothing of pipe 1's Sketch-Merge is touched (older programs
+        # and -DDTA_NO_SKETCH builds have no such tables).
+        log = []
+        self.meta["stores"] = self.meta["stores"][:4]
+        self.write_meta()
+        dta_bfrt.run(Fake(log), self.cfg, {"c1": 136})
+        self.assertTrue(log)
+        self.assertFalse(any("tbl_sk" in p or "IcrcIngress.sk_" in p for p, _, _ in log))
+
+    def test_refusals(self):
+        def refused(pattern, **kw):
+            with self.assertRaisesRegex(dta_bfrt.ConfigError, pattern):
+                self.plan(**kw)
+        refused("one-pipe build", knobs={"icrc": False}, ports={"c1": 8})
+        refused("DTA_NO_SKETCH", knobs={"sketch": False})
+        refused("no switches given", spec="")
+        refused("no switches given", spec="7:1-3")
+        refused("fewer than sketch.expected_switches", spec="1-2")
+        refused("no Sketch-Merge store serves sketch ID 8", spec="1-3;8:1-3")
+        refused("DTA_SK_SWITCHES", spec="1-2000")
+        refused("DTA_SK_ROWS = 2", knobs={"sk_rows": 2})
+        refused("DTA_SKETCHES = 2", knobs={"sketches": 2})
+        refused("do not fit", knobs={"sk_cells": 1100})
+        for field, value, pattern in (("batch", 4, "batch 4"), ("epochs", 3, "3 epoch slots"),
+                                      ("rows", 2, "2 rows of 4-byte cells")):
+            self.meta["stores"][4][field] = value
+            self.write_meta()
+            refused(pattern)
+            self.meta["stores"][4][field] = SK_META["stores"][0][field]
+        self.meta["stores"][6]["sketch_id"] = 7
+        self.write_meta()
+        refused("same sketch ID")
+        # One row of 4-byte sum cells (a one-row Count-Min) is served, with any merge op.
+        self.meta["stores"][6]["sketch_id"] = 11
+        self.meta["stores"][5].update(sketch="count-min", cell_width=4)
+        self.write_meta()
+        (_, key, par), = [e for e in self.plan()["tables"][dta_bfrt.SK_NAMES["tbl_sketch"][0]]
+                          if e[1]["sketch_id"] == 9]
+        self.assertEqual((key["cell_width"], key["merge_op"], par["wide"]), (4, 0, 0))
+
+    def test_command_line_and_corpus_flags(self):
+        import io
+        import contextlib
+        import corpus_setup
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=136", "--print",
+                                "--sketch-switches", "7:1-3;9:1-3;11:1-3"])
+        self.assertEqual(rc, 0)
+        p = json.loads(out.getvalue())
+        self.assertEqual(len(p["tables"][dta_bfrt.SK_NAMES["tbl_sk_switch"][0]]), 9)
+        with self.assertRaises(dta_bfrt.ConfigError):
+            dta_bfrt.main(["--config", self.cfg, "--ports", "c1=136", "--print", "--no-sketch",
+                           "--sketch-switches", "1-3"])
+        k = corpus_setup.knobs_from_defines("-DDTA_MAX_N=4 -DDTA_SK_ROWS=2 -DDTA_NO_SKETCH")
+        self.assertEqual((k["sk_rows"], k["sketch"]), (2, False))
+        self.assertEqual(corpus_setup.sketch_switches(
+            {"sketch": {"switches": [{"sketch_id": 7, "switches": [1, 2]},
+                                     {"sketch_id": 9, "switches": []}]}}), "7:1,2")
+
+
 class CorpusSetupTest(unittest.TestCase):
     """Every corpus case the Tofino program supports yields a plan that matches its case.json."""
+
+    ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "corpus")
 
     def test_every_supported_corpus_case_plans(self):
         import glob
         import corpus_setup
-        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "corpus")
-        cases = sorted(glob.glob(os.path.join(root, "*", "case.json")))
+        cases = sorted(glob.glob(os.path.join(self.ROOT, "*", "case.json")))
         self.assertGreater(len(cases), 30)
-        planned = 0
+        planned = sketched = 0
         with tempfile.TemporaryDirectory() as out:
             for path in cases:
                 case, cfg_path = corpus_setup.setup(os.path.dirname(path), out)
@@ -335,19 +498,109 @@ class CorpusSetupTest(unittest.TestCase):
                     continue
                 cfg = dta_bfrt.load_config(cfg_path)
                 knobs = corpus_setup.knobs_from_defines(case["p4_defines"])
+                switches = dta_bfrt.parse_sketch_switches(corpus_setup.sketch_switches(case))
                 p = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, out), {"corpus": 136},
-                                  knobs=knobs)
+                                  knobs=knobs, sketch_switches=switches)
+                # Pipe 0 serves the other stores, pipe 1 the Sketch-Merge ones.
+                pairs = [(q, m) for q, m in zip(case["qps"], case["metas"]) if m["kind"] != "sketch"]
                 qps = p["tables"]["Egress.tbl_qp"]
-                self.assertEqual(len(qps), len(case["metas"]), case["name"])
-                for (_, key, params), q, m in zip(qps, case["qps"], case["metas"]):
+                self.assertEqual(len(qps), len(pairs), case["name"])
+                for (_, key, params), (q, m) in zip(qps, pairs):
                     base = (params["base_hi"] << 32) | params["base_lo"]
                     self.assertEqual((params["remote_qpn"], params["rkey"], base),
                                      (q["remote_qpn"], q["rkey"], q["addr"]), case["name"])
                     self.assertEqual(params["ack_every_m1"], case["ack_every"] - 1)
                 self.assertEqual([v >> 8 for _, v in p["registers"]["Egress.psn_reg"]],
-                                 [q["psn"] for q in case["qps"]], case["name"])
+                                 [q["psn"] for q, _ in pairs], case["name"])
+                if case.get("sketch"):
+                    self.check_sketch_case(case, p, os.path.dirname(path))
+                    sketched += 1
                 planned += 1
         self.assertGreaterEqual(planned, 30)
+        self.assertGreaterEqual(sketched, 7)
+
+    @staticmethod
+    def read_pcap(path):
+        import struct
+        with open(path, "rb") as f:
+            data = f.read()
+        frames, at = [], 24
+        while at < len(data):
+            n = struct.unpack_from("<I", data, at + 8)[0]
+            frames.append(data[at + 16:at + 16 + n])
+            at += 16 + n
+        return frames
+
+    def check_sketch_case(self, case, p, case_dir):
+        """A supported Sketch-Merge case's plan against its case.json and, frame by frame,
+        against its expected.pcap: every WRITE lands where tbl_sk_slot puts its epoch's records,
+        through the sketch's QP, and every NACK leaves from the address tbl_sk_qp gives."""
+        name = case["name"]
+        T = {n: v[0] for n, v in dta_bfrt.SK_NAMES.items()}
+        sk_metas = [(q, m) for q, m in zip(case["qps"], case["metas"]) if m["kind"] == "sketch"]
+        sketch = p["tables"][T["tbl_sketch"]]
+        self.assertEqual(len(sketch), len(sk_metas), name)
+        by_qpn, slot = {}, {}
+        for sk, ((_, key, par), (q, m)) in enumerate(zip(sketch, sk_metas)):
+            self.assertEqual((key["sketch_id"], key["rows"], key["cell_width"]),
+                             (m["sketch_id"], m["rows"], m["cell_width"]), name)
+            self.assertEqual(key["merge_op"], dta_bfrt.SK_MERGE_OP[m["sketch"]])
+            self.assertEqual((par["sk"], par["columns_m1"], par["expected"]),
+                             (sk, m["columns"] - 1, case["sketch"]["expected_switches"]), name)
+            stride = 8 + 4 * m["rows"] if par["wide"] else 12
+            by_qpn[q["remote_qpn"]] = (sk, q, m, stride)
+        # Cells of the sketches do not overlap.
+        spans = sorted((e[2]["cell_base"], e[2]["cell_base"] + e[2]["columns_m1"] + 1)
+                       for e in sketch)
+        self.assertTrue(all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), name)
+        installed = {}
+        for _, key, par in p["tables"][T["tbl_sk_switch"]]:
+            installed.setdefault(key["sk"], []).append(key["switch_id"])
+        sws = [par["sw"] for _, _, par in p["tables"][T["tbl_sk_switch"]]]
+        self.assertEqual(len(set(sws)), len(sws))
+        for e in case["sketch"]["switches"]:
+            sk = next(par["sk"] for _, key, par in sketch if key["sketch_id"] == e["sketch_id"])
+            self.assertEqual(sorted(installed[sk]), e["switches"], name)
+        for _, key, par in p["tables"][T["tbl_sk_slot"]]:
+            slot[(key["sk"], key["epoch_lo4"])] = par["slot_off"]
+        qp = {key["sk"]: par for _, key, par in p["tables"][T["tbl_sk_qp"]]}
+        psn = dict(p["registers"][T["sk_psn_reg"]])
+        for sk, q, m, _ in by_qpn.values():
+            par = qp[sk]
+            base = (par["base_hi"] << 32) | par["base_lo"]
+            self.assertEqual((par["remote_qpn"], par["rkey"], base, par["port"]),
+                             (q["remote_qpn"], q["rkey"], q["addr"], 136), name)
+            self.assertEqual(psn[sk] >> 8, q["psn"])
+            self.assertEqual(dict(p["registers"][T["sk_nak_reg"]])[sk] >> 8,
+                             (q["psn"] - 1) & 0xFFFFFF)
+        resp = {(k["src"], k["dest_qp"]): v["sk"] for _, k, v in p["tables"][T["tbl_sk_resp"]]}
+        for sk, q, _, _ in by_qpn.values():
+            self.assertEqual(resp[(ip("10.0.0.51"), q["local_qpn"])], sk)
+        frames = self.read_pcap(os.path.join(case_dir, "expected.pcap"))
+        self.assertEqual(len(frames), case["frames"])
+        writes = nacks = 0
+        for f in frames[:case["frames_before_flush"]]:
+            udp_dst = int.from_bytes(f[36:38], "big")
+            if udp_dst == 40044:
+                par = qp[0]
+                self.assertEqual(int.from_bytes(f[26:30], "big"), par["src_ip"], name)
+                self.assertEqual(int.from_bytes(f[34:36], "big"), par["nack_src_port"], name)
+                self.assertEqual(int.from_bytes(f[6:12], "big"), par["src_mac"], name)
+                nacks += 1
+                continue
+            sk, q, m, stride = by_qpn[int.from_bytes(f[47:50], "big")]
+            va = int.from_bytes(f[54:62], "big")
+            length = int.from_bytes(f[66:70], "big")
+            epoch = int.from_bytes(f[70:74], "little")
+            off = va - q["addr"] - slot[(sk, epoch & 15)]
+            self.assertEqual(length, stride, name)
+            self.assertEqual(off % stride, 0, name)
+            self.assertGreaterEqual(off, 0, name)
+            self.assertLess(off // stride, m["columns"], name)
+            writes += 1
+        self.assertGreater(writes, 0, name)
+        if name == "sketch_gap_nack":
+            self.assertEqual(nacks, 2)
 
 
 class ClusterMemberTest(unittest.TestCase):

@@ -7,6 +7,10 @@
 //!   and then a clean-shutdown flush of partial Append batches and postcard entries;
 //! - `memory-<store>.bin`: each store's memory after a collector executed those frames.
 //!
+//! Sketch-Merge cases (`sketch`, `PROTOCOL.md` §3.4, §5.7, §9) also expect the sketch-column
+//! NACK frames the reports cause, in `expected.pcap` among the RoCEv2 frames, in the order a
+//! translator emits them.
+//!
 //! The expected frames and memory come from the **model** in this module, written against the
 //! protocol documents with nothing but `dta_proto`'s hashes, layouts and frame builder; it does
 //! not use the translator. `tests/tests/corpus.rs` runs the real pipeline and software RNIC
@@ -35,6 +39,10 @@ use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader
 use dta_proto::wire::roce::{build_frame, frame_len, RoceEndpoint};
 use dta_proto::wire::udp::{UdpPacket, UdpRepr};
 use dta_proto::{Key, Value};
+
+mod sketch;
+
+pub use sketch::{is_nack_frame, SketchCase, SketchSwitches};
 
 /// The reporter every report comes from.
 pub const REPORTER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 200), 40041);
@@ -100,6 +108,9 @@ pub struct CaseFile {
     /// Whether the Tofino program can run this case (4-byte keys and values, 8-byte slots);
     /// if not, why.
     pub p4_unsupported: Option<String>,
+    /// Sketch-Merge settings and switches (cases with Sketch stores only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sketch: Option<SketchCase>,
 }
 
 impl CaseFile {
@@ -198,6 +209,10 @@ struct Spec {
     first_psn: Option<u32>,
     stores: Vec<StoreConfig>,
     reports: Vec<(Report, Profile)>,
+    /// Sketch-Merge datagrams (UDP payloads), sent after `reports`.
+    sketch_reports: Vec<Vec<u8>>,
+    /// `[sketch] expected_switches`.
+    sketch_expected: u16,
 }
 
 struct Rng(u64);
@@ -277,6 +292,8 @@ fn specs() -> Vec<Spec> {
         first_psn: None,
         stores: vec![],
         reports: vec![],
+        sketch_reports: vec![],
+        sketch_expected: 1,
     };
 
     // Key-Write: both hash profiles, both report profiles, N = 1..4, 16 slots (collisions).
@@ -667,6 +684,9 @@ fn specs() -> Vec<Spec> {
         }
         out.push(s);
     }
+    out.extend(sketch::specs(&mut rng, &|name, description| {
+        base(name, description, false)
+    }));
     out
 }
 
@@ -696,6 +716,7 @@ enum State {
         layout: PostcardLayout,
         cache: Vec<Option<Cache>>,
     },
+    Sketch(Box<sketch::SketchModel>),
 }
 
 struct ModelStore {
@@ -715,6 +736,13 @@ struct Model {
     /// Evictions whose new entry completed at once (a 1-hop path): two chunks from one
     /// postcard, which the Tofino program cannot emit.
     short_on_evict: usize,
+    /// `[sketch] expected_switches`.
+    sketch_expected: u16,
+    /// Batches written because a newer epoch started before they were complete (the Tofino
+    /// program writes complete columns only).
+    sketch_rollover_writes: usize,
+    /// Merged reports that carried more than one column (the Tofino program takes one).
+    sketch_multi_column: usize,
 }
 
 enum Op<'a> {
@@ -1042,6 +1070,10 @@ impl Model {
                     }
                     continue;
                 }
+                State::Sketch(_) => {
+                    self.write_dirty(si);
+                    continue;
+                }
                 _ => continue,
             };
             for li in 0..lists {
@@ -1112,8 +1144,21 @@ fn p4_fit(
                     ));
                 }
             }
-            StoreKind::Sketch { .. } => {
-                why.push("Sketch-Merge stores (not in the corpus model yet)".into());
+            StoreKind::Sketch {
+                sketch,
+                rows,
+                cell_width,
+                batch,
+                epochs,
+                ..
+            } => {
+                why.extend(sketch::p4_store_fit(
+                    sketch,
+                    *rows,
+                    *cell_width,
+                    *batch,
+                    *epochs,
+                ));
             }
         }
     }
@@ -1204,19 +1249,22 @@ fn model(spec: Spec) -> Result<Modelled, String> {
                 layout,
                 cache: (0..spec.cache_slots).map(|_| None).collect(),
             },
-            StoreGeometry::Sketch { .. } => {
-                return Err(format!(
-                    "store {:?}: the corpus model has no Sketch-Merge yet",
-                    sc.name
-                ))
+            StoreGeometry::Sketch { layout, sketch_id } => {
+                State::Sketch(Box::new(sketch::SketchModel::new(layout, sketch_id)))
             }
         };
+        let mut mem = vec![0; len as usize];
+        if let State::Sketch(s) = &state {
+            // The collector writes the header when it allocates the store (§9).
+            let h = s.layout.encode_header(s.sketch_id);
+            mem[..h.len()].copy_from_slice(&h);
+        }
         metas.push(meta);
         stores.push(ModelStore {
             qp,
             psn: qp.psn,
             since_ack: 0,
-            mem: vec![0; len as usize],
+            mem,
             state,
         });
         qps.push(qp);
@@ -1228,6 +1276,9 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         pc_redundancy: spec.pc_redundancy,
         frames: Vec::new(),
         short_on_evict: 0,
+        sketch_expected: spec.sketch_expected,
+        sketch_rollover_writes: 0,
+        sketch_multi_column: 0,
     };
     let mut reports = Vec::new();
     for (r, profile) in &spec.reports {
@@ -1237,20 +1288,41 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         reports.push(b);
         m.report(r);
     }
+    for p in &spec.sketch_reports {
+        reports.push(p.clone());
+        m.sketch_report(p, *REPORTER.ip());
+    }
     let frames_before_flush = m.frames.len();
     m.flush();
     let (p4_defines, mut p4_unsupported) =
         p4_fit(&spec.reports, &metas, spec.variant_b, spec.max_redundancy);
+    let mut behaviour = Vec::new();
     if m.short_on_evict > 0 {
-        let why = format!(
+        behaviour.push(format!(
             "{} eviction(s) whose new 1-hop path completes at once (two chunks from one postcard)",
             m.short_on_evict
-        );
+        ));
+    }
+    if m.sketch_multi_column > 0 {
+        behaviour.push(format!(
+            "{} Sketch-Merge report(s) of several columns (the program takes one per report)",
+            m.sketch_multi_column
+        ));
+    }
+    if m.sketch_rollover_writes > 0 {
+        behaviour.push(format!(
+            "{} incomplete Sketch-Merge batch(es) written when a newer epoch starts (the program \
+             writes complete columns only)",
+            m.sketch_rollover_writes
+        ));
+    }
+    for why in behaviour {
         p4_unsupported = Some(match p4_unsupported {
             Some(w) => format!("{w}; {why}"),
             None => why,
         });
     }
+    let sketch = sketch::sketch_case(&spec);
     let case = CaseFile {
         name: spec.name,
         description: spec.description,
@@ -1266,6 +1338,7 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         frames_before_flush,
         p4_defines,
         p4_unsupported,
+        sketch,
     };
     Ok(Modelled {
         case,
@@ -1376,7 +1449,7 @@ mod tests {
             assert_eq!(x.frames, y.frames, "{}", x.case.name);
             assert_eq!(x.memory, y.memory);
             assert!(!x.frames.is_empty(), "{} emits nothing", x.case.name);
-            for f in &x.frames {
+            for f in x.frames.iter().filter(|f| !is_nack_frame(f)) {
                 assert!(dta_proto::icrc::check_frame(f), "{}: bad ICRC", x.case.name);
             }
         }
@@ -1386,6 +1459,7 @@ mod tests {
             "append_",
             "postcard_",
             "mixed_",
+            "sketch_",
         ] {
             assert!(
                 a.iter().any(|c| c.case.name.starts_with(prefix)),

@@ -166,10 +166,13 @@ impl SketchMerge {
         self.epoch
     }
 
-    /// The most batch WRITEs one report can trigger.
+    /// The most batch WRITEs one report can trigger: the batches its columns touch (at most
+    /// every batch of the sketch, which matters for narrow cells: a report may announce 1,024
+    /// one-byte columns, but a HyperLogLog of 16 registers has only 16 batches of 1).
     pub fn frames_per_report(&self) -> usize {
         let col_bytes = self.rows * self.width.bytes();
-        (MAX_CELL_BYTES / col_bytes).div_ceil(self.batch as usize) + 1
+        let columns = (MAX_CELL_BYTES / col_bytes).min(self.columns as usize);
+        (columns.div_ceil(self.batch as usize) + 1).min(self.layout.batches() as usize)
     }
 
     /// Merges one report from the switch at `src` (see the module docs for what is merged,
@@ -708,6 +711,44 @@ mod tests {
         feed(&mut p, 40 + MS, &[], &mut mem);
         assert_eq!(read_back(&mem, 10).1[0], 0);
         assert_eq!(read_back(&mem, 12).1[0], 1);
+    }
+
+    /// A HyperLogLog of 16 one-byte registers written one column per WRITE: a report could
+    /// announce 1,024 columns, but the sketch has 16, so a report needs room for 16 frames, not
+    /// 1,025 (more than the QP's ring holds, which made every report a queue-full drop).
+    #[test]
+    fn narrow_cells_with_batch_1_need_room_for_the_sketch_only() {
+        let kind = StoreKind::Sketch {
+            sketch_id: 7,
+            sketch: SketchKind::HyperLogLog,
+            rows: 1,
+            columns: 16,
+            cell_width: 1,
+            batch: 1,
+            epochs: 2,
+        };
+        let mut p = single_store_pipeline_with(kind, |c| {
+            c.l2_frames = false;
+            c.sketch = SketchSettings {
+                expected_switches: 1,
+                max_switches: 4,
+                flush_ns: MS,
+            };
+        });
+        let shape = SketchShape::new(SketchKind::HyperLogLog, 1, 16, 1).unwrap();
+        let mut s = Sketch::new(shape);
+        for k in 0..100u32 {
+            s.update(&Key::new(&k.to_be_bytes()).unwrap(), 1);
+        }
+        let bufs: Vec<Vec<u8>> = (0..16)
+            .map(|c| s.column_report(7, 1, 1, c, 1).unwrap())
+            .collect();
+        let mut mem = vec![0u8; 1 << 12];
+        feed(&mut p, 0, &bufs, &mut mem);
+        let c = p.counters();
+        assert_eq!(c.drop_qp_queue_full, 0, "{c:?}");
+        assert_eq!(c.translated, 16);
+        assert_eq!(c.sketch_batches_complete, 16);
     }
 
     #[test]
