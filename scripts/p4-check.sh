@@ -31,6 +31,8 @@ translator_combos=(
   "-DDTA_PC_HOPS=4 -DDTA_MAX_N=8"
   "-DDTA_PC_HOPS=1 -DDTA_NO_ICRC"
   "-DDTA_HASH_REFERENCE -DDTA_REF_VARIANT_B"
+  "-DDTA_SK_ROWS=1 -DDTA_SK_CELL_BITS=16"
+  "-DDTA_NO_SKETCH"
 )
 reporter_combos=(
   ""
@@ -183,28 +185,29 @@ if [ -z "$OUT" ]; then
   OUT=$(mktemp -d)
   trap 'rm -rf "$stub" "$OUT"' EXIT
 fi
-fails=0 i=0
-for b in "${builds[@]}"; do
-  prog=${b%%|*} c=${b#*|}
-  i=$((i + 1))
+# One build: compile, assemble each pipe, keep the resource summary. Prints its verdict lines
+# into $dir/verdict; exit status 0 when it compiled end to end.
+build_one() {  # build_one INDEX PROGRAM "DEFINES"
+  local i=$1 prog=$2 c=$3 dir bfa pdir asm_ok=1
   dir="$OUT/$(basename "$prog" .p4)-$i"
   rm -rf "$dir"; mkdir -p "$dir"
   printf '%s\n' "$c" > "$dir/defines"
+  exec > "$dir/verdict" 2>&1
   # shellcheck disable=SC2086
   if ! "$BAREFOOT_BIN" --target tofino --arch tna --std p4-16 -g ${CORE_DIR:+-I "$CORE_DIR"} \
       ${TNA_DIR:+-I "$TNA_DIR"} $c \
       -o "$dir" "$prog" > "$dir/compile.log" 2>&1; then
     echo "FAIL: p4c-barefoot $c $prog"; grep -iE "error|warning: .*unsupported" "$dir/compile.log" | head -20
-    fails=$((fails + 1)); status=1; continue
+    return 1
   fi
   # One .bfa per pipe: the translator's default build has two (pipe, icrc_pipe).
+  local bfas
   mapfile -t bfas < <(find "$dir" -name '*.bfa' | sort)
   if [ ${#bfas[@]} -eq 0 ]; then
-    echo "FAIL: p4c-barefoot $c $prog wrote no .bfa"; fails=$((fails + 1)); status=1; continue
+    echo "FAIL: p4c-barefoot $c $prog wrote no .bfa"; return 1
   fi
   # Resource summary (stages per gress, per-stage SRAM/TCAM/stateful ALUs/gateways/VLIW).
   python3 scripts/p4-resources.py "$dir" "$(basename "$prog") ${c:-(defaults)}" > "$dir/resources.md" 2>&1 || true
-  asm_ok=1
   for bfa in "${bfas[@]}"; do
     pdir=$(dirname "$bfa")
     if ! "$BFAS_BIN" -o "$pdir" "$bfa" > "$pdir/bfas.log" 2>&1 || [ ! -f "$pdir/tofino.bin" ]; then
@@ -212,10 +215,38 @@ for b in "${builds[@]}"; do
       asm_ok=0
     fi
   done
-  if [ $asm_ok -eq 0 ]; then
-    fails=$((fails + 1)); status=1; continue
-  fi
+  [ $asm_ok -eq 1 ] || return 1
   echo "ok: $(head -1 "$dir/resources.md") -> $(find "$dir" -name tofino.bin | sort | sed "s|$OUT/||" | tr '\n' ' ')"
+}
+# P4_JOBS builds at a time (default 1: p4c-barefoot takes 2-4 minutes and ~2 GiB per build);
+# verdicts are printed in list order as the builds finish.
+jobs_max=${P4_JOBS:-1}
+fails=0 i=0 next=1
+declare -A pid_of=() prog_of=()
+report_done() {  # prints the verdicts of finished builds in order
+  while [ -n "${pid_of[$next]:-}" ] && ! kill -0 "${pid_of[$next]}" 2>/dev/null; do
+    local v="$OUT/$(basename "${prog_of[$next]}" .p4)-$next/verdict"
+    # The verdict, not the exit status: `wait -n` may have reaped the job already.
+    if ! grep -q '^ok:' "$v" 2>/dev/null; then fails=$((fails + 1)); status=1; fi
+    cat "$v" 2>/dev/null || echo "FAIL: build $next left no verdict"
+    unset "pid_of[$next]"
+    next=$((next + 1))
+  done
+}
+for b in "${builds[@]}"; do
+  prog=${b%%|*} c=${b#*|}
+  i=$((i + 1))
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
+    wait -n 2>/dev/null || true
+    report_done
+  done
+  prog_of[$i]=$prog
+  build_one "$i" "$prog" "$c" &
+  pid_of[$i]=$!
+done
+while [ $next -le $i ]; do
+  wait -n 2>/dev/null || true
+  report_done
 done
 echo "p4c-barefoot + bfas: $(( ${#builds[@]} - fails )) of ${#builds[@]} builds compiled end to end"
 exit $status

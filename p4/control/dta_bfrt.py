@@ -69,7 +69,7 @@ DEFAULT_KNOBS = {
 }
 
 # Sketch-Merge tables, actions and registers of p4/translator/dta_sketch.p4 (pipe 1's ingress).
-SK_CTRL = "icrc_pipe.IcrcIngress"
+SK_CTRL = "icrc_pipe.IcrcIngress.sketch"
 SK_NAMES = {
     "tbl_sketch": (f"{SK_CTRL}.tbl_sketch", "set_sketch"),
     "tbl_sk_switch": (f"{SK_CTRL}.tbl_sk_switch", "set_switch"),
@@ -590,10 +590,13 @@ def plan_sketches(sketches, cfg, k, ports, switches, tables, regs):
             raise ConfigError(f"{what}: {epochs} epoch slots, but the program takes 1, 2, 4, 8 "
                               "or 16 (the epoch's low 4 bits pick the slot)")
         wide = rows == k["sk_rows"] and width == 4 and op in (0, 2)
-        if not wide and not (rows == 1 and width in (1, 4)):
+        one_row = rows == 1 and (width == 4 or (width == 1 and op == 1))
+        if not wide and not one_row:
             raise ConfigError(f"{what}: {rows} rows of {width}-byte cells ({s['sketch']}), but "
                               f"the program merges DTA_SK_ROWS = {k['sk_rows']} rows of 4-byte "
-                              "sum or signed-sum cells, or one row of 1- or 4-byte cells")
+                              "sum or signed-sum cells, one row of 4-byte cells, or one row of "
+                              "1-byte max cells (HyperLogLog): it merges 1-byte cells as 32-bit "
+                              "ones, so a 1-byte sum would not saturate at 255")
         if cell_base + columns > k["sk_cells"]:
             raise ConfigError(f"{what}: {columns} columns do not fit the program's cell "
                               f"registers (DTA_SK_CELLS = {k['sk_cells']}, {cell_base} taken "

@@ -414,10 +414,10 @@ class SketchPlanTest(unittest.TestCase):
         log = []
         dta_bfrt.run(Fake(log), self.cfg, {"c1": 136}, sketch_switches="1-3")
         paths = {path for path, _, _ in log}
-        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.tbl_sketch.clear", paths)
-        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.tbl_sketch.add_with_set_sketch", paths)
-        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.tbl_sk_qp.add_with_set_sk_qp", paths)
-        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.sk_psn_reg.mod", paths)
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.sketch.tbl_sketch.clear", paths)
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.sketch.tbl_sketch.add_with_set_sketch", paths)
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.sketch.tbl_sk_qp.add_with_set_sk_qp", paths)
+        self.assertIn("dta_translator.icrc_pipe.IcrcIngress.sketch.sk_psn_reg.mod", paths)
         self.assertIn("dta_translator.pipe.Egress.psn_reg.mod", paths)
         # Without sketch stores nothing of pipe 1's Sketch-Merge is touched (older programs
         # and -DDTA_NO_SKETCH builds have no such tables).
@@ -458,6 +458,10 @@ class SketchPlanTest(unittest.TestCase):
         (_, key, par), = [e for e in self.plan()["tables"][dta_bfrt.SK_NAMES["tbl_sketch"][0]]
                           if e[1]["sketch_id"] == 9]
         self.assertEqual((key["cell_width"], key["merge_op"], par["wide"]), (4, 0, 0))
+        # One row of 1-byte sum cells is not: the program merges 1-byte cells as 32-bit ones.
+        self.meta["stores"][5].update(sketch="count-min", cell_width=1)
+        self.write_meta()
+        refused("1-byte sum would not saturate")
 
     def test_command_line_and_corpus_flags(self):
         import io

@@ -29,7 +29,7 @@
  *   - a gap NACK per switch and (epoch, owed column): a second gap report owing the same column
  *     is not NACKed again (the software translator NACKs it again after its flush delay).
  *
- * Knobs: DTA_SK_ROWS (1..8, default 4), DTA_SKETCHES (default 16), DTA_SK_SWITCHES (default
+ * Knobs: DTA_SK_ROWS (1..4, default 4; 8 rows need 15 ingress stages), DTA_SKETCHES (default 16), DTA_SK_SWITCHES (default
  * 4096: per-(sketch, switch) state entries), DTA_SK_CELL_BITS (log2 of the cell registers'
  * entries shared by all sketches' columns, default 14), DTA_NO_SKETCH (leave it out).
  */
@@ -46,8 +46,8 @@
 #ifndef DTA_SK_CELL_BITS
 #define DTA_SK_CELL_BITS 14
 #endif
-#if DTA_SK_ROWS < 1 || DTA_SK_ROWS > 8
-#error "DTA_SK_ROWS must be 1..8"
+#if DTA_SK_ROWS < 1 || DTA_SK_ROWS > 4
+#error "DTA_SK_ROWS must be 1..4 on Tofino-1 (8 rows need 15 ingress stages in pipe 1; p4/README.md)"
 #endif
 #if DTA_SK_CELL_BITS < 8 || DTA_SK_CELL_BITS > 16
 #error "DTA_SK_CELL_BITS must be 8..16"
@@ -431,8 +431,10 @@ control SketchMerge(inout ipipe_headers_t hdr, inout ipipe_ig_md_t md,
         const default_action = NoAction();
         size = 2;
     }
-    /* A NAK moves the PSN only when it names a PSN after the last one that did (pipe 0's
-     * nak_reg): a stale NAK would move it back over WRITEs the responder executed. */
+    /* What the responder is known to have executed, as a point on the PSN line (pipe 0's
+     * nak_reg): a NAK moves the PSN only when its point lies after the register's, so a stale
+     * NAK cannot move it back over WRITEs the responder executed. The control plane sets it
+     * to ACK(start PSN - 1). */
     Register<bit<32>, sk_idx_t>(DTA_SKETCHES, 0) sk_nak_reg;
     RegisterAction<bit<32>, sk_idx_t, bit<1>>(sk_nak_reg) sk_nak_accept = {
         void apply(inout bit<32> value, out bit<1> rv) {
@@ -689,16 +691,25 @@ control SketchMerge(inout ipipe_headers_t hdr, inout ipipe_ig_md_t md,
         } else if (hdr.aeth.isValid()) {
             if (tbl_sk_resp.apply().hit) {
                 md.handled = 1;
+                /* As pipe 0's nak_reg: a response's point on the PSN line, ACK(p) = p ++ 0x80,
+                 * NAK "PSN sequence error"(q) = q ++ 0x01; a NAK is fresh only after the
+                 * register's point, and ACKs move it too (one execute site). */
+                bit<1> moves = 0;
                 if (hdr.aeth.syndrome == AETH_NAK_PSN_SEQ_ERROR) {
-                    md.nak_psn = hdr.bth.psn ++ 8w0;
-                    md.nak_fresh = sk_nak_accept.execute(md.sk);
+                    md.nak_psn = hdr.bth.psn ++ 8w0x01;
+                    moves = 1;
                     md.qp_op = SK_QP_RESYNC;
-                    if (md.nak_fresh == 1) { drop_ev(SK_RESP_NAK_SEQ); }
-                    else { drop_ev(SK_RESP_NAK_STALE); }
                 } else if ((hdr.aeth.syndrome & AETH_SYN_KIND_MASK) == AETH_SYN_ACK) {
+                    md.nak_psn = hdr.bth.psn ++ 8w0x80;
+                    moves = 1;
                     drop_ev(SK_RESP_ACK);
                 } else {
                     drop_ev(SK_RESP_OTHER);
+                }
+                if (moves == 1) { md.nak_fresh = sk_nak_accept.execute(md.sk); }
+                if (md.qp_op == SK_QP_RESYNC) {
+                    if (md.nak_fresh == 1) { drop_ev(SK_RESP_NAK_SEQ); }
+                    else { drop_ev(SK_RESP_NAK_STALE); }
                 }
             }
         }

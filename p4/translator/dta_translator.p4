@@ -25,6 +25,8 @@
  *   DTA_QPS                queue pairs (default 256)
  *   DTA_NO_ICRC            one pipe, ICRC 0 (the collector NIC must not check it); default:
  *                          a second pipe appends the ICRC (dta_icrc_pipe.p4, p4/README.md)
+ *   DTA_NO_SKETCH, DTA_SK_ROWS, DTA_SKETCHES, DTA_SK_SWITCHES, DTA_SK_CELL_BITS
+ *                          Sketch-Merge in the second pipe (dta_sketch.p4)
  * Keys and values are 4 bytes in both profiles (extended reports with other lengths are
  * counted and dropped); Key-Write slots are therefore 8 bytes.
  */
