@@ -143,9 +143,11 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual([(c["REGISTER_INDEX"], c["f1"] >> 8) for c in psn],
                          [(0, 0xABC000), (1, 0x10), (2, 0xFFFFFF), (3, 5)])
         self.assertTrue(all(c["f1"] & 0xFF == 0 for c in psn))
-        # The last NAK that moved the PSN starts one before the start PSN (wrapping at 2^24).
+        # What the responder executed starts as an ACK of the PSN before the start (wrapping at
+        # 2^24): PSN << 8 | 0x80.
         nak = self.calls(log, "Egress.nak_reg.mod")
         self.assertEqual([c["f1"] >> 8 for c in nak], [0xABBFFF, 0xF, 0xFFFFFE, 4])
+        self.assertTrue(all(c["f1"] & 0xFF == 0x80 for c in nak))
         resp = self.calls(log, "Ingress.tbl_resp_qp.add_with_resp_qp")
         self.assertEqual([(r["src"], r["dest_qp"], r["qp"], r["port"]) for r in resp],
                          [(ip("10.0.0.51"), 0x100 + i, i, 68) for i in range(4)])
