@@ -4,7 +4,8 @@
 
 writes OUT_DIR/collector.json (the case's stores at their canonical coordinates, as a collector
 would publish them), OUT_DIR/translator.toml (the translator knobs the case was generated with)
-and prints the bf-p4c flags and the bfrt plan's size. Then compile with the flags, start the
+and prints the bf-p4c flags, the bfrt plan's size and, for cases with collector responses,
+after which report to inject each frame of responses.pcap on the collector's port. Then compile with the flags, start the
 program, and run `DTA_CONFIG=OUT_DIR/translator.toml DTA_PORTS=corpus=<port> bfshell -b
 p4/control/dta_bfrt.py` (p4/README.md, "Checking a Tofino run").
 """
@@ -80,6 +81,24 @@ metadata = "collector.json"
     return case, cfg
 
 
+def response_plan(case, plan):
+    """When to inject each of the case's collector responses (responses.pcap, in order) and the
+    program's QP it reaches: [(after_report, syndrome, psn, fresh, qp index)]. Responses enter
+    on the collector's port (pipe 1, relayed to pipe 0 by tbl_icrc_return) and tbl_resp_qp
+    maps (collector IP, our QPN) to the QP, exactly as for a live collector."""
+    resp_qp = {(k["src"], k["dest_qp"]): a["qp"]
+               for _, k, a in plan["tables"]["Ingress.tbl_resp_qp"]}
+    collector_ip = dta_bfrt.ip_int(COLLECTOR.split(":")[0])
+    out = []
+    for r in case.get("responses", []):
+        qpn = case["qps"][r["store"]]["local_qpn"]
+        qp = resp_qp.get((collector_ip, qpn))
+        if qp is None:
+            raise ValueError(f"{case['name']}: no tbl_resp_qp entry for QPN {qpn:#x}")
+        out.append((r["after_report"], r["syndrome"], r["psn"], r["fresh"], qp))
+    return out
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -96,6 +115,9 @@ def main(argv):
                          knobs=knobs_from_defines(case["p4_defines"]))
     print("bf-p4c flags:", case["p4_defines"])
     print("compare the first", case["frames_before_flush"], "frames of expected.pcap")
+    for after, syn, psn, fresh, qp in response_plan(case, plan):
+        print(f"after report {after}: inject the next frame of responses.pcap ({syn} PSN "
+              f"{psn:#08x}, {'fresh' if fresh else 'stale: must not move the PSN'}, QP {qp})")
     print("plan:", {t: len(e) for t, e in plan["tables"].items()})
     return 0
 

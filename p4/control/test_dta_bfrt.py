@@ -329,7 +329,7 @@ class CorpusSetupTest(unittest.TestCase):
         root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "corpus")
         cases = sorted(glob.glob(os.path.join(root, "*", "case.json")))
         self.assertGreater(len(cases), 30)
-        planned = 0
+        planned = with_responses = 0
         with tempfile.TemporaryDirectory() as out:
             for path in cases:
                 case, cfg_path = corpus_setup.setup(os.path.dirname(path), out)
@@ -348,8 +348,28 @@ class CorpusSetupTest(unittest.TestCase):
                     self.assertEqual(params["ack_every_m1"], case["ack_every"] - 1)
                 self.assertEqual([v >> 8 for _, v in p["registers"]["Egress.psn_reg"]],
                                  [q["psn"] for q in case["qps"]], case["name"])
+                # Collector responses reach the QP they answer; nak_reg starts at ACK(psn - 1).
+                for (after, syn, psn, fresh, qp), r in zip(corpus_setup.response_plan(case, p),
+                                                           case.get("responses", [])):
+                    self.assertEqual(qp, r["store"], case["name"])
+                    with_responses += 1
+                self.assertEqual([v for _, v in p["registers"]["Egress.nak_reg"]],
+                                 [(((q["psn"] - 1) & 0xFFFFFF) << 8) | 0x80 for q in case["qps"]])
+                # nak_accept as dta_translator.p4 computes it (ACK(p) = p << 8 | 0x80, NAK(q) =
+                # q << 8 | 0x01, fresh when the signed 32-bit difference is positive) takes
+                # exactly the NAKs the corpus model calls fresh.
+                nak_reg = dict(p["registers"]["Egress.nak_reg"])
+                for r in case.get("responses", []):
+                    point = (r["psn"] << 8) | (0x80 if r["syndrome"] == "ack" else 0x01)
+                    d = (point - nak_reg[r["store"]]) & 0xFFFFFFFF
+                    fresh = 0 < d < 0x80000000
+                    if fresh:
+                        nak_reg[r["store"]] = point
+                    if r["syndrome"] != "ack":
+                        self.assertEqual(fresh, r["fresh"], (case["name"], r))
                 planned += 1
         self.assertGreaterEqual(planned, 30)
+        self.assertGreater(with_responses, 0)
 
 
 class ClusterMemberTest(unittest.TestCase):
