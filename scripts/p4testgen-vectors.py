@@ -3,10 +3,11 @@
 tests/corpus/p4testgen/ (p4/README.md, "P4Testgen").
 
     scripts/p4testgen-vectors.py PTF_FILE OUT_JSON --knobs NAME --defines=-D... \
-        --command "p4testgen ..." [--log P4TESTGEN_LOG] [--one-per-ingress-path]
+        --command "p4testgen ..." [--log P4TESTGEN_LOG] [--per-ingress-path K]
 
---one-per-ingress-path keeps the first test of each ingress path (parser states, ingress table
-branches and actions, ingress drop reason), which keeps a full P4Testgen run's vectors small.
+--per-ingress-path K keeps the first K tests of each ingress path (parser states, ingress table
+branches and actions except the postcard cache's cell and mask tables, ingress drop reason),
+which keeps a full P4Testgen run's vectors small.
 
 The PTF file is Python that drives a switch through bfrt_grpc and ptf. It is not run: its test
 classes are executed against recording stand-ins for those modules, which keep what each test
@@ -96,8 +97,8 @@ def tuples(lst):
 
 
 def trace_facts(doc):
-    """Parser states, table branches, the last ingress drop reason and the headers the ingress
-    deparser emits (name -> fields), from a test's trace."""
+    """Ingress parser states, table branches, the last ingress drop reason and the headers the
+    ingress deparser emits (name -> fields), from a test's trace."""
     states, tables, reason, gress = [], [], 0, "Ingress"
     emits, pending = [], None
     for line in (doc or "").splitlines():
@@ -117,14 +118,15 @@ def trace_facts(doc):
                 emits.append([pending, fields])
         pending = None
         m = re.match(r"\[State\] (\w+)", line)
-        if m and m.group(1) not in ("start", "accept"):
+        if m and m.group(1) not in ("start", "accept") and gress == "Ingress":
             states.append(m.group(1))
-        m = re.match(r"\[Table Branch: ([\w.]+)\s*(.*)\]$", line)
+        m = re.match(r"\[(?:Constant )?Table Branch: ([\w.]+)\s*(.*)\]$", line)
         if m:
             what = m.group(2)
-            a = re.search(r"Chosen action: ([\w./]+)", what) or re.search(
+            a = re.search(r"Chosen action: ([\w./()]+)", what) or re.search(
                 r"default action: ([\w./]+)", what)
-            tables.append([m.group(1), a.group(1).split("/")[-1].split(".")[-1] if a else what])
+            action = a.group(1).split("/")[-1].split(".")[-1] if a else what
+            tables.append([m.group(1), action.removesuffix("()")])
         m = re.search(r"Computed: md\.drop_reason = (\d+);", line)
         if m and gress == "Ingress":
             reason = int(m.group(1))
@@ -132,12 +134,17 @@ def trace_facts(doc):
 
 
 def ingress_path(t):
+    """The selection key: parser states, ingress table branches (without the postcard cache's
+    constant cell and mask tables, whose combinations the Rust side does not compare) and the
+    ingress drop reason."""
     return (tuple(t["parser_states"]),
-            tuple((tb, a) for tb, a in t["table_branches"] if tb.startswith("Ingress")),
+            tuple((tb, a) for tb, a in t["table_branches"]
+                  if tb.startswith("Ingress") and not tb.startswith(("Ingress.tbl_pc_cell_",
+                                                                       "Ingress.tbl_pc_mask"))),
             t["ingress_drop_reason"])
 
 
-def convert(ptf_file, knobs, defines, command, log, one_per_ingress_path=False):
+def convert(ptf_file, knobs, defines, command, log, per_ingress_path=0):
     install_stubs()
     src = open(ptf_file).read()
     ns = {"__name__": "p4testgen_ptf"}
@@ -180,11 +187,12 @@ def convert(ptf_file, knobs, defines, command, log, one_per_ingress_path=False):
             "ingress_emits": emits,
         })
     generated = len(tests)
-    if one_per_ingress_path:
-        seen, kept = set(), []
+    if per_ingress_path:
+        seen, kept = {}, []
         for t in tests:
-            if ingress_path(t) not in seen:
-                seen.add(ingress_path(t))
+            n = seen.get(ingress_path(t), 0)
+            if n < per_ingress_path:
+                seen[ingress_path(t)] = n + 1
                 kept.append(t)
         tests = kept
     coverage = None
@@ -194,7 +202,8 @@ def convert(ptf_file, knobs, defines, command, log, one_per_ingress_path=False):
             coverage = {"statements_covered": int(cov[-1][1]), "statements": int(cov[-1][2])}
     return {"knobs": knobs, "defines": defines, "command": command,
             "statement_coverage": coverage, "generated": generated,
-            "selection": "first test of each ingress path" if one_per_ingress_path else "all",
+            "selection": (f"the first {per_ingress_path} tests of each ingress path"
+                          if per_ingress_path else "all"),
             "tests": tests}
 
 
@@ -206,9 +215,9 @@ def main():
     ap.add_argument("--defines", default="")
     ap.add_argument("--command", required=True)
     ap.add_argument("--log")
-    ap.add_argument("--one-per-ingress-path", action="store_true")
+    ap.add_argument("--per-ingress-path", type=int, default=0, metavar="K")
     a = ap.parse_args()
-    doc = convert(a.ptf_file, a.knobs, a.defines, a.command, a.log, a.one_per_ingress_path)
+    doc = convert(a.ptf_file, a.knobs, a.defines, a.command, a.log, a.per_ingress_path)
     # One test per line: small, and diffs stay readable.
     with open(a.out_json, "w") as f:
         tests = doc.pop("tests")
