@@ -172,7 +172,12 @@ fn run_case(case: &CaseFile, reports: &[Vec<u8>], responses: &[Vec<u8>]) -> Run 
         }
         tx.clear();
     };
-    assert_eq!(responses.len(), case.responses.len(), "{}: responses.pcap", case.name);
+    assert_eq!(
+        responses.len(),
+        case.responses.len(),
+        "{}: responses.pcap",
+        case.name
+    );
     for (ri, r) in reports.iter().enumerate() {
         assert!(r.len() >= 42, "report frame too short");
         let src = SocketAddrV4::new(
