@@ -4,11 +4,12 @@
 
 writes OUT_DIR/collector.json (the case's stores at their canonical coordinates, as a collector
 would publish them), OUT_DIR/translator.toml (the translator knobs the case was generated with)
-and prints the bf-p4c flags, the Sketch-Merge switches and the bfrt plan's size. Then compile
-with the flags, start the program, and run `DTA_CONFIG=OUT_DIR/translator.toml
-DTA_PORTS=corpus=<port> [DTA_SKETCH_SWITCHES=<printed spec>] bfshell -b p4/control/dta_bfrt.py`
-(p4/README.md, "Checking a Tofino run"). Sketch cases expect the sketch-column NACK frames of
-expected.pcap too (UDP to port 40044).
+and prints the bf-p4c flags, the Sketch-Merge switches, the bfrt plan's size and, for cases with
+collector responses, after which report to inject each frame of responses.pcap on the
+collector's port. Then compile with the flags, start the program, and run
+`DTA_CONFIG=OUT_DIR/translator.toml DTA_PORTS=corpus=<port> [DTA_SKETCH_SWITCHES=<printed spec>]
+bfshell -b p4/control/dta_bfrt.py` (p4/README.md, "Checking a Tofino run"). Sketch cases expect
+the sketch-column NACK frames of expected.pcap too (UDP to port 40044).
 """
 
 import json
@@ -99,6 +100,24 @@ max_switches = {case['sketch']['max_switches']}
     return case, cfg
 
 
+def response_plan(case, plan):
+    """When to inject each of the case's collector responses (responses.pcap, in order) and the
+    program's QP it reaches: [(after_report, syndrome, psn, fresh, qp index)]. Responses enter
+    on the collector's port (pipe 1, relayed to pipe 0 by tbl_icrc_return) and tbl_resp_qp
+    maps (collector IP, our QPN) to the QP, exactly as for a live collector."""
+    resp_qp = {(k["src"], k["dest_qp"]): a["qp"]
+               for _, k, a in plan["tables"]["Ingress.tbl_resp_qp"]}
+    collector_ip = dta_bfrt.ip_int(COLLECTOR.split(":")[0])
+    out = []
+    for r in case.get("responses", []):
+        qpn = case["qps"][r["store"]]["local_qpn"]
+        qp = resp_qp.get((collector_ip, qpn))
+        if qp is None:
+            raise ValueError(f"{case['name']}: no tbl_resp_qp entry for QPN {qpn:#x}")
+        out.append((r["after_report"], r["syndrome"], r["psn"], r["fresh"], qp))
+    return out
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -119,6 +138,9 @@ def main(argv):
     if switches:
         print("sketch switches (DTA_SKETCH_SWITCHES):", switches)
     print("compare the first", case["frames_before_flush"], "frames of expected.pcap")
+    for after, syn, psn, fresh, qp in response_plan(case, plan):
+        print(f"after report {after}: inject the next frame of responses.pcap ({syn} PSN "
+              f"{psn:#08x}, {'fresh' if fresh else 'stale: must not move the PSN'}, QP {qp})")
     print("plan:", {t: len(e) for t, e in plan["tables"].items()})
     return 0
 

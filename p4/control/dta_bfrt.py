@@ -400,9 +400,10 @@ def plan(cfg, collectors, ports, connections=None, knobs=None, resync_window=0,
         tables["Ingress.tbl_resp_qp"].append(("resp_qp", {
             "src": ip_int(s["roce_ip"]), "dest_qp": s["local_qpn"]}, {"qp": qp, "port": s["port"]}))
         regs["Egress.psn_reg"].append((qp, psn_cell(s["psn"])))
-        # The last NAK that moved the PSN: "one before the start", so a NAK naming the start
-        # PSN is fresh and any older one is stale.
-        regs["Egress.nak_reg"].append((qp, psn_cell(s["psn"] - 1)))
+        # What the responder executed, as if it had ACKed the PSN before the start (nak_reg in
+        # dta_translator.p4: ACK(p) = p << 8 | 0x80): a NAK naming the start PSN is fresh, any
+        # older one is stale.
+        regs["Egress.nak_reg"].append((qp, psn_cell(s["psn"] - 1) | 0x80))
         regs["Egress.ackreq_reg"].append((qp, 0))
         regs["Egress.window_reg"].append((qp, 0))
 
@@ -640,7 +641,7 @@ def plan_sketches(sketches, cfg, k, ports, switches, tables, regs):
         tables[T["tbl_sk_resp"]].append((SK_NAMES["tbl_sk_resp"][1], {
             "src": ip_int(s["roce_ip"]), "dest_qp": s["local_qpn"]}, {"sk": sk}))
         regs[T["sk_psn_reg"]].append((sk, psn_cell(s["psn"])))
-        regs[T["sk_nak_reg"]].append((sk, psn_cell(s["psn"] - 1)))
+        regs[T["sk_nak_reg"]].append((sk, psn_cell(s["psn"] - 1) | 0x80))  # ACK(start - 1), as nak_reg
         regs[T["sk_ackreq_reg"]].append((sk, 0))
         regs[T["sk_epoch_reg"]].append((sk, 0))
         cell_base += columns

@@ -143,9 +143,11 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual([(c["REGISTER_INDEX"], c["f1"] >> 8) for c in psn],
                          [(0, 0xABC000), (1, 0x10), (2, 0xFFFFFF), (3, 5)])
         self.assertTrue(all(c["f1"] & 0xFF == 0 for c in psn))
-        # The last NAK that moved the PSN starts one before the start PSN (wrapping at 2^24).
+        # What the responder executed starts as an ACK of the PSN before the start (wrapping at
+        # 2^24): PSN << 8 | 0x80.
         nak = self.calls(log, "Egress.nak_reg.mod")
         self.assertEqual([c["f1"] >> 8 for c in nak], [0xABBFFF, 0xF, 0xFFFFFE, 4])
+        self.assertTrue(all(c["f1"] & 0xFF == 0x80 for c in nak))
         resp = self.calls(log, "Ingress.tbl_resp_qp.add_with_resp_qp")
         self.assertEqual([(r["src"], r["dest_qp"], r["qp"], r["port"]) for r in resp],
                          [(ip("10.0.0.51"), 0x100 + i, i, 68) for i in range(4)])
@@ -403,7 +405,7 @@ class SketchPlanTest(unittest.TestCase):
         self.assertEqual(resp, [(ip("10.0.0.51"), 0x200 + i, i) for i in range(3)])
         regs = p["registers"]
         self.assertEqual(regs[T["sk_psn_reg"]], [(0, 0), (1, 0x10 << 8), (2, 0x123 << 8)])
-        self.assertEqual(regs[T["sk_nak_reg"]], [(0, 0xFFFFFF << 8), (1, 0xF << 8), (2, 0x122 << 8)])
+        self.assertEqual(regs[T["sk_nak_reg"]], [(0, 0xFFFFFF << 8 | 0x80), (1, 0xF << 8 | 0x80), (2, 0x122 << 8 | 0x80)])
         self.assertEqual(regs[T["sk_ackreq_reg"]], [(i, 0) for i in range(3)])
         self.assertEqual(regs[T["sk_epoch_reg"]], [(i, 0) for i in range(3)])
         # Pipe 0 keeps its four stores, QPs 0..3; the sketches have none there.
@@ -494,7 +496,7 @@ class CorpusSetupTest(unittest.TestCase):
         import corpus_setup
         cases = sorted(glob.glob(os.path.join(self.ROOT, "*", "case.json")))
         self.assertGreater(len(cases), 30)
-        planned = sketched = 0
+        planned = sketched = with_responses = 0
         with tempfile.TemporaryDirectory() as out:
             for path in cases:
                 case, cfg_path = corpus_setup.setup(os.path.dirname(path), out)
@@ -516,12 +518,32 @@ class CorpusSetupTest(unittest.TestCase):
                     self.assertEqual(params["ack_every_m1"], case["ack_every"] - 1)
                 self.assertEqual([v >> 8 for _, v in p["registers"]["Egress.psn_reg"]],
                                  [q["psn"] for q, _ in pairs], case["name"])
+                # Collector responses reach the QP they answer; nak_reg starts at ACK(psn - 1).
+                for (after, syn, psn, fresh, qp), r in zip(corpus_setup.response_plan(case, p),
+                                                           case.get("responses", [])):
+                    self.assertEqual(qp, r["store"], case["name"])
+                    with_responses += 1
+                self.assertEqual([v for _, v in p["registers"]["Egress.nak_reg"]],
+                                 [(((q["psn"] - 1) & 0xFFFFFF) << 8) | 0x80 for q, _ in pairs])
+                # nak_accept as dta_translator.p4 computes it (ACK(p) = p << 8 | 0x80, NAK(q) =
+                # q << 8 | 0x01, fresh when the signed 32-bit difference is positive) takes
+                # exactly the NAKs the corpus model calls fresh.
+                nak_reg = dict(p["registers"]["Egress.nak_reg"])
+                for r in case.get("responses", []):
+                    point = (r["psn"] << 8) | (0x80 if r["syndrome"] == "ack" else 0x01)
+                    d = (point - nak_reg[r["store"]]) & 0xFFFFFFFF
+                    fresh = 0 < d < 0x80000000
+                    if fresh:
+                        nak_reg[r["store"]] = point
+                    if r["syndrome"] != "ack":
+                        self.assertEqual(fresh, r["fresh"], (case["name"], r))
                 if case.get("sketch"):
                     self.check_sketch_case(case, p, os.path.dirname(path))
                     sketched += 1
                 planned += 1
         self.assertGreaterEqual(planned, 30)
         self.assertGreaterEqual(sketched, 7)
+        self.assertGreater(with_responses, 0)
 
     @staticmethod
     def read_pcap(path):
@@ -575,8 +597,8 @@ class CorpusSetupTest(unittest.TestCase):
             self.assertEqual((par["remote_qpn"], par["rkey"], base, par["port"]),
                              (q["remote_qpn"], q["rkey"], q["addr"], 136), name)
             self.assertEqual(psn[sk] >> 8, q["psn"])
-            self.assertEqual(dict(p["registers"][T["sk_nak_reg"]])[sk] >> 8,
-                             (q["psn"] - 1) & 0xFFFFFF)
+            self.assertEqual(dict(p["registers"][T["sk_nak_reg"]])[sk],
+                             (((q["psn"] - 1) & 0xFFFFFF) << 8) | 0x80)
         resp = {(k["src"], k["dest_qp"]): v["sk"] for _, k, v in p["tables"][T["tbl_sk_resp"]]}
         for sk, q, _, _ in by_qpn.values():
             self.assertEqual(resp[(ip("10.0.0.51"), q["local_qpn"])], sk)

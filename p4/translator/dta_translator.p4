@@ -298,7 +298,7 @@ struct eg_md_t {
     bit<32> carry_d;     /* off - carry_at: bit 31 set = no carry */
     bit<32> va_hi;
     bit<32> va_lo;
-    bit<32> nak_psn;     /* the NAK's PSN << 8 */
+    bit<32> nak_psn;     /* the response's point on the PSN line (nak_reg) */
     bit<1> nak_fresh;
     bit<32> slot_mask;
     bit<32> ack_every_m1;
@@ -1153,14 +1153,21 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
     RegisterAction<bit<32>, qp_idx_t, bit<32>>(psn_reg) psn_next = {
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = value + 0x100; }
     };
+    /* The NAK's point (q ++ 0x01, nak_reg's comment): the low byte is never read (the BTH
+     * takes bits 31..8), so the PSN steps on from q. */
     RegisterAction<bit<32>, qp_idx_t, bit<32>>(psn_reg) psn_resync = {
         void apply(inout bit<32> value) { value = md.nak_psn; }
     };
-    /* The PSN (<< 8) of the last NAK that moved the PSN. A NAK moves it only when it names a
-     * PSN after that one: a late or duplicated NAK would move the PSN back over frames the
-     * responder executed, and the new frames sent there would be taken as duplicates and
-     * silently not executed (the software QP never reuses a PSN either). The control plane
-     * sets it to (start PSN - 1) << 8 when it installs the QP. */
+    /* What the responder is known to have executed, as a point on the PSN line (<< 8): an ACK
+     * of PSN p is p ++ 0x80 (p executed), a NAK "PSN sequence error" naming q is q ++ 0x01 (q
+     * not executed, everything before it was). A NAK is fresh, and moves the PSN, only when its
+     * point lies after the register's: so it can never move the PSN back over a frame an ACK
+     * confirmed (q <= p), nor repeat a NAK already taken (same q), while a NAK right after the
+     * ACK of q - 1 is fresh. ACKs move the register forward too, so it follows the traffic
+     * and the 2^23 serial-number window of the comparison keeps up with the PSN's 24-bit wrap
+     * (as the software QP's `acked`: a register that only NAKs moved would call a NAK stale
+     * half the time once the PSN wrapped since the last one). The control plane sets it to
+     * ACK(start PSN - 1) when it installs the QP. */
     Register<bit<32>, qp_idx_t>(DTA_QPS, 0) nak_reg;
     RegisterAction<bit<32>, qp_idx_t, bit<1>>(nak_reg) nak_accept = {
         void apply(inout bit<32> value, out bit<1> rv) {
@@ -1309,20 +1316,26 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
             /* ACK and NAK told apart by the AETH syndrome before touching the PSN. */
             bit<8> syn_kind = hdr.aeth.syndrome & AETH_SYN_KIND_MASK;
             if (qp_hit) {
+                /* One execute site for nak_reg: the branches only say what the response
+                 * tells (its point on the PSN line, nak_reg's comment). */
+                bit<1> moves = 0;
                 if (hdr.aeth.syndrome == AETH_NAK_PSN_SEQ_ERROR) {
-                    md.nak_psn = hdr.bth.psn ++ 8w0;
-                    md.nak_fresh = nak_accept.execute(hdr.bridge.qp);
-                    /* Only a fresh NAK moves anything: tbl_window and tbl_psn match on
-                     * nak_fresh too (no gateway stage between the registers). */
+                    md.nak_psn = hdr.bth.psn ++ 8w0x01;
+                    moves = 1;
+                    /* tbl_window and tbl_psn match on nak_fresh too: only a fresh NAK moves
+                     * the PSN (no gateway stage between the registers). */
                     md.qp_op = QP_OP_RESYNC;
                     qp_nak_seq.count(hdr.bridge.qp);
                 } else if (syn_kind == AETH_SYN_ACK) {
+                    md.nak_psn = hdr.bth.psn ++ 8w0x80;
+                    moves = 1;
                     qp_acks.count(hdr.bridge.qp);
                 } else if (syn_kind == AETH_SYN_RNR_NAK) {
                     qp_nak_rnr.count(hdr.bridge.qp);
                 } else {
                     qp_nak_fatal.count(hdr.bridge.qp);
                 }
+                if (moves == 1) { md.nak_fresh = nak_accept.execute(hdr.bridge.qp); }
             }
             eg_dprsr_md.drop_ctl = 1;
         } else if (kind != KIND_FORWARD && qp_hit) {

@@ -12,7 +12,7 @@ use dta_collector::config::{CollectorConfig, DeviceSection};
 use dta_collector::rnic::responder::{DeviceConfig, QpConfig, Responder};
 use dta_collector::store::build_stores;
 use dta_conformance::{
-    self as corpus, CaseFile, COLLECTOR, COLLECTOR_MAC, TRANSLATOR, TRANSLATOR_MAC,
+    self as corpus, CaseFile, ResponseKind, COLLECTOR, COLLECTOR_MAC, TRANSLATOR, TRANSLATOR_MAC,
 };
 use dta_proto::batch::{Datagram, IpMeta, TxBatch};
 use dta_proto::wire::dta::BaseVariant;
@@ -71,7 +71,7 @@ struct Run {
 
 /// Runs one case through the production pipeline (with the case's canonical coordinates) and
 /// the software RNIC (frames relocated to the RNIC's real regions).
-fn run_case(case: &CaseFile, reports: &[Vec<u8>]) -> Run {
+fn run_case(case: &CaseFile, reports: &[Vec<u8>], responses: &[Vec<u8>]) -> Run {
     let cfg = CollectorConfig {
         collector: DeviceSection {
             roce: COLLECTOR,
@@ -191,7 +191,13 @@ fn run_case(case: &CaseFile, reports: &[Vec<u8>]) -> Run {
         }
         tx.clear();
     };
-    for r in reports {
+    assert_eq!(
+        responses.len(),
+        case.responses.len(),
+        "{}: responses.pcap",
+        case.name
+    );
+    for (ri, r) in reports.iter().enumerate() {
         assert!(r.len() >= 42, "report frame too short");
         let src = SocketAddrV4::new(
             Ipv4Addr::new(r[26], r[27], r[28], r[29]),
@@ -209,7 +215,40 @@ fn run_case(case: &CaseFile, reports: &[Vec<u8>]) -> Run {
         };
         pipeline.handle_reports(now, &[d], &mut tx);
         take(&mut tx, &mut frames);
+        // The collector's responses to what was sent so far (ACKs, stale and fresh NAKs).
+        for (f, _) in responses
+            .iter()
+            .zip(&case.responses)
+            .filter(|(_, c)| c.after_report == ri + 1)
+        {
+            let p = parse_frame(f).expect("response frame parses");
+            let d = Datagram {
+                src: SocketAddrV4::new(p.ip.src, p.udp.src_port),
+                dst: SocketAddrV4::new(p.ip.dst, p.udp.dst_port),
+                ip: None,
+                payload: &f[L2L4_LEN..],
+            };
+            pipeline.handle_responses(now, &[d], &mut tx);
+            pipeline.poll_transmit(now, &mut tx);
+            take(&mut tx, &mut frames);
+        }
     }
+    // Every stale NAK was ignored and counted, every fresh one taken.
+    let stats: Vec<_> = pipeline.qp_stats().map(|(_, _, s)| s).collect();
+    let nak = |fresh: bool| {
+        case.responses
+            .iter()
+            .filter(|r| r.syndrome == ResponseKind::NakPsnSequenceError && r.fresh == fresh)
+            .count() as u64
+    };
+    let stale: u64 = stats.iter().map(|s| s.stale_responses).sum();
+    let nak_seq: u64 = stats.iter().map(|s| s.nak_seq).sum();
+    assert_eq!(
+        (stale, nak_seq),
+        (nak(false), nak(true)),
+        "{}: (stale responses, fresh NAKs) counted by the QPs",
+        case.name
+    );
     let before_flush = frames.len();
     while !pipeline.flush_all(now, &mut tx) {
         take(&mut tx, &mut frames);
@@ -301,6 +340,14 @@ fn corpus_matches_the_model() {
             "{}: expected.pcap is stale",
             c.case.name
         );
+        if !c.responses.is_empty() {
+            assert_eq!(
+                corpus::read_pcap(&d.join("responses.pcap")).unwrap(),
+                c.responses,
+                "{}: responses.pcap is stale",
+                c.case.name
+            );
+        }
         for (m, mem) in c.case.metas.iter().zip(&c.memory) {
             assert_eq!(
                 &std::fs::read(d.join(format!("memory-{}.bin", m.name))).unwrap(),
@@ -323,8 +370,13 @@ fn translator_passes_the_corpus() {
             serde_json::from_str(&std::fs::read_to_string(d.join("case.json")).unwrap()).unwrap();
         let reports = corpus::read_pcap(&d.join("reports.pcap")).unwrap();
         let expected = corpus::read_pcap(&d.join("expected.pcap")).unwrap();
+        let responses = if case.responses.is_empty() {
+            Vec::new()
+        } else {
+            corpus::read_pcap(&d.join("responses.pcap")).unwrap()
+        };
         assert_eq!(reports.len(), case.reports, "{}", case.name);
-        let run = run_case(&case, &reports);
+        let run = run_case(&case, &reports, &responses);
         if run.frames != expected {
             let i = run
                 .frames

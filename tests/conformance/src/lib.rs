@@ -33,7 +33,7 @@ use dta_proto::layout::{
 };
 use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ethernet::{EthernetFrame, EthernetRepr, MacAddr, ETHERTYPE_IPV4};
-use dta_proto::wire::ib::{opcode as op, BthRepr, Psn, Qpn};
+use dta_proto::wire::ib::{opcode as op, AethRepr, BthRepr, NakCode, Psn, Qpn, Syndrome};
 use dta_proto::wire::ipv4::{Ipv4Packet, Ipv4Repr, PROTO_UDP};
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::wire::roce::{build_frame, frame_len, RoceEndpoint};
@@ -111,6 +111,37 @@ pub struct CaseFile {
     /// Sketch-Merge settings and switches (cases with Sketch stores only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sketch: Option<SketchCase>,
+    /// Collector responses (ACKs, NAKs) to inject, in order, each after report `after_report`
+    /// (1-based) has been translated; their frames are `responses.pcap`. Empty in most cases.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub responses: Vec<CaseResponse>,
+}
+
+/// A collector response a case injects (`responses.pcap` holds its frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaseResponse {
+    /// Injected after this many reports (1-based) were translated.
+    pub after_report: usize,
+    /// The store (index into `metas` / `qps`) whose QP it answers.
+    pub store: usize,
+    /// What it is.
+    pub syndrome: ResponseKind,
+    /// The PSN it names: the PSN ACKed, or the PSN the responder expects (NAK).
+    pub psn: u32,
+    /// Whether the translator must act on it: an ACK of a PSN it sent, a NAK naming a PSN
+    /// after everything ACKed; `false`: stale (a NAK naming a PSN the responder already
+    /// executed), ignored and counted.
+    pub fresh: bool,
+}
+
+/// The AETH syndromes a case injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseKind {
+    /// ACK.
+    Ack,
+    /// NAK "PSN sequence error".
+    NakPsnSequenceError,
 }
 
 impl CaseFile {
@@ -213,6 +244,8 @@ struct Spec {
     sketch_reports: Vec<Vec<u8>>,
     /// `[sketch] expected_switches`.
     sketch_expected: u16,
+    /// (after report, store, kind, PSN): collector responses (see [`CaseResponse`]).
+    responses: Vec<(usize, usize, ResponseKind, u32)>,
 }
 
 struct Rng(u64);
@@ -294,6 +327,7 @@ fn specs() -> Vec<Spec> {
         reports: vec![],
         sketch_reports: vec![],
         sketch_expected: 1,
+        responses: vec![],
     };
 
     // Key-Write: both hash profiles, both report profiles, N = 1..4, 16 slots (collisions).
@@ -410,6 +444,54 @@ fn specs() -> Vec<Spec> {
                 Profile::ReferenceA,
             ));
         }
+        out.push(s);
+    }
+    // PSN resync: collector ACKs and NAKs across the PSN wrap. Stale NAKs name PSNs the
+    // responder already executed (ACKed): a translator that moved its PSN back to them would
+    // send the next frames under executed PSNs, which the responder silently drops as
+    // duplicates, and the frames here would differ. The fresh NAK names the next PSN.
+    {
+        let mut s = base(
+            "keywrite_psn_resync".into(),
+            "Key-Write, N = 2, from PSN 0xFFFFF0 across the 24-bit wrap, with collector \
+             responses: ACKs, stale NAKs naming executed PSNs (before and across the wrap, \
+             ignored and counted) and a fresh NAK naming the next PSN (nothing lost)"
+                .into(),
+            false,
+        );
+        s.first_psn = Some(0xFF_FFF0);
+        s.stores.push(store(
+            "kw",
+            StoreKindConfig::KeyWrite {
+                slots: 256,
+                slot_size: 8,
+                hash: HashProfile::Independent,
+                redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
+            },
+        ));
+        for i in 0..12u32 {
+            s.reports.push((
+                Report {
+                    header: header(Profile::ReferenceA, false, i),
+                    primitive: Primitive::KeyWrite {
+                        redundancy: 2,
+                        key: key_for(Profile::ReferenceA, i * 613 + 5),
+                        value: Value::new(&(i ^ 0x5A5A).to_be_bytes()).expect("value"),
+                    },
+                },
+                Profile::ReferenceA,
+            ));
+        }
+        // Two frames per report: after report r, PSNs 0xFFFFF0 .. 0xFFFFF0 + 2r - 1 were sent.
+        use ResponseKind::{Ack, NakPsnSequenceError as Nak};
+        s.responses = vec![
+            (3, 0, Ack, 0xFF_FFF3),  // F0..F3 executed
+            (5, 0, Nak, 0xFF_FFF2),  // stale: F2 was ACKed
+            (6, 0, Nak, 0xFF_FFFC),  // fresh: the next PSN (nothing lost)
+            (9, 0, Ack, 0x00_0001),  // across the wrap: everything through 1 executed
+            (10, 0, Nak, 0xFF_FFFE), // stale, across the wrap
+            (11, 0, Nak, 0x00_0000), // stale: 0 was ACKed
+        ];
         out.push(s);
     }
     // Key-Increment: both hash profiles, N = 1..4, immediate notifications.
@@ -722,6 +804,11 @@ enum State {
 struct ModelStore {
     qp: CanonicalQp,
     psn: u32,
+    /// The first PSN the responder is not known to have executed (ACKs and fresh NAKs move
+    /// it); a NAK naming an earlier PSN is stale.
+    executed_to: u32,
+    /// The last fresh NAK's PSN (a repeat of it is stale too).
+    last_nak: Option<u32>,
     since_ack: u32,
     mem: Vec<u8>,
     state: State,
@@ -812,6 +899,49 @@ impl Model {
         let n = build_frame(&ep, &bth, &ext, payload, &mut buf);
         buf.truncate(n);
         self.frames.push(buf);
+    }
+
+    /// Applies a collector response to store `si`'s QP; returns whether it is fresh.
+    ///
+    /// The rule (`PROTOCOL.md`, reliability): PSNs compare as 24-bit serial numbers. An ACK of
+    /// `p` between what is known executed and what was sent says everything through `p`
+    /// executed. A NAK "PSN sequence error" names the PSN the responder expects: everything
+    /// before it executed, nothing from it on. It is stale, ignored, when it names a PSN
+    /// before what is known executed (the PSN must never move back over executed frames:
+    /// the responder would take the new frames there as duplicates and not execute them),
+    /// after what was sent, or the last fresh NAK's again. A fresh NAK naming a PSN before the
+    /// next one to send asks for a go-back-N resend, which the Tofino program does not do;
+    /// the corpus only names the next PSN (nothing lost), where both translators go on as
+    /// before.
+    fn respond(&mut self, si: usize, kind: ResponseKind, psn: u32) -> Result<bool, String> {
+        let s = &mut self.stores[si];
+        let diff = |a: u32, b: u32| ((a.wrapping_sub(b) << 8) as i32) >> 8;
+        match kind {
+            ResponseKind::Ack => {
+                let fresh = diff(psn, s.executed_to) >= 0 && diff(psn, s.psn) < 0;
+                if fresh {
+                    s.executed_to = (psn + 1) & 0xFF_FFFF;
+                }
+                Ok(fresh)
+            }
+            ResponseKind::NakPsnSequenceError => {
+                let fresh = diff(psn, s.executed_to) >= 0
+                    && diff(psn, s.psn) <= 0
+                    && s.last_nak != Some(psn);
+                if fresh && psn != s.psn {
+                    return Err(format!(
+                        "a fresh NAK naming {psn:#x} before the next PSN {:#x} asks for a resend, \
+                         which the corpus does not model",
+                        s.psn
+                    ));
+                }
+                if fresh {
+                    s.executed_to = psn;
+                    s.last_nak = Some(psn);
+                }
+                Ok(fresh)
+            }
+        }
     }
 
     fn first_of(&self, f: impl Fn(&State) -> bool) -> Option<usize> {
@@ -1196,6 +1326,37 @@ fn canonical_qp(i: usize, first_psn: Option<u32>) -> CanonicalQp {
     }
 }
 
+/// The frame of a collector response to `qp`: collector → translator, RC ACKNOWLEDGE with an
+/// AETH (an ACK with rxe's "invalid credit count", or NAK "PSN sequence error"), MSN 0.
+fn response_frame(qp: &CanonicalQp, kind: ResponseKind, psn: u32) -> Vec<u8> {
+    let ep = RoceEndpoint {
+        src_mac: COLLECTOR_MAC,
+        dst_mac: TRANSLATOR_MAC,
+        src_ip: *COLLECTOR.ip(),
+        dst_ip: *TRANSLATOR.ip(),
+        src_port: COLLECTOR.port(),
+        dst_port: TRANSLATOR.port(),
+        ttl: 64,
+        tos: 0,
+        ident: 0,
+    };
+    let syndrome = match kind {
+        ResponseKind::Ack => Syndrome::Ack { credits: 0x1F },
+        ResponseKind::NakPsnSequenceError => Syndrome::Nak(NakCode::PsnSequenceError),
+    };
+    let aeth = AethRepr { syndrome, msn: 0 }.to_bytes();
+    let bth = BthRepr::rc(
+        op::RC_ACKNOWLEDGE,
+        Qpn::new(qp.local_qpn),
+        Psn::new(psn),
+        false,
+    );
+    let mut buf = vec![0u8; frame_len(aeth.len(), 0)];
+    let n = build_frame(&ep, &bth, &aeth, &[], &mut buf);
+    buf.truncate(n);
+    buf
+}
+
 /// A modelled case: its file description, report payloads, expected frames and memory.
 pub struct Modelled {
     /// `case.json`.
@@ -1204,6 +1365,8 @@ pub struct Modelled {
     pub reports: Vec<Vec<u8>>,
     /// Expected RoCEv2 frames, in order.
     pub frames: Vec<Vec<u8>>,
+    /// The collector responses' frames (`responses.pcap`), in [`CaseFile::responses`] order.
+    pub responses: Vec<Vec<u8>>,
     /// Expected memory, per store.
     pub memory: Vec<Vec<u8>>,
 }
@@ -1263,6 +1426,8 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         stores.push(ModelStore {
             qp,
             psn: qp.psn,
+            executed_to: qp.psn,
+            last_nak: None,
             since_ack: 0,
             mem,
             state,
@@ -1281,12 +1446,25 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         sketch_multi_column: 0,
     };
     let mut reports = Vec::new();
-    for (r, profile) in &spec.reports {
+    let mut responses = Vec::new();
+    let mut response_frames = Vec::new();
+    for (i, (r, profile)) in spec.reports.iter().enumerate() {
         let mut b = vec![0u8; 128];
         let n = r.emit(*profile, &mut b).map_err(|e| format!("{e:?}"))?;
         b.truncate(n);
         reports.push(b);
         m.report(r);
+        for &(after, si, kind, psn) in spec.responses.iter().filter(|x| x.0 == i + 1) {
+            let fresh = m.respond(si, kind, psn)?;
+            response_frames.push(response_frame(&m.stores[si].qp, kind, psn));
+            responses.push(CaseResponse {
+                after_report: after,
+                store: si,
+                syndrome: kind,
+                psn,
+                fresh,
+            });
+        }
     }
     for p in &spec.sketch_reports {
         reports.push(p.clone());
@@ -1339,10 +1517,12 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         p4_defines,
         p4_unsupported,
         sketch,
+        responses,
     };
     Ok(Modelled {
         case,
         reports,
+        responses: response_frames,
         frames: m.frames,
         memory: m.stores.into_iter().map(|s| s.mem).collect(),
     })
@@ -1428,6 +1608,9 @@ pub fn write_corpus(dir: &Path) -> Result<usize, String> {
         let frames: Vec<Vec<u8>> = c.reports.iter().map(|p| report_frame(p)).collect();
         write_pcap(&d.join("reports.pcap"), &frames).map_err(|e| e.to_string())?;
         write_pcap(&d.join("expected.pcap"), &c.frames).map_err(|e| e.to_string())?;
+        if !c.responses.is_empty() {
+            write_pcap(&d.join("responses.pcap"), &c.responses).map_err(|e| e.to_string())?;
+        }
         for (meta, mem) in c.case.metas.iter().zip(&c.memory) {
             fs::write(d.join(format!("memory-{}.bin", meta.name)), mem)
                 .map_err(|e| e.to_string())?;
@@ -1466,6 +1649,44 @@ mod tests {
                 "{prefix}"
             );
         }
+    }
+
+    #[test]
+    fn the_resync_rule_ignores_nak_for_executed_psns_across_the_wrap() {
+        let spec = specs()
+            .into_iter()
+            .find(|s| s.name == "keywrite_psn_resync")
+            .unwrap();
+        let c = model(spec).unwrap();
+        let fresh: Vec<(ResponseKind, u32, bool)> = c
+            .case
+            .responses
+            .iter()
+            .map(|r| (r.syndrome, r.psn, r.fresh))
+            .collect();
+        use ResponseKind::{Ack, NakPsnSequenceError as Nak};
+        assert_eq!(
+            fresh,
+            [
+                (Ack, 0xFF_FFF3, true),
+                (Nak, 0xFF_FFF2, false),
+                (Nak, 0xFF_FFFC, true),
+                (Ack, 0x00_0001, true),
+                (Nak, 0xFF_FFFE, false),
+                (Nak, 0x00_0000, false),
+            ]
+        );
+        assert_eq!(c.responses.len(), 6);
+        for f in &c.responses {
+            assert!(dta_proto::icrc::check_frame(f), "response ICRC");
+        }
+        // A fresh NAK naming a PSN before the next one asks for a resend: not modelled.
+        let mut spec = specs()
+            .into_iter()
+            .find(|s| s.name == "keywrite_psn_resync")
+            .unwrap();
+        spec.responses = vec![(4, 0, Nak, 0xFF_FFF5)];
+        assert!(model(spec).err().unwrap().contains("resend"));
     }
 
     #[test]
