@@ -25,32 +25,7 @@ COLLECTOR = "10.0.0.51:4791"
 
 def knobs_from_defines(defines):
     """dta_bfrt knobs for a `-D...` string (the case's p4_defines)."""
-    k = dict(dta_bfrt.DEFAULT_KNOBS)
-    for d in defines.split():
-        name, _, value = d[2:].partition("=")
-        if name == "DTA_HASH_REFERENCE":
-            k["hash"] = "reference"
-        elif name == "DTA_REF_VARIANT_B":
-            k["variant"] = "b"
-        elif name == "DTA_NO_EXTENDED":
-            k["extended"] = False
-        elif name == "DTA_MAX_N":
-            k["max_n"] = int(value)
-        elif name == "DTA_AP_BATCH":
-            k["ap_batch"] = int(value)
-        elif name == "DTA_AP_REFERENCE_RING":
-            k["ap_sequenced"] = False
-        elif name == "DTA_PC_HOPS":
-            k["pc_hops"] = int(value)
-        elif name == "DTA_PC_CACHE_BITS":
-            k["pc_cache_bits"] = int(value)
-        elif name == "DTA_QPS":
-            k["qps"] = int(value)
-        elif name == "DTA_SK_ROWS":
-            k["sk_rows"] = int(value)
-        elif name == "DTA_NO_SKETCH":
-            k["sketch"] = False
-    return k
+    return dta_bfrt.knobs_from_defines(defines)
 
 
 def sketch_switches(case):

@@ -99,6 +99,37 @@ AP_TRAILER_LEN = 8
 SHARED_TABLES = ("Ingress.tbl_forward",)
 
 
+def knobs_from_defines(defines):
+    """The knobs of a program compiled with these `bf-p4c` flags (`-DDTA_...`, as
+    p4/README.md's knob table and a corpus case's `p4_defines`)."""
+    k = dict(DEFAULT_KNOBS)
+    for d in defines.split():
+        if not d.startswith("-D"):
+            raise ConfigError(f"--defines: {d!r} is not a -D flag")
+        name, _, value = d[2:].partition("=")
+        flags = {"DTA_HASH_REFERENCE": ("hash", "reference"), "DTA_REF_VARIANT_B": ("variant", "b"),
+                 "DTA_NO_EXTENDED": ("extended", False), "DTA_AP_REFERENCE_RING": ("ap_sequenced", False),
+                 "DTA_NO_ICRC": ("icrc", False), "DTA_NO_SKETCH": ("sketch", False)}
+        numbers = {"DTA_MAX_N": "max_n", "DTA_AP_BATCH": "ap_batch", "DTA_PC_HOPS": "pc_hops",
+                   "DTA_PC_CACHE_BITS": "pc_cache_bits", "DTA_QPS": "qps", "DTA_SK_ROWS": "sk_rows",
+                   "DTA_SKETCHES": "sketches", "DTA_SK_SWITCHES": "sk_switches"}
+        if name in flags:
+            key, v = flags[name]
+            k[key] = v
+        elif name in numbers:
+            try:
+                k[numbers[name]] = int(value, 0)
+            except ValueError:
+                raise ConfigError(f"--defines: {d!r} needs a number") from None
+        elif name == "DTA_SK_CELL_BITS":
+            k["sk_cells"] = 1 << int(value, 0)
+        elif name == "DTA_AP_LISTS":
+            pass   # the register size; the plan checks list IDs against the stores
+        else:
+            raise ConfigError(f"--defines: unknown knob {name} (p4/README.md lists them)")
+    return k
+
+
 class ConfigError(Exception):
     """The configuration cannot be served by the P4 program."""
 
@@ -729,14 +760,28 @@ def main(argv):
     ap.add_argument("--sketch-switches", default="",
                     help='switch IDs of every sketch ("1-100,200") or per sketch ID '
                          '("7:1-100;9:200")')
+    ap.add_argument("--defines", default="",
+                    help='the bf-p4c -D flags the program was compiled with, as one argument '
+                         '(--defines="-DDTA_AP_BATCH=2 -DDTA_PC_CACHE_BITS=3"; in bfshell: '
+                         'DTA_DEFINES); --no-icrc, --no-sketch and --sk-rows add to them')
     ap.add_argument("--print", action="store_true", help="print the plan as JSON")
     a = ap.parse_args(argv)
-    cfg = load_config(a.config)
-    collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(a.config)))
-    conns = load_connections(a.connections) if a.connections else None
-    knobs = {"icrc": not a.no_icrc, "sketch": not a.no_sketch, "sk_rows": a.sk_rows}
-    p = plan(cfg, collectors, parse_ports(a.ports), conns, knobs, a.resync_window, a.loop_port,
-             parse_sketch_switches(a.sketch_switches))
+    try:
+        cfg = load_config(a.config)
+        collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(a.config)))
+        conns = load_connections(a.connections) if a.connections else None
+        knobs = knobs_from_defines(a.defines)
+        if a.no_icrc:
+            knobs["icrc"] = False
+        if a.no_sketch:
+            knobs["sketch"] = False
+        if a.sk_rows != DEFAULT_KNOBS["sk_rows"]:
+            knobs["sk_rows"] = a.sk_rows
+        p = plan(cfg, collectors, parse_ports(a.ports), conns, knobs, a.resync_window,
+                 a.loop_port, parse_sketch_switches(a.sketch_switches))
+    except (ConfigError, OSError, ValueError, KeyError) as e:
+        print(f"dta_bfrt: {e}", file=sys.stderr)
+        return 2
     json.dump(p, sys.stdout, indent=1)
     print()
     return 0
@@ -745,9 +790,10 @@ def main(argv):
 if "bfrt" in globals():  # running inside bfshell's bfrt_python
     run(globals()["bfrt"], os.environ["DTA_CONFIG"], parse_ports(os.environ.get("DTA_PORTS", "")),
         os.environ.get("DTA_CONNECTIONS"), int(os.environ.get("DTA_RESYNC_WINDOW", "0")),
-        {"icrc": os.environ.get("DTA_NO_ICRC", "") in ("", "0"),
-         "sketch": os.environ.get("DTA_NO_SKETCH", "") in ("", "0"),
-         "sk_rows": int(os.environ.get("DTA_SK_ROWS", str(DEFAULT_KNOBS["sk_rows"])))},
+        dict(knobs_from_defines(os.environ.get("DTA_DEFINES", "")),
+             **({"icrc": False} if os.environ.get("DTA_NO_ICRC", "") not in ("", "0") else {}),
+             **({"sketch": False} if os.environ.get("DTA_NO_SKETCH", "") not in ("", "0") else {}),
+             **({"sk_rows": int(os.environ["DTA_SK_ROWS"])} if os.environ.get("DTA_SK_ROWS") else {})),
         int(os.environ.get("DTA_LOOP_PORT", str(DEFAULT_LOOP_PORT))),
         os.environ.get("DTA_SKETCH_SWITCHES", ""))
 elif __name__ == "__main__":

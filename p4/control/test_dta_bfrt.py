@@ -476,9 +476,17 @@ class SketchPlanTest(unittest.TestCase):
         self.assertEqual(rc, 0)
         p = json.loads(out.getvalue())
         self.assertEqual(len(p["tables"][dta_bfrt.SK_NAMES["tbl_sk_switch"][0]]), 9)
-        with self.assertRaises(dta_bfrt.ConfigError):
-            dta_bfrt.main(["--config", self.cfg, "--ports", "c1=136", "--print", "--no-sketch",
-                           "--sketch-switches", "1-3"])
+        # Wrong set-ups end with one line on stderr and exit status 2, not a traceback.
+        for extra in (["--no-sketch", "--sketch-switches", "1-3"],
+                      ["--defines=-DDTA_BOGUS=1"], ["--defines=-DDTA_MAX_N=x"],
+                      ["--defines=-DDTA_NO_ICRC", "--sketch-switches", "1-3"]):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=136", "--print"] + extra)
+            self.assertEqual(rc, 2, extra)
+            self.assertTrue(err.getvalue().startswith("dta_bfrt: "), err.getvalue())
+        k = dta_bfrt.knobs_from_defines("-DDTA_NO_ICRC -DDTA_SK_CELL_BITS=16 -DDTA_SKETCHES=4")
+        self.assertEqual((k["icrc"], k["sk_cells"], k["sketches"]), (False, 65536, 4))
         k = corpus_setup.knobs_from_defines("-DDTA_MAX_N=4 -DDTA_SK_ROWS=2 -DDTA_NO_SKETCH")
         self.assertEqual((k["sk_rows"], k["sketch"]), (2, False))
         self.assertEqual(corpus_setup.sketch_switches(
