@@ -566,6 +566,8 @@ control SketchMerge(inout ipipe_headers_t hdr, inout ipipe_ig_md_t md,
         md.psn = 0; md.exp_col = 0; md.count = 0; md.handled = 0;
         if (hdr.sk_base.isValid()) {
             md.handled = 1;
+            /* Shorter than the sub-header: the parser stopped before it. */
+            if (!hdr.sk.isValid()) { drop_ev(SK_MALFORMED); }
         }
         if (hdr.sk.isValid()) {
             md.op = hdr.sk.merge_op;

@@ -11,7 +11,8 @@
 //!
 //! Each column counts the switches merged into it; when every column of a batch has the
 //! configured number of switches, the batch is written at once (one RDMA WRITE of its column
-//! records, `dta_proto::sketch::SketchLayout`). A flush timer, armed by the first merge into a
+//! records, `dta_proto::sketch::SketchLayout`; at most [`MAX_WRITES_PER_REPORT`] per report,
+//! the rest by the poll that is then due at once). A flush timer, armed by the first merge into a
 //! batch not yet written, writes whatever changed when it fires (stragglers' columns arrive
 //! later and are written again); once the epoch has merged nothing for a flush delay, it
 //! NACKs every known switch that has not sent its whole sketch for the epoch (a lost last
@@ -37,6 +38,13 @@ use crate::datapath::udp_frame::NackOut;
 
 /// Straggler NACK rounds per epoch (each one flush delay apart).
 pub const STRAGGLER_ROUNDS: u32 = 16;
+
+/// Batch WRITEs one report sends at most; batches it completes beyond these are written by
+/// the next poll, which is due at once. A report of 1,024 one-byte HyperLogLog registers with
+/// batch 1 completes up to 1,024 batches: reserving room for all of them per report made the
+/// pipeline ask every QP for more frames than its ring holds, so every report of every store
+/// was refused as queue-full.
+pub const MAX_WRITES_PER_REPORT: u32 = 32;
 
 /// What the translator knows about one switch.
 #[derive(Debug, Clone, Copy)]
@@ -172,7 +180,9 @@ impl SketchMerge {
     pub fn frames_per_report(&self) -> usize {
         let col_bytes = self.rows * self.width.bytes();
         let columns = (MAX_CELL_BYTES / col_bytes).min(self.columns as usize);
-        (columns.div_ceil(self.batch as usize) + 1).min(self.layout.batches() as usize)
+        (columns.div_ceil(self.batch as usize) + 1)
+            .min(self.layout.batches() as usize)
+            .min(MAX_WRITES_PER_REPORT as usize)
     }
 
     /// Merges one report from the switch at `src` (see the module docs for what is merged,
@@ -204,7 +214,13 @@ impl SketchMerge {
                 return;
             }
             Some(_) => {
-                self.write_changed(now, out, tx, c);
+                // The old epoch's changes go out first. If the QP cannot take them all, the
+                // report is refused (the new epoch does not start, nothing is lost): the
+                // switch's next report tries again, and its gap NACK brings this one back.
+                if !self.write_changed(now, out, tx, c) {
+                    c.drop_qp_queue_full += 1;
+                    return;
+                }
                 self.start_epoch(r.epoch);
                 c.sketch_epochs += 1;
                 r.epoch
@@ -287,6 +303,7 @@ impl SketchMerge {
                 self.complete[(col / self.batch) as usize] += 1;
             }
         }
+        let mut writes = 0;
         for b in first / self.batch..=(end - 1) / self.batch {
             let bi = b as usize;
             if !self.dirty[bi] {
@@ -294,7 +311,13 @@ impl SketchMerge {
                 self.dirty_count += 1;
             }
             if self.complete[bi] == self.batch {
-                self.write_batch(b, now, out, tx, c);
+                if writes < MAX_WRITES_PER_REPORT {
+                    self.write_batch(b, now, out, tx, c);
+                    writes += 1;
+                } else {
+                    // Left dirty for the poll that is due now (MAX_WRITES_PER_REPORT).
+                    self.deadline = Some(self.deadline.map_or(now, |d| d.min(now)));
+                }
                 c.sketch_batches_complete += 1;
             }
         }
@@ -749,6 +772,72 @@ mod tests {
         assert_eq!(c.drop_qp_queue_full, 0, "{c:?}");
         assert_eq!(c.translated, 16);
         assert_eq!(c.sketch_batches_complete, 16);
+    }
+
+    #[test]
+    fn a_report_completing_many_batches_writes_the_rest_at_the_next_poll() {
+        // 16,384 one-byte registers, batch 1: one report of 1,024 columns completes 1,024
+        // batches. Before MAX_WRITES_PER_REPORT every report was refused as queue-full (the
+        // pipeline asked the QP for 1,026 frames of room).
+        let kind = StoreKind::Sketch {
+            sketch_id: 7,
+            sketch: SketchKind::HyperLogLog,
+            rows: 1,
+            columns: 16384,
+            cell_width: 1,
+            batch: 1,
+            epochs: 2,
+        };
+        let mut p = single_store_pipeline_with(kind, |c| {
+            c.l2_frames = false;
+            c.sketch = SketchSettings {
+                expected_switches: 1,
+                max_switches: 4,
+                flush_ns: MS,
+            };
+        });
+        assert!(p.frames_per_report_max() <= MAX_WRITES_PER_REPORT as usize + 1);
+        let shape = SketchShape::new(SketchKind::HyperLogLog, 1, 16384, 1).unwrap();
+        let mut s = Sketch::new(shape);
+        for k in 0..50_000u32 {
+            s.update(&Key::new(&k.to_be_bytes()).unwrap(), 1);
+        }
+        let bufs = vec![s.column_report(7, 1, 1, 0, 1024).unwrap()];
+        let mut mem = vec![0u8; 1 << 20];
+        let mut tx = TxBatch::new(4096, 2048);
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+        let d = Datagram {
+            src,
+            dst,
+            ip: None,
+            payload: &bufs[0],
+        };
+        p.handle_reports(0, &[d], &mut tx);
+        let c = p.counters();
+        assert_eq!((c.drop_qp_queue_full, c.translated), (0, 1), "{c:?}");
+        assert_eq!(tx.len(), MAX_WRITES_PER_REPORT as usize, "written at once");
+        assert_eq!(p.next_deadline(), Some(0), "the rest is due now");
+        // Polls write the other 992.
+        let mut written = tx.len();
+        drain(&tx, &mut mem);
+        tx.clear();
+        for _ in 0..100 {
+            if p.next_deadline() != Some(0) {
+                break;
+            }
+            p.poll(0, &mut tx);
+            written += tx.len();
+            drain(&tx, &mut mem);
+            tx.clear();
+        }
+        assert_eq!(written, 1024, "{:?}", p.counters());
+        let layout = SketchLayout::new(shape, 1, 2).unwrap();
+        for col in 0..1024u32 {
+            let rec = &mem[layout.batch_offset(1, col) as usize..][..12];
+            assert_eq!(u32::from_le_bytes(rec[..4].try_into().unwrap()), 1, "epoch");
+            assert_eq!(rec[8] as u32, s.cells()[col as usize], "column {col}");
+        }
     }
 
     #[test]
