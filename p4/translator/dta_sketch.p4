@@ -564,10 +564,11 @@ control SketchMerge(inout ipipe_headers_t hdr, inout ipipe_ig_md_t md,
     apply {
         md.ev_valid = 0; md.qp_op = SK_QP_NONE; md.nak_fresh = 0; md.ack_req = 0;
         md.psn = 0; md.exp_col = 0; md.count = 0; md.handled = 0;
-        if (hdr.sk_base.isValid()) {
+        /* A report shorter than its sub-header (the parser stopped before it) is not taken
+         * here: it goes on to pipe 0 like any report, which counts it (DROP_BAD_VERSION, an
+         * extended report of version 2) and drops it. A drop here cost pipe 1 a 13th stage. */
+        if (hdr.sk.isValid()) {
             md.handled = 1;
-            /* Shorter than the sub-header: the parser stopped before it. */
-            if (!hdr.sk.isValid()) { drop_ev(SK_MALFORMED); }
         }
         if (hdr.sk.isValid()) {
             md.op = hdr.sk.merge_op;
