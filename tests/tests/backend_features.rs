@@ -200,12 +200,16 @@ fn kernel_bypass_backends_smoke() {
         assert_eq!(n("translated") + n("dropped"), 3000, "{f}: {c}");
         assert!(n("translated") >= 2990, "{f}: {c}");
         assert!(n("frames") > 0 && n("rnic_executed") > 0, "{f}: {c}");
-        // The RNIC accepted what was sent (resends of executed frames aside): a translator
-        // whose frames fail the RNIC's checks would otherwise just look fast.
+        // The RNIC accepted what was sent: a translator whose frames fail the RNIC's checks
+        // would otherwise just look fast. None rejected, and at least 90 % executed or valid
+        // resends (a loaded host loses frames on the veth and resends them, or resends frames
+        // whose ACK came late: 3,189 of 3,547 executed under a compiler run, the rest resends).
+        assert_eq!(n("rnic_rejected"), 0, "{f}: the RNIC rejected frames: {c}");
         assert!(
-            n("rnic_executed") * 10 >= n("frames") * 9,
-            "{f}: the RNIC executed {} of {} frames: {c}",
+            (n("rnic_executed") + n("rnic_resent")) * 10 >= n("frames") * 9,
+            "{f}: the RNIC executed {} and took {} resends of {} frames: {c}",
             n("rnic_executed"),
+            n("rnic_resent"),
             n("frames")
         );
     }
