@@ -630,6 +630,7 @@ pub fn translator_netns(
         k.rcvd_pkts >= rn0.rcvd_pkts + c.frames - c0.frames
     });
     let k = collector.counters();
+    let resent_rejected = rnic_resent_rejected(&rn0, &k);
     let tr = Arc::try_unwrap(tr).map_err(|_| "translator still shared".to_string())?;
     let _ = tr.shutdown();
     collector.shutdown();
@@ -648,8 +649,8 @@ pub fn translator_netns(
         dropped: c.dropped() - c0.dropped(),
         frames: c.frames - c0.frames,
         rnic_executed: Some((k.writes + k.atomics) - (rn0.writes + rn0.atomics)),
-        rnic_resent: rnic_resent_rejected(&rn0, &k).0,
-        rnic_rejected: rnic_resent_rejected(&rn0, &k).1,
+        rnic_resent: resent_rejected.0,
+        rnic_rejected: resent_rejected.1,
         ..Comparison::default()
     }
     .finish())
@@ -1165,6 +1166,7 @@ pub fn compare_udp_prefilled(
         k.rcvd_pkts >= k0.rcvd_pkts + c.frames - c0.frames
     });
     let k = rig.collector.counters();
+    let resent_rejected = rnic_resent_rejected(&k0, &k);
     rig.stop();
     Ok(Comparison {
         backend: "udp".into(),
@@ -1174,8 +1176,8 @@ pub fn compare_udp_prefilled(
         dropped: c.dropped() - c0.dropped(),
         frames: c.frames - c0.frames,
         rnic_executed: Some((k.writes + k.atomics) - (k0.writes + k0.atomics)),
-        rnic_resent: rnic_resent_rejected(&k0, &k).0,
-        rnic_rejected: rnic_resent_rejected(&k0, &k).1,
+        rnic_resent: resent_rejected.0,
+        rnic_rejected: resent_rejected.1,
         ..Comparison::default()
     }
     .finish())
@@ -1321,6 +1323,7 @@ pub fn translator_netns_prefilled(
         k.rcvd_pkts >= k0.rcvd_pkts + c.frames - c0.frames
     });
     let k = collector.counters();
+    let resent_rejected = rnic_resent_rejected(&k0, &k);
     let _ = tr.shutdown();
     collector.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
@@ -1332,8 +1335,8 @@ pub fn translator_netns_prefilled(
         dropped: c.dropped() - c0.dropped(),
         frames: c.frames - c0.frames,
         rnic_executed: Some((k.writes + k.atomics) - (k0.writes + k0.atomics)),
-        rnic_resent: rnic_resent_rejected(&k0, &k).0,
-        rnic_rejected: rnic_resent_rejected(&k0, &k).1,
+        rnic_resent: resent_rejected.0,
+        rnic_rejected: resent_rejected.1,
         ..Comparison::default()
     }
     .finish())

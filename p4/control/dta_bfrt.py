@@ -99,6 +99,15 @@ AP_TRAILER_LEN = 8
 SHARED_TABLES = ("Ingress.tbl_forward",)
 
 
+# -D flags of the program (p4/README.md's knob table) and the knob each sets.
+DEFINE_FLAGS = {"DTA_HASH_REFERENCE": ("hash", "reference"), "DTA_REF_VARIANT_B": ("variant", "b"),
+                "DTA_NO_EXTENDED": ("extended", False), "DTA_AP_REFERENCE_RING": ("ap_sequenced", False),
+                "DTA_NO_ICRC": ("icrc", False), "DTA_NO_SKETCH": ("sketch", False)}
+DEFINE_NUMBERS = {"DTA_MAX_N": "max_n", "DTA_AP_BATCH": "ap_batch", "DTA_PC_HOPS": "pc_hops",
+                  "DTA_PC_CACHE_BITS": "pc_cache_bits", "DTA_QPS": "qps", "DTA_SK_ROWS": "sk_rows",
+                  "DTA_SKETCHES": "sketches", "DTA_SK_SWITCHES": "sk_switches"}
+
+
 def knobs_from_defines(defines):
     """The knobs of a program compiled with these `bf-p4c` flags (`-DDTA_...`, as
     p4/README.md's knob table and a corpus case's `p4_defines`)."""
@@ -107,18 +116,12 @@ def knobs_from_defines(defines):
         if not d.startswith("-D"):
             raise ConfigError(f"--defines: {d!r} is not a -D flag")
         name, _, value = d[2:].partition("=")
-        flags = {"DTA_HASH_REFERENCE": ("hash", "reference"), "DTA_REF_VARIANT_B": ("variant", "b"),
-                 "DTA_NO_EXTENDED": ("extended", False), "DTA_AP_REFERENCE_RING": ("ap_sequenced", False),
-                 "DTA_NO_ICRC": ("icrc", False), "DTA_NO_SKETCH": ("sketch", False)}
-        numbers = {"DTA_MAX_N": "max_n", "DTA_AP_BATCH": "ap_batch", "DTA_PC_HOPS": "pc_hops",
-                   "DTA_PC_CACHE_BITS": "pc_cache_bits", "DTA_QPS": "qps", "DTA_SK_ROWS": "sk_rows",
-                   "DTA_SKETCHES": "sketches", "DTA_SK_SWITCHES": "sk_switches"}
-        if name in flags:
-            key, v = flags[name]
+        if name in DEFINE_FLAGS:
+            key, v = DEFINE_FLAGS[name]
             k[key] = v
-        elif name in numbers:
+        elif name in DEFINE_NUMBERS:
             try:
-                k[numbers[name]] = int(value, 0)
+                k[DEFINE_NUMBERS[name]] = int(value, 0)
             except ValueError:
                 raise ConfigError(f"--defines: {d!r} needs a number") from None
         elif name == "DTA_SK_CELL_BITS":

@@ -422,15 +422,7 @@ fn specs() -> Vec<Spec> {
             false,
         );
         s.first_psn = Some(0xFF_FFF9);
-        s.stores.push(store(
-            "kw",
-            StoreKindConfig::KeyWrite {
-                slots: 256,
-                slot_size: 8,
-                hash: HashProfile::Independent,
-                redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
-            },
-        ));
+        s.stores.push(kw_256_store());
         for i in 0..10u32 {
             s.reports.push((
                 Report {
@@ -460,15 +452,7 @@ fn specs() -> Vec<Spec> {
             false,
         );
         s.first_psn = Some(0xFF_FFF0);
-        s.stores.push(store(
-            "kw",
-            StoreKindConfig::KeyWrite {
-                slots: 256,
-                slot_size: 8,
-                hash: HashProfile::Independent,
-                redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
-            },
-        ));
+        s.stores.push(kw_256_store());
         for i in 0..12u32 {
             s.reports.push((
                 Report {
@@ -1526,6 +1510,19 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         frames: m.frames,
         memory: m.stores.into_iter().map(|s| s.mem).collect(),
     })
+}
+
+/// The 256-slot, 8-byte Key-Write store of the PSN cases.
+fn kw_256_store() -> StoreConfig {
+    store(
+        "kw",
+        StoreKindConfig::KeyWrite {
+            slots: 256,
+            slot_size: 8,
+            hash: HashProfile::Independent,
+            redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
+        },
+    )
 }
 
 /// Every case, modelled.

@@ -311,15 +311,17 @@ impl SketchMerge {
                 self.dirty_count += 1;
             }
             if self.complete[bi] == self.batch {
+                // Beyond MAX_WRITES_PER_REPORT a complete batch stays dirty for the poll
+                // made due below.
                 if writes < MAX_WRITES_PER_REPORT {
                     self.write_batch(b, now, out, tx, c);
-                    writes += 1;
-                } else {
-                    // Left dirty for the poll that is due now (MAX_WRITES_PER_REPORT).
-                    self.deadline = Some(self.deadline.map_or(now, |d| d.min(now)));
                 }
+                writes += 1;
                 c.sketch_batches_complete += 1;
             }
+        }
+        if writes > MAX_WRITES_PER_REPORT {
+            self.deadline = Some(now);
         }
         if self.dirty_count > 0 && self.deadline.is_none() {
             self.deadline = Some(now + self.settings.flush_ns);
@@ -736,28 +738,34 @@ mod tests {
         assert_eq!(read_back(&mem, 12).1[0], 1);
     }
 
-    /// A HyperLogLog of 16 one-byte registers written one column per WRITE: a report could
-    /// announce 1,024 columns, but the sketch has 16, so a report needs room for 16 frames, not
-    /// 1,025 (more than the QP's ring holds, which made every report a queue-full drop).
-    #[test]
-    fn narrow_cells_with_batch_1_need_room_for_the_sketch_only() {
+    /// A pipeline with one HyperLogLog store of `columns` one-byte registers, batch 1, one
+    /// expected switch.
+    fn hll_batch1_pipeline(columns: u32) -> Pipeline {
         let kind = StoreKind::Sketch {
             sketch_id: 7,
             sketch: SketchKind::HyperLogLog,
             rows: 1,
-            columns: 16,
+            columns,
             cell_width: 1,
             batch: 1,
             epochs: 2,
         };
-        let mut p = single_store_pipeline_with(kind, |c| {
+        single_store_pipeline_with(kind, |c| {
             c.l2_frames = false;
             c.sketch = SketchSettings {
                 expected_switches: 1,
                 max_switches: 4,
                 flush_ns: MS,
             };
-        });
+        })
+    }
+
+    /// A HyperLogLog of 16 one-byte registers written one column per WRITE: a report could
+    /// announce 1,024 columns, but the sketch has 16, so a report needs room for 16 frames, not
+    /// 1,025 (more than the QP's ring holds, which made every report a queue-full drop).
+    #[test]
+    fn narrow_cells_with_batch_1_need_room_for_the_sketch_only() {
+        let mut p = hll_batch1_pipeline(16);
         let shape = SketchShape::new(SketchKind::HyperLogLog, 1, 16, 1).unwrap();
         let mut s = Sketch::new(shape);
         for k in 0..100u32 {
@@ -779,30 +787,14 @@ mod tests {
         // 16,384 one-byte registers, batch 1: one report of 1,024 columns completes 1,024
         // batches. Before MAX_WRITES_PER_REPORT every report was refused as queue-full (the
         // pipeline asked the QP for 1,026 frames of room).
-        let kind = StoreKind::Sketch {
-            sketch_id: 7,
-            sketch: SketchKind::HyperLogLog,
-            rows: 1,
-            columns: 16384,
-            cell_width: 1,
-            batch: 1,
-            epochs: 2,
-        };
-        let mut p = single_store_pipeline_with(kind, |c| {
-            c.l2_frames = false;
-            c.sketch = SketchSettings {
-                expected_switches: 1,
-                max_switches: 4,
-                flush_ns: MS,
-            };
-        });
+        let mut p = hll_batch1_pipeline(16384);
         assert!(p.frames_per_report_max() <= MAX_WRITES_PER_REPORT as usize + 1);
         let shape = SketchShape::new(SketchKind::HyperLogLog, 1, 16384, 1).unwrap();
         let mut s = Sketch::new(shape);
         for k in 0..50_000u32 {
             s.update(&Key::new(&k.to_be_bytes()).unwrap(), 1);
         }
-        let bufs = vec![s.column_report(7, 1, 1, 0, 1024).unwrap()];
+        let report = s.column_report(7, 1, 1, 0, 1024).unwrap();
         let mut mem = vec![0u8; 1 << 20];
         let mut tx = TxBatch::new(4096, 2048);
         let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
@@ -811,7 +803,7 @@ mod tests {
             src,
             dst,
             ip: None,
-            payload: &bufs[0],
+            payload: &report,
         };
         p.handle_reports(0, &[d], &mut tx);
         let c = p.counters();
