@@ -40,6 +40,9 @@ fn translator(c_addr: SocketAddrV4, t_ip: Ipv4Addr) -> Translator {
     cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
     cfg.translator.roce = SocketAddrV4::new(t_ip, 0);
     cfg.reliability.ack_every = 4;
+    // Batches here are all full; a partial-batch flush on a scheduling gap (1 ms by default)
+    // would split one and shift every later sequence number (seen on a loaded CI host).
+    cfg.append.flush_delay_us = 60_000_000;
     cfg.collectors = vec![CollectorSection::with_cm("c", c_addr, vec![1440])];
     Translator::start(cfg).expect("translator connects over RDMA_CM")
 }
