@@ -86,6 +86,8 @@ pub struct DemoReport {
     pub translated: u64,
     /// Reports dropped by the translator (all reasons).
     pub dropped: u64,
+    /// The translator's drop counters (name, value), non-zero only.
+    pub drop_reasons: Vec<(String, u64)>,
     /// Datagrams the kernel dropped before the translator saw them.
     pub socket_drops: u64,
     /// RoCEv2 frames the translator sent.
@@ -297,6 +299,11 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     rep.received = c.rx_datagrams;
     rep.translated = c.translated;
     rep.dropped = c.dropped();
+    rep.drop_reasons = c
+        .iter()
+        .filter(|(i, v)| *v > 0 && i.name.starts_with("drop_"))
+        .map(|(i, v)| (i.name.to_string(), v))
+        .collect();
     rep.frames = c.frames;
     collector.wait_for(Duration::from_secs(20), |k| {
         k.rcvd_pkts + k.bad_icrc + k.malformed >= rep.frames
@@ -365,9 +372,17 @@ pub fn print(opts: &DemoOptions, r: &DemoReport) {
         "  received by translator  {:>12}   (socket drops {})",
         r.received, r.socket_drops
     );
+    let reasons: Vec<String> = r
+        .drop_reasons
+        .iter()
+        .map(|(name, v)| format!("{name} {v}"))
+        .collect();
     println!(
-        "  translated              {:>12}   (dropped {})",
-        r.translated, r.dropped
+        "  translated              {:>12}   (dropped {}{}{})",
+        r.translated,
+        r.dropped,
+        if reasons.is_empty() { "" } else { ": " },
+        reasons.join(", ")
     );
     println!(
         "  RoCEv2 frames sent      {:>12}   ({:.2} frames/report)",
