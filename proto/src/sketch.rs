@@ -30,6 +30,19 @@
 //! register (`m = 2^p` = columns), the rank is the position of the first 1 in the remaining
 //! `32 − p` bits (`32 − p + 1` if they are all 0).
 //!
+//! # The Tofino hash profile
+//! A switch ASIC cannot multiply, so it cannot compute [`mix32`]. A store configured with
+//! `hash = "tofino"` ([`SketchHash::Tofino`]) uses hashes a Tofino computes in its pipeline:
+//! Count-Min and Count-sketch columns are `CRC_r(key) mod columns` (the same CRC, no
+//! finaliser: column choice only needs a universal hash, which a CRC is), the Count sign is
+//! bit 31 of the hop-polynomial CRC, and HyperLogLog replaces the finaliser with **simple
+//! tabulation** over the CRC's four bytes: `tab(x) = T0[x₀] ⊕ T1[x₁] ⊕ T2[x₂] ⊕ T3[x₃]`
+//! ([`tabulate`], `x₀` the least significant byte), four 256-entry tables of random words
+//! ([`TAB`], from splitmix64 seeded with [`TAB_SEED`]). Tabulation is non-linear and
+//! 3-independent, so it removes the CRC's affine structure from the ranks (the P4 reporter
+//! looks the tables up as four exact-match tables in one stage). The profile is stored in the
+//! header (byte 30), so every reader hashes as the switches did.
+//!
 //! # Memory layout (little-endian)
 //! ```text
 //! offset 0:    header, 64 B (written once by the collector; geometry below)
@@ -38,7 +51,8 @@
 //! column rec:  epoch u32 | merged u16 | expected u16 | cells (rows × width, row 0 first) | pad to 4
 //! ```
 //! Header: `DTAS` magic, version u8 = 1, kind u8, merge op u8, cell width u8, rows u32,
-//! columns u32, batch u32, epochs u32, column stride u32, sketch ID u16, reserved to 64 bytes.
+//! columns u32, batch u32, epochs u32, column stride u32, sketch ID u16, hash profile u8
+//! (0 independent, 1 Tofino; [`SketchHash`]), reserved to 64 bytes.
 //!
 //! A column record belongs to the epoch it names: a reader of epoch `e` treats a record
 //! naming another epoch as an empty column (cells 0, merged 0). `merged` is the number of
@@ -283,6 +297,48 @@ pub fn merge_one(op: MergeOp, cap: u32, d: u32, s: u32) -> u32 {
     }
 }
 
+/// Which hash functions a sketch uses (see the module docs): the switches that build it and
+/// every reader must agree.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, Default,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum SketchHash {
+    /// CRC-32 then [`mix32`] (software reporters, `dta gen`).
+    #[default]
+    Independent,
+    /// CRC-32 alone for columns and signs, tabulation over the CRC for HyperLogLog: what a
+    /// Tofino reporter computes.
+    Tofino,
+}
+
+impl SketchHash {
+    /// The header code (byte 30).
+    pub const fn code(self) -> u8 {
+        match self {
+            SketchHash::Independent => 0,
+            SketchHash::Tofino => 1,
+        }
+    }
+
+    /// The profile for a header code.
+    pub const fn from_code(c: u8) -> Option<SketchHash> {
+        match c {
+            0 => Some(SketchHash::Independent),
+            1 => Some(SketchHash::Tofino),
+            _ => None,
+        }
+    }
+
+    /// Configuration name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SketchHash::Independent => "independent",
+            SketchHash::Tofino => "tofino",
+        }
+    }
+}
+
 /// A sketch's geometry (what a reporter and the store must agree on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SketchShape {
@@ -294,6 +350,9 @@ pub struct SketchShape {
     pub columns: u32,
     /// Bytes per cell.
     pub width: CellWidth,
+    /// The hash functions ([`SketchHash::Independent`] unless set with
+    /// [`SketchShape::with_hash`]).
+    pub hash: SketchHash,
 }
 
 impl SketchShape {
@@ -332,7 +391,15 @@ impl SketchShape {
             rows,
             columns,
             width,
+            hash: SketchHash::Independent,
         })
+    }
+
+    /// The same geometry hashed with `hash`.
+    #[must_use]
+    pub fn with_hash(mut self, hash: SketchHash) -> SketchShape {
+        self.hash = hash;
+        self
     }
 
     /// Cells in the sketch.
@@ -507,6 +574,7 @@ impl SketchLayout {
         h[20..24].copy_from_slice(&self.epochs.to_le_bytes());
         h[24..28].copy_from_slice(&self.stride.to_le_bytes());
         h[28..30].copy_from_slice(&sketch_id.to_le_bytes());
+        h[30] = self.shape.hash.code();
         h
     }
 
@@ -522,7 +590,9 @@ impl SketchLayout {
             return None;
         }
         let rows = u8::try_from(le(8)).ok()?;
-        let shape = SketchShape::new(kind, rows, le(12), h[7]).ok()?;
+        let shape = SketchShape::new(kind, rows, le(12), h[7])
+            .ok()?
+            .with_hash(SketchHash::from_code(h[30])?);
         let l = SketchLayout::new(shape, le(16), le(20)).ok()?;
         (l.stride == le(24)).then_some((l, u16::from_le_bytes([h[28], h[29]])))
     }
@@ -552,6 +622,39 @@ static SIGN_ENGINES: [Crc32; MAX_ROWS as usize] = {
 
 static HLL_ENGINE: Crc32 = Crc32::new(POLYNOMIALS[HLL_POLY_INDEX]);
 
+/// The seed of the Tofino profile's tabulation tables (ASCII `DTASKTAB`).
+pub const TAB_SEED: u64 = 0x4454_4153_4B54_4142;
+
+/// The Tofino profile's tabulation tables: `TAB[i][b]` is the word byte `i` (0 = least
+/// significant) of the CRC selects; successive splitmix64 outputs (low 32 bits) from
+/// [`TAB_SEED`], table 0 first.
+pub static TAB: [[u32; 256]; 4] = {
+    let mut t = [[0u32; 256]; 4];
+    let mut state = TAB_SEED;
+    let mut i = 0;
+    while i < 4 {
+        let mut b = 0;
+        while b < 256 {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            t[i][b] = z as u32;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// Simple tabulation of a 32-bit word: `TAB[0][x₀] ⊕ TAB[1][x₁] ⊕ TAB[2][x₂] ⊕ TAB[3][x₃]`.
+#[inline]
+pub fn tabulate(x: u32) -> u32 {
+    let b = x.to_le_bytes();
+    TAB[0][b[0] as usize] ^ TAB[1][b[1] as usize] ^ TAB[2][b[2] as usize] ^ TAB[3][b[3] as usize]
+}
+
 /// MurmurHash3's 32-bit finaliser (`fmix32`): a bijection that makes every output bit depend
 /// on every input bit, applied to each sketch CRC (see the module docs).
 #[inline]
@@ -579,13 +682,23 @@ impl SketchHasher {
     /// The column `key` maps to in row `row`.
     #[inline]
     pub fn column(&self, key: &Key, row: u8) -> u32 {
-        mix32(ROW_ENGINES[row as usize].checksum(key.as_bytes())) & (self.shape.columns - 1)
+        let crc = ROW_ENGINES[row as usize].checksum(key.as_bytes());
+        let h = match self.shape.hash {
+            SketchHash::Independent => mix32(crc),
+            SketchHash::Tofino => crc,
+        };
+        h & (self.shape.columns - 1)
     }
 
     /// The Count sketch's sign of `key` in row `row` (+1 or −1).
     #[inline]
     pub fn sign(&self, key: &Key, row: u8) -> i32 {
-        if mix32(SIGN_ENGINES[row as usize].checksum(key.as_bytes())) >> 31 == 1 {
+        let crc = SIGN_ENGINES[row as usize].checksum(key.as_bytes());
+        let h = match self.shape.hash {
+            SketchHash::Independent => mix32(crc),
+            SketchHash::Tofino => crc,
+        };
+        if h >> 31 == 1 {
             -1
         } else {
             1
@@ -596,7 +709,11 @@ impl SketchHasher {
     #[inline]
     pub fn hll(&self, key: &Key) -> (u32, u8) {
         let p = self.shape.columns.trailing_zeros();
-        let h = mix32(HLL_ENGINE.checksum(key.as_bytes()));
+        let crc = HLL_ENGINE.checksum(key.as_bytes());
+        let h = match self.shape.hash {
+            SketchHash::Independent => mix32(crc),
+            SketchHash::Tofino => tabulate(crc),
+        };
         let idx = h >> (32 - p);
         let rest = h << p;
         let rank = if rest == 0 {
@@ -985,6 +1102,97 @@ mod tests {
         }
         let (_, rank) = SketchHasher::new(shape).hll(&Key::new(&[1]).unwrap());
         assert!((1..=23).contains(&rank));
+    }
+
+    /// The Tofino profile: columns and signs are the bare CRCs, the header carries the
+    /// profile, and HyperLogLog over structured keys (consecutive integers, one /16 of
+    /// addresses, 5-tuples of one host pair) stays within 3 standard errors, where the CRC
+    /// alone is far off (checked too, so the tabulation is what fixes it).
+    #[test]
+    fn tofino_profile_hashes_as_a_switch_does() {
+        let shape = cm().with_hash(SketchHash::Tofino);
+        let h = SketchHasher::new(shape);
+        let key = Key::new(&[10, 0, 0, 1, 10, 0, 0, 2, 6, 0x1F, 0x90, 0x00, 0x50]).unwrap();
+        for r in 0..4u8 {
+            let crc = Crc32::new(replica_poly(r as usize)).checksum(key.as_bytes());
+            assert_eq!(h.column(&key, r), crc & 1023);
+            assert_ne!(
+                SketchHasher::new(cm()).column(&key, r),
+                h.column(&key, r),
+                "the independent profile differs (row {r})"
+            );
+        }
+        assert_eq!(
+            TAB[0][0], 0x1253_8F4E,
+            "the tables P4 carries (dta_constants.p4)"
+        );
+        assert_eq!(tabulate(0), TAB[0][0] ^ TAB[1][0] ^ TAB[2][0] ^ TAB[3][0]);
+        assert_eq!(
+            tabulate(0x0102_0304),
+            TAB[0][4] ^ TAB[1][3] ^ TAB[2][2] ^ TAB[3][1]
+        );
+        let l = SketchLayout::new(shape, 32, 2).unwrap();
+        let (back, _) = SketchLayout::decode_header(&l.encode_header(3)).unwrap();
+        assert_eq!(back.shape().hash, SketchHash::Tofino);
+        let mut bad = l.encode_header(3);
+        bad[30] = 9;
+        assert_eq!(SketchLayout::decode_header(&bad), None, "unknown profile");
+
+        let hll = SketchShape::new(SketchKind::HyperLogLog, 1, 1024, 1).unwrap();
+        let bound = 3.0 * 1.04 / 32.0;
+        let crc_only_rank = |key: &Key| {
+            let x = HLL_ENGINE.checksum(key.as_bytes());
+            let rest = x << 10;
+            (
+                x >> 22,
+                if rest == 0 {
+                    23
+                } else {
+                    rest.leading_zeros() + 1
+                },
+            )
+        };
+        let sets: [(&str, Box<dyn Fn(u32) -> Vec<u8>>); 3] = [
+            ("consecutive", Box::new(|i: u32| i.to_be_bytes().to_vec())),
+            (
+                "one /16",
+                Box::new(|i: u32| {
+                    (0x0A00_0000 | (i & 0xFFFF) | (i >> 16) << 24)
+                        .to_be_bytes()
+                        .to_vec()
+                }),
+            ),
+            (
+                "ports",
+                Box::new(|i: u32| {
+                    let mut k = vec![10, 0, 0, 1, 10, 0, 0, 2, 6];
+                    k.extend_from_slice(&(i as u16).to_be_bytes());
+                    k.extend_from_slice(&((i >> 16) as u16 + 80).to_be_bytes());
+                    k
+                }),
+            ),
+        ];
+        let mut crc_far = 0;
+        for (name, key) in &sets {
+            let n = 20_000u32;
+            let mut tof = Sketch::new(hll.with_hash(SketchHash::Tofino));
+            let mut bare = Sketch::new(hll);
+            for i in 0..n {
+                let k = Key::new(&key(i)).unwrap();
+                tof.update(&k, 1);
+                let (idx, rank) = crc_only_rank(&k);
+                let c = &mut bare.cells_mut()[idx as usize];
+                *c = (*c).max(rank);
+            }
+            let rel = |s: &Sketch| (s.cardinality().unwrap() - n as f64).abs() / n as f64;
+            assert!(
+                rel(&tof) < bound,
+                "{name}: tabulated estimate off by {}",
+                rel(&tof)
+            );
+            crc_far += (rel(&bare) > bound) as u32;
+        }
+        assert!(crc_far >= 1, "the CRC alone is biased on structured keys");
     }
 
     #[test]

@@ -286,6 +286,29 @@ pub fn render() -> String {
         dta_proto::sketch::MAX_EPOCHS as u64,
         "most epoch slots",
     );
+    o.c(
+        "IND_POLY_SK_HLL",
+        32,
+        POLYNOMIALS[dta_proto::sketch::HLL_POLY_INDEX] as u64,
+        "POLYNOMIALS[HLL_POLY_INDEX]: HyperLogLog CRC (sketch row r: IND_POLY_REPLICA<r>)",
+    );
+    o.define(
+        "SK_HASH_TOFINO",
+        dta_proto::sketch::SketchHash::Tofino.code() as u64,
+        "store header byte 30: the Tofino hash profile",
+    );
+    o.comment(
+        "Tofino hash profile: HyperLogLog hashes tab(CRC) = T0[b0] ^ T1[b1] ^ T2[b2] ^ T3[b3],",
+    );
+    o.comment("b0 the CRC's least significant byte (proto::sketch::TAB). DTA_SK_TAB<i>(A) expands");
+    o.comment("to the 256 const entries of table i, each `8w<byte> : A(32w<word>);`.");
+    for (i, t) in dta_proto::sketch::TAB.iter().enumerate() {
+        let _ = writeln!(o.0, "#define DTA_SK_TAB{i}(A) \\");
+        for (b, w) in t.iter().enumerate() {
+            let end = if b == 255 { "" } else { " \\" };
+            let _ = writeln!(o.0, "    8w0x{b:02X} : A(32w0x{w:08X});{end}");
+        }
+    }
 
     o.section("Ethernet / IPv4 / UDP");
     o.define("ETH_HEADER_LEN", ethernet::HEADER_LEN as u64, "bytes");
