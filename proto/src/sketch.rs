@@ -1152,25 +1152,23 @@ mod tests {
                 },
             )
         };
-        let sets: [(&str, Box<dyn Fn(u32) -> Vec<u8>>); 3] = [
-            ("consecutive", Box::new(|i: u32| i.to_be_bytes().to_vec())),
-            (
-                "one /16",
-                Box::new(|i: u32| {
-                    (0x0A00_0000 | (i & 0xFFFF) | (i >> 16) << 24)
-                        .to_be_bytes()
-                        .to_vec()
-                }),
-            ),
-            (
-                "ports",
-                Box::new(|i: u32| {
-                    let mut k = vec![10, 0, 0, 1, 10, 0, 0, 2, 6];
-                    k.extend_from_slice(&(i as u16).to_be_bytes());
-                    k.extend_from_slice(&((i >> 16) as u16 + 80).to_be_bytes());
-                    k
-                }),
-            ),
+        type KeyOf = fn(u32) -> Vec<u8>;
+        let consecutive: KeyOf = |i| i.to_be_bytes().to_vec();
+        let subnet: KeyOf = |i| {
+            (0x0A00_0000 | (i & 0xFFFF) | (i >> 16) << 24)
+                .to_be_bytes()
+                .to_vec()
+        };
+        let ports: KeyOf = |i| {
+            let mut k = vec![10, 0, 0, 1, 10, 0, 0, 2, 6];
+            k.extend_from_slice(&(i as u16).to_be_bytes());
+            k.extend_from_slice(&((i >> 16) as u16 + 80).to_be_bytes());
+            k
+        };
+        let sets = [
+            ("consecutive", consecutive),
+            ("one /16", subnet),
+            ("ports", ports),
         ];
         let mut crc_far = 0;
         for (name, key) in &sets {
