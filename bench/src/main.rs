@@ -170,6 +170,11 @@ enum Cmd {
         /// Columns per report.
         #[arg(long, default_value_t = 16)]
         columns_per_report: u32,
+        /// The switches' sketch hashes: `independent` (software reporters) or `tofino` (what
+        /// p4/reporter/dta_sketch_reporter.p4 computes); the collector's stores must say the
+        /// same (`hash = "tofino"`).
+        #[arg(long, value_enum, default_value_t = SketchHashArg::Independent)]
+        hash: SketchHashArg,
         /// Flow-population seed.
         #[arg(long, default_value_t = 2023)]
         seed: u64,
@@ -432,24 +437,37 @@ fn write_trace(
     Ok(side)
 }
 
+/// `--hash` of `dta gen-sketch`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum SketchHashArg {
+    Independent,
+    Tofino,
+}
+
 fn gen_sketch_cmd(
     pcap: Option<PathBuf>,
     target: SocketAddrV4,
     epochs: u32,
     (k, flows, seed): (u32, u64, u64),
-    (cm_rows, cm_columns, hll_registers): (u8, u32, u32),
+    (cm_rows, cm_columns, hll_registers, hash): (u8, u32, u32, SketchHashArg),
     per: u32,
     rate: u64,
 ) -> Result<(), String> {
     use dta_bench::workload::{FatTree, Flows, SketchWorkload};
-    use dta_proto::sketch::{SketchKind, SketchShape};
+    use dta_proto::sketch::{SketchHash, SketchKind, SketchShape};
+    let hash = match hash {
+        SketchHashArg::Independent => SketchHash::Independent,
+        SketchHashArg::Tofino => SketchHash::Tofino,
+    };
     if k < 2 || k % 2 != 0 || k > 64 {
         return Err(format!("--k {k}: the fat-tree arity must be even, 2..=64"));
     }
     let cm = SketchShape::new(SketchKind::CountMin, cm_rows, cm_columns, 4)
-        .map_err(|e| format!("Count-Min {cm_rows} x {cm_columns}: {e}"))?;
+        .map_err(|e| format!("Count-Min {cm_rows} x {cm_columns}: {e}"))?
+        .with_hash(hash);
     let hll = SketchShape::new(SketchKind::HyperLogLog, 1, hll_registers, 1)
-        .map_err(|e| format!("HyperLogLog with {hll_registers} registers: {e}"))?;
+        .map_err(|e| format!("HyperLogLog with {hll_registers} registers: {e}"))?
+        .with_hash(hash);
     let wl = SketchWorkload {
         tree: FatTree { k, id_base: 1 },
         flows: Flows { seed, shape: 1.2 },
@@ -984,6 +1002,7 @@ fn main() {
             cm_columns,
             hll_registers,
             columns_per_report,
+            hash,
             seed,
             rate,
         } => {
@@ -992,7 +1011,7 @@ fn main() {
                 target,
                 epochs,
                 (k, flows, seed),
-                (cm_rows, cm_columns, hll_registers),
+                (cm_rows, cm_columns, hll_registers, hash),
                 columns_per_report,
                 rate,
             );

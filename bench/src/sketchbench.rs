@@ -137,6 +137,7 @@ fn pipeline(o: &FigOptions) -> serde_json::Value {
         cell_width: 4,
         batch: 32,
         epochs: 2,
+        hash: shape.hash,
     };
     let mut p = single_store_pipeline_with(kind, |c| {
         c.sketch = SketchSettings {
@@ -314,6 +315,7 @@ fn merge_through_pipeline<'a>(
         cell_width: shape.width.bytes() as u8,
         batch: 32,
         epochs: 1,
+        hash: shape.hash,
     };
     let mut p = single_store_pipeline_with(kind, |c| {
         c.sketch = SketchSettings {
@@ -477,9 +479,11 @@ pub fn sketch_trace(
         "columns_per_report": per,
         "sketches": [
             { "id": CM_SKETCH_ID, "kind": "count-min", "rows": wl.cm.rows,
-              "columns": wl.cm.columns, "cell_bytes": wl.cm.width.bytes() },
+              "columns": wl.cm.columns, "cell_bytes": wl.cm.width.bytes(),
+              "hash": wl.cm.hash.name() },
             { "id": HLL_SKETCH_ID, "kind": "hyperloglog", "rows": wl.hll.rows,
-              "columns": wl.hll.columns, "cell_bytes": wl.hll.width.bytes() },
+              "columns": wl.hll.columns, "cell_bytes": wl.hll.width.bytes(),
+              "hash": wl.hll.hash.name() },
         ],
         "truth": truth,
     });

@@ -567,6 +567,10 @@ pub enum StoreKindConfig {
         /// Epoch slots kept, so earlier epochs stay readable while one is merged (1..=16).
         #[serde(default = "default_sketch_epochs")]
         epochs: u32,
+        /// The hash functions the switches use: `independent` (default; software reporters,
+        /// `dta gen`) or `tofino` (the P4 sketch reporter: bare CRCs, tabulated HyperLogLog).
+        #[serde(default)]
+        hash: dta_proto::sketch::SketchHash,
     },
 }
 

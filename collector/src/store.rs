@@ -136,6 +136,7 @@ pub fn sketch_shape(kind: StoreKindConfig) -> Result<StoreKind, String> {
         cell_width,
         batch,
         epochs,
+        hash,
     } = kind
     else {
         return Err("not a sketch store".into());
@@ -170,6 +171,7 @@ pub fn sketch_shape(kind: StoreKindConfig) -> Result<StoreKind, String> {
         cell_width,
         batch,
         epochs,
+        hash,
     })
 }
 

@@ -190,9 +190,10 @@ impl StoreGeometry {
                 cell_width,
                 batch,
                 epochs,
+                hash,
             } => StoreGeometry::Sketch {
                 layout: SketchLayout::new(
-                    SketchShape::new(sketch, rows, columns, cell_width)?,
+                    SketchShape::new(sketch, rows, columns, cell_width)?.with_hash(hash),
                     batch,
                     epochs,
                 )?,

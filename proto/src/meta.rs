@@ -79,6 +79,9 @@ pub enum StoreKind {
         batch: u32,
         /// Epoch slots kept (epoch e in slot e % epochs).
         epochs: u32,
+        /// The hash functions switches and queries use (default: independent).
+        #[serde(default)]
+        hash: crate::sketch::SketchHash,
     },
 }
 

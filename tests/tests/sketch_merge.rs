@@ -8,8 +8,11 @@
 //! lossy run drops 1 % of the reporters' datagrams (first sends and resends alike); the
 //! translator's sketch-column NACKs (a gap, or the flush timer's straggler round) make the
 //! test's reporters resend from the column named, and completeness still reaches 100 %.
+//!
+//! The Tofino-profile run does what `p4/reporter/dta_sketch_reporter.p4` does: stores
+//! configured `hash = "tofino"`, sketches keyed by the 13-byte IPv4 5-tuple hashed with the
+//! profile a switch computes (bare CRCs, tabulated HyperLogLog), one column per report.
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -17,26 +20,58 @@ use dta_collector::config::{
     CollectorConfig, DeviceSection, StaticPeer, StoreConfig, StoreKindConfig,
 };
 use dta_collector::Collector;
-use dta_proto::sketch::{Sketch, SketchKind, SketchShape};
+use dta_proto::sketch::{Sketch, SketchHash, SketchKind, SketchShape};
 use dta_proto::wire::nack::NackRepr;
 use dta_proto::Key;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
 const SWITCHES: u32 = 100;
-const EPOCHS: u32 = 4;
 const CM_ID: u16 = 1;
 const HLL_ID: u16 = 2;
-/// Columns per report: 64 Count-Min columns (1,024 bytes of cells), 256 HLL registers.
-const CM_COLS_PER_REPORT: u32 = 64;
-const HLL_COLS_PER_REPORT: u32 = 256;
 
-fn cm_shape() -> SketchShape {
-    SketchShape::new(SketchKind::CountMin, 4, 1024, 4).unwrap()
+/// What the reporting switches are.
+#[derive(Clone, Copy)]
+struct Reporters {
+    /// The sketches' hash profile (and the stores').
+    hash: SketchHash,
+    epochs: u32,
+    /// Columns per report: Count-Min, HyperLogLog.
+    per_report: (u32, u32),
+    /// Datagrams lost (first sends and resends alike).
+    loss: f64,
 }
 
-fn hll_shape() -> SketchShape {
-    SketchShape::new(SketchKind::HyperLogLog, 1, 1024, 1).unwrap()
+/// Software reporters: 4 epochs; 64 Count-Min columns a report (1,024 bytes of cells), 256
+/// HLL registers.
+const SOFTWARE: Reporters = Reporters {
+    hash: SketchHash::Independent,
+    epochs: 4,
+    per_report: (64, 256),
+    loss: 0.0,
+};
+
+fn cm_shape(h: SketchHash) -> SketchShape {
+    SketchShape::new(SketchKind::CountMin, 4, 1024, 4)
+        .unwrap()
+        .with_hash(h)
+}
+
+fn hll_shape(h: SketchHash) -> SketchShape {
+    SketchShape::new(SketchKind::HyperLogLog, 1, 1024, 1)
+        .unwrap()
+        .with_hash(h)
+}
+
+/// Flow `flow`'s key: 4 bytes for software reporters, the 5-tuple a Tofino reporter hashes.
+fn flow_key(flow: u32, h: SketchHash) -> Key {
+    match h {
+        SketchHash::Independent => Key::new(&flow.to_be_bytes()).unwrap(),
+        SketchHash::Tofino => {
+            let [a, b, c, d] = flow.to_be_bytes();
+            Key::new(&[10, a, b, 1, 10, 0, c, 2, 6, d, 0x10, 0x01, 0xBB]).unwrap()
+        }
+    }
 }
 
 fn free_port(ip: Ipv4Addr) -> u16 {
@@ -63,13 +98,13 @@ impl Rng {
 
 /// Switch `s`'s sketches in `epoch`: flows drawn from a shared pool (so switches overlap), a
 /// few heavy ones.
-fn switch_sketches(s: u32, epoch: u32) -> (Sketch, Sketch) {
+fn switch_sketches(s: u32, epoch: u32, h: SketchHash) -> (Sketch, Sketch) {
     let mut rng = Rng(0x9E37_79B9 ^ ((s as u64) << 20) ^ epoch as u64);
-    let mut cm = Sketch::new(cm_shape());
-    let mut hll = Sketch::new(hll_shape());
+    let mut cm = Sketch::new(cm_shape(h));
+    let mut hll = Sketch::new(hll_shape(h));
     for _ in 0..300 {
         let flow = (rng.next() % 20_000) as u32 ^ (epoch << 24);
-        let key = Key::new(&flow.to_be_bytes()).unwrap();
+        let key = flow_key(flow, h);
         let pkts = if flow.is_multiple_of(97) {
             1000
         } else {
@@ -91,7 +126,7 @@ struct System {
 }
 
 impl System {
-    fn start() -> System {
+    fn start(hash: SketchHash) -> System {
         let dir = std::env::temp_dir().join(format!(
             "dta-sketch-{}-{}",
             std::process::id(),
@@ -114,6 +149,7 @@ impl System {
                 cell_width: None,
                 batch: None,
                 epochs: 2,
+                hash,
             },
         };
         let collector = Collector::start(CollectorConfig {
@@ -178,64 +214,75 @@ fn report(id: u16, s: &Sketch, switch: u32, epoch: u32, col: u32, n: u32) -> Vec
         .expect("columns within the sketch")
 }
 
-/// The reports one switch sends for one sketch, from column `from` to the end.
-fn reports_from(id: u16, s: &Sketch, switch: u32, epoch: u32, from: u32) -> Vec<Vec<u8>> {
-    let per = if id == CM_ID {
-        CM_COLS_PER_REPORT
-    } else {
-        HLL_COLS_PER_REPORT
-    };
-    let cols = s.shape().columns;
-    // Resends restart at the column named, then continue on the regular report grid.
-    let mut out = Vec::new();
-    let mut c = from;
-    while c < cols {
-        let n = (per - c % per).min(cols - c);
-        out.push(report(id, s, switch, epoch, c, n));
-        c += n;
-    }
-    out
+/// One switch's export of one sketch, as a reporter does it (the P4 sketch reporter's
+/// cursor): the next report starts at `next`; a NACK naming an earlier column rewinds it.
+struct Cursor {
+    id: u16,
+    switch: u32,
+    next: u32,
+    /// The column after the furthest one sent (reports below it are resends).
+    high: u32,
 }
 
-fn run(loss: f64) {
-    let mut sys = System::start();
+impl Cursor {
+    /// The next report (`per` columns on the report grid) and whether it is a resend, or
+    /// `None` at the sketch's end.
+    fn take(&mut self, r: Reporters, s: &Sketch, epoch: u32) -> Option<(Vec<u8>, bool)> {
+        let per = if self.id == CM_ID {
+            r.per_report.0
+        } else {
+            r.per_report.1
+        };
+        let cols = s.shape().columns;
+        let c = self.next;
+        if c >= cols {
+            return None;
+        }
+        // After a rewind the report ends on the grid again.
+        let n = (per - c % per).min(cols - c);
+        self.next += n;
+        let resend = c < self.high;
+        self.high = self.high.max(self.next);
+        Some((report(self.id, s, self.switch, epoch, c, n), resend))
+    }
+}
+
+fn run(r: Reporters) {
+    let loss = r.loss;
+    let mut sys = System::start(r.hash);
+    sys.nacks.set_nonblocking(true).unwrap();
     let mut rng = Rng(0xD7A_5EED);
-    let (mut lost, mut resent) = (0u64, 0u64);
-    for epoch in 1..=EPOCHS {
-        let sketches: Vec<(Sketch, Sketch)> =
-            (0..SWITCHES).map(|s| switch_sketches(s, epoch)).collect();
-        let mut direct_cm = Sketch::new(cm_shape());
-        let mut direct_hll = Sketch::new(hll_shape());
+    let (mut lost, mut resent, mut rewinds) = (0u64, 0u64, 0u64);
+    for epoch in 1..=r.epochs {
+        let sketches: Vec<(Sketch, Sketch)> = (0..SWITCHES)
+            .map(|s| switch_sketches(s, epoch, r.hash))
+            .collect();
+        let mut direct_cm = Sketch::new(cm_shape(r.hash));
+        let mut direct_hll = Sketch::new(hll_shape(r.hash));
         for (cm, hll) in &sketches {
             direct_cm.merge(cm);
             direct_hll.merge(hll);
         }
-        // Interleave switches report by report, as their sketches stream in.
-        let mut queues: Vec<std::collections::VecDeque<Vec<u8>>> = sketches
-            .iter()
-            .enumerate()
-            .map(|(s, (cm, hll))| {
-                let mut q: std::collections::VecDeque<Vec<u8>> =
-                    reports_from(CM_ID, cm, 1000 + s as u32, epoch, 0).into();
-                q.extend(reports_from(HLL_ID, hll, 1000 + s as u32, epoch, 0));
-                q
+        // Per switch a Count-Min and a HyperLogLog cursor; the switches interleave report by
+        // report, as their sketches stream in.
+        let mut cursors: Vec<Cursor> = (0..SWITCHES)
+            .flat_map(|s| {
+                [CM_ID, HLL_ID].map(|id| Cursor {
+                    id,
+                    switch: 1000 + s,
+                    next: 0,
+                    high: 0,
+                })
             })
             .collect();
-        while queues.iter().any(|q| !q.is_empty()) {
-            for q in queues.iter_mut() {
-                if let Some(b) = q.pop_front() {
-                    if rng.chance(loss) {
-                        lost += 1;
-                    } else {
-                        sys.send(&b);
-                    }
-                }
+        let sketch_of = |c: &Cursor| {
+            let (cm, hll) = &sketches[(c.switch - 1000) as usize];
+            if c.id == CM_ID {
+                cm
+            } else {
+                hll
             }
-        }
-        // Answer NACKs until both sketches of the epoch are complete.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last_resend: HashMap<(u16, u32), (u32, Instant)> = HashMap::new();
-        let mut buf = [0u8; 64];
+        };
         let complete = |sys: &System| {
             ["cm", "hll"].iter().all(|n| {
                 let v = sys.collector.store(n).unwrap().sketch().unwrap();
@@ -243,6 +290,8 @@ fn run(loss: f64) {
                 c.complete == c.columns && c.expected == SWITCHES as u16
             })
         };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut buf = [0u8; 64];
         while !complete(&sys) {
             assert!(
                 Instant::now() < deadline,
@@ -263,40 +312,48 @@ fn run(loss: f64) {
                     .completeness(),
                 sys.translator.counters()
             );
-            let Ok(n) = sys.nacks.recv(&mut buf) else {
-                continue;
-            };
-            let Ok(NackRepr::SketchColumn {
-                sketch_id,
-                switch,
-                epoch: e,
-                expected_column,
-            }) = NackRepr::parse(&buf[..n])
-            else {
-                panic!("not a sketch NACK: {:02x?}", &buf[..n]);
-            };
-            if e != epoch {
-                // Left over from the previous epoch (a duplicate NACK the reporter skipped).
-                assert!(e < epoch, "a NACK for a future epoch");
-                continue;
-            }
-            // A burst of NACKs for one loss: resend once per column per few milliseconds.
-            let now = Instant::now();
-            if let Some(&(col, at)) = last_resend.get(&(sketch_id, switch)) {
-                if col == expected_column && now.duration_since(at) < Duration::from_millis(15) {
+            // One round: a report from every cursor that has one.
+            let mut sent_any = false;
+            for c in cursors.iter_mut() {
+                let Some((b, resend)) = c.take(r, sketch_of(c), epoch) else {
                     continue;
-                }
-            }
-            last_resend.insert((sketch_id, switch), (expected_column, now));
-            let (cm, hll) = &sketches[(switch - 1000) as usize];
-            let s = if sketch_id == CM_ID { cm } else { hll };
-            for b in reports_from(sketch_id, s, switch, epoch, expected_column) {
-                resent += 1;
+                };
+                sent_any = true;
+                resent += resend as u64;
                 if rng.chance(loss) {
                     lost += 1;
                 } else {
                     sys.send(&b);
                 }
+            }
+            // NACKs rewind the cursor they name.
+            let mut got_any = false;
+            while let Ok(n) = sys.nacks.recv(&mut buf) {
+                got_any = true;
+                let Ok(NackRepr::SketchColumn {
+                    sketch_id,
+                    switch,
+                    epoch: e,
+                    expected_column,
+                }) = NackRepr::parse(&buf[..n])
+                else {
+                    panic!("not a sketch NACK: {:02x?}", &buf[..n]);
+                };
+                if e != epoch {
+                    // Left over from the previous epoch (a duplicate NACK).
+                    assert!(e < epoch, "a NACK for a future epoch");
+                    continue;
+                }
+                let i = (switch - 1000) as usize * 2 + (sketch_id != CM_ID) as usize;
+                let c = &mut cursors[i];
+                assert_eq!((c.id, c.switch), (sketch_id, switch));
+                if expected_column < c.next {
+                    c.next = expected_column;
+                    rewinds += 1;
+                }
+            }
+            if !sent_any && !got_any {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         // Bit-identical to merging the switches' sketches directly; every column from all
@@ -311,16 +368,17 @@ fn run(loss: f64) {
         assert_eq!(got.cardinality(), direct_hll.cardinality());
         // The query engine answers from memory: Count-Min never below the direct sketch's
         // estimate's truth source (the direct sketch is the same bits).
-        let key = Key::new(&(97u32 ^ (epoch << 24)).to_be_bytes()).unwrap();
+        let key = flow_key(97u32 ^ (epoch << 24), r.hash);
         assert_eq!(cm.point(&key, epoch), direct_cm.point(&key));
+        assert_eq!(cm.layout.shape().hash, r.hash, "the store header's profile");
         assert_eq!(cm.latest_epoch(), Some(epoch));
     }
-    let want = EPOCHS as u64 * SWITCHES as u64 * 2048;
+    let want = r.epochs as u64 * SWITCHES as u64 * 2048;
     sys.translator
         .wait_for(Duration::from_secs(5), |c| c.sketch_columns_merged >= want);
     let c = sys.translator.counters();
     println!(
-        "loss {loss}: {lost} datagrams lost, {resent} resent; translator: {} merged columns, \
+        "loss {loss}: {lost} datagrams lost, {resent} resent after {rewinds} rewinds; translator: {} merged columns, \
          {} gap NACKs, {} straggler NACKs, {} gap drops, {} duplicates, {} complete batches, \
          {} partial",
         c.sketch_columns_merged,
@@ -333,7 +391,7 @@ fn run(loss: f64) {
     );
     assert_eq!(
         c.sketch_epochs,
-        2 * EPOCHS as u64,
+        2 * r.epochs as u64,
         "one start per sketch and epoch"
     );
     assert_eq!(
@@ -365,10 +423,25 @@ fn run(loss: f64) {
 
 #[test]
 fn merged_sketches_are_bit_identical_over_loopback() {
-    run(0.0);
+    run(SOFTWARE);
 }
 
 #[test]
 fn one_percent_report_loss_is_recovered_by_column_nacks() {
-    run(0.01);
+    run(Reporters {
+        loss: 0.01,
+        ..SOFTWARE
+    });
+}
+
+/// What the Tofino sketch reporter sends (one column a report, the Tofino profile, 5-tuple
+/// keys), with 1 % loss: bit-identical and complete, and the queries hash as the switches did.
+#[test]
+fn tofino_reporters_one_column_a_report_merge_bit_identically() {
+    run(Reporters {
+        hash: SketchHash::Tofino,
+        epochs: 2,
+        per_report: (1, 1),
+        loss: 0.01,
+    });
 }

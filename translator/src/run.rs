@@ -1764,6 +1764,7 @@ mod tests {
             cell_width: 4,
             batch: 16,
             epochs: 2,
+            hash: Default::default(),
         };
         let with = collector(vec![store("kw", kw(), 2), store("flows", sk, 1)]);
         assert!(check_sketch_workers(&with, 1).is_ok());

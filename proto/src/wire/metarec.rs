@@ -148,6 +148,23 @@ fn hash_code(h: HashProfile) -> u8 {
     }
 }
 
+/// A Sketch store's hash profile in the hash byte: 1 independent (the code the byte always
+/// had), 2 Tofino.
+fn sketch_hash_code(h: crate::sketch::SketchHash) -> u8 {
+    match h {
+        crate::sketch::SketchHash::Independent => hash_code(HashProfile::Independent),
+        crate::sketch::SketchHash::Tofino => 2,
+    }
+}
+
+fn sketch_hash_from_code(c: u8) -> Result<crate::sketch::SketchHash> {
+    match c {
+        1 => Ok(crate::sketch::SketchHash::Independent),
+        2 => Ok(crate::sketch::SketchHash::Tofino),
+        _ => Err(Error::Malformed),
+    }
+}
+
 #[inline]
 fn hash_from_code(c: u8) -> Result<HashProfile> {
     match c {
@@ -209,6 +226,7 @@ impl MetaRecord {
                 cell_width,
                 batch,
                 epochs,
+                hash,
             } => StoreKind::Sketch {
                 sketch_id,
                 sketch,
@@ -217,6 +235,7 @@ impl MetaRecord {
                 cell_width,
                 batch: batch.min(u16::MAX as u32),
                 epochs,
+                hash,
             },
             ref k => k.clone(),
         };
@@ -335,9 +354,10 @@ impl MetaRecord {
                     cell_width: u8::try_from(slot_size).map_err(|_| Error::Malformed)?,
                     batch,
                     epochs: u32::try_from(list_stride).map_err(|_| Error::Malformed)?,
+                    hash: sketch_hash_from_code(b[f::HASH])?,
                 },
                 0,
-                b[f::HASH] == hash_code(HashProfile::Independent),
+                true,
             ),
             _ => return Err(Error::UnknownOpcode),
         };
@@ -444,9 +464,10 @@ impl MetaRecord {
                 cell_width,
                 batch,
                 epochs,
+                hash,
             } => {
                 out[f::KIND] = kind::SKETCH;
-                out[f::HASH] = hash_code(HashProfile::Independent);
+                out[f::HASH] = sketch_hash_code(hash);
                 put_le(out, f::SLOT_SIZE, cell_width as u64);
                 put_le(out, f::COUNT, columns as u64);
                 put_le(out, f::BATCH, batch.min(u16::MAX as u32) as u64);
@@ -932,7 +953,7 @@ mod tests {
             (any::<u32>(), any::<u8>(), hash_strategy())
                 .prop_map(|(chunks, hops, hash)| StoreKind::Postcard { chunks, hops, hash }),
             (
-                (any::<u16>(), 1u8..=3, any::<u8>()),
+                (any::<u16>(), 1u8..=3, any::<u8>(), 0u8..=1),
                 (
                     any::<u32>(),
                     any::<u8>(),
@@ -941,7 +962,7 @@ mod tests {
                 )
             )
                 .prop_map(
-                    |((sketch_id, k, rows), (columns, cell_width, batch, epochs))| {
+                    |((sketch_id, k, rows, h), (columns, cell_width, batch, epochs))| {
                         StoreKind::Sketch {
                             sketch_id,
                             sketch: crate::sketch::SketchKind::from_code(k).unwrap(),
@@ -950,6 +971,7 @@ mod tests {
                             cell_width,
                             batch,
                             epochs,
+                            hash: crate::sketch::SketchHash::from_code(h).unwrap(),
                         }
                     }
                 ),

@@ -202,6 +202,7 @@ impl CaseFile {
                         cell_width,
                         batch,
                         epochs,
+                        hash,
                     } => StoreKindConfig::Sketch {
                         sketch_id,
                         sketch,
@@ -210,6 +211,7 @@ impl CaseFile {
                         cell_width: Some(cell_width),
                         batch: Some(batch),
                         epochs,
+                        hash,
                     },
                 },
             })

@@ -418,6 +418,7 @@ fn sketch_store(
             }),
             batch: Some(batch),
             epochs,
+            hash: Default::default(),
         },
     )
 }

@@ -525,6 +525,7 @@ mod tests {
             cell_width: 4,
             batch: 8,
             epochs: 2,
+            hash: Default::default(),
         }
     }
 
@@ -749,6 +750,7 @@ mod tests {
             cell_width: 1,
             batch: 1,
             epochs: 2,
+            hash: Default::default(),
         };
         single_store_pipeline_with(kind, |c| {
             c.l2_frames = false;
