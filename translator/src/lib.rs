@@ -28,6 +28,7 @@
 pub mod backends;
 pub mod config;
 pub mod control;
+pub mod dart;
 pub mod datapath;
 pub mod run;
 
