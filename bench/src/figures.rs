@@ -91,7 +91,7 @@ fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
 
 /// Draws a figure's charts (`NAME.svg`, `NAME-2.svg`, ...) from its measurements; never
 /// touches `NAME.json`.
-fn draw(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
+pub fn draw(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
     let charts = charts(name, v);
     for (i, c) in charts.iter().enumerate() {
         let n = if i == 0 {
@@ -851,6 +851,64 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                 )],
             )]
         }
+        "dart" => {
+            let of = |path: &str, key: &str, per_m: bool| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .filter(|r| r["path"] == path)
+                    .map(|r| {
+                        let y = f(&r[key]);
+                        let y = if per_m {
+                            y * 1e6 / f(&r["reports"]).max(1.0)
+                        } else {
+                            y
+                        };
+                        (f(&r["qps"]), y)
+                    })
+                    .collect()
+            };
+            // The translator's single QP, drawn across the sweep (its runs' mean).
+            let across = |key: &str, per_m: bool| -> Vec<(f64, f64)> {
+                let b = of("dta", key, per_m);
+                let m = b.iter().map(|p| p.1).sum::<f64>() / b.len().max(1) as f64;
+                let xs: Vec<f64> = of("dart", key, per_m).iter().map(|p| p.0).collect();
+                match (xs.first(), xs.last()) {
+                    (Some(&a), Some(&z)) if !b.is_empty() => vec![(a, m), (z, m)],
+                    _ => Vec::new(),
+                }
+            };
+            vec![
+                chart(
+                    "Collector CPU per report: DART reporter QPs vs one DTA translator",
+                    "reporter QPs at the collector (DART)",
+                    "software-RNIC CPU ns per report",
+                    true,
+                    vec![
+                        line(
+                            "DART: one QP per reporter",
+                            of("dart", "rnic_ns_per_report", false),
+                            false,
+                        ),
+                        line(
+                            "DTA: one translator, one QP",
+                            across("rnic_ns_per_report", false),
+                            true,
+                        ),
+                    ],
+                ),
+                chart(
+                    "Lost and late writes per million reports",
+                    "reporter QPs at the collector (DART)",
+                    "writes per 10^6 reports",
+                    true,
+                    vec![
+                        line("DART lost", of("dart", "lost", true), false),
+                        line("DART late (resent)", of("dart", "late", true), false),
+                        line("DTA lost", across("lost", true), true),
+                        line("DTA late (resent)", across("late", true), true),
+                    ],
+                ),
+            ]
+        }
         _ => Vec::new(),
     }
 }
@@ -865,6 +923,7 @@ pub fn plot(dir: &Path) -> Result<usize, String> {
         "postcard",
         "query",
         "baselines",
+        "dart",
     ] {
         let p = dir.join(format!("{name}.json"));
         let Ok(s) = std::fs::read_to_string(&p) else {

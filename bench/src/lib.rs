@@ -10,6 +10,7 @@
 pub mod backend_replay;
 pub mod baseline;
 pub mod cluster;
+pub mod dartbench;
 pub mod demo;
 pub mod figures;
 pub mod gen;

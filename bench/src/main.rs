@@ -253,6 +253,9 @@ enum Cmd {
         /// Report profile for the baselines run.
         #[arg(long, default_value = "extended")]
         profile: ReportFormat,
+        /// `dart`: the reporter QP counts to measure (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000,10000")]
+        qps: Vec<u32>,
     },
 }
 
@@ -410,6 +413,9 @@ enum Figure {
     /// Sketch-Merge on one core: merge kernel (vs memcpy and a scalar loop), the translator
     /// pipeline, and merged vs central vs true sketches (sketch.svg).
     Sketch,
+    /// DART (every reporter its own QP, no translator) vs one translator: collector CPU per
+    /// report and lost/late writes as reporter QPs grow (--qps), same reports, same store.
+    Dart,
     /// Every figure above.
     All,
     /// Redraw the SVGs from the JSON results in --out (no measurement).
@@ -814,7 +820,12 @@ fn print_result(r: &dta_bench::replay::ReplayResult) {
     );
 }
 
-fn bench_cmd(fig: Figure, o: &FigOptions, profile: ReportFormat) -> Result<(), String> {
+fn bench_cmd(
+    fig: Figure,
+    o: &FigOptions,
+    profile: ReportFormat,
+    qps: &[u32],
+) -> Result<(), String> {
     if fig == Figure::Plot {
         let n = figures::plot(&o.out)?;
         eprintln!("redrew {n} figure(s) in {}", o.out.display());
@@ -848,6 +859,10 @@ fn bench_cmd(fig: Figure, o: &FigOptions, profile: ReportFormat) -> Result<(), S
     if all || fig == Figure::Sketch {
         eprintln!("== sketch (Sketch-Merge, one core, in memory)");
         dta_bench::sketchbench::sketch(o)?;
+    }
+    if all || fig == Figure::Dart {
+        eprintln!("== dart (DART reporter QPs vs one translator, software RNIC)");
+        dta_bench::dartbench::dart(o, qps)?;
     }
     eprintln!("results in {}", o.out.display());
     Ok(())
@@ -1067,6 +1082,7 @@ fn main() {
             out,
             no_pin,
             profile,
+            qps,
         } => {
             let o = FigOptions {
                 reports,
@@ -1075,7 +1091,7 @@ fn main() {
                 pin: !no_pin,
                 verbose: true,
             };
-            if let Err(e) = bench_cmd(figure, &o, profile) {
+            if let Err(e) = bench_cmd(figure, &o, profile, &qps) {
                 eprintln!("dta bench: {e}");
                 std::process::exit(1);
             }

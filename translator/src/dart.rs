@@ -34,16 +34,27 @@ use crate::run::connect_blocking;
 pub const QPN_BASE: u32 = 0x1000;
 /// Most reporters one fleet runs.
 pub const MAX_REPORTERS: u32 = 65_536;
-/// Frames one transmit batch holds.
-const TX_FRAMES: usize = 512;
+/// Frames one address's transmit batch holds.
+const TX_FRAMES: usize = 128;
+/// Bytes per frame slot (Key-Write WRITEs and ACK-requesting probes are far smaller).
+const TX_SLOT: usize = 512;
+/// Room kept in a batch before a reporter adds to it (the most frames one call emits).
+const ROOM: usize = 16;
+/// Most receive bursts one poll takes.
+const MAX_RX_ROUNDS: usize = 256;
 /// Timers of every reporter are polled this often (ns).
 const TIMER_POLL_NS: u64 = 500_000;
 
 /// How to build a fleet.
 #[derive(Debug, Clone)]
 pub struct DartOptions {
-    /// Our RoCEv2 address (port 0: any).
+    /// Our first RoCEv2 address (port 0: any). Reporters are spread over consecutive IPv4
+    /// addresses from it, [`DartOptions::per_address`] each, as switches have their own
+    /// addresses (a collector bounds the QPs it keeps per peer address, 64 for ours): on
+    /// loopback any 127.x.y.z works; on a real NIC every address must be assigned to the host.
     pub local: SocketAddrV4,
+    /// Reporters sharing one source address (1..=32).
+    pub per_address: u32,
     /// The collector's RoCEv2 (and RDMA_CM) address.
     pub collector: SocketAddrV4,
     /// The Key-Write store's rdma_cm port.
@@ -64,7 +75,8 @@ impl DartOptions {
     /// Defaults for `reporters` reporters into the store at `collector`, rdma_cm `port`.
     pub fn new(collector: SocketAddrV4, port: u16, reporters: u32) -> DartOptions {
         DartOptions {
-            local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+            local: SocketAddrV4::new(Ipv4Addr::new(127, 0, 10, 1), 0),
+            per_address: 32,
             collector,
             port,
             reporters,
@@ -76,11 +88,17 @@ impl DartOptions {
     }
 }
 
+/// The reporters sharing one source address: their socket and transmit batch.
+struct Group {
+    backend: UdpBackend,
+    tx: TxBatch,
+}
+
 /// `reporters` DART reporters writing Key-Write into one collector store (module docs).
 pub struct DartFleet {
-    backend: UdpBackend,
+    groups: Vec<Group>,
+    per_address: usize,
     reporters: Vec<Pipeline>,
-    tx: TxBatch,
     epoch: Instant,
     last_timer_poll: u64,
     /// Frames the kernel refused.
@@ -89,6 +107,19 @@ pub struct DartFleet {
     pub foreign_responses: u64,
     /// Seconds the RDMA_CM set-up of every QP took.
     pub connect_secs: f64,
+    /// Polls spent waiting for a reporter's ring to have room.
+    pub full_waits: u64,
+}
+
+/// Sends `g`'s batch and clears it.
+fn send_group(g: &mut Group, errors: &mut u64) {
+    if !g.tx.is_empty() {
+        match g.backend.send_batch(&g.tx) {
+            Ok(n) => *errors += (g.tx.len() - n) as u64,
+            Err(_) => *errors += g.tx.len() as u64,
+        }
+        g.tx.clear();
+    }
 }
 
 impl DartFleet {
@@ -100,17 +131,31 @@ impl DartFleet {
         if !o.window.is_power_of_two() {
             return Err(format!("window: {} is not a power of two", o.window));
         }
-        let sock = UdpSocket::bind(o.local, &UdpOptions::default())
-            .map_err(|e| format!("cannot bind the RoCEv2 socket {}: {e}", o.local))?;
-        let local = sock.local_addr();
-        let (rx, txs) = sock.split();
-        let mut backend = UdpBackend::new(vec![rx], txs);
+        if !(1..=32).contains(&o.per_address) {
+            return Err(format!("per_address: {} (1..=32)", o.per_address));
+        }
         let mac = MacAddr([2, 0, 0, 0, 0xDA, 0x01]);
         // One CA GUID for the fleet: the collector keeps sibling QPs of one incarnation.
         let guid = incarnation_guid(dta_io::random::random_u32());
         let t0 = Instant::now();
+        let mut groups = Vec::new();
         let mut reporters = Vec::with_capacity(o.reporters as usize);
+        let first_ip = u32::from(*o.local.ip());
         for i in 0..o.reporters {
+            let gi = (i / o.per_address) as usize;
+            if gi == groups.len() {
+                let ip = Ipv4Addr::from(first_ip.wrapping_add(gi as u32));
+                let want = SocketAddrV4::new(ip, o.local.port());
+                let sock = UdpSocket::bind(want, &UdpOptions::default())
+                    .map_err(|e| format!("cannot bind the RoCEv2 socket {want}: {e}"))?;
+                let (rx, txs) = sock.split();
+                groups.push(Group {
+                    backend: UdpBackend::new(vec![rx], txs),
+                    tx: TxBatch::new(TX_FRAMES, TX_SLOT),
+                });
+            }
+            let g = &mut groups[gi];
+            let local = g.backend.local_addrs()[0];
             let mut cm = CmInitiator::new(
                 local,
                 mac,
@@ -121,13 +166,13 @@ impl DartFleet {
             )
             .with_ca_guid(guid);
             let got = connect_blocking(
-                &mut backend,
+                &mut g.backend,
                 &mut cm,
                 &[o.port],
                 (QPN_BASE + i, 1),
                 o.connect_timeout,
             )
-            .map_err(|e| format!("reporter {i}: {e}"))?;
+            .map_err(|e| format!("reporter {i} (from {local}): {e}"))?;
             let (_, meta, binding) = got.into_iter().next().ok_or("no connection")?;
             let mut cfg = PipelineConfig::defaults(local, mac).route_all_to_first(&meta.kind);
             cfg.l2_frames = false;
@@ -145,14 +190,15 @@ impl DartFleet {
             reporters.push(p);
         }
         Ok(DartFleet {
-            backend,
+            groups,
+            per_address: o.per_address as usize,
             reporters,
-            tx: TxBatch::new(TX_FRAMES, 2048),
             epoch: Instant::now(),
             last_timer_poll: 0,
             tx_errors: 0,
             foreign_responses: 0,
             connect_secs: t0.elapsed().as_secs_f64(),
+            full_waits: 0,
         })
     }
 
@@ -166,90 +212,144 @@ impl DartFleet {
         self.reporters.is_empty()
     }
 
+    /// Source addresses in use.
+    pub fn addresses(&self) -> Vec<SocketAddrV4> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.backend.local_addrs())
+            .collect()
+    }
+
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn send(&mut self) {
-        if !self.tx.is_empty() {
-            match self.backend.send_batch(&self.tx) {
-                Ok(n) => self.tx_errors += (self.tx.len() - n) as u64,
-                Err(_) => self.tx_errors += self.tx.len() as u64,
-            }
-            self.tx.clear();
+    /// Sends every address's queued frames now (in address order).
+    pub fn flush(&mut self) {
+        self.send_all();
+    }
+
+    fn send_all(&mut self) {
+        for g in &mut self.groups {
+            send_group(g, &mut self.tx_errors);
         }
+    }
+
+    /// Runs `f` on reporter `i` with its group's transmit batch (sent first if nearly full).
+    fn with_reporter(&mut self, i: usize, f: impl FnOnce(&mut Pipeline, &mut TxBatch)) {
+        let g = &mut self.groups[i / self.per_address];
+        if g.tx.len() + ROOM > TX_FRAMES {
+            send_group(g, &mut self.tx_errors);
+        }
+        f(&mut self.reporters[i], &mut g.tx);
     }
 
     /// Reporter `r` (modulo the fleet size) writes a Key-Write report itself: N slots of
     /// (checksum, value), each one RDMA WRITE on its own QP. Other primitives are counted as
-    /// dropped (`drop_no_store`): DART has Key-Write only.
-    pub fn write(&mut self, r: usize, report: &Report) {
-        let now = self.now();
-        if self.tx.len() + 16 > TX_FRAMES {
-            self.send();
-        }
+    /// dropped (`drop_no_store`): DART has Key-Write only. While the reporter's ring is full
+    /// (frames the collector has not confirmed), the fleet polls for up to `wait` for room;
+    /// after that the report is dropped and counted (`drop_qp_queue_full`), as a switch
+    /// would drop it.
+    pub fn write(&mut self, r: usize, report: &Report, wait: Duration) {
         let i = r % self.reporters.len();
+        if !self.reporters[i].can_take() {
+            let t0 = Instant::now();
+            while !self.reporters[i].can_take() && t0.elapsed() < wait {
+                self.full_waits += 1;
+                self.last_timer_poll = 0;
+                self.poll(Duration::from_micros(100));
+            }
+        }
+        let now = self.now();
         let h = Handoff {
             worker: 0,
             at: now,
             report: *report,
             dst: Ipv4Addr::UNSPECIFIED,
         };
-        self.reporters[i].handle_handoff(now, &h, &mut self.tx);
+        self.with_reporter(i, |p, tx| p.handle_handoff(now, &h, tx));
     }
 
-    /// Sends what is queued, takes the collector's answers (at most `wait` for the first) and
-    /// runs the reporters' timers. Returns the answers taken.
+    /// Sends what is queued, takes every answer the collector has sent (waiting at most
+    /// `wait` for the first) and runs the reporters' timers. Returns the answers taken.
     pub fn poll(&mut self, wait: Duration) -> usize {
-        self.send();
+        self.send_all();
         let mut taken = 0;
-        let now = self.now();
-        let (reporters, tx, foreign) = (
-            &mut self.reporters,
-            &mut self.tx,
-            &mut self.foreign_responses,
-        );
         let mut woken: Vec<usize> = Vec::new();
-        let r = self.backend.recv_with(wait, &mut |burst: &[Datagram<'_>]| {
-            for d in burst {
-                taken += 1;
-                let p = d.payload;
-                // The BTH's destination QP (bytes 5..8) names the reporter.
-                let i = (p.len() >= 12)
-                    .then(|| u32::from_be_bytes([0, p[5], p[6], p[7]]).wrapping_sub(QPN_BASE))
-                    .filter(|&i| (i as usize) < reporters.len());
-                let Some(i) = i else {
-                    *foreign += 1;
-                    continue;
+        let n_groups = self.groups.len();
+        for gi in 0..n_groups {
+            // Keep receiving while bursts come back: thousands of QPs answer at once, and an
+            // answer left in the socket is an ACK the reporter will time out on.
+            for round in 0..MAX_RX_ROUNDS {
+                let now = self.now();
+                let (reporters, g, foreign) = (
+                    &mut self.reporters,
+                    &mut self.groups[gi],
+                    &mut self.foreign_responses,
+                );
+                let tx = &mut g.tx;
+                // Only the first socket waits, and only on the first round.
+                let w = if round == 0 && gi == 0 {
+                    wait
+                } else {
+                    Duration::ZERO
                 };
-                reporters[i as usize].handle_responses(now, std::slice::from_ref(d), tx);
-                woken.push(i as usize);
+                let r = g.backend.recv_with(w, &mut |burst: &[Datagram<'_>]| {
+                    for d in burst {
+                        taken += 1;
+                        let p = d.payload;
+                        // The BTH's destination QP (bytes 5..8) names the reporter.
+                        let i = (p.len() >= 12)
+                            .then(|| {
+                                u32::from_be_bytes([0, p[5], p[6], p[7]]).wrapping_sub(QPN_BASE)
+                            })
+                            .filter(|&i| (i as usize) < reporters.len());
+                        let Some(i) = i else {
+                            *foreign += 1;
+                            continue;
+                        };
+                        reporters[i as usize].handle_responses(now, std::slice::from_ref(d), tx);
+                        woken.push(i as usize);
+                    }
+                });
+                if g.tx.len() + ROOM > TX_FRAMES {
+                    send_group(g, &mut self.tx_errors);
+                }
+                match r {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
             }
-        });
-        if r.is_err() {
-            return taken;
         }
+        let now = self.now();
         // An answer may open a window: send what those reporters queued.
         woken.sort_unstable();
         woken.dedup();
         for i in woken {
-            if self.tx.len() + 16 > TX_FRAMES {
-                self.send();
-            }
-            self.reporters[i].poll_transmit(now, &mut self.tx);
+            self.with_reporter(i, |p, tx| {
+                p.poll_transmit(now, tx);
+            });
         }
         if now.saturating_sub(self.last_timer_poll) >= TIMER_POLL_NS {
             self.last_timer_poll = now;
             for i in 0..self.reporters.len() {
-                if self.tx.len() + 16 > TX_FRAMES {
-                    self.send();
-                }
-                self.reporters[i].poll(now, &mut self.tx);
-                self.reporters[i].poll_transmit(now, &mut self.tx);
+                self.with_reporter(i, |p, tx| {
+                    p.poll(now, tx);
+                    p.poll_transmit(now, tx);
+                });
             }
         }
-        self.send();
+        self.send_all();
         taken
+    }
+
+    /// Reporters whose QP broke (no answer for `broken_after`): their unconfirmed writes are
+    /// lost, as a DART switch's would be.
+    pub fn broken(&self) -> usize {
+        self.reporters
+            .iter()
+            .filter(|p| p.broken_stores().next().is_some())
+            .count()
     }
 
     /// Frames sent or queued that the collector has not confirmed yet (all reporters).
@@ -287,5 +387,25 @@ impl DartFleet {
         self.reporters
             .iter()
             .flat_map(|p| p.qp_stats().map(|(_, _, s)| s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn impossible_fleets_are_refused_before_any_socket() {
+        let c = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
+        let bad = |f: fn(&mut DartOptions)| {
+            let mut o = DartOptions::new(c, 1450, 4);
+            f(&mut o);
+            DartFleet::connect(&o).err().unwrap_or_default()
+        };
+        assert!(bad(|o| o.reporters = 0).starts_with("reporters"));
+        assert!(bad(|o| o.reporters = MAX_REPORTERS + 1).starts_with("reporters"));
+        assert!(bad(|o| o.window = 48).starts_with("window"));
+        assert!(bad(|o| o.per_address = 0).starts_with("per_address"));
+        assert!(bad(|o| o.per_address = 33).starts_with("per_address"));
     }
 }

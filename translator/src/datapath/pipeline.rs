@@ -909,6 +909,15 @@ impl Pipeline {
         t
     }
 
+    /// True if every store's QP can take a report now (its ring has room for the most frames
+    /// one report needs): a caller that can wait (the DART fleet, a paced generator) waits
+    /// instead of having the report dropped as `drop_qp_queue_full`.
+    pub fn can_take(&self) -> bool {
+        self.stores
+            .iter()
+            .all(|s| s.sender.can_take(self.max_frames_per_report))
+    }
+
     /// Frames sent or queued and not yet confirmed by the collectors, on QPs that are not
     /// broken. After [`Pipeline::confirm_promptly`], polling drives this to 0 on a working
     /// link: a clean shutdown waits for it.
