@@ -225,6 +225,7 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         md.sport = 0; md.dport = 0;
+        md.mode = MODE_NONE;
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
@@ -242,6 +243,7 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
     }
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
+        md.mode = MODE_DATA;
         transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (5, 0, IP_PROTO_UDP): parse_udp;
             (5, 0, 6): parse_tcp;
@@ -648,15 +650,12 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     action drop() { ig_dprsr_md.drop_ctl = 1; }
 
     apply {
-        md.mode = MODE_NONE;
+        /* The parser set the mode to DATA (IPv4) or NONE; triggers and NACKs refine it. */
         tbl_switch.apply();
         if (hdr.trigger.isValid()) {
             tbl_trigger.apply();
-        } else if (hdr.ipv4.isValid()) {
-            md.mode = MODE_DATA;
-            if (hdr.sk_nack.isValid()) {
-                tbl_nack.apply();
-            }
+        } else if (hdr.sk_nack.isValid()) {
+            tbl_nack.apply();
         }
         tbl_epoch.apply();
 
@@ -693,19 +692,19 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
 #endif
         tbl_hll.apply();
 
-        /* A cursor past the last column hands out COLS: nothing left to send. */
-        bool send = false;
-        if (md.mode == MODE_EXPORT_CM) {
-            if (md.col[31:RSK_CM_LOG] == 0) { send = true; }
-        } else if (md.mode == MODE_EXPORT_HLL) {
-            if (md.col[31:DTA_RSK_HLL_P] == 0) { send = true; }
-        }
+        /* Every packet but a data packet is a report or dropped, so the report's addresses
+         * can be written before knowing which; a cursor past the last column hands out COLS,
+         * and then there is nothing left to send. */
         if (md.mode == MODE_DATA) {
             tbl_forward.apply();
-        } else if (send) {
-            tbl_report_dst.apply();
-            if (md.mode == MODE_EXPORT_CM) { report_cm(); } else { report_hll(); }
         } else {
+            tbl_report_dst.apply();
+        }
+        if (md.mode == MODE_EXPORT_CM && md.col[31:RSK_CM_LOG] == 0) {
+            report_cm();
+        } else if (md.mode == MODE_EXPORT_HLL && md.col[31:DTA_RSK_HLL_P] == 0) {
+            report_hll();
+        } else if (md.mode != MODE_DATA) {
             /* NACKs addressed to us, exhausted or ignored triggers, non-IPv4 frames. */
             drop();
         }
