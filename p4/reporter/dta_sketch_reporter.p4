@@ -18,7 +18,7 @@
  * Epochs. epoch = (ingress global timestamp >> DTA_RSK_EPOCH_SHIFT) + epoch_base, epoch_base
  * from the control plane (it aligns the switches' epochs on wall-clock time and steps over the
  * 48-bit timestamp's wrap). Every cell is a register pair {epoch tag, value} in one of two
- * banks, bank = epoch & 1 (index = bank * columns + column). An update in epoch e finds a tag
+ * banks, bank = epoch & 1 (one register per bank and row, indexed by the column). An update in epoch e finds a tag
  * other than e and starts the cell afresh (tag = e, value = 1 / rank), otherwise it adds
  * (saturating) or takes the max: no sweep ever clears the sketches. The export of epoch e - 1
  * reads bank (e - 1) & 1, which nothing writes during epoch e, and reads 0 for a cell whose tag
@@ -188,15 +188,17 @@ struct ig_md_t {
     bit<32> base;           /* epoch base (control plane) */
     bit<32> base_m1;        /* epoch base - 1 */
     bit<32> sel;            /* update: e; export: e - 1; NACK: the NACK's epoch */
+    bit<1> bank;            /* sel's parity, the bank (a copy: a table cannot match on a slice
+                             * of its own stateful ALU's input) */
     bit<32> col;            /* export: the column the cursor hands out */
     bit<32> h0;             /* Count-Min row CRCs */
     bit<32> h1;
     bit<32> h2;
     bit<32> h3;
-    bit<(RSK_CM_LOG + 1)> cm_idx0;    /* bank ++ column of row r */
-    bit<(RSK_CM_LOG + 1)> cm_idx1;
-    bit<(RSK_CM_LOG + 1)> cm_idx2;
-    bit<(RSK_CM_LOG + 1)> cm_idx3;
+    bit<RSK_CM_LOG> cm_idx0;          /* row r's column (in the bank of md.sel's parity) */
+    bit<RSK_CM_LOG> cm_idx1;
+    bit<RSK_CM_LOG> cm_idx2;
+    bit<RSK_CM_LOG> cm_idx3;
     bit<32> hll_x;          /* HyperLogLog CRC */
     bit<32> t0;             /* its tabulation words */
     bit<32> t1;
@@ -206,7 +208,7 @@ struct ig_md_t {
     bit<32> t23;
     bit<32> hll_h;          /* tab(CRC) */
     bit<32> rank;
-    bit<(DTA_RSK_HLL_P + 1)> hll_idx; /* bank ++ register */
+    bit<DTA_RSK_HLL_P> hll_idx;       /* the register (in the bank of md.sel's parity) */
     bit<32> c0;             /* export: the cells read */
     bit<32> c1;
     bit<32> c2;
@@ -491,20 +493,20 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         size = 2;
     }
 
-    /* ---- register indices: bank (epoch parity) ++ column ---- */
+    /* ---- register indices: the column (each bank is a register of its own) ---- */
     action idx_data() {
-        md.cm_idx0 = md.sel[0:0] ++ md.h0[RSK_CM_LOG - 1:0];
-        md.cm_idx1 = md.sel[0:0] ++ md.h1[RSK_CM_LOG - 1:0];
-        md.cm_idx2 = md.sel[0:0] ++ md.h2[RSK_CM_LOG - 1:0];
-        md.cm_idx3 = md.sel[0:0] ++ md.h3[RSK_CM_LOG - 1:0];
+        md.cm_idx0 = md.h0[RSK_CM_LOG - 1:0];
+        md.cm_idx1 = md.h1[RSK_CM_LOG - 1:0];
+        md.cm_idx2 = md.h2[RSK_CM_LOG - 1:0];
+        md.cm_idx3 = md.h3[RSK_CM_LOG - 1:0];
     }
     /* Every row reads the same column; one index field per register (both of a table's
      * register actions must index the same way). */
     action idx_export_cm() {
-        md.cm_idx0 = md.sel[0:0] ++ md.col[RSK_CM_LOG - 1:0];
-        md.cm_idx1 = md.sel[0:0] ++ md.col[RSK_CM_LOG - 1:0];
-        md.cm_idx2 = md.sel[0:0] ++ md.col[RSK_CM_LOG - 1:0];
-        md.cm_idx3 = md.sel[0:0] ++ md.col[RSK_CM_LOG - 1:0];
+        md.cm_idx0 = md.col[RSK_CM_LOG - 1:0];
+        md.cm_idx1 = md.col[RSK_CM_LOG - 1:0];
+        md.cm_idx2 = md.col[RSK_CM_LOG - 1:0];
+        md.cm_idx3 = md.col[RSK_CM_LOG - 1:0];
     }
     table tbl_cm_idx {
         key = { md.mode : exact; }
@@ -513,10 +515,11 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         default_action = NoAction();
         size = 2;
     }
+    action set_bank() { md.bank = md.sel[0:0]; }
     action xor_halves() { md.t01 = md.t0 ^ md.t1; md.t23 = md.t2 ^ md.t3; }
     action xor_all() { md.hll_h = md.t01 ^ md.t23; }
-    action hll_idx_data() { md.hll_idx = md.sel[0:0] ++ md.hll_h[31:RSK_HLL_W]; }
-    action hll_idx_export() { md.hll_idx = md.sel[0:0] ++ md.col[DTA_RSK_HLL_P - 1:0]; }
+    action hll_idx_data() { md.hll_idx = md.hll_h[31:RSK_HLL_W]; }
+    action hll_idx_export() { md.hll_idx = md.col[DTA_RSK_HLL_P - 1:0]; }
     table tbl_hll_idx {
         key = { md.mode : exact; }
         actions = { hll_idx_data; hll_idx_export; NoAction; }
@@ -526,31 +529,38 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     }
 
     /* ---- the sketches: {epoch tag, value} pairs, two banks ---- */
-#define CM_ROW(R) \
-    Register<cell_t, bit<(RSK_CM_LOG + 1)>>(2 * DTA_RSK_CM_COLS) cm_row##R; \
+    /* Each bank is a register of its own (index = the column), chosen by the epoch's parity:
+     * one register holding both banks needs 2 x 65,536 pairs for the largest sketches, more
+     * SRAM than a stage gives one register; a bank of 65,536 pairs is 32 blocks. */
+#define CM_BANK(R, B) \
+    Register<cell_t, bit<RSK_CM_LOG>>(DTA_RSK_CM_COLS) cm_row##R##_bank##B; \
     /* Epoch e: a cell tagged with another epoch starts afresh at 1; else +1, saturating. */ \
-    RegisterAction<cell_t, bit<(RSK_CM_LOG + 1)>, bit<32>>(cm_row##R) cm##R##_count = { \
+    RegisterAction<cell_t, bit<RSK_CM_LOG>, bit<32>>(cm_row##R##_bank##B) cm##R##_count##B = { \
         void apply(inout cell_t c) { \
             if (c.tag != md.sel) { c.tag = md.sel; c.value = 1; } \
             else { c.value = c.value |+| 1; } \
         } \
     }; \
     /* Export of e - 1: the value if the cell was written in e - 1, else 0. */ \
-    RegisterAction<cell_t, bit<(RSK_CM_LOG + 1)>, bit<32>>(cm_row##R) cm##R##_read = { \
+    RegisterAction<cell_t, bit<RSK_CM_LOG>, bit<32>>(cm_row##R##_bank##B) cm##R##_read##B = { \
         void apply(inout cell_t c, out bit<32> rv) { \
             rv = 0; \
             if (c.tag == md.sel) { rv = c.value; } \
         } \
     }; \
-    action cm##R##_update() { cm##R##_count.execute(md.cm_idx##R); } \
-    action cm##R##_export() { md.c##R = cm##R##_read.execute(md.cm_idx##R); } \
-    table tbl_cm##R { \
-        key = { md.mode : exact; } \
-        actions = { cm##R##_update; cm##R##_export; NoAction; } \
-        const entries = { MODE_DATA : cm##R##_update(); MODE_EXPORT_CM : cm##R##_export(); } \
+    action cm##R##_update##B() { cm##R##_count##B.execute(md.cm_idx##R); } \
+    action cm##R##_export##B() { md.c##R = cm##R##_read##B.execute(md.cm_idx##R); } \
+    table tbl_cm##R##_bank##B { \
+        key = { md.mode : exact; md.bank : exact; } \
+        actions = { cm##R##_update##B; cm##R##_export##B; NoAction; } \
+        const entries = { \
+            (MODE_DATA, B) : cm##R##_update##B(); \
+            (MODE_EXPORT_CM, B) : cm##R##_export##B(); \
+        } \
         default_action = NoAction(); \
         size = 2; \
     }
+#define CM_ROW(R) CM_BANK(R, 0) CM_BANK(R, 1)
     CM_ROW(0)
 #if DTA_RSK_CM_ROWS > 1
     CM_ROW(1)
@@ -562,28 +572,35 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     CM_ROW(3)
 #endif
 
-    Register<cell_t, bit<(DTA_RSK_HLL_P + 1)>>(2 * RSK_HLL_REGS) hll_reg;
-    RegisterAction<cell_t, bit<(DTA_RSK_HLL_P + 1)>, bit<32>>(hll_reg) hll_max = {
-        void apply(inout cell_t c) {
-            if (c.tag != md.sel) { c.tag = md.sel; c.value = md.rank; }
-            else if (md.rank > c.value) { c.value = md.rank; }
-        }
-    };
-    RegisterAction<cell_t, bit<(DTA_RSK_HLL_P + 1)>, bit<32>>(hll_reg) hll_read = {
-        void apply(inout cell_t c, out bit<32> rv) {
-            rv = 0;
-            if (c.tag == md.sel) { rv = c.value; }
-        }
-    };
-    action hll_update() { hll_max.execute(md.hll_idx); }
-    action hll_export() { md.hll_val = hll_read.execute(md.hll_idx); }
-    table tbl_hll {
-        key = { md.mode : exact; }
-        actions = { hll_update; hll_export; NoAction; }
-        const entries = { MODE_DATA : hll_update(); MODE_EXPORT_HLL : hll_export(); }
-        default_action = NoAction();
-        size = 2;
+#define HLL_BANK(B) \
+    Register<cell_t, bit<DTA_RSK_HLL_P>>(RSK_HLL_REGS) hll_bank##B; \
+    /* Epoch e: a register tagged with another epoch starts afresh at the rank; else max. */ \
+    RegisterAction<cell_t, bit<DTA_RSK_HLL_P>, bit<32>>(hll_bank##B) hll_max##B = { \
+        void apply(inout cell_t c) { \
+            if (c.tag != md.sel) { c.tag = md.sel; c.value = md.rank; } \
+            else if (md.rank > c.value) { c.value = md.rank; } \
+        } \
+    }; \
+    RegisterAction<cell_t, bit<DTA_RSK_HLL_P>, bit<32>>(hll_bank##B) hll_read##B = { \
+        void apply(inout cell_t c, out bit<32> rv) { \
+            rv = 0; \
+            if (c.tag == md.sel) { rv = c.value; } \
+        } \
+    }; \
+    action hll_update##B() { hll_max##B.execute(md.hll_idx); } \
+    action hll_export##B() { md.hll_val = hll_read##B.execute(md.hll_idx); } \
+    table tbl_hll_bank##B { \
+        key = { md.mode : exact; md.bank : exact; } \
+        actions = { hll_update##B; hll_export##B; NoAction; } \
+        const entries = { \
+            (MODE_DATA, B) : hll_update##B(); \
+            (MODE_EXPORT_HLL, B) : hll_export##B(); \
+        } \
+        default_action = NoAction(); \
+        size = 2; \
     }
+    HLL_BANK(0)
+    HLL_BANK(1)
 
     /* ---- the report (the trigger frame becomes it) ---- */
     action set_report_dst(PortId_t port, bit<48> src_mac, bit<48> dst_mac, bit<32> src_ip,
@@ -675,22 +692,23 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         xor_all();
         tbl_rank.apply();
 
+        set_bank();
         tbl_cm_cursor.apply();
         tbl_hll_cursor.apply();
         tbl_cm_idx.apply();
         tbl_hll_idx.apply();
 
-        tbl_cm0.apply();
+        tbl_cm0_bank0.apply(); tbl_cm0_bank1.apply();
 #if DTA_RSK_CM_ROWS > 1
-        tbl_cm1.apply();
+        tbl_cm1_bank0.apply(); tbl_cm1_bank1.apply();
 #endif
 #if DTA_RSK_CM_ROWS > 2
-        tbl_cm2.apply();
+        tbl_cm2_bank0.apply(); tbl_cm2_bank1.apply();
 #endif
 #if DTA_RSK_CM_ROWS > 3
-        tbl_cm3.apply();
+        tbl_cm3_bank0.apply(); tbl_cm3_bank1.apply();
 #endif
-        tbl_hll.apply();
+        tbl_hll_bank0.apply(); tbl_hll_bank1.apply();
 
         /* Every packet but a data packet is a report or dropped, so the report's addresses
          * can be written before knowing which; a cursor past the last column hands out COLS,
