@@ -16,8 +16,11 @@
  * (ports 0 unless the packet is an unfragmented, option-less TCP or UDP packet).
  *
  * Epochs. epoch = (ingress global timestamp >> DTA_RSK_EPOCH_SHIFT) + epoch_base, epoch_base
- * from the control plane (it aligns the switches' epochs on wall-clock time and steps over the
- * 48-bit timestamp's wrap). Every cell is a register pair {epoch tag, value} in one of two
+ * from the control plane. The translator merges the switches' columns of the same epoch, so the
+ * control plane sets every switch's global timestamp to synchronised (PTP) wall-clock
+ * nanoseconds modulo 2^48, which makes the epoch boundaries coincide, and epoch_base counts
+ * the timestamp's wraps (every 2^48 ns, 3.26 days) in epochs (dta_bfrt.py,
+ * sketch_reporter_epoch_base). Every cell is a register pair {epoch tag, value} in one of two
  * banks, bank = epoch & 1 (one register per bank and row, indexed by the column). An update in epoch e finds a tag
  * other than e and starts the cell afresh (tag = e, value = 1 / rank), otherwise it adds
  * (saturating) or takes the max: no sweep ever clears the sketches. The export of epoch e - 1
@@ -314,7 +317,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     action ignore_trigger() { md.mode = MODE_NONE; }
     /* (ingress port, selector) -> which sketch; entries: pktgen / CPU ports x {0: CM, 1: HLL}. */
     table tbl_trigger {
-        key = { ig_intr_md.ingress_port : exact; hdr.trigger.sketch : exact; }
+        key = {
+            ig_intr_md.ingress_port : exact @name("ingress_port");
+            hdr.trigger.sketch : exact @name("sketch");
+        }
         actions = { export; ignore_trigger; }
         default_action = ignore_trigger();
         size = 64;
@@ -324,10 +330,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     /* (our report address, our switch ID, one of our sketch IDs) -> whose cursor. */
     table tbl_nack {
         key = {
-            hdr.ipv4.dst : exact;
-            hdr.sk_nack.switch_id : exact;
-            hdr.sk_nack.sketch_id : exact;
-            hdr.udp_rest.len : exact;
+            hdr.ipv4.dst : exact @name("dst_addr");
+            hdr.sk_nack.switch_id : exact @name("switch_id");
+            hdr.sk_nack.sketch_id : exact @name("sketch_id");
+            hdr.udp_rest.len : exact @name("udp_len");
         }
         actions = { nack; not_ours; }
         default_action = not_ours();
@@ -340,7 +346,7 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
     }
     action no_route() { ig_dprsr_md.drop_ctl = 1; }
     table tbl_forward {
-        key = { hdr.ipv4.dst : exact; }
+        key = { hdr.ipv4.dst : exact @name("dst_addr"); }
         actions = { forward; no_route; }
         default_action = no_route();
         size = 4096;
