@@ -279,9 +279,9 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                 inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
     /* ---- this switch (control plane: the default action) ---- */
-    /* epoch_base aligns this switch's epochs with the others' (the wall-clock epoch at a known
-     * timestamp) and is raised by 2^(48 - SHIFT) when the timestamp wraps; the control plane
-     * also passes base - 1 (an action cannot do arithmetic on two constants). */
+    /* epoch_base: the global timestamp's wraps, in epochs (see "Epochs" above), re-installed
+     * at each wrap; the control plane also passes base - 1 (an action cannot do arithmetic on
+     * two constants). */
     action set_switch(bit<32> switch_id, bit<16> cm_id, bit<16> hll_id, bit<32> epoch_base,
                       bit<32> epoch_base_minus_1) {
         md.switch_id = switch_id; md.cm_id = cm_id; md.hll_id = hll_id;
