@@ -16,7 +16,8 @@
 # CMakeCache names the source tree, where core.p4 and tna.p4 are); otherwise PATH.
 # P4C_CORE_INCLUDE / P4C_TNA_INCLUDE name the directories with core.p4 / tna.p4 otherwise.
 # Combinations: the list below, plus every `p4_defines` of tests/corpus/*/case.json (translator);
-# the reporter's own knobs (reporter). P4_ONLY=translator|reporter limits to one program.
+# the reporters' own knobs (reporter: dta_reporter.p4 and dta_sketch_reporter.p4).
+# P4_ONLY=translator|reporter limits to the translator or the reporters.
 # Exit status: 0 on success or skip, 1 when a check that could run failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -38,6 +39,13 @@ reporter_combos=(
   ""
   "-DDTA_REF_VARIANT_B"
   "-DDTA_REPORT_EXTENDED"
+)
+# The Sketch-Merge reporter (p4/reporter/dta_sketch_reporter.p4): defaults (2 x 4096 Count-Min,
+# 2^10 HyperLogLog registers), the most rows, and the largest sketches.
+sketch_reporter_combos=(
+  ""
+  "-DDTA_RSK_CM_ROWS=4"
+  "-DDTA_RSK_CM_ROWS=1 -DDTA_RSK_HLL_P=16 -DDTA_RSK_CM_COLS=65536"
 )
 # The corpus cases' build flags (tests/corpus/*/case.json, "p4_defines").
 while IFS= read -r d; do
@@ -70,6 +78,7 @@ if [ "${P4_ONLY:-}" != reporter ]; then
 fi
 if [ "${P4_ONLY:-}" != translator ]; then
   for c in "${reporter_combos[@]}"; do builds+=("p4/reporter/dta_reporter.p4|$c"); done
+  for c in "${sketch_reporter_combos[@]}"; do builds+=("p4/reporter/dta_sketch_reporter.p4|$c"); done
 fi
 status=0
 
@@ -117,7 +126,7 @@ PY
     fi
     if python3 "$stub/check.py" "$prog" "$c" <<<"$out"; then n=$((n + 1)); else status=1; fi
   done
-  [ $status -eq 0 ] && echo "ok: preprocessed ${#builds[@]} builds (2 programs, their knob combinations)"
+  [ $status -eq 0 ] && echo "ok: preprocessed ${#builds[@]} builds (3 programs, their knob combinations)"
 fi
 
 # ---- tools ----

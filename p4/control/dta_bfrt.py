@@ -681,6 +681,91 @@ def plan_sketches(sketches, cfg, k, ports, switches, tables, regs):
         cell_base += columns
 
 
+# ---- p4/reporter/dta_sketch_reporter.p4 (a switch's Sketch-Merge reporter) ----
+
+SKETCH_REPORTER_PROGRAM = "dta_sketch_reporter"
+# ig_md_t.mode values of the program (its MODE_* constants).
+RSK_MODE_EXPORT_CM, RSK_MODE_EXPORT_HLL, RSK_MODE_NACK_CM, RSK_MODE_NACK_HLL = 2, 3, 4, 5
+RSK_SELECTOR_CM, RSK_SELECTOR_HLL = 0, 1      # a trigger frame's first payload byte
+RSK_NACK_UDP_LEN = 8 + 16                     # UDP header + the 16-byte sketch-column NACK
+RSK_DEFAULT_KNOBS = {"cm_rows": 2, "cm_cols": 4096, "hll_p": 10, "epoch_shift": 30}
+
+
+def sketch_reporter_epoch_base(wall_ns, shift=30):
+    """epoch_base for a switch whose global timestamp was set to wall-clock nanoseconds modulo
+    2^48 (so that every switch's epoch boundaries coincide): the epochs the timestamp's wraps
+    took away, so that epoch = wall_ns >> shift (mod 2^32). Re-installed at each wrap."""
+    return ((wall_ns >> 48) << (48 - shift)) & 0xFFFFFFFF
+
+
+def plan_sketch_reporter(sw, wall_ns, knobs=None):
+    """The control-plane entries of one switch running dta_sketch_reporter.p4.
+
+    `sw`: switch_id (u32), cm_sketch_id and hll_sketch_id (distinct u16), report_ip and
+    report_mac (the switch's report source; NACKs come back to report_ip), translator_ip and
+    translator_mac, port (device port towards the translator), trigger_ports (pktgen / CPU
+    ports whose trigger frames are obeyed), optional udp_src_port (default 0xC0DE).
+    `wall_ns`: the wall-clock time the switch's global timestamp was set to (epoch base).
+    Returns default actions, table entries (action, key, params) and the two collector stores
+    the switch's reports need (`hash = "tofino"`)."""
+    k = dict(RSK_DEFAULT_KNOBS)
+    k.update(knobs or {})
+    rows, cols, p, shift = k["cm_rows"], k["cm_cols"], k["hll_p"], k["epoch_shift"]
+    if not 1 <= rows <= 4:
+        raise ConfigError(f"cm_rows {rows}: the program takes 1..4")
+    if cols < 16 or cols > 65536 or cols & (cols - 1):
+        raise ConfigError(f"cm_cols {cols}: the program takes a power of two, 16..65536")
+    if not 4 <= p <= 16:
+        raise ConfigError(f"hll_p {p}: the program takes 4..16")
+    if not 16 <= shift <= 40:
+        raise ConfigError(f"epoch_shift {shift}: the program takes 16..40")
+    switch_id = int(sw["switch_id"])
+    if not 0 <= switch_id < 1 << 32:
+        raise ConfigError(f"switch_id {switch_id} is not a u32")
+    cm_id, hll_id = int(sw["cm_sketch_id"]), int(sw["hll_sketch_id"])
+    for sid in (cm_id, hll_id):
+        if not 0 <= sid < 1 << 16:
+            raise ConfigError(f"sketch ID {sid} is not a u16")
+    if cm_id == hll_id:
+        raise ConfigError(f"the Count-Min and HyperLogLog sketches share sketch ID {cm_id}")
+    ports = list(sw.get("trigger_ports", []))
+    if not ports:
+        raise ConfigError("no trigger_ports: without trigger frames nothing is ever exported")
+    report_ip = ip_int(sw["report_ip"])
+    base = sketch_reporter_epoch_base(wall_ns, shift)
+    defaults = {
+        "Ingress.tbl_switch": ("set_switch", {
+            "switch_id": switch_id, "cm_id": cm_id, "hll_id": hll_id,
+            "epoch_base": base, "epoch_base_minus_1": (base - 1) & 0xFFFFFFFF}),
+        "Ingress.tbl_report_dst": ("set_report_dst", {
+            "port": int(sw["port"]), "src_mac": mac_int(sw["report_mac"]),
+            "dst_mac": mac_int(sw["translator_mac"]), "src_ip": report_ip,
+            "dst_ip": ip_int(sw["translator_ip"]),
+            "udp_src_port": int(sw.get("udp_src_port", 0xC0DE))}),
+    }
+    trig = []
+    for port in ports:
+        trig.append(("export", {"ingress_port": int(port), "sketch": RSK_SELECTOR_CM},
+                     {"mode": RSK_MODE_EXPORT_CM}))
+        trig.append(("export", {"ingress_port": int(port), "sketch": RSK_SELECTOR_HLL},
+                     {"mode": RSK_MODE_EXPORT_HLL}))
+    nack = [("nack", {"dst_addr": report_ip, "switch_id": switch_id, "sketch_id": sid,
+                      "udp_len": RSK_NACK_UDP_LEN}, {"mode": mode})
+            for sid, mode in ((cm_id, RSK_MODE_NACK_CM), (hll_id, RSK_MODE_NACK_HLL))]
+    stores = [
+        {"sketch_id": cm_id, "sketch": "count_min", "rows": rows, "cell_width": 4,
+         "merge_op": 0, "columns": cols, "hash": "tofino"},
+        {"sketch_id": hll_id, "sketch": "hyperloglog", "rows": 1, "cell_width": 1,
+         "merge_op": 1, "columns": 1 << p, "hash": "tofino"},
+    ]
+    return {"defaults": defaults,
+            "tables": {"Ingress.tbl_trigger": trig, "Ingress.tbl_nack": nack},
+            "stores": stores,
+            # One report per trigger: the export of an epoch needs this many within the next.
+            "triggers_per_epoch": cols + (1 << p),
+            "epoch_ns": 1 << shift}
+
+
 def _node(prog, name):
     """The bfrt object of a plan name: "Ctrl.x" in pipe 0, or "pipe_name.Ctrl[.Inner].x"."""
     parts = name.split(".")

@@ -713,5 +713,60 @@ lists = [{ collector = "c1", first = 10, count = 3 }, { collector = "c2", first 
             self.plan()
 
 
+class SketchReporterPlanTest(unittest.TestCase):
+    """dta_sketch_reporter.p4's entries (plan_sketch_reporter)."""
+
+    SW = {"switch_id": 0x0A000001, "cm_sketch_id": 7, "hll_sketch_id": 8,
+          "report_ip": "10.0.0.1", "report_mac": "02:00:00:00:00:0a",
+          "translator_ip": "10.0.0.101", "translator_mac": "02:00:00:00:00:01",
+          "port": 12, "trigger_ports": [68, 192]}
+
+    def test_entries(self):
+        wall = (3 << 48) + (5 << 30) + 123
+        p = dta_bfrt.plan_sketch_reporter(self.SW, wall)
+        act, sw = p["defaults"]["Ingress.tbl_switch"]
+        self.assertEqual(act, "set_switch")
+        self.assertEqual((sw["switch_id"], sw["cm_id"], sw["hll_id"]), (0x0A000001, 7, 8))
+        # epoch = (timestamp >> 30) + base, the timestamp being wall mod 2^48.
+        self.assertEqual(((wall % (1 << 48)) >> 30) + sw["epoch_base"], wall >> 30)
+        self.assertEqual(sw["epoch_base_minus_1"], sw["epoch_base"] - 1)
+        _, dst = p["defaults"]["Ingress.tbl_report_dst"]
+        self.assertEqual((dst["port"], dst["src_ip"], dst["dst_ip"], dst["udp_src_port"]),
+                         (12, ip("10.0.0.1"), ip("10.0.0.101"), 0xC0DE))
+        trig = p["tables"]["Ingress.tbl_trigger"]
+        self.assertEqual(len(trig), 4)
+        self.assertIn(("export", {"ingress_port": 68, "sketch": 1}, {"mode": 3}), trig)
+        self.assertIn(("export", {"ingress_port": 192, "sketch": 0}, {"mode": 2}), trig)
+        nack = p["tables"]["Ingress.tbl_nack"]
+        self.assertEqual(nack, [
+            ("nack", {"dst_addr": ip("10.0.0.1"), "switch_id": 0x0A000001, "sketch_id": 7,
+                      "udp_len": 24}, {"mode": 4}),
+            ("nack", {"dst_addr": ip("10.0.0.1"), "switch_id": 0x0A000001, "sketch_id": 8,
+                      "udp_len": 24}, {"mode": 5})])
+        cm, hll = p["stores"]
+        self.assertEqual((cm["rows"], cm["cell_width"], cm["columns"], cm["hash"]),
+                         (2, 4, 4096, "tofino"))
+        self.assertEqual((hll["rows"], hll["cell_width"], hll["columns"], hll["merge_op"]),
+                         (1, 1, 1024, 1))
+        self.assertEqual(p["triggers_per_epoch"], 4096 + 1024)
+
+    def test_epoch_base_wraps_to_u32(self):
+        self.assertEqual(dta_bfrt.sketch_reporter_epoch_base(0), 0)
+        self.assertEqual(dta_bfrt.sketch_reporter_epoch_base(1 << 48), 1 << 18)
+        self.assertEqual(dta_bfrt.sketch_reporter_epoch_base(1 << 48, 16), 0)
+
+    def test_refusals(self):
+        bad = [({"cm_sketch_id": 8}, None), ({"trigger_ports": []}, None),
+               ({"switch_id": 1 << 32}, None), ({}, {"cm_rows": 5}),
+               ({}, {"cm_cols": 3000}), ({}, {"hll_p": 17}), ({}, {"epoch_shift": 8})]
+        for over, knobs in bad:
+            sw = dict(self.SW, **over)
+            with self.assertRaises(dta_bfrt.ConfigError, msg=str((over, knobs))):
+                dta_bfrt.plan_sketch_reporter(sw, 0, knobs)
+        p = dta_bfrt.plan_sketch_reporter(self.SW, 0, {"cm_rows": 1, "cm_cols": 65536,
+                                                       "hll_p": 16})
+        self.assertEqual(p["triggers_per_epoch"], 131072)
+
+
 if __name__ == "__main__":
     unittest.main()
