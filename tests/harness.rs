@@ -496,3 +496,13 @@ pub fn extended_header(seq: u32) -> ReportHeader {
         priority: Priority::Medium,
     }
 }
+
+/// A UDP port on `ip` free right now (bound and released; loopback tests use it for
+/// addresses that must be known before the socket that uses them exists).
+pub fn free_port(ip: Ipv4Addr) -> u16 {
+    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
+        .expect("bind an ephemeral UDP port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}

@@ -14,6 +14,7 @@ use dta_collector::Collector;
 use dta_proto::layout::AppendFormat;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::Value;
+use dta_tests::harness::free_port;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
@@ -26,14 +27,6 @@ const BATCH: u32 = 8;
 /// 32 batch slots per list: the two translators' 2 × K batches fit without lapping.
 const CAPACITY: u32 = 256;
 const K: u32 = 6;
-
-fn free_port(ip: Ipv4Addr) -> u16 {
-    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn translator(c_addr: SocketAddrV4, t_ip: Ipv4Addr) -> Translator {
     let mut cfg = TranslatorConfig::default();

@@ -17,15 +17,8 @@ use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKi
 use dta_collector::Collector;
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
+use dta_tests::harness::free_port;
 use dta_translator::{Translator, TranslatorConfig};
-
-fn free_port(ip: Ipv4Addr) -> u16 {
-    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Key-Write "paths", Key-Increment "counts" and Append "events" holding lists
 /// `first..first + lists`, on rdma_cm ports 1337..1339.

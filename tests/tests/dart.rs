@@ -12,6 +12,7 @@ use dta_proto::hash::HashProfile;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
 use dta_tests::harness::extended_header;
+use dta_tests::harness::free_port;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::dart::{DartFleet, DartOptions};
 use dta_translator::Translator;
@@ -22,14 +23,6 @@ const KEYS: u32 = 12_000;
 const REPORTERS: u32 = 48;
 const DART_PORT: u16 = 1450;
 const DTA_PORT: u16 = 1451;
-
-fn free_port(ip: Ipv4Addr) -> u16 {
-    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn kw_store(name: &str, port: u16) -> StoreConfig {
     StoreConfig {

@@ -15,17 +15,10 @@ use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::Value;
 use dta_tests::harness::extended_header;
+use dta_tests::harness::free_port;
 use dta_translator::config::{CollectorSection, ReportSteering, RoceSteering, TranslatorConfig};
 use dta_translator::datapath::stats::TranslatorCounters;
 use dta_translator::Translator;
-
-fn free_port(ip: Ipv4Addr) -> u16 {
-    std::net::UdpSocket::bind(SocketAddrV4::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Addr) {
     let lo = Ipv4Addr::LOCALHOST;

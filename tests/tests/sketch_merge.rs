@@ -23,6 +23,7 @@ use dta_collector::Collector;
 use dta_proto::sketch::{Sketch, SketchHash, SketchKind, SketchShape};
 use dta_proto::wire::nack::NackRepr;
 use dta_proto::Key;
+use dta_tests::harness::free_port;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
@@ -72,14 +73,6 @@ fn flow_key(flow: u32, h: SketchHash) -> Key {
             Key::new(&[10, a, b, 1, 10, 0, c, 2, 6, d, 0x10, 0x01, 0xBB]).unwrap()
         }
     }
-}
-
-fn free_port(ip: Ipv4Addr) -> u16 {
-    UdpSocket::bind(SocketAddrV4::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A small deterministic generator (xorshift64*).
