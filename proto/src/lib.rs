@@ -52,5 +52,6 @@ pub mod sketch;
 pub mod stats;
 pub mod types;
 pub mod wire;
+pub mod zero;
 
 pub use types::{Key, Value, MAX_KEY_LEN, MAX_VALUE_LEN};
