@@ -249,10 +249,11 @@ impl DartFleet {
     /// dropped (`drop_no_store`): DART has Key-Write only. While the reporter's ring is full
     /// (frames the collector has not confirmed), the fleet polls for up to `wait` for room;
     /// after that the report is dropped and counted (`drop_qp_queue_full`), as a switch
-    /// would drop it.
+    /// would drop it. A reporter whose QP broke drops at once (`drop_qp_broken`).
     pub fn write(&mut self, r: usize, report: &Report, wait: Duration) {
         let i = r % self.reporters.len();
-        if !self.reporters[i].can_take() {
+        // A broken QP never makes room: its reports are dropped at once (`drop_qp_broken`).
+        if !self.reporters[i].can_take() && self.reporters[i].broken_stores().next().is_none() {
             let t0 = Instant::now();
             while !self.reporters[i].can_take() && t0.elapsed() < wait {
                 self.full_waits += 1;
