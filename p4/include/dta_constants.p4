@@ -60,7 +60,7 @@ const bit<8> DTA_SK_NACK_KIND = 8w0x81; // kind = sketch-column NACK
 #define SK_LAYOUT_HEADER_LEN 64 // Sketch store header before epoch slot 0
 #define SK_RECORD_HEAD_LEN 8 // column record: epoch u32, merged u16, expected u16 (LE)
 #define SK_MAX_EPOCHS 16 // most epoch slots
-const bit<32> IND_POLY_SK_HLL = 32w0x243B1A27; // POLYNOMIALS[HLL_POLY_INDEX]: HyperLogLog CRC (sketch row r: IND_POLY_REPLICA<r>)
+#define IND_POLY_SK_HLL IND_POLY_SPARE0 // POLYNOMIALS[26]: the HyperLogLog CRC (sketch row r: IND_POLY_REPLICA<r>)
 #define SK_HASH_TOFINO 1 // store header byte 30: the Tofino hash profile
 // Tofino hash profile: HyperLogLog hashes tab(CRC) = T0[b0] ^ T1[b1] ^ T2[b2] ^ T3[b3],
 // b0 the CRC's least significant byte (proto::sketch::TAB). DTA_SK_TAB<i>(A) expands
@@ -1176,7 +1176,7 @@ const bit<32> IND_POLY_HOP12 = 32w0xA9EBB53B; // POLYNOMIALS[22]: Postcarding ho
 const bit<32> IND_POLY_HOP13 = 32w0x7671F82D; // POLYNOMIALS[23]: Postcarding hop 13 checksum
 const bit<32> IND_POLY_HOP14 = 32w0xD1AC00D1; // POLYNOMIALS[24]: Postcarding hop 14 checksum
 const bit<32> IND_POLY_HOP15 = 32w0x9D1D4DDF; // POLYNOMIALS[25]: Postcarding hop 15 checksum
-const bit<32> IND_POLY_SPARE0 = 32w0x243B1A27; // POLYNOMIALS[26]: spare
+const bit<32> IND_POLY_SPARE0 = 32w0x243B1A27; // POLYNOMIALS[26]: Sketch-Merge HyperLogLog (IND_POLY_SK_HLL)
 const bit<32> IND_POLY_SPARE1 = 32w0xC2AE594B; // POLYNOMIALS[27]: spare
 const bit<32> IND_POLY_SPARE2 = 32w0xE4806F45; // POLYNOMIALS[28]: spare
 const bit<32> IND_POLY_SPARE3 = 32w0x56DD1405; // POLYNOMIALS[29]: spare

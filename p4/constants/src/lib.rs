@@ -286,11 +286,12 @@ pub fn render() -> String {
         dta_proto::sketch::MAX_EPOCHS as u64,
         "most epoch slots",
     );
-    o.c(
-        "IND_POLY_SK_HLL",
-        32,
-        POLYNOMIALS[dta_proto::sketch::HLL_POLY_INDEX] as u64,
-        "POLYNOMIALS[HLL_POLY_INDEX]: HyperLogLog CRC (sketch row r: IND_POLY_REPLICA<r>)",
+    let _ = writeln!(
+        o.0,
+        "#define IND_POLY_SK_HLL IND_POLY_SPARE{} // POLYNOMIALS[{}]: the HyperLogLog CRC \
+         (sketch row r: IND_POLY_REPLICA<r>)",
+        dta_proto::sketch::HLL_POLY_INDEX - (HOP_POLY_BASE + MAX_HOPS),
+        dta_proto::sketch::HLL_POLY_INDEX
     );
     o.define(
         "SK_HASH_TOFINO",
@@ -517,7 +518,11 @@ pub fn render() -> String {
             &format!("IND_POLY_SPARE{}", i - (HOP_POLY_BASE + MAX_HOPS)),
             32,
             *p as u64,
-            &format!("POLYNOMIALS[{i}]: spare"),
+            &if i == dta_proto::sketch::HLL_POLY_INDEX {
+                format!("POLYNOMIALS[{i}]: Sketch-Merge HyperLogLog (IND_POLY_SK_HLL)")
+            } else {
+                format!("POLYNOMIALS[{i}]: spare")
+            },
         );
     }
     o.c(
