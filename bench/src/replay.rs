@@ -987,6 +987,12 @@ mod tests {
     }
 }
 
+/// Tests that start a collector find its RNIC thread as the `dta-rnic` thread that was not
+/// there before: they must not start collectors concurrently (one test saw the other's thread
+/// and counted two). Each holds this lock.
+#[cfg(test)]
+pub(crate) static RNIC_THREAD_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod udp_tests {
     use super::*;
@@ -994,6 +1000,7 @@ mod udp_tests {
 
     #[test]
     fn udp_replay_reaches_the_collector_and_measures_threads() {
+        let _serial = RNIC_THREAD_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let sc = Scenario {
             mix: Mix::parse("kw=1,loss=2,ctr=1").unwrap(),
             slots_log2: 14,
@@ -1182,6 +1189,7 @@ mod saturated_tests {
 
     #[test]
     fn saturated_rnic_executes_every_frame() {
+        let _serial = RNIC_THREAD_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let sc = Scenario {
             mix: Mix::only(Kind::Loss),
             slots_log2: 12,
