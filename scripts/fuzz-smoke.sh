@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/fuzz-smoke.sh - CI smoke run of every cargo-fuzz target (fuzz/), SECS seconds each
-# (default 15; 10 targets ≈ 2.5 min plus the build). Called by scripts/test.
+# (default 15; 12 targets ≈ 3 min plus the build). Called by scripts/test.
 #
 # Needs a nightly toolchain (`cargo +nightly`); installs cargo-fuzz (`cargo install cargo-fuzz
 # --locked`) only when nightly exists. Without them it prints "SKIP: reason" and exits 0.
@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SECS=${SECS:-15}
-targets=(report nack metarec listheads cm_mad config rnic cm_state pipeline sketch telemetry_report)
+targets=(report nack metarec listheads cm_mad config rnic cm_state pipeline sketch telemetry_report zero)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "SKIP: fuzz smoke: no nightly toolchain (cargo +nightly)"

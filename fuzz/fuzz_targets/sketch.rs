@@ -43,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
         cell_width: 4,
         batch: 8,
         epochs: 2,
+        hash: shape.hash,
     };
     let mut p = single_store_pipeline_with(kind, |c| {
         c.l2_frames = false;
