@@ -679,26 +679,26 @@ impl SketchHasher {
         SketchHasher { shape }
     }
 
+    /// A column or sign CRC as the profile finishes it: `mix32` (independent) or as is
+    /// (Tofino).
+    #[inline]
+    fn finish(&self, crc: u32) -> u32 {
+        match self.shape.hash {
+            SketchHash::Independent => mix32(crc),
+            SketchHash::Tofino => crc,
+        }
+    }
+
     /// The column `key` maps to in row `row`.
     #[inline]
     pub fn column(&self, key: &Key, row: u8) -> u32 {
-        let crc = ROW_ENGINES[row as usize].checksum(key.as_bytes());
-        let h = match self.shape.hash {
-            SketchHash::Independent => mix32(crc),
-            SketchHash::Tofino => crc,
-        };
-        h & (self.shape.columns - 1)
+        self.finish(ROW_ENGINES[row as usize].checksum(key.as_bytes())) & (self.shape.columns - 1)
     }
 
     /// The Count sketch's sign of `key` in row `row` (+1 or −1).
     #[inline]
     pub fn sign(&self, key: &Key, row: u8) -> i32 {
-        let crc = SIGN_ENGINES[row as usize].checksum(key.as_bytes());
-        let h = match self.shape.hash {
-            SketchHash::Independent => mix32(crc),
-            SketchHash::Tofino => crc,
-        };
-        if h >> 31 == 1 {
+        if self.finish(SIGN_ENGINES[row as usize].checksum(key.as_bytes())) >> 31 == 1 {
             -1
         } else {
             1

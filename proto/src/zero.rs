@@ -257,15 +257,13 @@ pub fn check_placement(h: &ControlHeader, descs: &[BlockDesc]) -> Result<(), Zer
     Ok(())
 }
 
-/// The CRC a block carries after an update to sequence `seq` (even) with `values`.
-pub fn block_crc(seq: u64, values: &[u64]) -> u32 {
+/// The CRC a block carries after an update to sequence `seq` (even): CRC-32C of `seq` (8 LE
+/// bytes), the entries count (4 LE bytes) and the values as stored (8 LE bytes each).
+pub fn block_crc(seq: u64, count: u32, value_bytes: &[u8]) -> u32 {
     let mut r = crate::crc::CRC_INIT;
     r = CRC32C.update(r, &seq.to_le_bytes());
-    r = CRC32C.update(r, &(values.len() as u32).to_le_bytes());
-    for v in values {
-        r = CRC32C.update(r, &v.to_le_bytes());
-    }
-    !r
+    r = CRC32C.update(r, &count.to_le_bytes());
+    !CRC32C.update(r, value_bytes)
 }
 
 /// The bytes of a block at rest after the update to `seq` (even): what a reader that does not
@@ -273,11 +271,12 @@ pub fn block_crc(seq: u64, values: &[u64]) -> u32 {
 pub fn encode_block(seq: u64, values: &[u64], out: &mut [u8]) {
     let n = values.len();
     out[0..8].copy_from_slice(&seq.to_le_bytes());
-    out[8..12].copy_from_slice(&block_crc(seq, values).to_le_bytes());
     out[12..16].copy_from_slice(&(n as u32).to_le_bytes());
     for (c, v) in out[16..16 + 8 * n].chunks_exact_mut(8).zip(values) {
         c.copy_from_slice(&v.to_le_bytes());
     }
+    let crc = block_crc(seq, n as u32, &out[16..16 + 8 * n]);
+    out[8..12].copy_from_slice(&crc.to_le_bytes());
     out[16 + 8 * n..24 + 8 * n].copy_from_slice(&seq.to_le_bytes());
 }
 
@@ -318,11 +317,7 @@ pub fn verify_block(b: &[u8], entries: u32) -> Result<Snapshot<'_>, ZeroError> {
     let crc = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
     let count = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
     let values = &b[16..16 + 8 * n];
-    let mut r = crate::crc::CRC_INIT;
-    r = CRC32C.update(r, &begin.to_le_bytes());
-    r = CRC32C.update(r, &count.to_le_bytes());
-    r = CRC32C.update(r, values);
-    if count != entries || !r != crc {
+    if count != entries || block_crc(begin, count, values) != crc {
         return Err(ZeroError::Torn);
     }
     Ok(Snapshot { seq: begin, values })
@@ -442,7 +437,7 @@ mod tests {
         bytes.extend_from_slice(&5u32.to_le_bytes());
         new.iter()
             .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
-        assert_eq!(block_crc(12, &new), CRC32C.checksum(&bytes));
+        assert_eq!(block_crc(12, 5, &bytes[12..]), CRC32C.checksum(&bytes));
         // Both sequence words new but a value torn: the checksum catches it.
         let mut t = b.clone();
         t[16..24].copy_from_slice(&a[16..24]);

@@ -22,6 +22,7 @@ use dta_io::backend::Backend;
 use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::wire::ethernet::MacAddr;
+use dta_proto::wire::ib::Bth;
 use dta_proto::wire::report::Report;
 
 use crate::control::cm::{incarnation_guid, CmInitiator};
@@ -101,6 +102,7 @@ pub struct DartFleet {
     reporters: Vec<Pipeline>,
     epoch: Instant,
     last_timer_poll: u64,
+    woken: Vec<usize>,
     /// Frames the kernel refused.
     pub tx_errors: u64,
     /// Answers that named no reporter of the fleet (counted and dropped).
@@ -195,6 +197,7 @@ impl DartFleet {
             reporters,
             epoch: Instant::now(),
             last_timer_poll: 0,
+            woken: Vec::new(),
             tx_errors: 0,
             foreign_responses: 0,
             connect_secs: t0.elapsed().as_secs_f64(),
@@ -276,7 +279,9 @@ impl DartFleet {
     pub fn poll(&mut self, wait: Duration) -> usize {
         self.send_all();
         let mut taken = 0;
-        let mut woken: Vec<usize> = Vec::new();
+        // Reporters that took an answer (a buffer kept across polls).
+        let mut woken = std::mem::take(&mut self.woken);
+        woken.clear();
         let n_groups = self.groups.len();
         for gi in 0..n_groups {
             // Keep receiving while bursts come back: thousands of QPs answer at once, and an
@@ -298,12 +303,10 @@ impl DartFleet {
                 let r = g.backend.recv_with(w, &mut |burst: &[Datagram<'_>]| {
                     for d in burst {
                         taken += 1;
-                        let p = d.payload;
-                        // The BTH's destination QP (bytes 5..8) names the reporter.
-                        let i = (p.len() >= 12)
-                            .then(|| {
-                                u32::from_be_bytes([0, p[5], p[6], p[7]]).wrapping_sub(QPN_BASE)
-                            })
+                        // The BTH's destination QP names the reporter.
+                        let i = Bth::new_checked(d.payload)
+                            .ok()
+                            .map(|b| b.dest_qp().value().wrapping_sub(QPN_BASE))
                             .filter(|&i| (i as usize) < reporters.len());
                         let Some(i) = i else {
                             *foreign += 1;
@@ -326,11 +329,12 @@ impl DartFleet {
         // An answer may open a window: send what those reporters queued.
         woken.sort_unstable();
         woken.dedup();
-        for i in woken {
+        for &i in &woken {
             self.with_reporter(i, |p, tx| {
                 p.poll_transmit(now, tx);
             });
         }
+        self.woken = woken;
         if now.saturating_sub(self.last_timer_poll) >= TIMER_POLL_NS {
             self.last_timer_poll = now;
             for i in 0..self.reporters.len() {
