@@ -292,6 +292,7 @@ impl Collector {
                     port: s.port,
                     name: s.meta.name.clone(),
                     record: rec.to_bytes(),
+                    record_in_rep: false,
                     heads,
                     allow: config.cm_allowlist(i),
                 }

@@ -280,6 +280,76 @@ pub fn encode_block(seq: u64, values: &[u64], out: &mut [u8]) {
     out[16 + 8 * n..24 + 8 * n].copy_from_slice(&seq.to_le_bytes());
 }
 
+/// Bytes of a [`RegionRecord`].
+pub const RECORD_LEN: usize = 64;
+/// A region record's magic, ASCII `DTZR`.
+pub const RECORD_MAGIC: [u8; 4] = *b"DTZR";
+/// Where an agent's REP carries the region record: private-data bytes 64..128 (the first 64
+/// carry the service name, as the collector's REP does).
+pub const RECORD_REP_OFFSET: usize = 64;
+
+/// What a pull collector needs to READ an agent's region, sent by the agent in the private data
+/// of its RDMA_CM REP (`rdma_accept`'s `private_data` on a real RNIC), so the connection is
+/// usable at RTU with no SEND.
+///
+/// ```text
+/// 0 magic DTZR | 4 version 1 | 5 flags (bit 0: the agent checks the ICRC) | 6..8 zero
+/// 8 address u64 | 16 length u64 | 24 R_Key u32 | 28..60 zero | 60 CRC-32C of bytes 0..60
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionRecord {
+    /// Virtual address of the region's first byte (the control header).
+    pub addr: u64,
+    /// Region length in bytes.
+    pub len: u64,
+    /// The region's R_Key (READ only).
+    pub rkey: u32,
+    /// The agent verifies the ICRC of requests.
+    pub verify_icrc: bool,
+}
+
+impl RegionRecord {
+    /// The 64-byte record.
+    pub fn encode(&self) -> [u8; RECORD_LEN] {
+        let mut r = [0u8; RECORD_LEN];
+        r[0..4].copy_from_slice(&RECORD_MAGIC);
+        r[4] = VERSION;
+        r[5] = self.verify_icrc as u8;
+        r[8..16].copy_from_slice(&self.addr.to_le_bytes());
+        r[16..24].copy_from_slice(&self.len.to_le_bytes());
+        r[24..28].copy_from_slice(&self.rkey.to_le_bytes());
+        let crc = CRC32C.checksum(&r[..60]);
+        r[60..64].copy_from_slice(&crc.to_le_bytes());
+        r
+    }
+
+    /// Reads a record back: magic, version, CRC, flags and reserved bytes are checked.
+    pub fn decode(r: &[u8]) -> Result<RegionRecord, ZeroError> {
+        let r = r.get(..RECORD_LEN).ok_or(ZeroError::Truncated)?;
+        if r[0..4] != RECORD_MAGIC || r[4] != VERSION {
+            return Err(ZeroError::BadMagic);
+        }
+        let crc = u32::from_le_bytes(r[60..64].try_into().expect("4 bytes"));
+        if CRC32C.checksum(&r[..60]) != crc
+            || r[5] > 1
+            || r[6..8] != [0; 2]
+            || r[28..60].iter().any(|&b| b != 0)
+        {
+            return Err(ZeroError::Malformed);
+        }
+        let len = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
+        if (len as usize) < HEADER_LEN {
+            return Err(ZeroError::Malformed);
+        }
+        Ok(RegionRecord {
+            addr: u64::from_le_bytes(r[8..16].try_into().expect("8 bytes")),
+            len,
+            rkey: u32::from_le_bytes(r[24..28].try_into().expect("4 bytes")),
+            verify_icrc: r[5] == 1,
+        })
+    }
+}
+
 /// A consistent snapshot of one block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot<'a> {
@@ -348,6 +418,33 @@ mod tests {
             c.extend_from_slice(&d.encode().unwrap());
         }
         c
+    }
+
+    #[test]
+    fn region_records_round_trip_and_damaged_ones_are_refused() {
+        let r = RegionRecord {
+            addr: 0x7f00_1234_5000,
+            len: 1 << 20,
+            rkey: 0xABCD_EF01,
+            verify_icrc: true,
+        };
+        let b = r.encode();
+        assert_eq!(RegionRecord::decode(&b), Ok(r));
+        assert_eq!(RegionRecord::decode(&b[..63]), Err(ZeroError::Truncated));
+        for at in [0usize, 4] {
+            let mut x = b;
+            x[at] ^= 1;
+            assert_eq!(RegionRecord::decode(&x), Err(ZeroError::BadMagic));
+        }
+        for at in [5usize, 9, 30, 61] {
+            let mut x = b;
+            x[at] ^= 2;
+            assert_eq!(
+                RegionRecord::decode(&x),
+                Err(ZeroError::Malformed),
+                "byte {at}"
+            );
+        }
     }
 
     #[test]

@@ -105,6 +105,11 @@ pub struct Service {
     pub name: String,
     /// The 64-byte metadata record advertised after RTU.
     pub record: [u8; 64],
+    /// Carry `record` in the REP's private data (bytes 64..128, after the name) instead of a
+    /// SEND after RTU: a ZERO agent's region record ([`dta_proto::zero::RegionRecord`]), which
+    /// its pull collector needs before it can READ, and which a real RNIC's `rdma_accept`
+    /// carries the same way.
+    pub record_in_rep: bool,
     /// A sequenced Append store's memory and geometry: its lists' heads are read and sent
     /// after the record (which must then carry the list-heads flag). `None` otherwise.
     pub heads: Option<(Arc<Region>, AppendGeometry)>,
@@ -372,6 +377,10 @@ impl CmResponder {
                 let name = self.services[si].name.as_bytes();
                 let n = name.len().min(64);
                 private_data[..n].copy_from_slice(&name[..n]);
+                if self.services[si].record_in_rep {
+                    let at = dta_proto::zero::RECORD_REP_OFFSET;
+                    private_data[at..at + 64].copy_from_slice(&self.services[si].record);
+                }
                 let rep = CmRep {
                     local_comm_id,
                     remote_comm_id: req.local_comm_id,
@@ -433,6 +442,9 @@ impl CmResponder {
                 self.counters.cm_established += 1;
                 let (qpn, svc) = (c.qpn, c.service);
                 let rec = self.services[svc].record;
+                if self.services[svc].record_in_rep {
+                    return;
+                }
                 if rnic.post_send(qpn, &rec, now, tx) {
                     self.counters.cm_metadata_sent += 1;
                 }
@@ -533,6 +545,7 @@ mod tests {
             port: PORT,
             name: "kw".into(),
             record: [0; 64],
+            record_in_rep: false,
             heads: None,
             allow,
         };
