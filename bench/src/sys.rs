@@ -3,19 +3,7 @@
 //!
 //! These are control-plane calls made at the start and end of a measurement, never per packet.
 
-/// CPU time (user + system) consumed by the calling thread so far, in nanoseconds.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if r != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use dta_io::process::thread_cpu_ns;
 
 /// CPU time (user + system) consumed by the whole process so far, in seconds (`getrusage`).
 pub fn process_cpu_secs() -> f64 {

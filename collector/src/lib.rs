@@ -41,6 +41,7 @@ pub mod rdma;
 pub mod rnic;
 pub mod service;
 pub mod store;
+pub mod zero;
 
 pub use config::CollectorConfig;
 pub use service::Collector;

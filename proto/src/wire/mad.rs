@@ -831,6 +831,57 @@ impl Default for CmReq {
 }
 
 impl CmReq {
+    /// The REQ our RDMA_CM initiators send for an RC connection over RoCEv2: `local` is our
+    /// RoCEv2 address (its port goes into the RDMA_CM private-data header), `remote` the
+    /// passive side's, `port` the rdma_cm service. `responder_resources` is how many READs or
+    /// atomics we answer in flight, `initiator_depth` how many we issue; path MTU 4096, the
+    /// retry counts at their maximum.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rc_connect(
+        local_comm_id: u32,
+        port: u16,
+        ca_guid: u64,
+        local_qpn: u32,
+        starting_psn: u32,
+        local: std::net::SocketAddrV4,
+        remote: Ipv4Addr,
+        responder_resources: u8,
+        initiator_depth: u8,
+    ) -> CmReq {
+        let private = CmPrivateIp {
+            src_port: local.port(),
+            src: *local.ip(),
+            dst: remote,
+        };
+        CmReq {
+            local_comm_id,
+            service_id: rdma_cm_service_id(port),
+            local_ca_guid: ca_guid,
+            local_qpn,
+            responder_resources,
+            initiator_depth,
+            remote_cm_response_timeout: 20,
+            transport_type: TRANSPORT_RC,
+            starting_psn,
+            local_cm_response_timeout: 20,
+            retry_count: 7,
+            pkey: 0xffff,
+            path_mtu: 5, // 4096
+            rnr_retry_count: 7,
+            max_cm_retries: 15,
+            primary_local_lid: 0xffff,
+            primary_remote_lid: 0xffff,
+            primary_local_gid: ipv4_gid(*local.ip()),
+            primary_remote_gid: ipv4_gid(remote),
+            primary_hop_limit: 64,
+            primary_local_ack_timeout: 14,
+            private_data: private.to_req_private_data(),
+            ..CmReq::default()
+        }
+    }
+}
+
+impl CmReq {
     /// Parses a REQ from the MAD data (the bytes after the MAD header).
     pub fn parse(data: &[u8]) -> Result<CmReq> {
         use field::req as f;

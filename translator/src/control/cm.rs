@@ -30,10 +30,7 @@ use dta_proto::wire::ib::{
     opcode as op, AethRepr, Bth, BthRepr, Psn, Qpn, RethRepr, Rkey, Syndrome,
 };
 use dta_proto::wire::listheads::{HeadsAssembly, ListHeads};
-use dta_proto::wire::mad::{
-    ipv4_gid, rdma_cm_service_id, CmDrep, CmDreq, CmMessage, CmPrivateIp, CmReq, CmRtu,
-    MadHeaderRepr, TRANSPORT_RC,
-};
+use dta_proto::wire::mad::{CmDrep, CmDreq, CmMessage, CmReq, CmRtu, MadHeaderRepr};
 use dta_proto::wire::metarec::MetaRecord;
 use dta_proto::wire::roce::{build_frame, RoceEndpoint, RocePacket, L2L4_LEN};
 
@@ -373,38 +370,19 @@ impl CmInitiator {
         let local_comm_id = self.next_comm_id;
         self.next_comm_id = self.next_comm_id.wrapping_add(2);
         self.next_tid += 1;
-        let private = CmPrivateIp {
-            src_port: self.local.port(),
-            src: *self.local.ip(),
-            dst: *self.collector.ip(),
-        };
-        let req = CmReq {
+        // We never issue READs, but FETCH_ADD needs the collector to accept outstanding
+        // atomics: offer none, ask for 16.
+        let req = CmReq::rc_connect(
             local_comm_id,
-            service_id: rdma_cm_service_id(port),
-            local_ca_guid: self.ca_guid,
-            local_qpn: local_qpn.value(),
-            // We never issue READs or atomics that need the collector to answer reads... but
-            // FETCH_ADD does: offer and ask for outstanding atomics.
-            responder_resources: 0,
-            initiator_depth: 16,
-            remote_cm_response_timeout: 20,
-            transport_type: TRANSPORT_RC,
-            starting_psn: start_psn.value(),
-            local_cm_response_timeout: 20,
-            retry_count: 7,
-            pkey: 0xffff,
-            path_mtu: 5, // 4096
-            rnr_retry_count: 7,
-            max_cm_retries: 15,
-            primary_local_lid: 0xffff,
-            primary_remote_lid: 0xffff,
-            primary_local_gid: ipv4_gid(*self.local.ip()),
-            primary_remote_gid: ipv4_gid(*self.collector.ip()),
-            primary_hop_limit: 64,
-            primary_local_ack_timeout: 14,
-            private_data: private.to_req_private_data(),
-            ..CmReq::default()
-        };
+            port,
+            self.ca_guid,
+            local_qpn.value(),
+            start_psn.value(),
+            self.local,
+            *self.collector.ip(),
+            0,
+            16,
+        );
         let c = Conn {
             port,
             local_comm_id,
