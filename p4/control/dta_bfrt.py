@@ -818,16 +818,14 @@ def plan_dart_reporter(cfg, collectors, ports, connections=None, knobs=None, n=N
     tbl_dart_qp and dart_psn_reg (the start PSN). tbl_dart_collector gives bucket b (the key
     checksum's low byte) to collector b mod C, with that collector's mirror session
     (first_session + its index), whose multicast group holds N nodes towards the collector's
-    dev port with rid 0..N-1 (N: the store's recorded redundancy, or `n`). tbl_dart_resp drops
+    dev port with rid 0..N-1 (N: the store's recorded redundancy, else `n`). tbl_dart_resp drops
     the collectors' answers to our source address. Returns a plan for apply(), with "mirror":
     [(session ID, mirror.cfg fields)]."""
     k = dict(DART_DEFAULT_KNOBS)
     k.update(knobs or {})
     t = cfg["translator"]
-    conn_by_store = {}
-    for c in connections or []:
-        conn_by_store[(c.get("collector"), c["store"])] = c
-        conn_by_store.setdefault((None, c["store"]), c)
+    # A connection names its collector; one without applies to every collector's store.
+    conn_by_store = {(c.get("collector"), c["store"]): c for c in connections or []}
     if not collectors:
         raise ConfigError("DART: no collector")
     if len(collectors) > k["qps"]:
@@ -865,9 +863,7 @@ def plan_dart_reporter(cfg, collectors, ports, connections=None, knobs=None, n=N
         if not k["icrc"] and meta.get("verify_icrc", True):
             raise ConfigError(f"collector {cname} verifies the ICRC but the program is built "
                               "with -DDTA_NO_ICRC (ICRC 0): set verify_icrc = false there")
-        store_n = s.get("redundancy")
-        if store_n is not None and n is not None and int(store_n) != int(n):
-            raise ConfigError(f"store {s['name']}: written with redundancy {store_n}, not {n}")
+        store_n = s.get("redundancy")   # the store's recorded N wins over `n`
         copies = int(store_n if store_n is not None else (n if n is not None else 0))
         if not 1 <= copies <= k["max_n"]:
             raise ConfigError(f"store {s['name']}: redundancy {copies or 'unknown'} (the store "
