@@ -16,7 +16,8 @@
 # CMakeCache names the source tree, where core.p4 and tna.p4 are); otherwise PATH.
 # P4C_CORE_INCLUDE / P4C_TNA_INCLUDE name the directories with core.p4 / tna.p4 otherwise.
 # Combinations: the list below, plus every `p4_defines` of tests/corpus/*/case.json (translator);
-# the reporters' own knobs (reporter: dta_reporter.p4 and dta_sketch_reporter.p4).
+# the reporters' own knobs (reporter: dta_reporter.p4, its DART option, and
+# dta_sketch_reporter.p4).
 # P4_ONLY=translator|reporter limits to the translator or the reporters.
 # Exit status: 0 on success or skip, 1 when a check that could run failed.
 set -u
@@ -39,6 +40,12 @@ reporter_combos=(
   ""
   "-DDTA_REF_VARIANT_B"
   "-DDTA_REPORT_EXTENDED"
+  # DART (p4/reporter/dta_dart.p4): the default (N <= 4, ICRC in egress), the most copies,
+  # the reference hash profile with ICRC 0, and the most collectors with variant B.
+  "-DDTA_DART"
+  "-DDTA_DART -DDTA_MAX_N=8"
+  "-DDTA_DART -DDTA_HASH_REFERENCE -DDTA_NO_ICRC"
+  "-DDTA_DART -DDTA_MAX_N=2 -DDTA_REF_VARIANT_B -DDTA_DART_QPS=256"
 )
 # The Sketch-Merge reporter (p4/reporter/dta_sketch_reporter.p4): defaults (2 x 4096 Count-Min,
 # 2^10 HyperLogLog registers), the most rows, and the largest sketches.

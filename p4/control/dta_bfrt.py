@@ -766,6 +766,138 @@ def plan_sketch_reporter(sw, wall_ns, knobs=None):
             "epoch_ns": 1 << shift}
 
 
+# ---- the DART build of the reporter (p4/reporter/dta_reporter.p4 -DDTA_DART, dta_dart.p4) ----
+DART_PROGRAM = "dta_reporter"
+DART_BUCKETS = 256          # tbl_dart_collector: the key checksum's low byte
+DART_SLOT_SIZE = 8          # 4-byte checksum + the 4-byte value (the switch ID)
+DART_DEFAULT_KNOBS = {"max_n": 4, "qps": 16, "hash": "independent", "icrc": True}
+DART_NAMES = {
+    "tbl_dart_collector": "Ingress.dart_collector.tbl_dart_collector",
+    "tbl_dart_resp": "Ingress.dart_response.tbl_dart_resp",
+    "tbl_dart_qp": "Egress.dart_write.tbl_dart_qp",
+    "dart_psn_reg": "Egress.dart_write.dart_psn_reg",
+}
+
+
+def dart_knobs_from_defines(defines):
+    """The knobs of a DART reporter compiled with these -D flags (-DDTA_DART required)."""
+    k = dict(DART_DEFAULT_KNOBS)
+    flags = defines.split()
+    if "-DDTA_DART" not in flags:
+        raise ConfigError("--defines: the DART reporter is compiled with -DDTA_DART")
+    for d in flags:
+        name, _, value = d[2:].partition("=")
+        if not d.startswith("-D"):
+            raise ConfigError(f"--defines: {d!r} is not a -D flag")
+        if name in ("DTA_DART", "DTA_REF_VARIANT_B"):
+            continue
+        if name == "DTA_HASH_REFERENCE":
+            k["hash"] = "reference"
+        elif name == "DTA_NO_ICRC":
+            k["icrc"] = False
+        elif name in ("DTA_MAX_N", "DTA_DART_QPS"):
+            try:
+                k["max_n" if name == "DTA_MAX_N" else "qps"] = int(value, 0)
+            except ValueError:
+                raise ConfigError(f"--defines: {d!r} needs a number") from None
+        else:
+            raise ConfigError(f"--defines: {name} is not a knob of the DART reporter "
+                              "(p4/README.md, \"DART reporter\")")
+    return k
+
+
+def plan_dart_reporter(cfg, collectors, ports, connections=None, knobs=None, n=None,
+                       store=None, first_session=1, max_pkt_len=128):
+    """The entries of one switch running the DART reporter, from the translator's inputs:
+    `cfg` (load_config: [translator] roce and mac are the switch's RoCEv2 source, the address
+    `dta-translator --control-only` connected the QPs from), the collectors' metadata
+    (load_collectors) and optionally the RDMA_CM connections (load_connections), which win over
+    the metadata's static QPs as in plan().
+
+    One QP per collector, into its Key-Write store (`store`, or its first Key-Write store):
+    tbl_dart_qp and dart_psn_reg (the start PSN). tbl_dart_collector gives bucket b (the key
+    checksum's low byte) to collector b mod C, with that collector's mirror session
+    (first_session + its index), whose multicast group holds N nodes towards the collector's
+    dev port with rid 0..N-1 (N: the store's recorded redundancy, else `n`). tbl_dart_resp drops
+    the collectors' answers to our source address. Returns a plan for apply(), with "mirror":
+    [(session ID, mirror.cfg fields)]."""
+    k = dict(DART_DEFAULT_KNOBS)
+    k.update(knobs or {})
+    t = cfg["translator"]
+    # A connection names its collector; one without applies to every collector's store.
+    conn_by_store = {(c.get("collector"), c["store"]): c for c in connections or []}
+    if not collectors:
+        raise ConfigError("DART: no collector")
+    if len(collectors) > k["qps"]:
+        raise ConfigError(f"DART: {len(collectors)} collectors but the program holds "
+                          f"DTA_DART_QPS = {k['qps']} QPs")
+    tables = {DART_NAMES[x]: [] for x in ("tbl_dart_collector", "tbl_dart_resp", "tbl_dart_qp")}
+    regs = {DART_NAMES["dart_psn_reg"]: []}
+    nodes, groups, mirror = [], [], []
+    sources = []
+    for qp, (cname, meta) in enumerate(collectors):
+        if cname not in ports:
+            raise ConfigError(f"collector {cname}: no dev port given")
+        kws = [s for s in meta["stores"] if s.get("kind") == "keywrite"
+               and (store is None or s["name"] == store)]
+        if not kws:
+            raise ConfigError(f"collector {cname}: no Key-Write store"
+                              + (f" {store!r}" if store else ""))
+        s = kws[0]
+        c = conn_by_store.get((cname, s["name"])) or conn_by_store.get((None, s["name"]))
+        if c is not None:
+            remote, psn = c["remote_qpn"], c["psn"]
+            addr, rkey = c.get("addr", s["addr"]), c.get("rkey", s["rkey"])
+            src = c.get("translator_roce", t["roce"])
+        elif s.get("qps"):
+            q = s["qps"][0]
+            remote, psn, addr, rkey, src = q["qpn"], q["psn"], s["addr"], s["rkey"], t["roce"]
+        else:
+            raise ConfigError(f"store {s['name']}: no QP (static qps or a connection)")
+        if s.get("slot_size") != DART_SLOT_SIZE:
+            raise ConfigError(f"store {s['name']}: slot_size {s.get('slot_size')} but the DART "
+                              f"reporter writes {DART_SLOT_SIZE}-byte slots (4-byte values)")
+        if s.get("hash", "independent") != k["hash"]:
+            raise ConfigError(f"store {s['name']}: hash profile {s.get('hash')} but the program "
+                              f"is compiled for {k['hash']}")
+        if not k["icrc"] and meta.get("verify_icrc", True):
+            raise ConfigError(f"collector {cname} verifies the ICRC but the program is built "
+                              "with -DDTA_NO_ICRC (ICRC 0): set verify_icrc = false there")
+        store_n = s.get("redundancy")   # the store's recorded N wins over `n`
+        copies = int(store_n if store_n is not None else (n if n is not None else 0))
+        if not 1 <= copies <= k["max_n"]:
+            raise ConfigError(f"store {s['name']}: redundancy {copies or 'unknown'} (the store "
+                              f"records none: give n) is not 1..DTA_MAX_N = {k['max_n']}")
+        slots = int(s["slots"])
+        src_ip, src_port = split_addr(src)
+        sources.append((ip_int(src_ip), src_port))
+        parts = addr_parts(addr, slots * DART_SLOT_SIZE - 1, f"store {s['name']}")
+        tables[DART_NAMES["tbl_dart_qp"]].append(("set_dart_qp", {"qp": qp}, {
+            "src_mac": mac_int(t["mac"]), "dst_mac": mac_int(meta["mac"]),
+            "src_ip": ip_int(src_ip), "dst_ip": ip_int(split_addr(meta["roce"])[0]),
+            "src_port": src_port, "qpn": remote, "r_key": rkey,
+            "hi": parts["base_hi"], "lo": parts["base_lo"], "hi1": parts["base_hi1"],
+            "carry": parts["carry_at"], "mask": slots - 1}))
+        regs[DART_NAMES["dart_psn_reg"]].append((qp, psn_cell(psn)))
+        ids = []
+        for rid in range(copies):
+            nodes.append((len(nodes) + 1, rid, ports[cname]))
+            ids.append(len(nodes))
+        groups.append((len(groups) + 1, ids))
+        mirror.append((first_session + qp, {
+            "direction": "INGRESS", "session_enable": True, "mcast_grp_a": len(groups),
+            "mcast_grp_a_valid": True, "ucast_egress_port_valid": False,
+            "max_pkt_len": max_pkt_len}))
+    for b in range(DART_BUCKETS):
+        qp = b % len(collectors)
+        tables[DART_NAMES["tbl_dart_collector"]].append(
+            ("dart_collector", {"bucket": b}, {"session": first_session + qp, "qp": qp}))
+    for ip, port in sorted(set(sources)):
+        tables[DART_NAMES["tbl_dart_resp"]].append(("dart_response", {"dst": ip, "dst_port": port}, {}))
+    return {"tables": tables, "registers": regs, "mcast": {"nodes": nodes, "groups": groups},
+            "mirror": mirror}
+
+
 def _node(prog, name):
     """The bfrt object of a plan name: "Ctrl.x" in pipe 0, or "pipe_name.Ctrl[.Inner].x"."""
     parts = name.split(".")
@@ -808,6 +940,9 @@ def apply(p, bfrt, program=PROGRAM):
         pre.mgid.add(MGID=mgid, MULTICAST_NODE_ID=ids,
                      MULTICAST_NODE_L1_XID_VALID=[False] * len(ids),
                      MULTICAST_NODE_L1_XID=[0] * len(ids))
+    # Mirror sessions (the DART reporter's: one per collector, multicast to its N copies).
+    for sid, fields in p.get("mirror", []):
+        bfrt.mirror.cfg.add_with_normal(sid=sid, **fields)
     bfrt.complete_operations()
 
 
@@ -827,6 +962,18 @@ def run(bfrt, config, ports, connections=None, resync_window=0, knobs=None,
     p = plan(cfg, collectors, ports, conns, knobs, resync_window, loop_port,
              parse_sketch_switches(sketch_switches or ""))
     apply(p, bfrt)
+    return p
+
+
+def run_dart(bfrt, config, ports, connections=None, knobs=None, n=None, store=None,
+             first_session=1, max_pkt_len=128):
+    """Fills a switch running the DART reporter (plan_dart_reporter) through bfrt."""
+    cfg = load_config(config)
+    collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(config)))
+    conns = load_connections(connections) if connections else None
+    p = plan_dart_reporter(cfg, collectors, ports, conns, knobs, n, store, first_session,
+                           max_pkt_len)
+    apply(p, bfrt, DART_PROGRAM)
     return p
 
 
@@ -852,12 +999,30 @@ def main(argv):
                     help='the bf-p4c -D flags the program was compiled with, as one argument '
                          '(--defines="-DDTA_AP_BATCH=2 -DDTA_PC_CACHE_BITS=3"; in bfshell: '
                          'DTA_DEFINES); --no-icrc, --no-sketch and --sk-rows add to them')
+    ap.add_argument("--dart", action="store_true",
+                    help="plan the DART reporter (dta_reporter.p4 -DDTA_DART; --defines as "
+                         "compiled, -DDTA_DART included) instead of the translator")
+    ap.add_argument("--dart-n", type=int, help="DART: copies per report when a store records "
+                                               "no redundancy")
+    ap.add_argument("--dart-store", help="DART: the Key-Write store name (default: each "
+                                         "collector's first)")
+    ap.add_argument("--mirror-session", type=int, default=1,
+                    help="DART: the first mirror session ID (one per collector)")
+    ap.add_argument("--max-pkt-len", type=int, default=128,
+                    help="DART: mirror truncation (bytes)")
     ap.add_argument("--print", action="store_true", help="print the plan as JSON")
     a = ap.parse_args(argv)
     try:
         cfg = load_config(a.config)
         collectors = load_collectors(cfg, os.path.dirname(os.path.abspath(a.config)))
         conns = load_connections(a.connections) if a.connections else None
+        if a.dart:
+            p = plan_dart_reporter(cfg, collectors, parse_ports(a.ports), conns,
+                                   dart_knobs_from_defines(a.defines or "-DDTA_DART"),
+                                   a.dart_n, a.dart_store, a.mirror_session, a.max_pkt_len)
+            json.dump(p, sys.stdout, indent=1)
+            print()
+            return 0
         knobs = knobs_from_defines(a.defines)
         if a.no_icrc:
             knobs["icrc"] = False
@@ -875,7 +1040,18 @@ def main(argv):
     return 0
 
 
-if "bfrt" in globals():  # running inside bfshell's bfrt_python
+if "bfrt" in globals() and os.environ.get("DTA_DART", "") not in ("", "0"):
+    # The DART reporter: DTA_CONFIG, DTA_PORTS, DTA_CONNECTIONS as for the translator;
+    # DTA_DEFINES as compiled (-DDTA_DART ...), DTA_DART_N, DTA_DART_STORE, DTA_MIRROR_SESSION,
+    # DTA_MAX_PKT_LEN.
+    run_dart(globals()["bfrt"], os.environ["DTA_CONFIG"],
+             parse_ports(os.environ.get("DTA_PORTS", "")), os.environ.get("DTA_CONNECTIONS"),
+             dart_knobs_from_defines(os.environ.get("DTA_DEFINES", "-DDTA_DART")),
+             int(os.environ["DTA_DART_N"]) if os.environ.get("DTA_DART_N") else None,
+             os.environ.get("DTA_DART_STORE") or None,
+             int(os.environ.get("DTA_MIRROR_SESSION", "1")),
+             int(os.environ.get("DTA_MAX_PKT_LEN", "128")))
+elif "bfrt" in globals():  # running inside bfshell's bfrt_python
     run(globals()["bfrt"], os.environ["DTA_CONFIG"], parse_ports(os.environ.get("DTA_PORTS", "")),
         os.environ.get("DTA_CONNECTIONS"), int(os.environ.get("DTA_RESYNC_WINDOW", "0")),
         dict(knobs_from_defines(os.environ.get("DTA_DEFINES", "")),

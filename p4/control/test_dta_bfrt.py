@@ -768,5 +768,136 @@ class SketchReporterPlanTest(unittest.TestCase):
         self.assertEqual(p["triggers_per_epoch"], 131072)
 
 
+class DartReporterPlanTest(unittest.TestCase):
+    """The DART reporter's entries (dta_reporter.p4 -DDTA_DART; plan_dart_reporter, run_dart):
+    one QP per collector from the same inputs as the translator (metadata, RDMA_CM
+    connections), the bucket table, the PSN registers, the N-copy multicast groups and the
+    mirror sessions, as written through bfrt."""
+
+    CONFIG = CONFIG.replace('[[collector]]\nname = "c1"\nmetadata = "c1.json"\n',
+                            '[[collector]]\nname = "c1"\nmetadata = "c1.json"\n\n'
+                            '[[collector]]\nname = "c2"\nmetadata = "c2.json"\n')
+    META2 = {
+        "roce": "10.0.0.52:4791", "mac": "02:00:00:00:00:52", "verify_icrc": False,
+        "stores": [{"name": "kw", "addr": 0x00000000FFFFF000, "len": 8 << 12, "rkey": 0x9999,
+                    "qps": [{"qpn": 0x21, "psn": 0x10, "peer_qpn": 0x200}], "kind": "keywrite",
+                    "slots": 1 << 12, "slot_size": 8, "hash": "independent", "redundancy": 3}],
+    }
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.cfg = os.path.join(self.dir.name, "translator.toml")
+        with open(self.cfg, "w") as f:
+            f.write(self.CONFIG)
+        with open(os.path.join(self.dir.name, "c1.json"), "w") as f:
+            json.dump(META, f)
+        with open(os.path.join(self.dir.name, "c2.json"), "w") as f:
+            json.dump(self.META2, f)
+        # c1's Key-Write QP connected through RDMA_CM on the switch's behalf.
+        self.conn = os.path.join(self.dir.name, "conn.json")
+        with open(self.conn, "w") as f:
+            json.dump({"connections": [
+                {"store": "kw", "collector": "c1", "qpn": 0x300, "remote_qpn": 0x31,
+                 "psn": 0xFFFFFF, "rkey": 0x7777, "addr": 0x7f0000100000,
+                 "translator_roce": "10.0.0.9:50000"}]}, f)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_dart(self, **kw):
+        log = []
+        p = dta_bfrt.run_dart(Fake(log), self.cfg, {"c1": 8, "c2": 12}, self.conn, n=2, **kw)
+        return log, p
+
+    @staticmethod
+    def calls(log, suffix):
+        return [kw for path, _, kw in log if path.endswith(suffix)]
+
+    def test_entries_written(self):
+        log, _ = self.run_dart()
+        pre = "dta_reporter.pipe."
+        self.assertTrue(all(path.startswith((pre, "pre.", "mirror.", "complete"))
+                            for path, _, _ in log), log[:3])
+        qps = self.calls(log, "Egress.dart_write.tbl_dart_qp.add_with_set_dart_qp")
+        self.assertEqual(len(qps), 2)
+        c1, c2 = qps
+        # c1: the RDMA_CM connection wins over the static QP (QPN, R_Key, address, source).
+        self.assertEqual((c1["qp"], c1["qpn"], c1["r_key"], c1["src_ip"], c1["src_port"]),
+                         (0, 0x31, 0x7777, ip("10.0.0.9"), 50000))
+        self.assertEqual(((c1["hi"] << 32) | c1["lo"], c1["hi1"]), (0x7f0000100000, 0x7f01))
+        self.assertEqual((c1["dst_ip"], c1["dst_mac"], c1["mask"]),
+                         (ip("10.0.0.51"), 0x020000000051, (1 << 16) - 1))
+        # c2: static metadata QP, the switch's source from [translator] roce.
+        self.assertEqual((c2["qp"], c2["qpn"], c2["r_key"], c2["src_ip"], c2["src_port"]),
+                         (1, 0x21, 0x9999, ip("10.0.0.101"), 4791))
+        self.assertEqual((c2["dst_ip"], c2["mask"], c2["src_mac"]),
+                         (ip("10.0.0.52"), (1 << 12) - 1, 0x020000000001))
+        # A region crossing 4 GiB: slot offsets from 0x1000 on carry into the high half.
+        self.assertEqual((c2["hi"], c2["lo"], c2["hi1"], c2["carry"]), (0, 0xFFFFF000, 1, 0x1000))
+        # PSN registers hold PSN << 8.
+        psn = self.calls(log, "Egress.dart_write.dart_psn_reg.mod")
+        self.assertEqual(psn, [{"REGISTER_INDEX": 0, "f1": 0xFFFFFF00},
+                               {"REGISTER_INDEX": 1, "f1": 0x1000}])
+        # 256 buckets, round robin over the two collectors, each with its own mirror session.
+        b = self.calls(log, "Ingress.dart_collector.tbl_dart_collector.add_with_dart_collector")
+        self.assertEqual(len(b), 256)
+        for e in b:
+            self.assertEqual((e["qp"], e["session"]), (e["bucket"] % 2, 1 + e["bucket"] % 2))
+        # N copies per collector: c1 records no redundancy (n = 2), c2 records 3.
+        nodes = self.calls(log, "pre.node.add")
+        self.assertEqual([(x["MULTICAST_RID"], x["DEV_PORT"]) for x in nodes],
+                         [(0, [8]), (1, [8]), (0, [12]), (1, [12]), (2, [12])])
+        groups = self.calls(log, "pre.mgid.add")
+        self.assertEqual([(g["MGID"], g["MULTICAST_NODE_ID"]) for g in groups],
+                         [(1, [1, 2]), (2, [3, 4, 5])])
+        mirror = self.calls(log, "mirror.cfg.add_with_normal")
+        self.assertEqual([(m["sid"], m["mcast_grp_a"], m["mcast_grp_a_valid"], m["direction"])
+                          for m in mirror], [(1, 1, True, "INGRESS"), (2, 2, True, "INGRESS")])
+        # Answers to both source addresses are dropped.
+        resp = self.calls(log, "Ingress.dart_response.tbl_dart_resp.add_with_dart_response")
+        self.assertEqual(resp, [{"dst": ip("10.0.0.9"), "dst_port": 50000},
+                                {"dst": ip("10.0.0.101"), "dst_port": 4791}])
+
+    def test_knobs_and_refusals(self):
+        k = dta_bfrt.dart_knobs_from_defines("-DDTA_DART -DDTA_MAX_N=8 -DDTA_NO_ICRC "
+                                             "-DDTA_HASH_REFERENCE -DDTA_DART_QPS=4")
+        self.assertEqual(k, {"max_n": 8, "qps": 4, "hash": "reference", "icrc": False})
+        for bad in ("", "-DDTA_DART -DDTA_REPORT_EXTENDED", "-DDTA_DART -DDTA_MAX_N=x"):
+            with self.assertRaises(dta_bfrt.ConfigError, msg=bad):
+                dta_bfrt.dart_knobs_from_defines(bad)
+        refused = [
+            {"knobs": {"icrc": False}},          # c1 verifies the ICRC
+            {"knobs": {"hash": "reference"}},     # the stores are independent
+            {"knobs": {"qps": 1}},                # two collectors
+            {"knobs": {"max_n": 2}},              # c2 is written with N = 3
+            {"n": None},                          # c1 records no N
+            {"store": "nope"},
+        ]
+        cfg = dta_bfrt.load_config(self.cfg)
+        cols = dta_bfrt.load_collectors(cfg, self.dir.name)
+        for over in refused:
+            args = dict({"knobs": None, "n": 2}, **over)
+            with self.assertRaises(dta_bfrt.ConfigError, msg=str(over)):
+                dta_bfrt.plan_dart_reporter(cfg, cols, {"c1": 8, "c2": 12}, None, **args)
+        with self.assertRaises(dta_bfrt.ConfigError):   # no dev port for c2
+            dta_bfrt.plan_dart_reporter(cfg, cols, {"c1": 8}, None, n=2)
+        meta = json.loads(json.dumps(self.META2))
+        meta["stores"][0]["slot_size"] = 16
+        with self.assertRaises(dta_bfrt.ConfigError):   # 8-byte slots only
+            dta_bfrt.plan_dart_reporter(cfg, [("c2", meta)], {"c2": 12}, None)
+
+    def test_cli_prints_the_plan(self):
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=8,c2=12", "--dart",
+                                "--dart-n", "2", "--defines", "-DDTA_DART -DDTA_MAX_N=8"])
+        self.assertEqual(rc, 0)
+        p = json.loads(out.getvalue())
+        self.assertEqual(len(p["tables"]["Egress.dart_write.tbl_dart_qp"]), 2)
+        self.assertEqual(p["mirror"][1][1]["mcast_grp_a"], 2)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -19,12 +19,22 @@
  * egress replaces those headers with Ethernet/IPv4/UDP/DTA. One report per packet (priority:
  * path report, loss event, postcard).
  *
+ * DART (-DDTA_DART, dta_dart.p4): the path report is not sent to the translator; the switch
+ * writes it into a collector's Key-Write store itself, one RoCEv2 RDMA WRITE per redundancy
+ * copy over its own QP, with the translator's hashes and frame bytes. Loss events and postcards
+ * still go to the translator. Reference profile only. Knobs of the DART build:
+ *   DTA_HASH_REFERENCE   the store's reference hash profile [independent]
+ *   DTA_MAX_N            most copies per report, 1..8 [4]
+ *   DTA_DART_QPS         collectors (QPs) per switch, 1..256 [16]
+ *   DTA_NO_ICRC          ICRC 0 [computed in egress]
+ *
  * Compile: bf-p4c --target tofino --arch tna --std p4-16 [-D...] dta_reporter.p4
  */
 
 #include <core.p4>
 #include <tna.p4>
 #include "../include/dta_constants.p4"
+#include "../include/dta_roce.p4"
 
 #define INT_MAX_HOPS 5
 const bit<16> INT_PORT = 0x1235;      /* UDP port of the INT-lite shim (example value) */
@@ -35,12 +45,7 @@ const bit<8> REPORT_LOSS = 2;
 const bit<8> REPORT_POSTCARD = 3;
 const MirrorType_t MIRROR_REPORT = 1;
 
-header ethernet_h { bit<48> dst; bit<48> src; bit<16> ether_type; }
-header ipv4_h {
-    bit<4> version; bit<4> ihl; bit<8> tos; bit<16> total_len; bit<16> ident;
-    bit<3> flags; bit<13> frag_offset; bit<8> ttl; bit<8> protocol; bit<16> checksum;
-    bit<32> src; bit<32> dst;
-}
+/* Ethernet, IPv4, UDP (the report's) and the InfiniBand headers: dta_roce.p4. */
 header l4_ports_h { bit<16> src_port; bit<16> dst_port; }
 header udp_rest_h { bit<16> len; bit<16> checksum; }
 /* INT-lite: a hop count and INT_MAX_HOPS switch IDs, right after the UDP header. */
@@ -48,7 +53,6 @@ header int_shim_h { bit<8> hops; bit<8> reserved; bit<16> orig_dst_port; }
 header int_hop_h { bit<32> switch_id; }
 
 /* Report headers (egress of the mirror copy). */
-header udp_h { bit<16> src_port; bit<16> dst_port; bit<16> len; bit<16> checksum; }
 #ifdef DTA_REF_VARIANT_B
 header dta_ref_h { bit<8> opcode; bit<8> seqnum; bit<8> flags; }
 #define DTA_BASE_LEN DTA_REF_BASE_LEN_B
@@ -75,6 +79,10 @@ header mirror_h {
     bit<32> list_id;
     bit<32> switch_id;
     bit<8> reason;
+#ifdef DTA_DART
+    bit<16> dart_qp;     /* the collector's QP (tbl_dart_collector) */
+    bit<32> checksum;    /* the key's Key-Write checksum */
+#endif
 }
 
 struct headers_t {
@@ -96,6 +104,12 @@ struct headers_t {
     ext_pc_fixed_h ext_pc;
     five_tuple_h ftuple;
     loss_event_h loss;
+#ifdef DTA_DART
+    bth_h bth;
+    reth_h reth;
+    kw_payload_h kw_payload;
+    icrc_h icrc;
+#endif
 }
 
 struct ig_md_t {
@@ -108,9 +122,17 @@ struct ig_md_t {
     bit<8> reason;
     MirrorId_t session;
     bit<1> sink;
+#ifdef DTA_DART
+    bit<16> dart_qp;
+    bit<32> checksum;
+#endif
 }
 
 struct eg_md_t { bit<32> seq; }
+
+#ifdef DTA_DART
+#include "dta_dart.p4"
+#endif
 
 parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
                 out ingress_intrinsic_metadata_t ig_intr_md) {
@@ -119,6 +141,9 @@ parser IgParser(packet_in pkt, out headers_t hdr, out ig_md_t md,
         pkt.advance(PORT_METADATA_SIZE);
         md.report = REPORT_NONE; md.n = 0; md.hop = 0; md.path_len = 0; md.list_id = 0;
         md.switch_id = 0; md.reason = 0; md.session = 0; md.sink = 0;
+#ifdef DTA_DART
+        md.dart_qp = 0; md.checksum = 0;
+#endif
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) { ETHERTYPE_IPV4: parse_ipv4; default: accept; }
     }
@@ -205,8 +230,17 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
         size = 4096;
     }
 
+#ifdef DTA_DART
+    DartResponse() dart_response;
+    DartCollector() dart_collector;
+#endif
+
     apply {
-        if (hdr.ipv4.isValid()) {
+        bool answer = false;   /* a collector's answer to our DART QPs: dropped */
+#ifdef DTA_DART
+        dart_response.apply(hdr, ig_dprsr_md, answer);
+#endif
+        if (hdr.ipv4.isValid() && !answer) {
             tbl_switch.apply();
             tbl_forward.apply();
             if (md.reason != 0) {
@@ -223,6 +257,10 @@ control Ingress(inout headers_t hdr, inout ig_md_t md,
                 }
                 if (md.sink == 1 && hdr.int_shim.isValid()) {
                     md.report = REPORT_PATH;
+#ifdef DTA_DART
+                    /* Not to the translator: to the key's collector (dta_dart.p4). */
+                    dart_collector.apply(hdr, md);
+#endif
                 } else if (tbl_postcard.apply().hit) {
                     md.report = REPORT_POSTCARD;
                 }
@@ -248,7 +286,11 @@ control IgDeparser(packet_out pkt, inout headers_t hdr, in ig_md_t md,
             hdr.ipv4.src, hdr.ipv4.dst });
         if (ig_dprsr_md.mirror_type == MIRROR_REPORT) {
             mirror.emit<mirror_h>(md.session, { md.report, md.n, md.hop, md.path_len, md.list_id,
-                                                md.switch_id, md.reason });
+                                                md.switch_id, md.reason
+#ifdef DTA_DART
+                                                , md.dart_qp, md.checksum
+#endif
+                                                });
         }
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.ipv4);
@@ -346,8 +388,19 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
         hdr.udp.checksum = 0;
     }
 
+#ifdef DTA_DART
+    DartWrite() dart_write;
+#endif
+
     apply {
-        if (hdr.mirror.isValid()) {
+        bool dart = false;   /* a DART path report: the WRITE replaces the DTA report */
+#ifdef DTA_DART
+        if (hdr.mirror.isValid() && hdr.mirror.report == REPORT_PATH) {
+            dart_write.apply(hdr, eg_intr_md, eg_dprsr_md);
+            dart = true;
+        }
+#endif
+        if (hdr.mirror.isValid() && !dart) {
             tbl_report_dst.apply();
             md.seq = seq_next.execute(0);
             bit<8> report = hdr.mirror.report;
@@ -442,6 +495,12 @@ control EgDeparser(packet_out pkt, inout headers_t hdr, in eg_md_t md,
         pkt.emit(hdr.udp_rest);
         pkt.emit(hdr.int_shim);
         pkt.emit(hdr.udp);
+#ifdef DTA_DART
+        pkt.emit(hdr.bth);
+        pkt.emit(hdr.reth);
+        pkt.emit(hdr.kw_payload);
+        pkt.emit(hdr.icrc);
+#endif
         pkt.emit(hdr.ref);
         pkt.emit(hdr.ref_kw);
         pkt.emit(hdr.ref_ap);

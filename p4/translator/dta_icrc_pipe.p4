@@ -358,10 +358,7 @@ control IcrcEgress(inout ipipe_headers_t hdr, inout ipipe_eg_md_t md,
     /* 0 frames with an ICRC, 1 KIND_ICRC packets of no known shape (dropped). */
     Counter<bit<32>, bit<1>>(2, CounterType_t.PACKETS) icrc_eg_events;
 
-    /* One engine per shape: reflected CRC-32 seeded with the 8 x 0xFF prefix, over the masked
-     * IPv4, UDP and BTH fields and everything up to the ICRC (p4/README.md: "ICRC"). */
-#define ICRC_ENGINE(NAME) Hash<bit<32>>(HashAlgorithm_t.CUSTOM, \
-        CRCPolynomial<bit<32>>(ICRC_POLY, true, false, false, ICRC_SEED_NORMAL, ICRC_XOROUT)) NAME
+    /* One engine per shape (ICRC_ENGINE and the input macros: dta_roce.p4). */
     ICRC_ENGINE(icrc_kw);
     ICRC_ENGINE(icrc_kw_imm);
     ICRC_ENGINE(icrc_ki);
@@ -373,16 +370,6 @@ control IcrcEgress(inout ipipe_headers_t hdr, inout ipipe_eg_md_t md,
 #if DTA_SK_ROWS > 1
     ICRC_ENGINE(icrc_sk1);
 #endif
-#define ICRC_HEADERS \
-        hdr.ipv4.version, hdr.ipv4.ihl, ICRC_MASK8, hdr.ipv4.total_len, hdr.ipv4.ident, \
-        hdr.ipv4.flags, hdr.ipv4.frag_offset, ICRC_MASK8, hdr.ipv4.protocol, ICRC_MASK16, \
-        hdr.ipv4.src, hdr.ipv4.dst, \
-        hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.len, ICRC_MASK16, \
-        hdr.bth.opcode, hdr.bth.se, hdr.bth.mig_req, hdr.bth.pad, hdr.bth.tver, hdr.bth.pkey, \
-        ICRC_MASK8, hdr.bth.dest_qp, hdr.bth.ack_req, hdr.bth.resv7, hdr.bth.psn
-#define RETH_ICRC hdr.reth.va_hi, hdr.reth.va_lo, hdr.reth.rkey, hdr.reth.dma_len
-#define KW_ICRC hdr.kw_payload.ck0, hdr.kw_payload.ck1, hdr.kw_payload.ck2, hdr.kw_payload.ck3, \
-        hdr.kw_payload.value
 
 #define SK_REC_ICRC hdr.sk_rec.epoch_le, hdr.sk_rec.merged_le, hdr.sk_rec.expected_le
 #define SK_CELL_ICRC(R) , hdr.sk_o##R.w

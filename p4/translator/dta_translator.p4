@@ -34,6 +34,7 @@
 #include <core.p4>
 #include <tna.p4>
 #include "../include/dta_constants.p4"
+#include "../include/dta_roce.p4"
 
 #ifndef DTA_MAX_N
 #define DTA_MAX_N DEFAULT_MAX_REDUNDANCY
@@ -139,17 +140,8 @@ const bit<8> HELD_APPEND         = 9;
 const bit<8> HELD_POSTCARD       = 10;
 const bit<8> DROP_MALFORMED      = 11;
 
-/* ------------------------------------------------------------------ headers */
-
-header ethernet_h { bit<48> dst; bit<48> src; bit<16> ether_type; }
-
-header ipv4_h {
-    bit<4> version; bit<4> ihl; bit<8> tos; bit<16> total_len; bit<16> ident;
-    bit<3> flags; bit<13> frag_offset; bit<8> ttl; bit<8> protocol; bit<16> checksum;
-    bit<32> src; bit<32> dst;
-}
-
-header udp_h { bit<16> src_port; bit<16> dst_port; bit<16> len; bit<16> checksum; }
+/* ------------------------------------------------------------------ headers
+ * Ethernet, IPv4, UDP and the InfiniBand headers: dta_roce.p4. */
 
 #ifdef DTA_REF_VARIANT_B
 header dta_ref_h { bit<8> opcode; bit<8> seqnum; bit<1> immediate; bit<1> retransmitable; bit<6> reserved; }
@@ -170,23 +162,8 @@ header ext_ki_h { bit<8> n; bit<8> key_len; bit<16> reserved; bit<64> delta; bit
 header ext_ap_h { bit<32> list_id; bit<8> val_len; bit<24> reserved; bit<32> value; }
 header ext_pc_h { bit<8> hop; bit<8> path_len; bit<8> key_len; bit<8> reserved; bit<32> value; bit<32> key; }
 
-header bth_h {
-    bit<8> opcode; bit<1> se; bit<1> mig_req; bit<2> pad; bit<4> tver; bit<16> pkey;
-    bit<1> fecn; bit<1> becn; bit<6> resv6; bit<24> dest_qp; bit<1> ack_req; bit<7> resv7;
-    bit<24> psn;
-}
-header aeth_h { bit<8> syndrome; bit<24> msn; }
-/* 64-bit addresses as two 32-bit halves: Tofino-1 adds at most 32 bits per operation (the
- * low half is added, the high half chosen by the carry; see `addr_carry`). Same bytes. */
-header reth_h { bit<32> va_hi; bit<32> va_lo; bit<32> rkey; bit<32> dma_len; }
-header atomic_eth_h { bit<32> va_hi; bit<32> va_lo; bit<32> rkey; bit<64> add; bit<64> compare; }
-header immdt_h { bit<32> imm; }
-/* Little-endian fields as separate bytes: each is one byte move, all in one action (a
- * concatenation of slices into one wide field took a stage per piece). */
-header kw_payload_h { bit<8> ck0; bit<8> ck1; bit<8> ck2; bit<8> ck3; bit<32> value; }
 header word_h { bit<32> w; }
 header ap_trailer_h { bit<8> seq0; bit<8> seq1; bit<8> seq2; bit<8> seq3; bit<32> count_le; }
-header icrc_h { bit<8> c0; bit<8> c1; bit<8> c2; bit<8> c3; }
 
 /* Ingress -> egress: a common part, then one part per kind, so the egress parser's longest
  * path (Append batch 16 with its trailer) stays within Tofino-1's 160-byte parse depth: one
@@ -313,10 +290,6 @@ struct eg_md_t {
 }
 
 struct digest_qp_error_t { qp_idx_t qp; bit<8> syndrome; bit<24> psn; }
-
-/* ------------------------------------------------------------ hash engines */
-
-#define CRC32_CUSTOM(poly) CRCPolynomial<bit<32>>(poly, true, false, false, CRC_INIT, CRC_XOROUT)
 
 /* ------------------------------------------------------------ ingress parser */
 
@@ -1278,21 +1251,8 @@ control Egress(inout headers_t hdr, inout eg_md_t md,
 #define PC_WORDS_ICRC hdr.pc_words[0].w, hdr.pc_words[1].w, hdr.pc_words[2].w, hdr.pc_words[3].w, hdr.pc_words[4].w, hdr.pc_words[5].w, hdr.pc_words[6].w, hdr.pc_words[7].w
 #endif
 
-    /* Frame skeleton shared by every request: IPv4/UDP as FrameTemplate writes them. */
-    action frame(bit<8> opcode, bit<16> transport_len) {
-        hdr.ipv4.version = 4; hdr.ipv4.ihl = 5; hdr.ipv4.tos = 0;
-        hdr.ipv4.total_len = transport_len + (IPV4_HEADER_LEN + UDP_HEADER_LEN);
-        hdr.ipv4.ident = 0; hdr.ipv4.flags = 2; hdr.ipv4.frag_offset = 0; hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.udp.dst_port = ROCEV2_PORT;
-        hdr.udp.len = transport_len + UDP_HEADER_LEN;
-        hdr.udp.checksum = 0;
-        hdr.bth.setValid();
-        hdr.bth.opcode = opcode; hdr.bth.se = 0; hdr.bth.mig_req = 1; hdr.bth.pad = 0;
-        hdr.bth.tver = 0; hdr.bth.pkey = IB_PKEY_DEFAULT; hdr.bth.fecn = 0; hdr.bth.becn = 0;
-        hdr.bth.resv6 = 0; hdr.bth.resv7 = 0;
-        hdr.icrc.setValid();
-    }
+    /* Frame skeleton shared by every request (dta_roce.p4). */
+    DTA_ROCE_FRAME_ACTION
 
     action rid_minus_n() { md.rid_minus_n = md.rid[7:0] - hdr.bridge.n; }
     table tbl_rid_minus_n {
