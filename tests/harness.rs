@@ -165,6 +165,7 @@ impl Harness {
             static_peers: vec![],
             stores,
             export: Default::default(),
+            pull: None,
         };
         let mut rnic = Responder::new(DeviceConfig {
             local: COLLECTOR,

@@ -98,6 +98,7 @@ fn run(
         },
         stores,
         export: Default::default(),
+        pull: None,
     })?;
     let rnic = sys::new_threads_named("dta-rnic", &rnic_before);
     let mut cfg = TranslatorConfig::default();

@@ -357,6 +357,7 @@ fn metadata_collector(sc: &Scenario, dir: &Path, peer: SocketAddrV4) -> Result<C
         }],
         stores: sc.stores(),
         export: Default::default(),
+        pull: None,
     })
 }
 
@@ -588,6 +589,7 @@ pub fn translator_netns(
             }],
             stores,
             export: Default::default(),
+            pull: None,
         })
     })?;
     let mut cfg = translator_config(sc, meta);
@@ -1284,6 +1286,7 @@ pub fn translator_netns_prefilled(
             }],
             stores,
             export: Default::default(),
+            pull: None,
         };
         // The software RNIC on AF_XDP when it is compiled in: the frames the translator sends
         // over the veth are then redirected by XDP on arrival, instead of running namespace

@@ -95,6 +95,7 @@ fn collector() -> Result<(Collector, SocketAddrV4), String> {
             },
         }],
         export: Default::default(),
+        pull: None,
     })
     .map_err(|e| format!("collector: {e}"))?;
     Ok((c, addr))

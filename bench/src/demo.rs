@@ -177,6 +177,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
             },
         ],
         export: Default::default(),
+        pull: None,
     };
     let collector = Collector::start(ccfg)?;
     let mut tcfg = TranslatorConfig::default();

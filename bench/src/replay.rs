@@ -329,6 +329,7 @@ impl Rig {
             static_peers: vec![],
             stores: sc.stores(),
             export: Default::default(),
+            pull: None,
         };
         let mut rnic = Responder::new(DeviceConfig {
             local: RIG_COLLECTOR,
@@ -828,6 +829,7 @@ impl UdpRig {
             }],
             stores: sc.stores(),
             export: Default::default(),
+            pull: None,
         })?;
         let mut tcfg = TranslatorConfig::default();
         tcfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
@@ -1087,6 +1089,7 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
         }],
         stores: sc.stores(),
         export: Default::default(),
+        pull: None,
     })?;
     let run = || -> Result<RnicSaturated, String> {
         let mut tcfg = TranslatorConfig::default();

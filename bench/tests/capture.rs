@@ -199,6 +199,7 @@ fn pcap_backend_replays_reports_and_its_output_verifies() {
         }],
         stores: sc.stores(),
         export: Default::default(),
+        pull: None,
     })
     .unwrap();
     let port = collector.roce.port();

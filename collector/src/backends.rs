@@ -79,6 +79,7 @@ mod tests {
             static_peers: vec![],
             stores: vec![],
             export: Default::default(),
+            pull: None,
         };
         c.collector.rnic.backend = b;
         c

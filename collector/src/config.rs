@@ -67,6 +67,9 @@ pub struct CollectorConfig {
     /// `[export.*]`: where `dta-collector export` sends history ([`crate::export`]).
     #[serde(default)]
     pub export: ExportSection,
+    /// `[pull]`: ZERO-mode pulling from agents ([`crate::zero`]).
+    #[serde(default)]
+    pub pull: Option<crate::zero::config::PullSection>,
 }
 
 /// The file's layout (see [`CollectorConfig`]).
@@ -89,6 +92,8 @@ struct ConfigFile {
     stores: Vec<toml::Table>,
     #[serde(default)]
     export: ExportSection,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pull: Option<crate::zero::config::PullSection>,
 }
 
 impl TryFrom<ConfigFile> for CollectorConfig {
@@ -110,6 +115,7 @@ impl TryFrom<ConfigFile> for CollectorConfig {
                 .map(StoreConfig::try_from)
                 .collect::<Result<_, _>>()?,
             export: f.export,
+            pull: f.pull,
         })
     }
 }
@@ -128,6 +134,7 @@ impl From<CollectorConfig> for ConfigFile {
             static_peers: c.static_peers,
             stores: c.stores.into_iter().map(toml::Table::from).collect(),
             export: c.export,
+            pull: c.pull,
         }
     }
 }
@@ -632,6 +639,9 @@ impl CollectorConfig {
             ));
         }
         self.validate_device()?;
+        if let Some(p) = &self.pull {
+            p.validate()?;
+        }
         self.validate_stores()?;
         crate::export::config::validate(self)?;
         self.check_host(mem_total())
@@ -723,10 +733,12 @@ impl CollectorConfig {
     }
 
     fn validate_stores(&self) -> Result<(), String> {
-        if self.stores.is_empty() {
-            return Err("no [[store]]: a collector needs at least one store (see \
+        if self.stores.is_empty() && self.pull.is_none() {
+            return Err(
+                "no [[store]]: a collector needs at least one store, or a [pull] section (see \
                  collector/collector.example.toml)"
-                .into());
+                    .into(),
+            );
         }
         let mut names: std::collections::HashMap<&str, usize> = Default::default();
         let mut ports: std::collections::HashMap<u16, &str> = Default::default();

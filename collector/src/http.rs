@@ -90,6 +90,8 @@ pub struct ControlState {
     pub(crate) consumers: Mutex<HashMap<(String, u32, String), ListReader>>,
     /// Whether an admin token is configured (without one the admin endpoints are off).
     pub(crate) admin_enabled: bool,
+    /// The `[pull]` puller's results and counters.
+    pub(crate) pull: Option<crate::zero::puller::PullView>,
 }
 
 /// The control-plane threads; dropping or [`ControlHandle::stop`] ends them.
@@ -131,6 +133,7 @@ pub fn spawn(
     stores: &[Store],
     published: Arc<Mutex<Published>>,
     roce: SocketAddrV4,
+    pull: Option<crate::zero::puller::PullView>,
 ) -> Result<ControlHandle, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut h = ControlHandle {
@@ -171,6 +174,7 @@ pub fn spawn(
         requests: AtomicU64::new(0),
         consumers: Mutex::new(HashMap::new()),
         admin_enabled: opts.admin_token.is_some(),
+        pull,
     });
     let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
         state.requests.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +332,7 @@ pub fn handle(
                  /query/{{kind}}/{{store}}"
             ),
         )),
+        ("GET", ["pull", rest @ ..]) => pull_query(state, rest),
         ("GET", ["tail", store, list]) => tail(state, store, list, &params),
         ("GET", ["tail", store]) => heads(state, store),
         ("GET", ["tail", ..]) => Err(Reply::error(
@@ -342,7 +347,7 @@ pub fn handle(
             400,
             "no store: POST /epoch/{store}".to_string(),
         )),
-        (_, ["metrics" | "stores" | "stats"]) | (_, ["query" | "tail" | "epoch", ..]) => {
+        (_, ["metrics" | "stores" | "stats"]) | (_, ["query" | "tail" | "epoch" | "pull", ..]) => {
             Err(Reply::error(405, format!("{method} not allowed on {path}")))
         }
         _ => Err(Reply::error(404, format!("no such endpoint: {path}"))),
@@ -1028,6 +1033,35 @@ fn stats_json(state: &ControlState, admin: bool) -> Value {
     })
 }
 
+/// `GET /pull[/<agent>[/<block>]]`: the newest snapshots the `[pull]` puller took (a block
+/// name may contain `/`, e.g. `net/eth0`).
+fn pull_query(state: &ControlState, rest: &[&str]) -> Result<Reply, Reply> {
+    let Some(p) = &state.pull else {
+        return Err(Reply::error(
+            404,
+            "no [pull] section: this collector pulls from no agents".to_string(),
+        ));
+    };
+    let (agent, block) = match rest {
+        [] | [""] => (None, None),
+        [a] => (Some(*a), None),
+        [a, b @ ..] => (Some(*a), Some(b.join("/"))),
+    };
+    match p.store().query_json(agent, block.as_deref()) {
+        Some(v) => Ok(Reply::json(200, v)),
+        None => Err(Reply::error(
+            404,
+            format!(
+                "no agent {:?}{}",
+                agent.unwrap_or(""),
+                block
+                    .map(|b| format!(" with a block {b:?}"))
+                    .unwrap_or_default()
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1080,6 +1114,7 @@ values = [[1, 9]]
             requests: AtomicU64::new(0),
             consumers: Mutex::new(HashMap::new()),
             admin_enabled: true,
+            pull: None,
         }
     }
 

@@ -181,6 +181,9 @@ fn render(state: &ControlState, process: Option<&ProcessStats>) -> String {
         conns as f64,
     );
     stores(&mut w, state);
+    if let Some(p) = &state.pull {
+        crate::zero::metrics::write(&mut w, p);
+    }
     w.single(
         PromKind::Counter,
         "dta_collector_http_requests",
@@ -502,6 +505,7 @@ columns = 64
             requests: AtomicU64::new(9),
             consumers: Mutex::new(HashMap::new()),
             admin_enabled: true,
+            pull: None,
         };
         // Append list 10: one batch. List 11: batches 1..=2 read by consumer "ops", then 3..=8
         // written into the 4-batch ring (3 and 4 are overwritten), then one batch read: 2

@@ -176,6 +176,22 @@ pub struct Collector {
     thread: Option<JoinHandle<()>>,
     config: CollectorConfig,
     control: crate::http::ControlHandle,
+    pull: Option<crate::zero::puller::Puller>,
+}
+
+/// Starts the `[pull]` section's puller, if there is one.
+fn start_pull(config: &CollectorConfig) -> Result<Option<crate::zero::puller::Puller>, String> {
+    let Some(p) = &config.pull else {
+        return Ok(None);
+    };
+    let puller = crate::zero::puller::Puller::start(p.to_config(), None)?;
+    log::info!(
+        "pull: {} agent(s) every {} ms from {:?}",
+        p.agents.len(),
+        p.interval_ms,
+        puller.local_addrs()
+    );
+    Ok(Some(puller))
 }
 
 impl Collector {
@@ -196,9 +212,12 @@ impl Collector {
             let published = Arc::new(Mutex::new(Published::default()));
             let stop = Arc::new(AtomicBool::new(false));
             let r = crate::rdma::start(&config, published.clone(), stop.clone())?;
-            let control = crate::http::spawn(&config, &r.stores, published.clone(), r.roce)?;
+            let pull = start_pull(&config)?;
+            let view = pull.as_ref().map(|p| p.view());
+            let control = crate::http::spawn(&config, &r.stores, published.clone(), r.roce, view)?;
             return Ok(Collector {
                 control,
+                pull,
                 stores: r.stores,
                 meta: r.meta,
                 roce: r.roce,
@@ -264,7 +283,9 @@ impl Collector {
         let published = Arc::new(Mutex::new(Published::default()));
         // The operator interface (HTTP, epoch schedule) runs in its own threads; started
         // before the metadata is published, so a busy control port leaves no file behind.
-        let control = crate::http::spawn(&config, &stores, published.clone(), roce)?;
+        let pull = start_pull(&config)?;
+        let view = pull.as_ref().map(|p| p.view());
+        let control = crate::http::spawn(&config, &stores, published.clone(), roce, view)?;
         let meta = CollectorMeta {
             roce,
             mac: dev.mac.clone(),
@@ -437,6 +458,7 @@ impl Collector {
             thread: Some(thread),
             config,
             control,
+            pull,
         })
     }
 
@@ -487,8 +509,14 @@ impl Collector {
         self.control.addr()
     }
 
+    /// The `[pull]` section's puller, if there is one.
+    pub fn pull(&self) -> Option<&crate::zero::puller::Puller> {
+        self.pull.as_ref()
+    }
+
     fn stop_thread(&mut self) {
         self.control.stop();
+        drop(self.pull.take());
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

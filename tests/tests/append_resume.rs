@@ -101,6 +101,7 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
             },
         }],
         export: Default::default(),
+        pull: None,
     })
     .expect("collector starts");
     let store = col.store("ap").unwrap().clone();

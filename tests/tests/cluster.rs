@@ -84,6 +84,7 @@ fn collector(i: u8, first: u32, lists: u32) -> Node {
         static_peers: vec![],
         stores: stores(first, lists),
         export: Default::default(),
+        pull: None,
     })
     .expect("collector starts");
     let control = collector.control_addr().expect("control API");

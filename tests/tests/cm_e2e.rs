@@ -68,6 +68,7 @@ fn collector(roce: SocketAddrV4) -> Collector {
         static_peers: vec![],
         stores: stores(),
         export: Default::default(),
+        pull: None,
     })
     .expect("collector starts")
 }
@@ -301,6 +302,7 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
             },
         }],
         export: Default::default(),
+        pull: None,
     })
     .unwrap();
     let mut cfg = TranslatorConfig::default();
@@ -544,6 +546,7 @@ fn a_stopping_translator_disconnects_and_the_collector_forgets_its_qps() {
         static_peers: vec![],
         stores: stores(),
         export: Default::default(),
+        pull: None,
     })
     .expect("collector starts");
     let t_ip = Ipv4Addr::new(127, 0, 0, 5);
@@ -632,6 +635,7 @@ fn a_translator_outside_the_allowlist_is_rejected_and_counted() {
         static_peers: vec![],
         stores: stores(),
         export: Default::default(),
+        pull: None,
     })
     .expect("collector starts");
     let translator = |ip: Ipv4Addr| {

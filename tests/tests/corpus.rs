@@ -82,6 +82,7 @@ fn run_case(case: &CaseFile, reports: &[Vec<u8>], responses: &[Vec<u8>]) -> Run 
         static_peers: vec![],
         stores: case.store_configs(),
         export: Default::default(),
+        pull: None,
     };
     let mut rnic = Responder::new(DeviceConfig {
         local: COLLECTOR,

@@ -68,6 +68,7 @@ fn dart_reporters_and_the_translator_give_the_same_keywrite_answers() {
         static_peers: vec![],
         stores: vec![kw_store("dart", DART_PORT), kw_store("dta", DTA_PORT)],
         export: Default::default(),
+        pull: None,
     })
     .expect("collector starts");
 

@@ -58,6 +58,7 @@ impl System {
             }],
             stores,
             export: Default::default(),
+            pull: None,
         })
         .expect("collector starts");
         let mut t = TranslatorConfig::default();

@@ -44,6 +44,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
             },
         }],
         export: Default::default(),
+        pull: None,
     })
     .unwrap();
     let mut cfg = TranslatorConfig::default();

@@ -163,6 +163,7 @@ impl System {
                 sketch("hll", HLL_ID, SketchKind::HyperLogLog, 1024),
             ],
             export: Default::default(),
+            pull: None,
         })
         .expect("collector starts");
         let nacks = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -7,11 +7,14 @@
 //! - [`puller`]: the collecting threads (rounds, hybrid I/O, torn-read checks) and the
 //!   processing thread.
 //! - [`store`]: the newest snapshots, for queries and `/metrics`.
+//! - [`config`]: the collector file's `[pull]` section.
 //!
 //! The agent side (region layout: [`dta_proto::zero`]) is the `dta-agent` crate.
 
 pub mod cm;
+pub mod config;
 pub mod credit;
+pub mod metrics;
 pub mod puller;
 pub mod reader;
 pub mod store;

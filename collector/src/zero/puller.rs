@@ -388,14 +388,41 @@ pub struct SnapshotRef<'a> {
 /// Called by the processing thread for every snapshot.
 pub type SnapshotHook = Box<dyn FnMut(&SnapshotRef<'_>) + Send>;
 
+/// What the control plane reads of a running puller (queries, `/metrics`).
+#[derive(Clone)]
+pub struct PullView {
+    published: Vec<Arc<Mutex<PullStats>>>,
+    store: Arc<PullStore>,
+    credit_bytes: u64,
+}
+
+impl PullView {
+    /// Counters and latencies so far (published every 50 ms by each collecting thread).
+    pub fn stats(&self) -> PullStats {
+        let mut s = PullStats::default();
+        for p in &self.published {
+            s.merge(&p.lock().expect("pull stats lock"));
+        }
+        s
+    }
+
+    /// The newest snapshots.
+    pub fn store(&self) -> &Arc<PullStore> {
+        &self.store
+    }
+
+    /// Credit-FC's T.
+    pub fn credit_bytes(&self) -> u64 {
+        self.credit_bytes
+    }
+}
+
 /// The running pull collector.
 pub struct Puller {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    published: Vec<Arc<Mutex<PullStats>>>,
-    store: Arc<PullStore>,
+    view: PullView,
     locals: Vec<SocketAddrV4>,
-    credit_bytes: u64,
 }
 
 impl Puller {
@@ -463,10 +490,12 @@ impl Puller {
         Ok(Puller {
             stop,
             threads,
-            published,
-            store,
+            view: PullView {
+                published,
+                store,
+                credit_bytes: cfg.credit_bytes,
+            },
             locals,
-            credit_bytes: cfg.credit_bytes,
         })
     }
 
@@ -475,23 +504,24 @@ impl Puller {
         &self.locals
     }
 
+    /// What the control plane reads.
+    pub fn view(&self) -> PullView {
+        self.view.clone()
+    }
+
     /// Credit-FC's T.
     pub fn credit_bytes(&self) -> u64 {
-        self.credit_bytes
+        self.view.credit_bytes
     }
 
     /// The newest snapshots.
     pub fn store(&self) -> &Arc<PullStore> {
-        &self.store
+        &self.view.store
     }
 
     /// Counters and latencies so far (published every 50 ms by each collecting thread).
     pub fn stats(&self) -> PullStats {
-        let mut s = PullStats::default();
-        for p in &self.published {
-            s.merge(&p.lock().expect("pull stats lock"));
-        }
-        s
+        self.view.stats()
     }
 
     /// Stops the threads (disconnecting every agent) and returns the final statistics.

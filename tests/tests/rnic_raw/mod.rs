@@ -90,6 +90,7 @@ pub fn collector_config(rnic: impl FnOnce(&mut RnicIo)) -> CollectorConfig {
             },
         ],
         export: Default::default(),
+        pull: None,
     };
     rnic(&mut c.collector.rnic);
     c
