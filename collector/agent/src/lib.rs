@@ -18,12 +18,14 @@
 //! - [`server`]: [`AgentServer`], the software RNIC that registers the region READ-only and
 //!   answers RDMA_CM with the region record in its REP; [`AgentPoller`] serves many agents
 //!   from one thread.
+//! - [`metrics`]: the daemon's Prometheus page.
 //!
 //! Nothing allocates per publish or per READ. Panics: [`ArrayWriter::publish`] with a slice
 //! of the wrong length (a programming error); nothing that arrives from the network or a
 //! `/proc` file can make this crate panic.
 
 pub mod host;
+pub mod metrics;
 pub mod region;
 pub mod server;
 
