@@ -249,15 +249,15 @@ impl HostSampler {
     /// Reads the files once and publishes what they say.
     pub fn sample(&mut self) {
         self.counters.samples += 1;
-        if let Some(p) = self.config.net_dev.clone() {
-            if read_into(&p, &mut self.buf) {
+        if let Some(p) = &self.config.net_dev {
+            if read_into(p, &mut self.buf) {
                 self.publish_net_dev();
             } else {
                 self.counters.read_errors += 1;
             }
         }
-        if let Some(p) = self.config.proc_stat.clone() {
-            if read_into(&p, &mut self.buf) {
+        if let Some(p) = &self.config.proc_stat {
+            if read_into(p, &mut self.buf) {
                 let s = parse_proc_stat(&String::from_utf8_lossy(&self.buf));
                 if let (Some(w), Some(cpu)) = (self.cpu.as_mut(), s.cpu) {
                     w.publish(&cpu);

@@ -293,10 +293,7 @@ impl AgentServer {
         // Waiting is not work: only what follows the wait is measured.
         if let Some(t) = wait {
             if !wait_readable(self.fd, t)? {
-                // Nothing arrived; the timers still run (cheap, no syscall unless due).
-                self.cm.poll(now, &mut self.rnic, &mut self.batch);
-                self.rnic.poll(now, &mut self.batch);
-                self.flush();
+                self.run_timers(now);
                 return Ok(0);
             }
         }
@@ -325,6 +322,14 @@ impl AgentServer {
         self.polls += 1;
         self.cpu_ns += thread_cpu_ns().saturating_sub(t0);
         got
+    }
+
+    /// Runs the timers only (REP retransmission, unfinished READ responses): no receive, and
+    /// no syscall unless something is due.
+    pub fn run_timers(&mut self, now: u64) {
+        self.cm.poll(now, &mut self.rnic, &mut self.batch);
+        self.rnic.poll(now, &mut self.batch);
+        self.flush();
     }
 
     fn flush(&mut self) {
@@ -359,8 +364,8 @@ fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
 }
 
 /// Serves many [`AgentServer`]s from one thread: one `poll(2)` over all their sockets, then
-/// [`AgentServer::poll_once`] on those with input or unfinished READs, and on all of them
-/// every 50 ms for their timers. Nothing allocates per round once the set's size is known.
+/// [`AgentServer::poll_once`] on those with input or unfinished READs, and
+/// [`AgentServer::run_timers`] on the others every 50 ms. Nothing allocates per round once the set's size is known.
 #[derive(Default)]
 pub struct AgentPoller {
     pfds: Vec<libc::pollfd>,
@@ -409,9 +414,15 @@ impl AgentPoller {
         }
         let mut got = 0;
         for (s, p) in servers.iter_mut().zip(&self.pfds) {
-            if timers || p.revents != 0 || s.has_pending_output() {
-                let now = s.now();
-                got += s.poll_once(now)?;
+            let now = s.now();
+            if p.revents != 0 || s.has_pending_output() {
+                // One agent's socket error must not stop the others.
+                match s.poll_once(now) {
+                    Ok(n) => got += n,
+                    Err(e) => log::warn!("agent {}: {e}", s.local_addr()),
+                }
+            } else if timers {
+                s.run_timers(now);
             }
         }
         Ok(got)

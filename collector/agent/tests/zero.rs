@@ -261,3 +261,63 @@ fn one_thread_serves_fifty_agents_and_two_serve_a_hundred() {
     );
     assert_eq!(reads, 6 * AGENTS as u64);
 }
+
+/// A reader copying the control area while blocks are being added sees a consistent set each
+/// time it decodes one: a prefix of the final descriptors, never a block that is not there.
+#[test]
+fn a_control_area_read_during_registrations_is_a_prefix_of_the_final_one() {
+    const BLOCKS: u16 = 200;
+    let region = AgentRegion::new(1 << 20, BLOCKS).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (mem, stop, reads) = (region.region().clone(), stop.clone(), reads.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; HEADER_LEN + BLOCKS as usize * 64];
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                mem.read(0, &mut buf).unwrap();
+                reads.fetch_add(1, Ordering::Relaxed);
+                match decode_control(&buf) {
+                    Ok((h, d)) => seen.push((h.generation, d)),
+                    Err(e) => panic!("the software path copies in address order: {e:?}"),
+                }
+            }
+            seen
+        })
+    };
+    let mut writers = Vec::new();
+    for i in 0..BLOCKS {
+        // At least one read between two registrations (and some during them).
+        let r = reads.load(Ordering::Relaxed);
+        while reads.load(Ordering::Relaxed) == r {
+            std::hint::spin_loop();
+        }
+        let name = format!("app/{i}");
+        writers.push(
+            region
+                .register_array(&name, 1 + i as u32 % 7, MetricKind::Counter, 1)
+                .unwrap(),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    stop.store(true, Ordering::Relaxed);
+    let seen = reader.join().unwrap();
+    let last = region.blocks();
+    let mut growing = 0;
+    for (generation, d) in &seen {
+        assert_eq!(&last[..d.len()], &d[..], "a prefix of the final set");
+        // The generation is written after the count: never newer than the count says.
+        assert!(*generation <= 1 + d.len() as u32);
+        growing += (d.len() < last.len()) as usize;
+    }
+    println!(
+        "{} control areas read, {growing} during registrations",
+        seen.len()
+    );
+    assert!(
+        growing >= BLOCKS as usize,
+        "the reads interleaved with the registrations"
+    );
+    assert_eq!(seen.last().unwrap().1.len(), BLOCKS as usize);
+}
