@@ -21,11 +21,12 @@
 //! nothing within one READ, so it may also deliver the new count with words of the descriptor
 //! still zero: a zero offset, entries count or kind is refused by
 //! [`dta_proto::zero::decode_control`], but a name cut short at an 8-byte boundary is not
-//! detectable. It may also show the new count under the old generation, never the reverse
-//! order's problem (a new generation over the old count, which a reader would cache). A pull
-//! collector therefore re-reads the control area whenever the generation or the count changed
-//! since its last read, or a block or the control area failed to decode, and uses a control
-//! area when two consecutive reads agree.
+//! detectable. In address order a READ can show the new count under the old generation (the
+//! next READ shows the new generation), never a new generation over the old count, which a
+//! reader keyed on the generation alone would cache; out of order, either. A pull collector
+//! therefore re-reads the control area whenever the generation or the count changed since its
+//! last read, or a block or the control area failed to decode, and uses a control area when
+//! two consecutive reads agree (additions are rare, so this costs one READ now and then).
 //!
 //! # Block updates
 //! One [`ArrayWriter`] per block (not `Clone`; [`ArrayWriter::publish`] takes `&mut self`) updates
