@@ -909,6 +909,62 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                 ),
             ]
         }
+        "zero" => {
+            let cap = v["capacity"].as_array().unwrap_or(empty_rows());
+            let inc = v["incast"].as_array().unwrap_or(empty_rows());
+            let per_agents = |key: &str, scale: f64| -> Vec<(f64, f64)> {
+                cap.iter()
+                    .map(|r| (f(&r["agents"]), f(&r[key]) * scale))
+                    .collect()
+            };
+            // Latency quantiles (x: 50, 90, 99, 99.9, 100) of the first run of each setting.
+            let quantiles = |credit: bool| -> Vec<(f64, f64)> {
+                let Some(r) = inc.iter().find(|r| r["credit_fc"] == credit) else {
+                    return Vec::new();
+                };
+                let l = &r["stats"]["read_latency"];
+                [
+                    (50.0, "p50_us"),
+                    (90.0, "p90_us"),
+                    (99.0, "p99_us"),
+                    (99.9, "p999_us"),
+                    (100.0, "max_us"),
+                ]
+                .iter()
+                .map(|(x, k)| (*x, f(&l[*k])))
+                .collect()
+            };
+            vec![
+                chart(
+                    "ZERO pull: collecting-thread CPU per agent round (software RNIC agents)",
+                    "agents pulled",
+                    "CPU us per round / sustainable agents at 1 s (thousands)",
+                    true,
+                    vec![
+                        line(
+                            "CPU us per round",
+                            per_agents("collect_cpu_ns_per_round", 1e-3),
+                            false,
+                        ),
+                        line(
+                            "agents one thread sustains at 1 s (x1000)",
+                            per_agents("sustainable_agents_at_1s", 1e-3),
+                            true,
+                        ),
+                    ],
+                ),
+                chart(
+                    "READ latency under incast (all agents due at once), with and without Credit-FC",
+                    "percentile",
+                    "READ latency (us)",
+                    false,
+                    vec![
+                        line("Credit-FC", quantiles(true), false),
+                        line("no Credit-FC", quantiles(false), true),
+                    ],
+                ),
+            ]
+        }
         _ => Vec::new(),
     }
 }
@@ -924,6 +980,7 @@ pub fn plot(dir: &Path) -> Result<usize, String> {
         "query",
         "baselines",
         "dart",
+        "zero",
     ] {
         let p = dir.join(format!("{name}.json"));
         let Ok(s) = std::fs::read_to_string(&p) else {

@@ -23,3 +23,4 @@ pub mod svg;
 pub mod sys;
 pub mod trace;
 pub mod workload;
+pub mod zerobench;

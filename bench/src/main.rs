@@ -256,6 +256,9 @@ enum Cmd {
         /// `dart`: the reporter QP counts to measure (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000,10000")]
         qps: Vec<u32>,
+        /// `zero`: the agent counts of the capacity measurement (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+        agents: Vec<usize>,
     },
 }
 
@@ -416,6 +419,10 @@ enum Figure {
     /// DART (every reporter its own QP, no translator) vs one translator: collector CPU per
     /// report and lost/late writes as reporter QPs grow (--qps), same reports, same store.
     Dart,
+    /// ZERO (the collector pulls with RDMA READ from dta-agents): collecting-thread CPU per
+    /// agent round as agents grow (--agents), READ latency under incast with and without
+    /// Credit-FC.
+    Zero,
     /// Every figure above.
     All,
     /// Redraw the SVGs from the JSON results in --out (no measurement).
@@ -825,6 +832,7 @@ fn bench_cmd(
     o: &FigOptions,
     profile: ReportFormat,
     qps: &[u32],
+    agents: &[usize],
 ) -> Result<(), String> {
     if fig == Figure::Plot {
         let n = figures::plot(&o.out)?;
@@ -863,6 +871,10 @@ fn bench_cmd(
     if all || fig == Figure::Dart {
         eprintln!("== dart (DART reporter QPs vs one translator, software RNIC)");
         dta_bench::dartbench::dart(o, qps)?;
+    }
+    if all || fig == Figure::Zero {
+        eprintln!("== zero (pull with RDMA READ from dta-agents, software RNIC)");
+        dta_bench::zerobench::zero(o, agents)?;
     }
     eprintln!("results in {}", o.out.display());
     Ok(())
@@ -1083,6 +1095,7 @@ fn main() {
             no_pin,
             profile,
             qps,
+            agents,
         } => {
             let o = FigOptions {
                 reports,
@@ -1091,7 +1104,7 @@ fn main() {
                 pin: !no_pin,
                 verbose: true,
             };
-            if let Err(e) = bench_cmd(figure, &o, profile, &qps) {
+            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents) {
                 eprintln!("dta bench: {e}");
                 std::process::exit(1);
             }

@@ -223,6 +223,32 @@ impl PromWriter {
         };
     }
 
+    /// A summary family `name`: one sample per `(quantile, value)`, then `name_sum` and
+    /// `name_count` (the Prometheus summary layout).
+    pub fn summary(
+        &mut self,
+        name: &str,
+        help: &str,
+        quantiles: &[(&str, f64)],
+        sum: f64,
+        count: u64,
+    ) {
+        use std::fmt::Write;
+        debug_assert!(
+            !self.families.iter().any(|f| f == name),
+            "metric family {name} written twice"
+        );
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} summary");
+        self.families.push(name.to_string());
+        for (q, v) in quantiles {
+            self.sample(&[("quantile", q)], *v);
+        }
+        let _ = writeln!(self.out, "{name}_sum {sum:?}");
+        let _ = writeln!(self.out, "{name}_count {count}");
+    }
+
     /// A family with one unlabelled sample.
     pub fn single(&mut self, kind: PromKind, name: &str, help: &str, value: f64) {
         self.family(kind, name, help);

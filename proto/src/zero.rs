@@ -294,8 +294,12 @@ pub const RECORD_REP_OFFSET: usize = 64;
 ///
 /// ```text
 /// 0 magic DTZR | 4 version 1 | 5 flags (bit 0: the agent checks the ICRC) | 6..8 zero
-/// 8 address u64 | 16 length u64 | 24 R_Key u32 | 28..60 zero | 60 CRC-32C of bytes 0..60
+/// 8 address u64 | 16 length u64 | 24 R_Key u32 | 28 path MTU u32 | 32..60 zero
+/// 60 CRC-32C of bytes 0..60
 /// ```
+///
+/// The path MTU is the agent's: its READ responses carry that many bytes each (but the last),
+/// so the requester counts a READ's PSNs with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RegionRecord {
     /// Virtual address of the region's first byte (the control header).
@@ -306,6 +310,8 @@ pub struct RegionRecord {
     pub rkey: u32,
     /// The agent verifies the ICRC of requests.
     pub verify_icrc: bool,
+    /// The agent's path MTU (256..=4096, a power of two).
+    pub pmtu: u32,
 }
 
 impl RegionRecord {
@@ -318,6 +324,7 @@ impl RegionRecord {
         r[8..16].copy_from_slice(&self.addr.to_le_bytes());
         r[16..24].copy_from_slice(&self.len.to_le_bytes());
         r[24..28].copy_from_slice(&self.rkey.to_le_bytes());
+        r[28..32].copy_from_slice(&self.pmtu.to_le_bytes());
         let crc = CRC32C.checksum(&r[..60]);
         r[60..64].copy_from_slice(&crc.to_le_bytes());
         r
@@ -333,12 +340,13 @@ impl RegionRecord {
         if CRC32C.checksum(&r[..60]) != crc
             || r[5] > 1
             || r[6..8] != [0; 2]
-            || r[28..60].iter().any(|&b| b != 0)
+            || r[32..60].iter().any(|&b| b != 0)
         {
             return Err(ZeroError::Malformed);
         }
         let len = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
-        if (len as usize) < HEADER_LEN {
+        let pmtu = u32::from_le_bytes(r[28..32].try_into().expect("4 bytes"));
+        if (len as usize) < HEADER_LEN || !(256..=4096).contains(&pmtu) || !pmtu.is_power_of_two() {
             return Err(ZeroError::Malformed);
         }
         Ok(RegionRecord {
@@ -346,6 +354,7 @@ impl RegionRecord {
             len,
             rkey: u32::from_le_bytes(r[24..28].try_into().expect("4 bytes")),
             verify_icrc: r[5] == 1,
+            pmtu,
         })
     }
 }
@@ -427,6 +436,7 @@ mod tests {
             len: 1 << 20,
             rkey: 0xABCD_EF01,
             verify_icrc: true,
+            pmtu: 1024,
         };
         let b = r.encode();
         assert_eq!(RegionRecord::decode(&b), Ok(r));
@@ -436,7 +446,7 @@ mod tests {
             x[at] ^= 1;
             assert_eq!(RegionRecord::decode(&x), Err(ZeroError::BadMagic));
         }
-        for at in [5usize, 9, 30, 61] {
+        for at in [5usize, 9, 29, 40, 61] {
             let mut x = b;
             x[at] ^= 2;
             assert_eq!(

@@ -96,16 +96,7 @@ impl AgentCounters {
 }
 
 /// CPU time the calling thread has used (ns).
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own; CLOCK_THREAD_CPUTIME_ID always exists
-    // on Linux. On failure ts stays 0.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use dta_io::process::thread_cpu_ns;
 
 /// One agent's software RNIC, serving READs of its region.
 pub struct AgentServer {
@@ -196,6 +187,7 @@ impl AgentServer {
             len: region.len(),
             rkey: rkey.0,
             verify_icrc: opts.verify_icrc,
+            pmtu: opts.pmtu,
         };
         let service = Service {
             port: opts.cm_port,

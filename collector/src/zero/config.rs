@@ -71,9 +71,6 @@ pub struct PullSection {
     /// Largest READ (bytes).
     #[serde(default = "d_max_read")]
     pub max_read: u32,
-    /// Path MTU.
-    #[serde(default = "d_pmtu")]
-    pub pmtu: u32,
     /// Read the control header every this many rounds.
     #[serde(default = "d_control_every")]
     pub control_every: u32,
@@ -119,9 +116,6 @@ fn d_threads() -> usize {
 fn d_max_read() -> u32 {
     defaults().max_read
 }
-fn d_pmtu() -> u32 {
-    defaults().pmtu
-}
 fn d_control_every() -> u32 {
     defaults().control_every
 }
@@ -154,7 +148,6 @@ impl PullSection {
         c.spin_us = self.spin_us;
         c.collect_threads = self.collect_threads;
         c.max_read = self.max_read;
-        c.pmtu = self.pmtu;
         c.control_every = self.control_every.max(1);
         c.read_timeout = Duration::from_millis(self.read_timeout_ms.max(1));
         c.rcvbuf = self.rcvbuf;

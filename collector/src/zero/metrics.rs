@@ -16,10 +16,11 @@ const QUANTILES: [(f64, &str); 5] = [
 ];
 
 fn latency(w: &mut PromWriter, name: &str, help: &str, h: &LatencyHist) {
-    w.family(PromKind::Gauge, name, help);
-    for (q, label) in QUANTILES {
-        w.sample(&[("quantile", label)], h.quantile(q) as f64 / 1e9);
-    }
+    let qs: Vec<(&str, f64)> = QUANTILES
+        .iter()
+        .map(|&(q, label)| (label, h.quantile(q) as f64 / 1e9))
+        .collect();
+    w.summary(name, help, &qs, h.sum() as f64 / 1e9, h.count());
 }
 
 /// Writes the puller's counters, gauges and latency quantiles.

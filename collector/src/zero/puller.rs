@@ -87,8 +87,6 @@ pub struct PullConfig {
     pub collect_threads: usize,
     /// Largest READ (bytes): adjacent blocks are read together up to this.
     pub max_read: u32,
-    /// Path MTU (bytes of payload per response).
-    pub pmtu: u32,
     /// Read the control header every this many rounds (its generation tells whether the block
     /// list changed).
     pub control_every: u32,
@@ -118,7 +116,6 @@ impl PullConfig {
             spin_us: 50,
             collect_threads: 1,
             max_read: 16 << 10,
-            pmtu: 4096,
             control_every: 50,
             torn_retries: 8,
             read_timeout: Duration::from_millis(20),
@@ -138,9 +135,6 @@ impl PullConfig {
         }
         if self.interval.is_zero() {
             return Err("pull: interval must be positive".into());
-        }
-        if !(256..=4096).contains(&self.pmtu) || !self.pmtu.is_power_of_two() {
-            return Err("pull: pmtu must be 256, 512, 1024, 2048 or 4096".into());
         }
         let largest_block = block_len(dta_proto::zero::MAX_ENTRIES) as u32;
         if self.max_read < largest_block.min(4096) {
@@ -216,6 +210,7 @@ dta_proto::define_counters!(
 pub struct LatencyHist {
     buckets: Vec<u64>,
     count: u64,
+    sum: u64,
     max: u64,
 }
 
@@ -224,6 +219,7 @@ impl Default for LatencyHist {
         LatencyHist {
             buckets: vec![0; 64 * 8],
             count: 0,
+            sum: 0,
             max: 0,
         }
     }
@@ -251,12 +247,18 @@ impl LatencyHist {
     pub fn record(&mut self, ns: u64) {
         self.buckets[Self::index(ns)] += 1;
         self.count += 1;
+        self.sum = self.sum.saturating_add(ns);
         self.max = self.max.max(ns);
     }
 
     /// Samples recorded.
     pub fn count(&self) -> u64 {
         self.count
+    }
+
+    /// Sum of the samples (ns).
+    pub fn sum(&self) -> u64 {
+        self.sum
     }
 
     /// The `q` quantile (0..=1), in ns (a bucket's upper bound; the maximum for q = 1).
@@ -284,6 +286,7 @@ impl LatencyHist {
             *a += b;
         }
         self.count += o.count;
+        self.sum = self.sum.saturating_add(o.sum);
         self.max = self.max.max(o.max);
     }
 }
@@ -659,6 +662,8 @@ struct Agent {
     qpn: Qpn,
     link: Link,
     generation: Option<u32>,
+    /// A control area read once, waiting for a second identical read before it is used.
+    control_candidate: Vec<u8>,
     blocks: Vec<BlockDesc>,
     spans: Vec<Span>,
     /// Block retries in this round.
@@ -713,6 +718,7 @@ impl CollectThread {
                 qpn: Qpn::new(QPN_BASE + 0x10_0000 * k as u32 + j as u32),
                 link: Link::Down { retry_at: 0 },
                 generation: None,
+                control_candidate: Vec::new(),
                 blocks: Vec::new(),
                 spans: Vec::new(),
                 tries: Vec::new(),
@@ -1090,7 +1096,8 @@ impl CollectThread {
                     start_psn,
                     rkey: Rkey(record.rkey),
                     base: record.addr,
-                    pmtu: self.cfg.pmtu,
+                    // The agent's: its responses are cut at its path MTU.
+                    pmtu: record.pmtu,
                     max_outstanding: max_reads as usize,
                     timeout_ns: self.cfg.read_timeout.as_nanos() as u64,
                     retries: self.cfg.read_retries,
@@ -1243,6 +1250,22 @@ impl CollectThread {
             Link::Up { region_len, .. } => *region_len,
             _ => return,
         };
+        // A READ racing the agent's registration of a block can return a descriptor half
+        // written (nothing in the layout can tell): a control area is used only once two
+        // consecutive reads of it agree.
+        if a.control_candidate != bytes {
+            a.control_candidate.clear();
+            a.control_candidate.extend_from_slice(bytes);
+            a.pending.push_front(Pending {
+                kind: ReadKind::Control,
+                idx: 0,
+                off: 0,
+                len: bytes.len() as u32,
+            });
+            self.mark_ready(i);
+            return;
+        }
+        a.control_candidate.clear();
         let (h, blocks) = match decode_control(bytes) {
             Ok(x) if x.0.region_len <= region_len => x,
             _ => {
@@ -1485,6 +1508,7 @@ mod tests {
             len: region.len() as u64,
             rkey: rkey.0,
             verify_icrc: true,
+            pmtu: 1024,
         };
         let mut cm = CmResponder::new(
             addr,
@@ -1548,7 +1572,6 @@ mod tests {
             agents,
             Duration::from_millis(5),
         );
-        cfg.pmtu = 1024;
         cfg.max_read = 4096;
         cfg.credit_bytes = 128 << 10;
         let bad = Arc::new(std::sync::atomic::AtomicU64::new(0));
