@@ -917,18 +917,19 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                     .map(|r| (f(&r["agents"]), f(&r[key]) * scale))
                     .collect()
             };
-            // Latency quantiles (x: 50, 90, 99, 99.9, 100) of the first run of each setting.
+            // Latency quantiles (x: 1 p50, 2 p90, 3 p99, 4 p99.9, 5 max) of the first run of
+            // each setting.
             let quantiles = |credit: bool| -> Vec<(f64, f64)> {
                 let Some(r) = inc.iter().find(|r| r["credit_fc"] == credit) else {
                     return Vec::new();
                 };
                 let l = &r["stats"]["read_latency"];
                 [
-                    (50.0, "p50_us"),
-                    (90.0, "p90_us"),
-                    (99.0, "p99_us"),
-                    (99.9, "p999_us"),
-                    (100.0, "max_us"),
+                    (1.0, "p50_us"),
+                    (2.0, "p90_us"),
+                    (3.0, "p99_us"),
+                    (4.0, "p999_us"),
+                    (5.0, "max_us"),
                 ]
                 .iter()
                 .map(|(x, k)| (*x, f(&l[*k])))
@@ -955,7 +956,7 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                 ),
                 chart(
                     "READ latency under incast (all agents due at once), with and without Credit-FC",
-                    "percentile",
+                    "quantile: 1 = p50, 2 = p90, 3 = p99, 4 = p99.9, 5 = max",
                     "READ latency (us)",
                     false,
                     vec![

@@ -72,6 +72,19 @@ impl AgentFleet {
         update: Duration,
         threads: usize,
     ) -> Result<AgentFleet, String> {
+        AgentFleet::start_at(0, n, blocks, entries, update, threads)
+    }
+
+    /// [`AgentFleet::start`] on the addresses of agents `first..first + n` (fleets that run at
+    /// once need their own); values are still those of agents `0..n`.
+    pub fn start_at(
+        first: usize,
+        n: usize,
+        blocks: usize,
+        entries: u32,
+        update: Duration,
+        threads: usize,
+    ) -> Result<AgentFleet, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut servers = Vec::with_capacity(n);
         let mut writers = Vec::with_capacity(n * blocks);
@@ -86,7 +99,7 @@ impl AgentFleet {
                     .map_err(|e| e.to_string())?;
                 writers.push((k, w));
             }
-            let addr = agent_addr(k);
+            let addr = agent_addr(first + k);
             let opts = AgentOptions {
                 cm_port: CM_PORT,
                 allow: PeerAllowlist::any(),

@@ -160,7 +160,8 @@ fn http_get(addr: SocketAddrV4, path: &str) -> (u16, String) {
 
 #[test]
 fn the_collectors_pull_section_serves_snapshots_over_http_and_metrics() {
-    let fleet = AgentFleet::start(3, 2, 16, Duration::from_millis(5), 1).expect("agents");
+    // Addresses apart from the other test's fleets (tests run at once).
+    let fleet = AgentFleet::start_at(1000, 3, 2, 16, Duration::from_millis(5), 1).expect("agents");
     let control = SocketAddrV4::new(
         Ipv4Addr::LOCALHOST,
         dta_tests::harness::free_port(Ipv4Addr::LOCALHOST),

@@ -70,6 +70,11 @@ impl CreditFc {
         true
     }
 
+    /// Whether the total has room for `bytes` more (a refusal with room is the flow's share).
+    pub fn total_has_room(&self, bytes: u64) -> bool {
+        !self.enabled || self.in_flight + bytes <= self.total
+    }
+
     /// Returns `bytes` of `flow`'s credits.
     pub fn give_back(&mut self, flow: usize, bytes: u64) {
         debug_assert!(self.flows[flow] >= bytes && self.in_flight >= bytes);

@@ -695,7 +695,17 @@ struct CollectThread {
     epoch: Instant,
     in_flight_reads: usize,
     done: done_buf::Buf,
+    /// Earliest reconnection due.
+    connect_at: u64,
+    /// Next timer pass.
+    timers_at: u64,
 }
+
+/// Blocks this close are read with one READ (the bytes between them come along).
+const SPAN_GAP: u64 = 256;
+
+/// How often READ and CM timeouts are checked (ns).
+const TIMER_TICK_NS: u64 = 1_000_000;
 
 /// QPNs of a collecting thread's QPs: `QPN_BASE + 0x10000 * thread + local index`.
 const QPN_BASE: u32 = 0x20_0000;
@@ -752,6 +762,8 @@ impl CollectThread {
             epoch,
             in_flight_reads: 0,
             done: done_buf::Buf::default(),
+            connect_at: 0,
+            timers_at: 0,
         }
     }
 
@@ -843,10 +855,17 @@ impl CollectThread {
         }
     }
 
+    /// Connects agents whose reconnection is due (a pass over the agents only when one is).
     fn connect_due(&mut self, now: u64) {
+        if now < self.connect_at {
+            return;
+        }
+        self.connect_at = u64::MAX;
         for i in 0..self.agents.len() {
             if let Link::Down { retry_at } = self.agents[i].link {
-                if now >= retry_at {
+                if now < retry_at {
+                    self.connect_at = self.connect_at.min(retry_at);
+                } else {
                     let a = &mut self.agents[i];
                     a.link = Link::Connecting;
                     self.cm
@@ -913,20 +932,19 @@ impl CollectThread {
         }
     }
 
-    /// Issues pending READs, agents in turn, as credits and QPs allow.
+    /// Issues pending READs, agents in turn, as credits and QPs allow. An agent that must
+    /// wait for one of its own READs (its QP's READs in flight, or its share of T) leaves the
+    /// ready queue until a READ of its completes; when the total T is used up, every agent
+    /// waits, the first in line keeping its place. Each call costs the READs it issues.
     fn issue(&mut self, now: u64) {
-        let mut passes = self.ready.len();
-        while passes > 0 {
-            passes -= 1;
-            let Some(i) = self.ready.pop_front() else {
-                break;
-            };
-            let mut blocked_on_credits = false;
+        while let Some(&i) = self.ready.front() {
+            let mut total_full = false;
             {
                 let a = &mut self.agents[i];
                 let Link::Up { qp, .. } = &mut a.link else {
                     a.pending.clear();
                     self.in_ready[i] = false;
+                    self.ready.pop_front();
                     continue;
                 };
                 while let Some(p) = a.pending.front() {
@@ -934,7 +952,7 @@ impl CollectThread {
                         break;
                     }
                     if !self.credits.take(i, p.len as u64) {
-                        blocked_on_credits = true;
+                        total_full = !self.credits.total_has_room(p.len as u64);
                         break;
                     }
                     if self.tx.is_full() {
@@ -949,15 +967,11 @@ impl CollectThread {
                     a.pending.pop_front();
                 }
             }
-            if self.agents[i].pending.is_empty() {
-                self.in_ready[i] = false;
-            } else {
-                self.ready.push_back(i);
-            }
-            if blocked_on_credits && self.credits.in_flight() > 0 {
-                // The total is full: later agents wait too (their turn comes first next time).
+            if total_full {
                 break;
             }
+            self.ready.pop_front();
+            self.in_ready[i] = false;
         }
     }
 
@@ -989,20 +1003,13 @@ impl CollectThread {
                 return;
             }
         }
-        // Sleep until a completion, a due round or a timer.
-        let mut until = now + 100_000_000;
+        // Sleep until a completion, a due round, a reconnection or the timer tick.
+        let mut until = (now + 100_000_000).min(self.connect_at);
         if let Some(&std::cmp::Reverse((t, _))) = self.due.peek() {
             until = until.min(t);
         }
-        for a in &self.agents {
-            if let Link::Up { qp, .. } = &a.link {
-                if let Some(d) = qp.next_deadline() {
-                    until = until.min(d);
-                }
-            }
-        }
-        if self.cm.connecting() > 0 {
-            until = until.min(now + 10_000_000);
+        if self.in_flight_reads > 0 || self.cm.connecting() > 0 {
+            until = until.min(self.timers_at);
         }
         let now2 = self.now();
         let wait = Duration::from_nanos(until.saturating_sub(now2)).max(Duration::from_millis(1));
@@ -1140,6 +1147,7 @@ impl CollectThread {
     /// Forgets an agent's QP (returning its credits) and schedules a reconnection.
     fn drop_link(&mut self, i: usize, now: u64) {
         let retry_at = now + self.cfg.reconnect.as_nanos() as u64;
+        self.connect_at = self.connect_at.min(retry_at);
         let old = std::mem::replace(&mut self.agents[i].link, Link::Down { retry_at });
         if let Link::Up { mut qp, .. } = old {
             for (_, len) in qp.in_flight() {
@@ -1162,9 +1170,18 @@ impl CollectThread {
         self.credits.set_active(up);
     }
 
+    /// READ and CM timeouts, checked every [`TIMER_TICK_NS`] (a pass over the agents; a
+    /// READ's timeout is far longer than the tick).
     fn poll_timers(&mut self, now: u64) {
+        if now < self.timers_at {
+            return;
+        }
+        self.timers_at = now + TIMER_TICK_NS;
         if let Some(ev) = self.cm.poll(now, &mut self.tx) {
             self.on_cm(ev, now);
+        }
+        if self.in_flight_reads == 0 {
+            return;
         }
         for i in 0..self.agents.len() {
             let fault = match &mut self.agents[i].link {
@@ -1190,8 +1207,12 @@ impl CollectThread {
         }
     }
 
-    /// A READ of agent `i` completed.
+    /// A READ of agent `i` completed (the agent may issue again: it rejoins the ready queue
+    /// if it has READs waiting).
     fn completed(&mut self, i: usize, t: u64, issued: u64, bytes: &[u8], now: u64) {
+        if !self.agents[i].pending.is_empty() {
+            self.mark_ready(i);
+        }
         self.in_flight_reads -= 1;
         self.credits.give_back(i, bytes.len() as u64);
         self.stats.read_latency.record(now.saturating_sub(issued));
@@ -1274,7 +1295,8 @@ impl CollectThread {
                 return;
             }
         };
-        // Spans: blocks in offset order, adjacent ones together up to max_read.
+        // Spans: blocks in offset order, neighbours (at most SPAN_GAP bytes apart) together up
+        // to max_read.
         let mut order: Vec<u32> = (0..blocks.len() as u32).collect();
         order.sort_by_key(|&b| blocks[b as usize].offset);
         let mut spans: Vec<Span> = Vec::new();
@@ -1282,8 +1304,12 @@ impl CollectThread {
             let d = &blocks[b as usize];
             let len = d.len() as u32;
             match spans.last_mut() {
-                Some(s) if s.off + s.len as u64 == d.offset && s.len + len <= max_read => {
-                    s.len += len;
+                Some(s)
+                    if d.offset >= s.off + s.len as u64
+                        && d.offset - (s.off + s.len as u64) <= SPAN_GAP
+                        && d.offset + len as u64 - s.off <= max_read as u64 =>
+                {
+                    s.len = (d.offset + len as u64 - s.off) as u32;
                     s.blocks.push(b);
                 }
                 _ => spans.push(Span {
