@@ -101,6 +101,7 @@ impl World {
                 port: PORTS[0],
                 name: "kw".into(),
                 record: rec[0],
+                record_in_rep: false,
                 heads: None,
                 allow: PeerAllowlist::any(),
             },
@@ -108,6 +109,8 @@ impl World {
                 port: PORTS[1],
                 name: "ki".into(),
                 record: rec[1],
+                // Setup bit 2: the record travels in the REP (a ZERO agent's way).
+                record_in_rep: setup & 4 != 0,
                 heads: None,
                 // The second store refuses the translator when setup bit 1 is set, so REJs
                 // of the allowlist are exercised too.

@@ -147,6 +147,7 @@ fn collector_config() -> CollectorConfig {
         static_peers: vec![],
         stores: stores(),
         export: Default::default(),
+        pull: None,
     }
 }
 

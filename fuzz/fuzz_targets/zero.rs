@@ -3,13 +3,19 @@
 //! Arbitrary bytes as a control area: decoding never panics, and a control area that decodes
 //! re-encodes to the same header and descriptors, every block inside the region and clear of
 //! the others. The same bytes as a metric block (entries from the first byte): verifying never
-//! panics, and a snapshot it accepts re-seals to exactly the bytes read.
+//! panics, and a snapshot it accepts re-seals to exactly the bytes read. The same bytes as an
+//! agent's region record (REP private data): a record that decodes re-encodes exactly.
 #![no_main]
 
-use dta_proto::zero::{block_len, decode_control, encode_block, verify_block};
+use dta_proto::zero::{
+    block_len, decode_control, encode_block, verify_block, RegionRecord, RECORD_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(r) = RegionRecord::decode(data) {
+        assert_eq!(&r.encode()[..], &data[..RECORD_LEN]);
+    }
     if let Ok((h, descs)) = decode_control(data) {
         assert_eq!(&h.encode()[..], &data[..64]);
         for (i, d) in descs.iter().enumerate() {
