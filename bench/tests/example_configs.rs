@@ -236,3 +236,26 @@ fn the_cluster_example_agrees_with_its_collectors_and_translators() {
         assert!(p.keys.contains(&i), "{what} owns key slots");
     }
 }
+
+/// `examples/zero/`: the collector's `[pull]` names the agent of `agent.toml` (its address
+/// and rdma_cm port), on addresses that do not collide with the collector's own.
+#[test]
+fn the_zero_example_pair_agrees() {
+    let c = CollectorConfig::load(&repo("examples/zero/collector.toml")).unwrap();
+    let p = c.pull.as_ref().expect("a [pull] section");
+    // The agent's file (its own parser checks it in collector/agent/tests/daemon.rs).
+    let agent = std::fs::read_to_string(repo("examples/zero/agent.toml")).unwrap();
+    let key = |k: &str| {
+        agent
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k} = ")))
+            .unwrap_or_else(|| panic!("agent.toml sets {k}"))
+            .trim_matches('"')
+            .to_string()
+    };
+    let listen: std::net::SocketAddrV4 = key("listen").parse().unwrap();
+    assert_eq!(p.agents[0].roce, listen);
+    assert_eq!(p.agents[0].cm_port.to_string(), key("cm_port"));
+    assert_ne!(p.listen, c.collector.roce, "the puller has its own socket");
+    assert_ne!(listen, c.collector.roce);
+}

@@ -123,7 +123,7 @@ impl PullStore {
                 "kind": match b.info.kind { MetricKind::Counter => "counter", MetricKind::Gauge => "gauge" },
                 "entries": b.info.entries,
                 "seq": b.last.as_ref().map(|s| s.seq),
-                "age_ns_at": b.last.as_ref().map(|s| s.at_ns),
+                "pulled_at_ns": b.last.as_ref().map(|s| s.at_ns),
                 "values": b.last.as_ref().map(|s| s.values.clone()),
                 "rates_per_s": b.rates(),
             })
