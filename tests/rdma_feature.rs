@@ -12,10 +12,17 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Paths of `dta-collector` and `dta-rdma-selftest` built with `--features rdma`, or why not.
+/// Paths of `dta-collector` and `dta-rdma-selftest` built with `--features rdma`, or why not
+/// (`dta-agent`, built with them: [`agent_binary`]).
 pub fn feature_binaries() -> Result<(PathBuf, PathBuf), String> {
     static BUILT: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
     BUILT.get_or_init(build_feature_binaries).clone()
+}
+
+/// `dta-agent` built with its `rdma` feature (a real RNIC answers READs), or why not.
+pub fn agent_binary() -> Result<PathBuf, String> {
+    let (collector, _) = feature_binaries()?;
+    Ok(collector.with_file_name("dta-agent"))
 }
 
 fn build_feature_binaries() -> Result<(PathBuf, PathBuf), String> {
@@ -39,8 +46,10 @@ fn build_feature_binaries() -> Result<(PathBuf, PathBuf), String> {
             "build",
             "-p",
             "dta-collector",
+            "-p",
+            "dta-agent",
             "--features",
-            "rdma",
+            "dta-collector/rdma,dta-agent/rdma",
             "--release",
             "--bins",
             "--target-dir",

@@ -16,6 +16,7 @@ use dta_proto::meta::CollectorMeta;
 use dta_proto::wire::ib::Qpn;
 use dta_proto::wire::listheads;
 use dta_proto::wire::metarec::{MetaRecord, META_RECORD_LEN};
+use dta_proto::zero::RegionRecord;
 
 use super::verbs::{self, CmId, CompChannel, Cq, EventChannel, Mr, Pd, SendOp};
 use super::{Started, SOFTWARE_HINT};
@@ -54,13 +55,17 @@ struct StoreSpec {
     name: String,
     port: u16,
     region: Arc<Region>,
-    /// The record to SEND, without the R_Key (which is per device).
-    record: MetaRecord,
+    /// The record to SEND, without the R_Key (which is per device); `None` for a ZERO
+    /// agent's region (`zero`), whose record travels in the REP.
+    record: Option<MetaRecord>,
     /// A sequenced Append store's geometry: the record announces list heads, and they are
     /// read from the region and sent after it (so a restarted translator resumes each list).
     heads: Option<AppendGeometry>,
     /// Who may connect: a request from anyone else is refused with `rdma_reject`.
     allow: PeerAllowlist,
+    /// A ZERO agent's region: the REP carries its region record (name in private-data bytes
+    /// 0..64, [`RegionRecord`] in 64..128) and no SEND follows; the peer only READs.
+    zero: bool,
 }
 
 impl StoreSpec {
@@ -98,9 +103,10 @@ pub(super) fn start(
                 name: s.meta.name.clone(),
                 port: s.port,
                 region: s.region.clone(),
-                record,
+                record: Some(record),
                 heads,
                 allow: config.cm_allowlist(i),
+                zero: false,
             }
         })
         .collect();
@@ -150,6 +156,53 @@ pub(super) fn start(
     })
 }
 
+/// Serves one ZERO agent region through the RNIC at `ip` (see [`super::serve_region`]).
+pub(super) fn serve_region(
+    ip: Ipv4Addr,
+    cm_port: u16,
+    name: &str,
+    region: Arc<Region>,
+    allow: PeerAllowlist,
+    published: Arc<Mutex<Published>>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let spec = StoreSpec {
+        name: name.to_string(),
+        port: cm_port,
+        region,
+        record: None,
+        heads: None,
+        allow,
+        zero: true,
+    };
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("dta-rdma".into())
+        .spawn(move || {
+            let mut backend = match Backend::open(ip, vec![spec]) {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = tx.send(Ok(()));
+            backend.run(&stop, &published);
+        })
+        .map_err(|e| format!("cannot start the RDMA thread: {e}"))?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err("the RDMA thread died while starting".into())
+        }
+    }
+}
+
 /// A device the backend uses: a PD with every store's region registered in it.
 struct Device {
     ctx: *mut ibv_context,
@@ -176,7 +229,12 @@ impl Device {
                     &pd,
                     s.region.addr() as *mut u8,
                     s.region.len(),
-                    verbs::remote_access(),
+                    // A ZERO agent's region is only read, never written by a peer.
+                    if s.zero {
+                        verbs::remote_read_only()
+                    } else {
+                        verbs::remote_access()
+                    },
                 )
             }
             .map_err(|e| {
@@ -766,14 +824,28 @@ impl Backend {
         param.retry_count = 7;
         param.rnr_retry_count = 7;
         // The store's name travels in the REP's private data, as the software RNIC sends it,
-        // so a translator learns which store a port serves without extra configuration.
-        let mut name = [0u8; 64];
+        // so a translator learns which store a port serves without extra configuration. A
+        // ZERO agent's region record follows it.
+        let mut private = [0u8; 128];
         let nb = self.stores[store].name.as_bytes();
         let n = nb.len().min(63);
-        name[..n].copy_from_slice(&nb[..n]);
-        param.private_data = name.as_ptr() as *const std::ffi::c_void;
+        private[..n].copy_from_slice(&nb[..n]);
         param.private_data_len = 64;
-        // SAFETY: a live id with a QP; `name` outlives the call.
+        if self.stores[store].zero {
+            let region = &self.stores[store].region;
+            let record = RegionRecord {
+                addr: region.addr(),
+                len: region.len() as u64,
+                rkey: self.devices[device].mrs[store].rkey(),
+                verify_icrc: true,
+                pmtu: verbs::active_mtu(ctx, port).unwrap_or(1024),
+            };
+            let at = dta_proto::zero::RECORD_REP_OFFSET;
+            private[at..at + 64].copy_from_slice(&record.encode());
+            param.private_data_len = 128;
+        }
+        param.private_data = private.as_ptr() as *const std::ffi::c_void;
+        // SAFETY: a live id with a QP; `private` outlives the call.
         if unsafe { rdma_accept(conn.id.0, &mut param) } != 0 {
             let e = verbs::errno();
             reject(&conn.id, &[]);
@@ -793,13 +865,19 @@ impl Backend {
         let Some(c) = self.conns.get_mut(&key) else {
             return;
         };
+        let Some(record) = self.stores[c.store].record.clone() else {
+            // A ZERO agent's region: the REP carried its record; the peer READs from now on.
+            c.state = ConnState::Ready;
+            log::info!(
+                "rdma: region {:?}: established with {}; READs are served by the RNIC",
+                self.stores[c.store].name,
+                fmt_peer(c.peer)
+            );
+            return;
+        };
         // The R_Key of the store's MR on this connection's device (never the lkey).
         let rkey = self.devices[c.device].mrs[c.store].rkey();
-        let rec = MetaRecord {
-            rkey,
-            ..self.stores[c.store].record.clone()
-        }
-        .to_bytes();
+        let rec = MetaRecord { rkey, ..record }.to_bytes();
         let lkey = c.buf_mr.lkey();
         for (i, b) in rec.iter().enumerate() {
             c.buf[i] = *b;

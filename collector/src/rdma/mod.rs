@@ -92,6 +92,37 @@ pub fn start(
     }
 }
 
+/// Serves a ZERO agent's region (`dta-agent` with a real RNIC): registers `region` READ-able
+/// with the RDMA device that owns `ip`, listens for RDMA_CM on `cm_port` and accepts peers in
+/// `allow`, each REP carrying the region record (name in private-data bytes 0..64,
+/// [`dta_proto::zero::RegionRecord`] with the R_Key and the port's active MTU in 64..128). The
+/// RNIC then answers READs with no CPU of ours. Returns the event thread, which stops when
+/// `stop` is set and publishes the device counters into `published`.
+pub fn serve_region(
+    ip: std::net::Ipv4Addr,
+    cm_port: u16,
+    name: &str,
+    region: Arc<crate::memory::Region>,
+    allow: crate::allow::PeerAllowlist,
+    published: Arc<Mutex<Published>>,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>, String> {
+    #[cfg(feature = "rdma")]
+    {
+        backend::serve_region(ip, cm_port, name, region, allow, published, stop)
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        let _ = (ip, cm_port, name, region, allow, published, stop);
+        Err(
+            "a real RNIC needs a build with the `rdma` feature (cargo build --features rdma; it \
+             links libibverbs and librdmacm, which scripts/rdma-deps.sh installs); without an \
+             RDMA NIC, use the embedded software RNIC"
+                .to_string(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -268,6 +268,11 @@ pub fn remote_access() -> i32 {
         .0 as i32
 }
 
+/// Access flags of a region peers may only READ (a ZERO agent's).
+pub fn remote_read_only() -> i32 {
+    ibv_access_flags::IBV_ACCESS_REMOTE_READ.0 as i32
+}
+
 impl Mr {
     /// Registers `len` bytes at `addr` in `pd`.
     ///
@@ -534,6 +539,21 @@ pub struct DeviceLimits {
     pub max_qp_rd_atom: u8,
     /// Outstanding RDMA READ / atomic requests a QP can issue (initiator depth).
     pub max_qp_init_rd_atom: u8,
+}
+
+/// The active path MTU of `port` in bytes (`ibv_query_port`): a READ's responses are cut at
+/// it.
+pub fn active_mtu(ctx: *mut ibv_context, port: u8) -> io::Result<u32> {
+    // SAFETY: ibv_port_attr is a plain C struct; all-zero is valid.
+    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: live context, valid out-pointer of the size the call expects.
+    let r = unsafe { ___ibv_query_port(ctx, port, &mut a) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5.
+    let code = (a.active_mtu as u32).clamp(1, 5);
+    Ok(128u32 << code)
 }
 
 /// `ibv_query_device`.

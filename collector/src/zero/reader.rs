@@ -153,6 +153,11 @@ impl ReadQp {
         &self.cfg
     }
 
+    /// The PSN of the next request.
+    pub fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
     /// READs in flight.
     pub fn outstanding(&self) -> usize {
         self.out.len()

@@ -66,9 +66,32 @@ struct Cli {
     /// Serve Prometheus metrics on http://ADDR/metrics [default: off].
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Who answers READs: `software` (the embedded software RNIC on a UDP socket) or `rdma`
+    /// (the RDMA NIC that owns the listen address; no agent CPU per READ; needs a build with
+    /// the `rdma` feature) [default: software].
+    #[arg(long, value_name = "software|rdma", value_parser = backend)]
+    backend: Option<Backend>,
     /// Check the settings, print them and exit.
     #[arg(long)]
     check: bool,
+}
+
+/// Who answers READs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Backend {
+    /// The embedded software RNIC.
+    Software,
+    /// A real RNIC (`ibv_reg_mr`, rdma_cm).
+    Rdma,
+}
+
+fn backend(s: &str) -> Result<Backend, String> {
+    match s {
+        "software" => Ok(Backend::Software),
+        "rdma" => Ok(Backend::Rdma),
+        _ => Err(format!("{s:?}: say software or rdma")),
+    }
 }
 
 fn on_off(s: &str) -> Result<bool, String> {
@@ -95,6 +118,7 @@ struct FileConfig {
     max_interfaces: Option<usize>,
     pmtu: Option<u32>,
     verify_icrc: Option<bool>,
+    backend: Option<Backend>,
 }
 
 /// Everything the daemon runs with.
@@ -106,6 +130,7 @@ struct Settings {
     metrics_listen: Option<SocketAddr>,
     region_bytes: usize,
     max_blocks: u16,
+    backend: Backend,
 }
 
 fn parse_listen(s: &str) -> Result<SocketAddrV4, String> {
@@ -188,6 +213,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         metrics_listen: cli.metrics_listen.or(file.metrics_listen),
         region_bytes: file.region_bytes.unwrap_or(DEFAULT_CAPACITY),
         max_blocks,
+        backend: cli.backend.or(file.backend).unwrap_or(Backend::Software),
     })
 }
 
@@ -221,6 +247,9 @@ fn run(s: Settings) -> Result<(), String> {
     let mut sampler =
         HostSampler::new(&region, s.sampler.clone()).map_err(|e| format!("metric region: {e}"))?;
     sampler.sample();
+    if s.backend == Backend::Rdma {
+        return run_rdma(&s, &region, sampler);
+    }
     let mut server = AgentServer::bind_with(s.listen, &region, &s.options)
         .map_err(|e| format!("RoCEv2 on {}: {e}", s.listen))?;
     log::info!(
@@ -236,38 +265,8 @@ fn run(s: Settings) -> Result<(), String> {
     );
     let stop = dta_io::signal::install_stop_flag();
     let published = Arc::new(Mutex::new(Published::default()));
-    let _http = match s.metrics_listen {
-        Some(addr) => {
-            let (region, published) = (region.clone(), published.clone());
-            let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
-                let path = req.target.split('?').next().unwrap_or("");
-                if req.method != "GET" || path != "/metrics" {
-                    return dta_http::Response::text(404, "not found: GET /metrics");
-                }
-                let p = *published.lock().unwrap_or_else(PoisonError::into_inner);
-                dta_http::Response {
-                    status: 200,
-                    content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
-                    headers: Vec::new(),
-                    body: render(&region, &p).into_bytes(),
-                }
-            });
-            let opts = dta_http::ServerOptions {
-                name: "dta-agent-http".into(),
-                ..Default::default()
-            };
-            Some(dta_http::Server::spawn(addr, opts, handler)?)
-        }
-        None => None,
-    };
-    let sampling = {
-        let (stop, published) = (stop.clone(), published.clone());
-        let every = Duration::from_millis(s.sampler.interval_ms as u64);
-        std::thread::Builder::new()
-            .name("dta-agent-sample".into())
-            .spawn(move || sample_loop(&mut sampler, &stop, every, &published))
-            .map_err(|e| format!("cannot start the sampler: {e}"))?
-    };
+    let _http = metrics_server(&s, &region, &published)?;
+    let sampling = start_sampler(&s, sampler, &stop, &published)?;
     let mut last = Instant::now();
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
@@ -293,6 +292,95 @@ fn run(s: Settings) -> Result<(), String> {
         k.cpu_ns as f64 / 1e9
     );
     result
+}
+
+/// The real-RNIC variant: the NIC that owns the listen address answers READs (the region is
+/// registered READ-only; the REP carries its record); this process only samples.
+fn run_rdma(s: &Settings, region: &AgentRegion, sampler: HostSampler) -> Result<(), String> {
+    let stop = dta_io::signal::install_stop_flag();
+    let nic = Arc::new(Mutex::new(dta_collector::service::Published::default()));
+    let thread = dta_collector::rdma::serve_region(
+        *s.listen.ip(),
+        s.options.cm_port,
+        "dta-agent",
+        region.region().clone(),
+        s.options.allow.clone(),
+        nic.clone(),
+        stop.clone(),
+    )?;
+    log::info!(
+        "serving a {}-byte region ({} blocks) through the RDMA NIC of {} (RDMA_CM port {}, \
+         from {}): READs take no CPU here",
+        region.len(),
+        region.blocks().len(),
+        s.listen.ip(),
+        s.options.cm_port,
+        s.options.allow
+    );
+    let published = Arc::new(Mutex::new(Published::default()));
+    let _http = metrics_server(s, region, &published)?;
+    let sampling = start_sampler(s, sampler, &stop, &published)?;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(250));
+        let n = nic.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut p = published.lock().unwrap_or_else(PoisonError::into_inner);
+        p.agent.rnic = n.counters;
+        p.agent.cm = n.cm;
+    }
+    let _ = sampling.join();
+    let _ = thread.join();
+    let reads = nic
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .counters
+        .reads;
+    log::info!("stopped: the RNIC served {reads} READs");
+    Ok(())
+}
+
+fn metrics_server(
+    s: &Settings,
+    region: &AgentRegion,
+    published: &Arc<Mutex<Published>>,
+) -> Result<Option<dta_http::Server>, String> {
+    Ok(match s.metrics_listen {
+        Some(addr) => {
+            let (region, published) = (region.clone(), published.clone());
+            let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
+                let path = req.target.split('?').next().unwrap_or("");
+                if req.method != "GET" || path != "/metrics" {
+                    return dta_http::Response::text(404, "not found: GET /metrics");
+                }
+                let p = *published.lock().unwrap_or_else(PoisonError::into_inner);
+                dta_http::Response {
+                    status: 200,
+                    content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
+                    headers: Vec::new(),
+                    body: render(&region, &p).into_bytes(),
+                }
+            });
+            let opts = dta_http::ServerOptions {
+                name: "dta-agent-http".into(),
+                ..Default::default()
+            };
+            Some(dta_http::Server::spawn(addr, opts, handler)?)
+        }
+        None => None,
+    })
+}
+
+fn start_sampler(
+    s: &Settings,
+    mut sampler: HostSampler,
+    stop: &Arc<AtomicBool>,
+    published: &Arc<Mutex<Published>>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let (stop, published) = (stop.clone(), published.clone());
+    let every = Duration::from_millis(s.sampler.interval_ms as u64);
+    std::thread::Builder::new()
+        .name("dta-agent-sample".into())
+        .spawn(move || sample_loop(&mut sampler, &stop, every, &published))
+        .map_err(|e| format!("cannot start the sampler: {e}"))
 }
 
 fn sample_loop(
