@@ -84,3 +84,17 @@ ORDER BY (store, epoch, snapshot_time);
 
 CREATE TABLE IF NOT EXISTS dta.sketch_epochs ON CLUSTER dta_cluster AS dta.sketch_epochs_local
 ENGINE = Distributed(dta_cluster, dta, sketch_epochs_local, cityHash64(store));
+
+CREATE TABLE IF NOT EXISTS dta.pulled_metrics_local ON CLUSTER dta_cluster (
+    snapshot_time DateTime,
+    agent String,
+    block String,
+    idx UInt16,
+    seq UInt64,
+    value UInt64
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/dta/pulled_metrics', '{replica}')
+PARTITION BY toYYYYMM(snapshot_time)
+ORDER BY (agent, block, idx, snapshot_time);
+
+CREATE TABLE IF NOT EXISTS dta.pulled_metrics ON CLUSTER dta_cluster AS dta.pulled_metrics_local
+ENGINE = Distributed(dta_cluster, dta, pulled_metrics_local, cityHash64(agent, block));

@@ -80,3 +80,17 @@ CREATE TABLE IF NOT EXISTS sketch_epochs (
 ) ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMM(snapshot_time)
 ORDER BY (store, epoch, snapshot_time);
+
+-- ZERO mode ([pull]): the newest snapshot of every block of every agent, every snapshot_secs,
+-- one row per value (idx: its place in the block; seq: the block's sequence word, 2 x the
+-- agent's updates). Counters' rates come from two snapshot_times.
+CREATE TABLE IF NOT EXISTS pulled_metrics (
+    snapshot_time DateTime,
+    agent String,
+    block String,
+    idx UInt16,
+    seq UInt64,
+    value UInt64
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(snapshot_time)
+ORDER BY (agent, block, idx, snapshot_time);

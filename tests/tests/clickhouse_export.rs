@@ -703,3 +703,76 @@ fn measure_export_throughput() {
     );
     assert_eq!(rows(), total);
 }
+
+/// ZERO mode: with a `[pull]` section the exporter writes every block's newest snapshot into
+/// `pulled_metrics`, one row per value, and every row is a value the agent wrote at that
+/// snapshot's sequence.
+#[test]
+fn pulled_agent_metrics_land_in_clickhouse() {
+    use dta_bench::zerobench::{agent_value, AgentFleet};
+    let Some(ch) = Server::start("pull") else {
+        return;
+    };
+    let dir = ch.dir.join("exporter");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("pw"), "dta-test\n").unwrap();
+    std::fs::write(dir.join("keys.txt"), "00\n").unwrap();
+    let fleet = AgentFleet::start_at(3000, 2, 2, 8, Duration::from_millis(5), 1).expect("agents");
+    let mut pull = format!(
+        "\n[pull]\nlisten = \"127.0.0.1:{}\"\ninterval_ms = 20\n",
+        free_udp()
+    );
+    for a in &fleet.specs {
+        pull += &format!(
+            "[[pull.agent]]\nname = \"{}\"\nroce = \"{}\"\ncm_port = {}\n",
+            a.name, a.roce, a.cm_port
+        );
+    }
+    let control = free_tcp();
+    let text = config_text(&dir, control, free_udp(), ch.http, "") + &pull;
+    let cfg = CollectorConfig::from_toml(&text).unwrap();
+    let col = Collector::start(cfg.clone()).unwrap();
+    let metrics = Arc::new(ExportMetrics::default());
+    let mut ex = Exporter::new(
+        &cfg,
+        dta_collector::client::Endpoint::plain(&format!("127.0.0.1:{control}")),
+        metrics.clone(),
+    )
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let h = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(3500));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
+    ex.run(&stop).unwrap();
+    h.join().unwrap();
+    drop(col);
+    drop(fleet);
+    let rows = ch
+        .query("SELECT agent, block, idx, seq, value FROM pulled_metrics FINAL")
+        .unwrap();
+    let mut n = 0;
+    let mut snapshots = std::collections::HashSet::new();
+    for l in rows.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        let agent: usize = f[0].trim_start_matches("agent").parse().unwrap();
+        let (idx, seq, value): (usize, u64, u64) = (
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+            f[4].parse().unwrap(),
+        );
+        assert_eq!(value, agent_value(agent, seq / 2, idx), "{l}");
+        snapshots.insert((f[0].to_string(), f[1].to_string(), seq));
+        n += 1;
+    }
+    eprintln!(
+        "{n} pulled values in ClickHouse, {} snapshots",
+        snapshots.len()
+    );
+    // 2 agents x 2 blocks, at least 2 snapshot times (snapshot_secs = 1), 8 values each.
+    assert!(snapshots.len() >= 8, "{snapshots:?}");
+    assert_eq!(n % 8, 0);
+}

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dta_proto::stats::{PromKind, PromWriter};
 
 /// The tables the exporter writes, in [`ExportMetrics`] index order.
-pub const TABLES: [&str; 5] = [
+pub const TABLES: [&str; 6] = [
     "append_entries",
     "counter_snapshots",
     "keywrite_snapshots",
     "sketch_points",
     "sketch_epochs",
+    "pulled_metrics",
 ];
 
 /// Where an error came from.
@@ -32,9 +33,9 @@ const SOURCES: [&str; 3] = ["clickhouse", "collector", "state_file"];
 /// Counters and gauges shared by the exporter thread and the `/metrics` handler.
 #[derive(Debug, Default)]
 pub struct ExportMetrics {
-    rows: [AtomicU64; 5],
-    inserts: [AtomicU64; 5],
-    bytes: [AtomicU64; 5],
+    rows: [AtomicU64; TABLES.len()],
+    inserts: [AtomicU64; TABLES.len()],
+    bytes: [AtomicU64; TABLES.len()],
     errors: [AtomicU64; 3],
     /// Requests retried after an error (ClickHouse inserts and queries).
     pub retries: AtomicU64,
@@ -82,12 +83,13 @@ impl ExportMetrics {
     /// The `/metrics` page, with this process's `process_*` figures when `/proc` is readable.
     pub fn render(&self) -> String {
         let mut w = PromWriter::new();
-        let per_table = |w: &mut PromWriter, name: &str, help: &str, v: &[AtomicU64; 5]| {
-            w.family(PromKind::Counter, name, help);
-            for (t, x) in TABLES.iter().zip(v) {
-                w.sample(&[("table", t)], x.load(Ordering::Relaxed) as f64);
-            }
-        };
+        let per_table =
+            |w: &mut PromWriter, name: &str, help: &str, v: &[AtomicU64; TABLES.len()]| {
+                w.family(PromKind::Counter, name, help);
+                for (t, x) in TABLES.iter().zip(v) {
+                    w.sample(&[("table", t)], x.load(Ordering::Relaxed) as f64);
+                }
+            };
         per_table(
             &mut w,
             "dta_export_rows",

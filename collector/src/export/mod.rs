@@ -13,8 +13,9 @@
 //! - every entry of every sequenced Append list, once ([`Exporter::poll_append`]): it asks
 //!   `GET /tail/{store}` for the lists' heads and tails only the lists that moved;
 //! - every `snapshot_secs`, the active keys' Key-Increment estimates, Key-Write answers and
-//!   sketch point estimates, and each sketch store's newest epoch (completeness, HyperLogLog
-//!   cardinality) ([`Exporter::snapshot`]).
+//!   sketch point estimates, each sketch store's newest epoch (completeness, HyperLogLog
+//!   cardinality), and with a `[pull]` section the newest snapshot of every agent's blocks
+//!   (ZERO mode, `GET /pull`) ([`Exporter::snapshot`]).
 //!
 //! # Exactly once
 //! An Append row's identity is `(store, list, generation, seq, idx)`, its place in the
@@ -67,6 +68,9 @@ pub const SCHEMA: &str = include_str!("../../clickhouse/schema.sql");
 /// Columns of `append_entries`, in RowBinary order.
 const APPEND_COLUMNS: &str = "store, list, generation, seq, idx, entry, exported_at";
 
+/// The snapshot state's name for the `[pull]` agents.
+const PULL_SNAPSHOT: &str = "/pull";
+
 /// The first wait after an error; it doubles up to `max_backoff_ms`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -78,6 +82,7 @@ enum Table {
     KeyWrite = 2,
     SketchPoints = 3,
     SketchEpochs = 4,
+    Pulled = 5,
 }
 
 impl Table {
@@ -94,6 +99,7 @@ impl Table {
             Table::SketchEpochs => {
                 "snapshot_time, store, epoch, kind, cardinality, columns, written, complete, ratio"
             }
+            Table::Pulled => "snapshot_time, agent, block, idx, seq, value",
         }
     }
 }
@@ -138,6 +144,8 @@ enum SnapshotKind {
     KeyWrite,
     /// `true`: HyperLogLog (cardinality, no point queries).
     Sketch(bool),
+    /// The `[pull]` section's agents (`GET /pull`).
+    Pull,
 }
 
 #[derive(Debug, Clone)]
@@ -267,6 +275,15 @@ impl Exporter {
         }
         // Only stores with something to snapshot: keys, or a sketch's epoch summary.
         snaps.retain(|s| s.keys.is_some() || matches!(s.kind, SnapshotKind::Sketch(_)));
+        if cfg.pull.is_some() {
+            // The agents' newest values, under a name no store can have (store names are
+            // identifiers without a leading slash).
+            snaps.push(SnapshotStore {
+                name: PULL_SNAPSHOT.into(),
+                kind: SnapshotKind::Pull,
+                keys: None,
+            });
+        }
         Ok(Exporter {
             state: State::load(&ch_cfg.state_file)?,
             cfg: ch_cfg,
@@ -828,6 +845,32 @@ impl Exporter {
                     }
                     tables.push((table, rb));
                 }
+                SnapshotKind::Pull => {
+                    // One row per value of every block's newest snapshot.
+                    let v = self.get_json("/pull")?;
+                    let mut rb = RowBinary::default();
+                    for a in v["agents"].as_array().into_iter().flatten() {
+                        let agent = a["name"].as_str().unwrap_or("");
+                        for b in a["blocks"].as_array().into_iter().flatten() {
+                            let (Some(seq), Some(values)) =
+                                (b["seq"].as_u64(), b["values"].as_array())
+                            else {
+                                continue;
+                            };
+                            let block = b["name"].as_str().unwrap_or("");
+                            for (i, x) in values.iter().enumerate() {
+                                rb.u32(t)
+                                    .bytes(agent.as_bytes())
+                                    .bytes(block.as_bytes())
+                                    .u16(i as u16)
+                                    .u64(seq)
+                                    .u64(x.as_u64().unwrap_or(0))
+                                    .end_row();
+                            }
+                        }
+                    }
+                    tables.push((Table::Pulled, rb));
+                }
                 SnapshotKind::Sketch(hll) => {
                     let epochs = self.get_json(&format!("/query/sketch/{store}/epochs"))?;
                     let Some(e) = epochs["epochs"]
@@ -915,9 +958,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_schema_splits_into_five_tables() {
+    fn the_schema_splits_into_six_tables() {
         let s = clickhouse::statements(SCHEMA);
-        assert_eq!(s.len(), 5);
+        assert_eq!(s.len(), 6);
         for (t, stmt) in metrics::TABLES.iter().zip(&s) {
             assert!(
                 stmt.starts_with(&format!("CREATE TABLE IF NOT EXISTS {t} (")),
@@ -931,6 +974,7 @@ mod tests {
             (Table::KeyWrite, Table::KeyWrite.columns()),
             (Table::SketchPoints, Table::SketchPoints.columns()),
             (Table::SketchEpochs, Table::SketchEpochs.columns()),
+            (Table::Pulled, Table::Pulled.columns()),
         ] {
             let stmt = &s[t as usize];
             let declared: Vec<&str> = stmt
