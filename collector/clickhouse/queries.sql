@@ -78,3 +78,10 @@ WHERE epoch = (SELECT max(epoch) FROM sketch_points)
 GROUP BY store, epoch, key
 ORDER BY estimate DESC
 LIMIT 10;
+
+-- ZERO mode: each agent's newest pulled value per block entry.
+SELECT agent, block, idx, argMax(value, snapshot_time) AS value, max(snapshot_time) AS at
+FROM pulled_metrics FINAL
+GROUP BY agent, block, idx
+ORDER BY agent, block, idx
+LIMIT 100;
