@@ -198,9 +198,16 @@ impl UdpRx {
         timeout: Duration,
         f: F,
     ) -> io::Result<usize> {
-        let raw = self.fd.as_raw_fd();
+        if !self.wait(timeout)? {
+            return Ok(0);
+        }
+        self.recv_now(f)
+    }
+
+    /// Waits up to `timeout` until a datagram is queued; false on timeout (or `EINTR`).
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         let mut pfd = libc::pollfd {
-            fd: raw,
+            fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -210,15 +217,12 @@ impl UdpRx {
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(0)
+                Ok(false)
             } else {
                 Err(e)
             };
         }
-        if r == 0 {
-            return Ok(0);
-        }
-        self.recv_now(f)
+        Ok(r > 0 && pfd.revents != 0)
     }
 
     /// Receives whatever is queued right now (no waiting) and hands it to `f`.

@@ -284,7 +284,7 @@ impl AgentServer {
     fn step(&mut self, now: u64, wait: Option<Duration>) -> io::Result<usize> {
         // Waiting is not work: only what follows the wait is measured.
         if let Some(t) = wait {
-            if !wait_readable(self.fd, t)? {
+            if !self.rx.wait(t)? {
                 self.run_timers(now);
                 return Ok(0);
             }
@@ -332,27 +332,6 @@ impl AgentServer {
             self.batch.clear();
         }
     }
-}
-
-/// Waits up to `timeout` for input on `fd` (no allocation, unlike a general poll set).
-fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd for a socket the caller owns.
-    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(pfd.revents != 0)
 }
 
 /// Serves many [`AgentServer`]s from one thread: one `poll(2)` over all their sockets, then

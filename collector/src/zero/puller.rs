@@ -645,6 +645,26 @@ struct Pending {
     len: u32,
 }
 
+impl Pending {
+    /// The 64-byte control header.
+    const HEADER: Pending = Pending {
+        kind: ReadKind::Header,
+        idx: 0,
+        off: 0,
+        len: HEADER_LEN as u32,
+    };
+
+    /// The control area (`len` bytes from the start).
+    fn control(len: u32) -> Pending {
+        Pending {
+            kind: ReadKind::Control,
+            idx: 0,
+            off: 0,
+            len,
+        }
+    }
+}
+
 enum Link {
     /// Not connected; reconnect at this time.
     Down {
@@ -904,12 +924,7 @@ impl CollectThread {
             a.rounds += 1;
             a.tries.iter_mut().for_each(|t| *t = 0);
             if a.generation.is_none() || a.rounds % self.cfg.control_every as u64 == 0 {
-                a.pending.push_back(Pending {
-                    kind: ReadKind::Header,
-                    idx: 0,
-                    off: 0,
-                    len: HEADER_LEN as u32,
-                });
+                a.pending.push_back(Pending::HEADER);
             }
             if a.generation.is_some() {
                 for (k, s) in a.spans.iter().enumerate() {
@@ -1247,12 +1262,8 @@ impl CollectThread {
                 if a.generation != Some(h.generation) {
                     // The block list changed (or is not known yet): read it before the data.
                     a.pending.retain(|p| p.kind != ReadKind::Span);
-                    a.pending.push_front(Pending {
-                        kind: ReadKind::Control,
-                        idx: 0,
-                        off: 0,
-                        len: h.control_len() as u32,
-                    });
+                    a.pending
+                        .push_front(Pending::control(h.control_len() as u32));
                     self.mark_ready(i);
                 }
             }
@@ -1277,12 +1288,7 @@ impl CollectThread {
         if a.control_candidate != bytes {
             a.control_candidate.clear();
             a.control_candidate.extend_from_slice(bytes);
-            a.pending.push_front(Pending {
-                kind: ReadKind::Control,
-                idx: 0,
-                off: 0,
-                len: bytes.len() as u32,
-            });
+            a.pending.push_front(Pending::control(bytes.len() as u32));
             self.mark_ready(i);
             return;
         }
@@ -1391,12 +1397,7 @@ impl CollectThread {
                 a.generation = None;
                 a.pending.retain(|p| p.kind == ReadKind::Header);
                 if !a.pending.iter().any(|p| p.kind == ReadKind::Header) {
-                    a.pending.push_back(Pending {
-                        kind: ReadKind::Header,
-                        idx: 0,
-                        off: 0,
-                        len: HEADER_LEN as u32,
-                    });
+                    a.pending.push_back(Pending::HEADER);
                 }
                 self.mark_ready(i);
             }
