@@ -23,9 +23,11 @@ const LONG_ABOUT: &str = "\
 ZERO-mode agent of dta (Direct Telemetry Access).
 
 It keeps this host's counters in one memory region and serves that region, READ-only, on an \
-embedded software RNIC (RoCEv2 over UDP). A pull collector connects with RDMA_CM (the REP \
-carries the region's address, length and R_Key) and reads the metrics with one-sided RDMA \
-READ on its own schedule; the agent never sends anything unasked.
+embedded software RNIC (RoCEv2 over UDP), or with --backend rdma through this host's RDMA NIC, \
+which then answers every READ with no CPU here. A pull collector (dta-collector's [pull]) \
+connects with RDMA_CM (the REP carries the region's address, length, R_Key and path MTU) and \
+reads the metrics with one-sided RDMA READ on its own schedule; the agent never sends anything \
+unasked.
 
 Published blocks (dta_proto::zero layout; see collector/agent/README.md):
   net/<ifname>  the 16 counters of the interface's /proc/net/dev line, in file order
