@@ -219,6 +219,19 @@ pub fn wait_up(p: &Puller, n: usize, timeout: Duration) -> bool {
     false
 }
 
+/// Starts a puller and waits until its `n` agents are connected and their first rounds done.
+fn start_connected(cfg: PullConfig, n: usize) -> Result<Puller, String> {
+    let p = Puller::start(cfg, None)?;
+    if !wait_up(&p, n, Duration::from_secs(30)) {
+        return Err(format!(
+            "only {} of {n} agents connected",
+            p.stats().agents_up
+        ));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(p)
+}
+
 fn stats_json(s: &PullStats) -> serde_json::Value {
     let q = |h: &dta_collector::zero::puller::LatencyHist| {
         json!({
@@ -252,14 +265,7 @@ pub fn capacity_point(
     let fleet = AgentFleet::start(n, 2, 16, Duration::from_millis(10), 2)?;
     let mut cfg = pull_config(&fleet, interval);
     cfg.control_every = 1_000_000;
-    let p = Puller::start(cfg, None)?;
-    if !wait_up(&p, n, Duration::from_secs(30)) {
-        return Err(format!(
-            "only {} of {n} agents connected",
-            p.stats().agents_up
-        ));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let p = start_connected(cfg, n)?;
     let s0 = p.stats();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(secs));
@@ -315,14 +321,7 @@ pub fn incast_point(
     cfg.credit_fc = credit.is_some();
     cfg.credit_bytes = credit.unwrap_or(256 << 10);
     cfg.read_retries = 50;
-    let p = Puller::start(cfg, None)?;
-    if !wait_up(&p, n, Duration::from_secs(30)) {
-        return Err(format!(
-            "only {} of {n} agents connected",
-            p.stats().agents_up
-        ));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let p = start_connected(cfg, n)?;
     std::thread::sleep(Duration::from_secs_f64(secs));
     let s = p.stop();
     let (reads, agent_cpu) = fleet.stop();

@@ -556,17 +556,8 @@ fn an_unreachable_clickhouse_is_retried_with_counted_errors() {
         metrics.clone(),
     )
     .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let h = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(1500));
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        })
-    };
     // Returns (stopped) instead of failing: the server may come later.
-    ex.run(&stop).unwrap();
-    h.join().unwrap();
+    run_for(&mut ex, Duration::from_millis(1500));
     let errors = metrics.errors(Source::ClickHouse);
     let retries = metrics.retries.load(std::sync::atomic::Ordering::Relaxed);
     // 100 + 200 + 400 + 400 ms of back-off fit in 1.5 s: at least 3 tries.
@@ -576,6 +567,21 @@ fn an_unreachable_clickhouse_is_retried_with_counted_errors() {
         .render()
         .contains("dta_export_errors_total{source=\"clickhouse\"}"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the exporter in this thread for `d`, then stops it (it returns, stopped, instead of
+/// failing on errors).
+fn run_for(ex: &mut Exporter, d: Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let h = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
+    ex.run(&stop).unwrap();
+    h.join().unwrap();
 }
 
 /// CPU seconds (user + system) of process `pid` so far.
@@ -739,16 +745,7 @@ fn pulled_agent_metrics_land_in_clickhouse() {
         metrics.clone(),
     )
     .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let h = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(3500));
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        })
-    };
-    ex.run(&stop).unwrap();
-    h.join().unwrap();
+    run_for(&mut ex, Duration::from_millis(3500));
     drop(col);
     drop(fleet);
     let rows = ch

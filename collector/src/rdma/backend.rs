@@ -56,16 +56,14 @@ struct StoreSpec {
     port: u16,
     region: Arc<Region>,
     /// The record to SEND, without the R_Key (which is per device); `None` for a ZERO
-    /// agent's region (`zero`), whose record travels in the REP.
+    /// agent's region: the REP carries its region record (name in private-data bytes 0..64,
+    /// [`RegionRecord`] in 64..128), no SEND follows, and peers may only READ.
     record: Option<MetaRecord>,
     /// A sequenced Append store's geometry: the record announces list heads, and they are
     /// read from the region and sent after it (so a restarted translator resumes each list).
     heads: Option<AppendGeometry>,
     /// Who may connect: a request from anyone else is refused with `rdma_reject`.
     allow: PeerAllowlist,
-    /// A ZERO agent's region: the REP carries its region record (name in private-data bytes
-    /// 0..64, [`RegionRecord`] in 64..128) and no SEND follows; the peer only READs.
-    zero: bool,
 }
 
 impl StoreSpec {
@@ -106,7 +104,6 @@ pub(super) fn start(
                 record: Some(record),
                 heads,
                 allow: config.cm_allowlist(i),
-                zero: false,
             }
         })
         .collect();
@@ -173,7 +170,6 @@ pub(super) fn serve_region(
         record: None,
         heads: None,
         allow,
-        zero: true,
     };
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::Builder::new()
@@ -230,7 +226,7 @@ impl Device {
                     s.region.addr() as *mut u8,
                     s.region.len(),
                     // A ZERO agent's region is only read, never written by a peer.
-                    if s.zero {
+                    if s.record.is_none() {
                         verbs::remote_read_only()
                     } else {
                         verbs::remote_access()
@@ -831,7 +827,7 @@ impl Backend {
         let n = nb.len().min(63);
         private[..n].copy_from_slice(&nb[..n]);
         param.private_data_len = 64;
-        if self.stores[store].zero {
+        if self.stores[store].record.is_none() {
             let region = &self.stores[store].region;
             let record = RegionRecord {
                 addr: region.addr(),

@@ -45,7 +45,7 @@ use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::listheads;
 use dta_proto::wire::mad::{
-    rej_reason, service_port, CmDrep, CmMessage, CmRej, CmRep, MadHeaderRepr, MSG_REQ,
+    rej_reason, service_port, CmMessage, CmRej, CmRep, MadHeaderRepr, MSG_REQ,
     REP_PRIVATE_DATA_LEN, TRANSPORT_RC,
 };
 use dta_proto::wire::roce::{RoceEndpoint, L2L4_LEN};
@@ -470,11 +470,7 @@ impl CmResponder {
             }
             CmMessage::Dreq(dreq) => {
                 self.counters.cm_dreq += 1;
-                let drep = CmDrep {
-                    local_comm_id: dreq.remote_comm_id,
-                    remote_comm_id: dreq.local_comm_id,
-                    ..CmDrep::default()
-                };
+                let drep = dreq.answer();
                 if let Some(k) = self
                     .conns
                     .iter()

@@ -22,7 +22,7 @@ use dta_proto::wire::cm::{build_cm_frame, parse_cm};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::mad::{
-    rej_reason, CmDrep, CmDreq, CmMessage, CmRej, CmReq, CmRtu, MadHeaderRepr, MSG_REP,
+    rej_reason, CmDreq, CmMessage, CmRej, CmReq, CmRtu, MadHeaderRepr, MSG_REP,
 };
 use dta_proto::wire::roce::{RoceEndpoint, L2L4_LEN};
 use dta_proto::zero::{RegionRecord, RECORD_LEN, RECORD_REP_OFFSET};
@@ -290,11 +290,7 @@ impl PullCm {
             }
             CmMessage::Dreq(dreq) => {
                 self.counters.cm_dreq_received += 1;
-                let drep = CmMessage::Drep(CmDrep {
-                    local_comm_id: dreq.remote_comm_id,
-                    remote_comm_id: dreq.local_comm_id,
-                    ..CmDrep::default()
-                });
+                let drep = CmMessage::Drep(dreq.answer());
                 self.send(d.src, p.hdr.tid, &drep, tx);
                 let i = find(&self.conns, dreq.remote_comm_id)?;
                 let c = self.conns.remove(i);

@@ -695,6 +695,20 @@ struct Agent {
     next_due: u64,
 }
 
+impl Agent {
+    /// Queues a READ of every span (the data of one round).
+    fn queue_spans(&mut self) {
+        for (k, s) in self.spans.iter().enumerate() {
+            self.pending.push_back(Pending {
+                kind: ReadKind::Span,
+                idx: k as u32,
+                off: s.off,
+                len: s.len,
+            });
+        }
+    }
+}
+
 struct CollectThread {
     cfg: PullConfig,
     local: SocketAddrV4,
@@ -927,14 +941,7 @@ impl CollectThread {
                 a.pending.push_back(Pending::HEADER);
             }
             if a.generation.is_some() {
-                for (k, s) in a.spans.iter().enumerate() {
-                    a.pending.push_back(Pending {
-                        kind: ReadKind::Span,
-                        idx: k as u32,
-                        off: s.off,
-                        len: s.len,
-                    });
-                }
+                a.queue_spans();
             }
             self.mark_ready(i);
         }
@@ -1236,11 +1243,16 @@ impl CollectThread {
             k if k == ReadKind::Header as u64 => self.on_header(i, bytes),
             k if k == ReadKind::Control as u64 => self.on_control(i, bytes),
             k if k == ReadKind::Span as u64 => {
-                let Some(span) = self.agents[i].spans.get(idx as usize).cloned() else {
-                    return self.finish_round_if_done(i, now);
-                };
-                for b in span.blocks {
-                    let at = (self.agents[i].blocks[b as usize].offset - span.off) as usize;
+                // By index, not a copy of the span: nothing allocates per READ.
+                for j in 0.. {
+                    let a = &self.agents[i];
+                    let Some(s) = a.spans.get(idx as usize) else {
+                        break;
+                    };
+                    let Some(&b) = s.blocks.get(j) else {
+                        break;
+                    };
+                    let at = (a.blocks[b as usize].offset - s.off) as usize;
                     self.on_block(i, b, &bytes[at..], now);
                 }
             }
@@ -1338,14 +1350,7 @@ impl CollectThread {
         a.blocks = blocks;
         a.spans = spans;
         // This round reads the data now.
-        for (k, s) in a.spans.iter().enumerate() {
-            a.pending.push_back(Pending {
-                kind: ReadKind::Span,
-                idx: k as u32,
-                off: s.off,
-                len: s.len,
-            });
-        }
+        a.queue_spans();
         self.batch
             .layouts
             .push((self.global[i], Some((h.generation, infos))));

@@ -1258,6 +1258,15 @@ impl Default for CmDreq {
 }
 
 impl CmDreq {
+    /// The DREP answering this DREQ (the communication IDs swapped).
+    pub fn answer(&self) -> CmDrep {
+        CmDrep {
+            local_comm_id: self.remote_comm_id,
+            remote_comm_id: self.local_comm_id,
+            ..CmDrep::default()
+        }
+    }
+
     /// Parses a DREQ from the MAD data.
     pub fn parse(data: &[u8]) -> Result<CmDreq> {
         use field::dreq as f;

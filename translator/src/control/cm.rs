@@ -30,7 +30,7 @@ use dta_proto::wire::ib::{
     opcode as op, AethRepr, Bth, BthRepr, Psn, Qpn, RethRepr, Rkey, Syndrome,
 };
 use dta_proto::wire::listheads::{HeadsAssembly, ListHeads};
-use dta_proto::wire::mad::{CmDrep, CmDreq, CmMessage, CmReq, CmRtu, MadHeaderRepr};
+use dta_proto::wire::mad::{CmDreq, CmMessage, CmReq, CmRtu, MadHeaderRepr};
 use dta_proto::wire::metarec::MetaRecord;
 use dta_proto::wire::roce::{build_frame, RoceEndpoint, RocePacket, L2L4_LEN};
 
@@ -738,11 +738,7 @@ impl CmInitiator {
                 // The collector released the QP (it stops, or an operator closed it): confirm,
                 // and let the worker reconnect the store.
                 self.counters.cm_dreq_received += 1;
-                let drep = CmMessage::Drep(CmDrep {
-                    local_comm_id: dreq.remote_comm_id,
-                    remote_comm_id: dreq.local_comm_id,
-                    ..CmDrep::default()
-                });
+                let drep = CmMessage::Drep(dreq.answer());
                 let ep = self.ep();
                 let hdr = MadHeaderRepr::cm_send(p.hdr.tid, 0);
                 tx.push_with(self.collector, self.off(), |b| {
