@@ -909,19 +909,30 @@ def _node(prog, name):
     return obj
 
 
+def _delete_if_present(delete, **key):
+    """Deletes one entry through bfrt_python, where an absent entry is fine. bfrt_python raises
+    its own BfRtTableError for "not found"; a TypeError is a wrong keyword, a bug here."""
+    try:
+        delete(**key)
+    except TypeError:
+        raise
+    except Exception:  # noqa: BLE001 (BfRtTableError cannot be imported outside bfshell)
+        pass
+
+
 def apply(p, bfrt, program=PROGRAM):
     """Writes a plan through bfrt_python: clears the tables it owns, then adds every entry,
-    writes every register cell and creates the multicast nodes and groups."""
+    writes every register cell and creates the multicast nodes and groups and the mirror
+    sessions. A re-run replaces what an earlier run wrote: the driver refuses to add a
+    multicast node or group or a mirror session that exists, so the plan's IDs are deleted
+    first (an operator's own groups must not use them)."""
     prog = getattr(bfrt, program)
     for name, entries in p["tables"].items():
         table = _node(prog, name)
         if name in SHARED_TABLES:
             # The operator's own routes stay; only ours are replaced.
             for _, key, _ in entries:
-                try:
-                    table.delete(**key)
-                except Exception:  # noqa: BLE001 (bfrt raises its own types; absent is fine)
-                    pass
+                _delete_if_present(table.delete, **key)
         else:
             table.clear()
         for action, key, params in entries:
@@ -933,6 +944,10 @@ def apply(p, bfrt, program=PROGRAM):
         for index, value in cells:
             r.mod(REGISTER_INDEX=index, f1=value)
     pre = bfrt.pre
+    for mgid, _ in p["mcast"]["groups"]:
+        _delete_if_present(pre.mgid.delete, MGID=mgid)
+    for nid, _, _ in p["mcast"]["nodes"]:
+        _delete_if_present(pre.node.delete, MULTICAST_NODE_ID=nid)
     for nid, rid, port in p["mcast"]["nodes"]:
         pre.node.add(MULTICAST_NODE_ID=nid, MULTICAST_RID=rid, MULTICAST_LAG_ID=[],
                      DEV_PORT=[port])
@@ -942,6 +957,7 @@ def apply(p, bfrt, program=PROGRAM):
                      MULTICAST_NODE_L1_XID=[0] * len(ids))
     # Mirror sessions (the DART reporter's: one per collector, multicast to its N copies).
     for sid, fields in p.get("mirror", []):
+        _delete_if_present(bfrt.mirror.cfg.delete, sid=sid)
         bfrt.mirror.cfg.add_with_normal(sid=sid, **fields)
     bfrt.complete_operations()
 

@@ -901,3 +901,93 @@ class DartReporterPlanTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StrictBfrtTest(unittest.TestCase):
+    """Every plan written through strict_bfrt.StrictBfrt: the tables, actions, keyword names,
+    field widths and sizes of the compiled programs (bf-rt.json reduced by bfrt_schema.py into
+    p4/control/bfrt/, or every file of DTA_BFRT_DIR), the driver's fixed tables, and a second
+    run over the first (a re-run on a live switch)."""
+
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+    @classmethod
+    def schemas(cls):
+        import glob
+        files = sorted(glob.glob(os.path.join(cls.HERE, "bfrt", "*.json")))
+        extra = os.environ.get("DTA_BFRT_DIR")
+        if extra:
+            files += sorted(glob.glob(os.path.join(extra, "*.json")))
+        out = []
+        for f in files:
+            with open(f) as fh:
+                out.append((os.path.basename(f), json.load(fh)))
+        return out
+
+    def apply_twice(self, schema, p, program, what):
+        import strict_bfrt
+        sw = strict_bfrt.StrictBfrt(schema)
+        for _ in range(2):
+            try:
+                dta_bfrt.apply(p, sw, program)
+            except (strict_bfrt.BfrtError, TypeError, AttributeError) as e:
+                self.fail(f"{what}: {e}")
+        for name, entries in p["tables"].items():
+            full = name if name.split(".")[0] in dta_bfrt.PIPES else "pipe." + name
+            if name not in dta_bfrt.SHARED_TABLES:
+                self.assertEqual(len(sw.tables[full].entries), len(entries), (what, name))
+        for name, cells in p["registers"].items():
+            full = name if name.split(".")[0] in dta_bfrt.PIPES else "pipe." + name
+            got = {k[0]: list(v[1].values())[0] for k, v in sw.tables[full].entries.items()}
+            self.assertEqual(got, dict(cells), (what, name))
+        self.assertEqual(len(sw.pre.node.entries), len(p["mcast"]["nodes"]), what)
+        self.assertEqual(len(sw.pre.mgid.entries), len(p["mcast"]["groups"]), what)
+        return sw
+
+    def test_translator_plans_fit_the_compiled_program(self):
+        import corpus_setup
+        import glob
+        schemas = [(f, s) for f, s in self.schemas() if s["program"] == dta_bfrt.PROGRAM]
+        if not schemas:
+            self.skipTest("no reduced bf-rt.json of dta_translator under p4/control/bfrt/")
+        cases = sorted(glob.glob(os.path.join(CorpusSetupTest.ROOT, "*", "case.json")))
+        checked = 0
+        with tempfile.TemporaryDirectory() as out:
+            for fname, schema in schemas:
+                knobs = dta_bfrt.knobs_from_defines(schema["defines"])
+                for path in cases:
+                    with open(path) as f:
+                        case = json.load(f)
+                    if case.get("p4_unsupported"):
+                        continue
+                    if corpus_setup.knobs_from_defines(case["p4_defines"]) != knobs:
+                        continue
+                    case, cfg_path = corpus_setup.setup(os.path.dirname(path), out)
+                    cfg = dta_bfrt.load_config(cfg_path)
+                    port = 136 if knobs["icrc"] else 8
+                    p = dta_bfrt.plan(cfg, dta_bfrt.load_collectors(cfg, out), {"corpus": port},
+                                      knobs=knobs, sketch_switches=dta_bfrt.parse_sketch_switches(
+                                          corpus_setup.sketch_switches(case)))
+                    self.apply_twice(schema, p, dta_bfrt.PROGRAM, f"{fname}: {case['name']}")
+                    checked += 1
+        self.assertGreater(checked, 0)
+
+    def test_dart_plans_fit_the_compiled_reporter(self):
+        schemas = [(f, s) for f, s in self.schemas() if s["program"] == dta_bfrt.DART_PROGRAM
+                   and "-DDTA_DART" in s["defines"].split()]
+        if not schemas:
+            self.skipTest("no reduced bf-rt.json of the DART reporter under p4/control/bfrt/")
+        for fname, schema in schemas:
+            t = DartReporterPlanTest("test_entries_written")
+            t.setUp()
+            try:
+                knobs = dta_bfrt.dart_knobs_from_defines(schema["defines"])
+                cfg = dta_bfrt.load_config(t.cfg)
+                cols = dta_bfrt.load_collectors(cfg, t.dir.name)
+                conns = dta_bfrt.load_connections(t.conn)
+                n = min(2, knobs["max_n"])
+                p = dta_bfrt.plan_dart_reporter(cfg, cols, {"c1": 8, "c2": 12}, conns, knobs, n)
+                sw = self.apply_twice(schema, p, dta_bfrt.DART_PROGRAM, fname)
+                self.assertEqual(len(sw.mirror.cfg.entries), len(p["mirror"]), fname)
+            finally:
+                t.tearDown()

@@ -1,0 +1,119 @@
+"""bfrt_schema.py: what bfrt_python makes of a compiled program, for checking dta_bfrt.py off the switch.
+
+`bf-p4c` writes `bf-rt.json` next to each build (`P4_OUT=dir scripts/p4-check.sh` keeps it). On a
+switch, bfrt_python (bf-drivers `src/bf_rt/bf_rt_python/bfrtcli.py`) reads that file and builds
+the object tree `bfrt.<program>.<pipe>.<control>.<table>` with one method per operation. Their
+keyword parameters are derived from the field names, not copied: this module states those rules
+(`param_names`) and reduces a `bf-rt.json` to the little the control plane needs (`reduce`), so
+that the reduced files under `p4/control/bfrt/` can be committed and `strict_bfrt.StrictBfrt`
+can reject every call the real shell would reject or silently mis-program.
+
+    python3 p4/control/bfrt_schema.py BUILD/bf-rt.json --program dta_translator \\
+        --defines="-DDTA_NO_ICRC" > p4/control/bfrt/translator_no_icrc.json
+
+The rules, as bfrt_python applies them (bf-drivers, open-p4studio):
+  * a table's node path is its full name split at the dots ("pipe.Ingress.tbl_x");
+  * `add_with_<a>` exists for every action whose scope is not DefaultOnly, `<a>` being the last
+    dot component of the action's name with `$` removed;
+  * a field's keyword is its name with `$` dropped and ` & `, `-`, `:`, `[`, `]` made `_`, cut
+    to its last r dot components joined with `_`, where r is the smallest depth at which the
+    method's key fields and data fields (one action's, or a register's) all differ; keywords
+    that are Python keywords get a `key_`/`data_` prefix;
+  * ternary keys take `<k>` and `<k>_mask`, LPM keys `<k>` and `<k>_p_length`;
+  * a required field left out is written as 0 (a mask as all ones): a missing keyword is no
+    error on the switch, only a wrong entry.
+"""
+
+import json
+import keyword
+import sys
+
+REPLACEMENTS = (("$", ""), (" & ", "_"), ("-", "_"), (":", "_"), ("[", "_"), ("]", "_"),
+                ("__", "_"))
+MAX_DEPTH = 20
+
+
+def _clean(name):
+    for a, b in REPLACEMENTS:
+        name = name.replace(a, b)
+    return name
+
+
+def _suffix(name, depth):
+    parts = _clean(name).split(".")
+    return "_".join(parts[-depth:])
+
+
+def param_names(key_fields, data_fields=()):
+    """{field name: keyword} for one generated method, key and data fields together."""
+    names = list(key_fields) + list(data_fields)
+    for depth in range(1, MAX_DEPTH + 1):
+        out = {n: _suffix(n, depth) for n in names}
+        if len(set(out.values())) == len(names):
+            break
+    for n in key_fields:
+        if keyword.iskeyword(out[n]):
+            out[n] = "key_" + out[n]
+    for n in data_fields:
+        if keyword.iskeyword(out[n]):
+            out[n] = "data_" + out[n]
+    return out
+
+
+def action_method(action_name):
+    """The `add_with_...` method name of an action."""
+    return "add_with_" + action_name.rsplit(".", 1)[-1].replace("$", "")
+
+
+def _width(t):
+    t = t.get("type", t)
+    if "width" in t:
+        return int(t["width"])
+    return {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64, "bool": 1}.get(t.get("type"), 64)
+
+
+def _data_field(d):
+    s = d.get("singleton", d)
+    return [s["name"], _width(s["type"]), bool(d.get("mandatory", False))]
+
+
+def reduce(bfrt, program=None, defines=""):
+    """The parts of a bf-rt.json dict that the control plane's calls depend on."""
+    tables = {}
+    for t in bfrt["tables"]:
+        name = t["name"]
+        if name.startswith("$") or "." not in name:
+            continue   # fixed tables ($pre, $mirror, port...) come from the driver, not the program
+        entry = {"type": t.get("table_type", ""), "size": int(t.get("size", 0)),
+                 "keys": [[k["name"], k.get("match_type", "Exact"), _width(k["type"])]
+                          for k in t.get("key", [])]}
+        actions = {}
+        for a in t.get("action_specs", []):
+            if a.get("action_scope") == "DefaultOnly":
+                continue
+            actions[a["name"]] = [_data_field(d) for d in a.get("data", [])]
+        if actions:
+            entry["actions"] = actions
+        data = [_data_field(d) for d in t.get("data", [])]
+        if data:
+            entry["data"] = data
+        tables[name] = entry
+    return {"program": program, "defines": defines, "tables": dict(sorted(tables.items()))}
+
+
+def main(argv):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bfrt_json")
+    ap.add_argument("--program", required=True)
+    ap.add_argument("--defines", default="")
+    a = ap.parse_args(argv)
+    with open(a.bfrt_json) as f:
+        out = reduce(json.load(f), a.program, a.defines)
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
