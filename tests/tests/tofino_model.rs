@@ -1,0 +1,230 @@
+//! The P4 translator on Intel's Tofino model, compared with the corpus (p4/README.md, "Tofino
+//! model"): `scripts/tofino-model.sh` runs a compiled build on `tofino-model` + `bf_switchd` in
+//! a network namespace, `p4/control/twin_check.py` programs it through `bfshell -b
+//! p4/control/dta_bfrt.py`, sends a case's reports, captures what leaves and compares it with
+//! the case's `expected.pcap`, byte for byte and in order per QP.
+//!
+//! * `twin_check_harness_against_a_standin` checks that machinery itself, with the stand-ins
+//!   of `p4/control/standin/` in place of the SDE (a "model" that replays the expected frames,
+//!   a `bfshell` that runs dta_bfrt.py against strict_bfrt): a correct switch passes, a switch
+//!   that gets one ICRC byte wrong fails with the field named. Needs root and iproute2.
+//! * `corpus_on_the_tofino_model` runs every case the program supports on the real model: it
+//!   needs the SDE (`SDE_INSTALL`, default /opt/bf-sde/install) and the compiled builds
+//!   (`DTA_TOFINO_BUILDS`: the `P4_OUT` directory of `scripts/p4-check.sh`, one
+//!   `dta_translator-N/` per knob set with its `defines`). Without them it prints `SKIP:`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIP: {test}: {why}");
+}
+
+/// Why this machine cannot run network namespaces with Python 3.11, if it cannot.
+fn netns_missing() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("network namespaces need root".into());
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("iproute2 (ip) not installed".into());
+    }
+    let py = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, tomllib; print(sys.version_info >= (3, 11))",
+        ])
+        .output();
+    match py {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "True" => None,
+        _ => Some("python3 3.11+ (tomllib) not found".into()),
+    }
+}
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("dta-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Twin {
+    equal: bool,
+    skipped: bool,
+    compared: u64,
+    line: String,
+}
+
+/// Runs one case through `scripts/tofino-model.sh BUILD PORTS -- twin_check.py CASE`.
+fn twin(build: &Path, case: &Path, env: &[(&str, String)], extra: &[&str]) -> Twin {
+    let sketch = case.join("case.json");
+    let text = std::fs::read_to_string(&sketch).expect("case.json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("case.json parses");
+    // Sketch reporters sit on pipe-1 ports (p4/README.md, "Sketch-Merge").
+    let report_port = if json.get("sketch").is_some_and(|s| !s.is_null()) {
+        "144"
+    } else {
+        "0"
+    };
+    let out = Command::new("bash")
+        .arg(root().join("scripts/tofino-model.sh"))
+        .arg(build)
+        .args(["0", "136", "144", "--", "python3"])
+        .arg(root().join("p4/control/twin_check.py"))
+        .arg(case)
+        .args(["--report-port", report_port, "--collector-port", "136"])
+        .args(extra)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run scripts/tofino-model.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{}: no result\n{stdout}\n{stderr}", case.display()))
+        .to_string();
+    let r: serde_json::Value = serde_json::from_str(&line).expect("twin_check prints JSON");
+    Twin {
+        equal: r["equal"].as_bool().unwrap_or(false),
+        skipped: r.get("skipped").is_some(),
+        compared: r["frames_compared"].as_u64().unwrap_or(0),
+        line,
+    }
+}
+
+#[test]
+fn twin_check_harness_against_a_standin() {
+    const TEST: &str = "twin_check_harness_against_a_standin";
+    if let Some(why) = netns_missing() {
+        return skip(TEST, &why);
+    }
+    let sde = TempDir::new("standin-sde");
+    std::os::unix::fs::symlink(root().join("p4/control/standin"), sde.0.join("bin"))
+        .expect("symlink the stand-in SDE");
+    let build = TempDir::new("standin-build");
+    std::fs::write(build.0.join("dta_translator.conf"), "{}\n").expect("conf");
+    for (case, corrupt) in [
+        ("keywrite_psn_resync", false),
+        ("sketch_gap_nack", false),
+        ("keywrite_psn_resync", true),
+    ] {
+        let dir = root().join("tests/corpus").join(case);
+        let env = [
+            ("SDE_INSTALL", sde.0.display().to_string()),
+            ("DTA_STANDIN_CASE", dir.display().to_string()),
+            ("DTA_STANDIN_REPORT_PORT", "0".to_string()),
+            (
+                "DTA_STANDIN_CORRUPT",
+                if corrupt { "1" } else { "0" }.to_string(),
+            ),
+            ("TF_START_TIMEOUT", "30".to_string()),
+        ];
+        let r = twin(&build.0, &dir, &env, &["--quiet-ms", "300"]);
+        if corrupt {
+            assert!(!r.equal, "{case}: a wrong ICRC passed: {}", r.line);
+            assert!(r.line.contains("\"ICRC\""), "{case}: {}", r.line);
+        } else {
+            assert!(r.equal && r.compared > 0, "{case}: {}", r.line);
+        }
+    }
+}
+
+#[test]
+fn corpus_on_the_tofino_model() {
+    const TEST: &str = "corpus_on_the_tofino_model";
+    let sde = std::env::var("SDE_INSTALL").unwrap_or_else(|_| "/opt/bf-sde/install".into());
+    if !Path::new(&sde).join("bin/tofino-model").exists() {
+        return skip(
+            TEST,
+            &format!(
+                "{sde}/bin/tofino-model not installed (p4/README.md, \"Tofino model\", says why it \
+                 cannot be built from public sources here)"
+            ),
+        );
+    }
+    let Ok(builds) = std::env::var("DTA_TOFINO_BUILDS") else {
+        return skip(
+            TEST,
+            "DTA_TOFINO_BUILDS unset (the P4_OUT directory of scripts/p4-check.sh)",
+        );
+    };
+    if let Some(why) = netns_missing() {
+        return skip(TEST, &why);
+    }
+    // The compiled translator builds by their -D flags.
+    let mut by_defines = std::collections::HashMap::new();
+    for e in std::fs::read_dir(&builds).expect("DTA_TOFINO_BUILDS is a directory") {
+        let p = e.expect("entry").path();
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if let (true, Ok(d)) = (
+            name.starts_with("dta_translator-"),
+            std::fs::read_to_string(p.join("defines")),
+        ) {
+            by_defines.insert(d.trim().to_string(), p);
+        }
+    }
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(root().join("tests/corpus"))
+        .expect("corpus")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("case.json").exists())
+        .collect();
+    cases.sort();
+    let (mut equal, mut differing, mut skipped, mut frames) = (0, 0, 0, 0);
+    let mut report = Vec::new();
+    for case in &cases {
+        let text = std::fs::read_to_string(case.join("case.json")).expect("case.json");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("case.json parses");
+        let defines = json["p4_defines"].as_str().unwrap_or("").trim().to_string();
+        let name = case.file_name().unwrap_or_default().to_string_lossy();
+        if json.get("p4_unsupported").is_some_and(|v| !v.is_null()) {
+            skipped += 1;
+            continue;
+        }
+        let Some(build) = by_defines.get(&defines) else {
+            report.push(format!(
+                "{name}: no build with defines {defines:?} (skipped)"
+            ));
+            skipped += 1;
+            continue;
+        };
+        let r = twin(build, case, &[("SDE_INSTALL", sde.clone())], &[]);
+        frames += r.compared;
+        if r.skipped {
+            skipped += 1;
+        } else if r.equal {
+            equal += 1;
+        } else {
+            differing += 1;
+            report.push(format!("{name}: {}", r.line));
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "twin check on tofino-model: {equal} equal, {differing} differing, {skipped} skipped; \
+         {frames} frames compared\n{}",
+        report.join("\n")
+    );
+    assert_eq!(differing, 0, "{}", report.join("\n"));
+}
