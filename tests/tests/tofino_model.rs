@@ -130,7 +130,6 @@ fn twin_check_harness_against_a_standin() {
         let env = [
             ("SDE_INSTALL", sde.0.display().to_string()),
             ("DTA_STANDIN_CASE", dir.display().to_string()),
-            ("DTA_STANDIN_REPORT_PORT", "0".to_string()),
             (
                 "DTA_STANDIN_CORRUPT",
                 if corrupt { "1" } else { "0" }.to_string(),
