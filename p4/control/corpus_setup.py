@@ -7,9 +7,10 @@ would publish them), OUT_DIR/translator.toml (the translator knobs the case was 
 and prints the bf-p4c flags, the Sketch-Merge switches, the bfrt plan's size and, for cases with
 collector responses, after which report to inject each frame of responses.pcap on the
 collector's port. Then compile with the flags, start the program, and run
-`DTA_CONFIG=OUT_DIR/translator.toml DTA_PORTS=corpus=<port> [DTA_SKETCH_SWITCHES=<printed spec>]
-bfshell -b p4/control/dta_bfrt.py` (p4/README.md, "Checking a Tofino run"). Sketch cases expect
-the sketch-column NACK frames of expected.pcap too (UDP to port 40044).
+`python3 p4/control/dta_bfrt.py --config OUT_DIR/translator.toml --ports corpus=<port>
+--defines="<flags>" [--sketch-switches=<printed spec>] --bfshell $SDE_INSTALL/bin/bfshell`
+(p4/README.md, "Checking a Tofino run"; p4/control/twin_check.py does all of it). Sketch cases
+expect the sketch-column NACK frames of expected.pcap too (UDP to port 40044).
 """
 
 import json

@@ -31,10 +31,14 @@ than 1, epochs not 1/2/4/8/16, shapes other than DTA_SK_ROWS rows of 4-byte sum 
 cells or one row of 1- or 4-byte cells) are refused, as is any sketch with --no-icrc or
 -DDTA_NO_SKETCH (DTA_NO_SKETCH=1 / --no-sketch).
 
-Run on the switch:   bfshell -b p4/control/dta_bfrt.py   with DTA_CONFIG=translator.toml,
-DTA_PORTS="c1=8,c2=12" (collector name -> dev port), optional DTA_CONNECTIONS=conn.json,
-DTA_RESYNC_WINDOW=N, DTA_SKETCH_SWITCHES=SPEC and DTA_SK_ROWS=R. Off the switch
-`python3 dta_bfrt.py --config ... --print` prints the plan.
+Program a switch:   python3 dta_bfrt.py --config translator.toml --ports c1=8,c2=12
+[--connections conn.json] [--defines="-D..."] [--sketch-switches SPEC] ...
+--bfshell $SDE_INSTALL/bin/bfshell   checks the plan and runs this file in bf_switchd's
+bfrt_python through `bfshell -b`, handing the settings over in DTA_SETTINGS (bfshell -b runs
+the file inside bf_switchd, which does not see the caller's environment). Inside bfrt_python
+the settings are DTA_CONFIG, DTA_PORTS ("c1=8,c2=12", collector name -> dev port),
+DTA_CONNECTIONS, DTA_DEFINES, DTA_RESYNC_WINDOW, DTA_LOOP_PORT, DTA_SKETCH_SWITCHES,
+DTA_SK_ROWS (DTA_SETTINGS, else bf_switchd's environment). `--print` prints the plan.
 
 The module is pure Python 3.11 (tomllib, json); `plan()` computes everything and `apply()` is the
 only function that touches bfrt, so tests run it against a fake bfrt.
@@ -1013,7 +1017,7 @@ def main(argv):
                          '("7:1-100;9:200")')
     ap.add_argument("--defines", default="",
                     help='the bf-p4c -D flags the program was compiled with, as one argument '
-                         '(--defines="-DDTA_AP_BATCH=2 -DDTA_PC_CACHE_BITS=3"; in bfshell: '
+                         '(--defines="-DDTA_AP_BATCH=2 -DDTA_PC_CACHE_BITS=3"; in bfrt_python: '
                          'DTA_DEFINES); --no-icrc, --no-sketch and --sk-rows add to them')
     ap.add_argument("--dart", action="store_true",
                     help="plan the DART reporter (dta_reporter.p4 -DDTA_DART; --defines as "
@@ -1027,6 +1031,11 @@ def main(argv):
     ap.add_argument("--max-pkt-len", type=int, default=128,
                     help="DART: mirror truncation (bytes)")
     ap.add_argument("--print", action="store_true", help="print the plan as JSON")
+    ap.add_argument("--bfshell", metavar="PATH",
+                    help="program the switch: check the plan here, then run this script "
+                         "through `PATH -b` (e.g. $SDE_INSTALL/bin/bfshell) with these "
+                         "settings (bfshell runs it inside bf_switchd, which does not see "
+                         "this shell's environment)")
     a = ap.parse_args(argv)
     try:
         cfg = load_config(a.config)
@@ -1051,30 +1060,96 @@ def main(argv):
     except (ConfigError, OSError, ValueError, KeyError) as e:
         print(f"dta_bfrt: {e}", file=sys.stderr)
         return 2
+    if a.bfshell:
+        return run_bfshell(a.bfshell, bfshell_settings(a))
     json.dump(p, sys.stdout, indent=1)
     print()
     return 0
 
 
-if "bfrt" in globals() and os.environ.get("DTA_DART", "") not in ("", "0"):
+def bfshell_settings(a):
+    """The DTA_* settings of a command line, as the in-switch run reads them (_setting)."""
+    defines = a.defines
+    if a.no_icrc:
+        defines += " -DDTA_NO_ICRC"
+    if a.no_sketch:
+        defines += " -DDTA_NO_SKETCH"
+    out = {"DTA_CONFIG": os.path.abspath(a.config), "DTA_PORTS": a.ports,
+           "DTA_DEFINES": defines.strip(), "DTA_RESYNC_WINDOW": str(a.resync_window),
+           "DTA_LOOP_PORT": str(a.loop_port), "DTA_SKETCH_SWITCHES": a.sketch_switches}
+    if a.sk_rows != DEFAULT_KNOBS["sk_rows"]:
+        out["DTA_SK_ROWS"] = str(a.sk_rows)
+    if a.connections:
+        out["DTA_CONNECTIONS"] = os.path.abspath(a.connections)
+    if a.dart:
+        out.update(DTA_DART="1", DTA_DEFINES=a.defines or "-DDTA_DART",
+                   DTA_MIRROR_SESSION=str(a.mirror_session), DTA_MAX_PKT_LEN=str(a.max_pkt_len))
+        if a.dart_n:
+            out["DTA_DART_N"] = str(a.dart_n)
+        if a.dart_store:
+            out["DTA_DART_STORE"] = a.dart_store
+    return out
+
+
+def run_bfshell(bfshell, settings):
+    """Runs this script in bfrt_python through `bfshell -b`. bfshell only sends
+    "bfrt_python FILE" to bf_switchd's CLI server (TCP 9999), so the script runs inside
+    bf_switchd, with bf_switchd's environment and working directory: the settings travel in
+    a small wrapper that defines DTA_SETTINGS and then runs this file. bfshell's exit status
+    says nothing about the script; a traceback or a "dta_bfrt:" error in its output does."""
+    import subprocess
+    import tempfile
+    me = os.path.abspath(__file__)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="dta_bfrt_run_",
+                                     delete=False) as f:
+        f.write(f"DTA_SETTINGS = {json.dumps(settings)}\n"
+                f"__file__ = {json.dumps(me)}\n"
+                f"exec(compile(open(__file__).read(), __file__, 'exec'))\n")
+        wrapper = f.name
+    os.chmod(wrapper, 0o644)
+    try:
+        r = subprocess.run([bfshell, "-b", wrapper], capture_output=True, text=True)
+    finally:
+        os.unlink(wrapper)
+    out = r.stdout + r.stderr
+    sys.stdout.write(out)
+    failed = r.returncode != 0 or "Traceback (most recent call last)" in out or \
+        "dta_bfrt: " in out
+    return 1 if failed else 0
+
+
+def _setting(name, default=None):
+    """A DTA_* setting of the in-switch run: the launcher's DTA_SETTINGS (run_bfshell), else
+    bf_switchd's environment (set when bf_switchd was started)."""
+    given = globals().get("DTA_SETTINGS")
+    if isinstance(given, dict) and name in given:
+        return given[name]
+    return os.environ.get(name, default)
+
+
+if "bfrt" in globals() and not _setting("DTA_CONFIG"):
+    raise ConfigError("DTA_CONFIG is not set: run `python3 dta_bfrt.py --config ... --bfshell "
+                      "$SDE_INSTALL/bin/bfshell` (bfshell -b runs this file inside bf_switchd, "
+                      "which does not see the calling shell's environment)")
+elif "bfrt" in globals() and _setting("DTA_DART", "") not in ("", "0"):
     # The DART reporter: DTA_CONFIG, DTA_PORTS, DTA_CONNECTIONS as for the translator;
     # DTA_DEFINES as compiled (-DDTA_DART ...), DTA_DART_N, DTA_DART_STORE, DTA_MIRROR_SESSION,
     # DTA_MAX_PKT_LEN.
-    run_dart(globals()["bfrt"], os.environ["DTA_CONFIG"],
-             parse_ports(os.environ.get("DTA_PORTS", "")), os.environ.get("DTA_CONNECTIONS"),
-             dart_knobs_from_defines(os.environ.get("DTA_DEFINES", "-DDTA_DART")),
-             int(os.environ["DTA_DART_N"]) if os.environ.get("DTA_DART_N") else None,
-             os.environ.get("DTA_DART_STORE") or None,
-             int(os.environ.get("DTA_MIRROR_SESSION", "1")),
-             int(os.environ.get("DTA_MAX_PKT_LEN", "128")))
+    run_dart(globals()["bfrt"], _setting("DTA_CONFIG"),
+             parse_ports(_setting("DTA_PORTS", "")), _setting("DTA_CONNECTIONS"),
+             dart_knobs_from_defines(_setting("DTA_DEFINES", "-DDTA_DART")),
+             int(_setting("DTA_DART_N")) if _setting("DTA_DART_N") else None,
+             _setting("DTA_DART_STORE") or None,
+             int(_setting("DTA_MIRROR_SESSION", "1")),
+             int(_setting("DTA_MAX_PKT_LEN", "128")))
 elif "bfrt" in globals():  # running inside bfshell's bfrt_python
-    run(globals()["bfrt"], os.environ["DTA_CONFIG"], parse_ports(os.environ.get("DTA_PORTS", "")),
-        os.environ.get("DTA_CONNECTIONS"), int(os.environ.get("DTA_RESYNC_WINDOW", "0")),
-        dict(knobs_from_defines(os.environ.get("DTA_DEFINES", "")),
-             **({"icrc": False} if os.environ.get("DTA_NO_ICRC", "") not in ("", "0") else {}),
-             **({"sketch": False} if os.environ.get("DTA_NO_SKETCH", "") not in ("", "0") else {}),
-             **({"sk_rows": int(os.environ["DTA_SK_ROWS"])} if os.environ.get("DTA_SK_ROWS") else {})),
-        int(os.environ.get("DTA_LOOP_PORT", str(DEFAULT_LOOP_PORT))),
-        os.environ.get("DTA_SKETCH_SWITCHES", ""))
+    run(globals()["bfrt"], _setting("DTA_CONFIG"), parse_ports(_setting("DTA_PORTS", "")),
+        _setting("DTA_CONNECTIONS"), int(_setting("DTA_RESYNC_WINDOW", "0")),
+        dict(knobs_from_defines(_setting("DTA_DEFINES", "")),
+             **({"icrc": False} if _setting("DTA_NO_ICRC", "") not in ("", "0") else {}),
+             **({"sketch": False} if _setting("DTA_NO_SKETCH", "") not in ("", "0") else {}),
+             **({"sk_rows": int(_setting("DTA_SK_ROWS"))} if _setting("DTA_SK_ROWS") else {})),
+        int(_setting("DTA_LOOP_PORT", str(DEFAULT_LOOP_PORT))),
+        _setting("DTA_SKETCH_SWITCHES", ""))
 elif __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -1040,3 +1040,48 @@ class TwinCheckTest(unittest.TestCase):
             path = os.path.join(d, "x.pcap")
             twin_check.write_pcap(path, exp)
             self.assertEqual(twin_check.read_pcap(path), exp)
+
+
+class BfshellLauncherTest(unittest.TestCase):
+    """`--bfshell`: bfshell -b runs the file inside bf_switchd, which does not see the caller's
+    environment, so the settings travel in the wrapper (the stand-in bfshell drops DTA_* and
+    changes directory, as the real one effectively does)."""
+
+    BFSHELL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin", "bfshell")
+    setUp = ControlPlaneTest.setUp
+    tearDown = ControlPlaneTest.tearDown
+
+    def launch(self, *extra):
+        import contextlib
+        import io
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = dta_bfrt.main(["--config", self.cfg, "--ports", "c1=136", *extra,
+                                "--bfshell", self.BFSHELL])
+        return rc, buf.getvalue()
+
+    def test_settings_reach_the_switch_and_failures_are_seen(self):
+        rc, out = self.launch()
+        self.assertEqual(rc, 0, out)
+        self.assertIn("standin bfshell: ran", out)
+        # A plan the program refuses fails before bfshell runs.
+        rc, _ = self.launch("--defines=-DDTA_AP_BATCH=16")
+        self.assertEqual(rc, 2)
+        # Inside the switch: a refusal there (no such table) is a traceback, and a failure.
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"program": dta_bfrt.PROGRAM, "defines": "", "tables": {}}, f)
+        os.environ["DTA_STANDIN_SCHEMA"] = f.name
+        try:
+            rc, out = self.launch()
+        finally:
+            del os.environ["DTA_STANDIN_SCHEMA"]
+            os.unlink(f.name)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("Traceback", out)
+
+    def test_plain_bfshell_without_settings_stops(self):
+        import subprocess
+        env = dict(os.environ, DTA_CONFIG=self.cfg, DTA_PORTS="c1=136")
+        r = subprocess.run([self.BFSHELL, "-b", os.path.abspath(dta_bfrt.__file__)], env=env,
+                           capture_output=True, text=True)
+        self.assertIn("DTA_CONFIG is not set", r.stdout + r.stderr)

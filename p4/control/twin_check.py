@@ -162,17 +162,17 @@ class Port:
 
 
 def program(case, cfg_path, out_dir, collector_port, bfshell):
-    """Runs dta_bfrt.py through `bfshell -b` with the case's configuration."""
-    env = dict(os.environ, DTA_CONFIG=cfg_path, DTA_PORTS=f"corpus={collector_port}",
-               DTA_DEFINES=case["p4_defines"],
-               DTA_SKETCH_SWITCHES=corpus_setup.sketch_switches(case))
+    """Programs the switch: dta_bfrt.py checks the plan here and runs itself in bf_switchd's
+    bfrt_python through `bfshell -b` (its --bfshell launcher)."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dta_bfrt.py")
-    r = subprocess.run([bfshell, "-b", script], env=env, cwd=out_dir, capture_output=True,
-                       text=True, timeout=600)
+    cmd = [sys.executable, script, "--config", cfg_path, "--ports", f"corpus={collector_port}",
+           f"--defines={case['p4_defines']}",
+           f"--sketch-switches={corpus_setup.sketch_switches(case)}", "--bfshell", bfshell]
+    r = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True, timeout=900)
     log = r.stdout + r.stderr
     with open(os.path.join(out_dir, "bfshell.log"), "w") as f:
         f.write(log)
-    if r.returncode != 0 or "Traceback" in log or "ConfigError" in log:
+    if r.returncode != 0:
         raise RuntimeError(f"dta_bfrt.py through bfshell failed (log {out_dir}/bfshell.log)")
 
 
