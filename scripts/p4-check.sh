@@ -19,6 +19,8 @@
 # the reporters' own knobs (reporter: dta_reporter.p4, its DART option, and
 # dta_sketch_reporter.p4).
 # P4_ONLY=translator|reporter limits to the translator or the reporters.
+# P4_DEFINES="set;set..." limits to the builds whose -D flags are exactly one of these sets (in
+# any order; "" is the defaults), e.g. the corpus cases' p4_defines for a twin-check run.
 # Exit status: 0 on success or skip, 1 when a check that could run failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -86,6 +88,18 @@ fi
 if [ "${P4_ONLY:-}" != translator ]; then
   for c in "${reporter_combos[@]}"; do builds+=("p4/reporter/dta_reporter.p4|$c"); done
   for c in "${sketch_reporter_combos[@]}"; do builds+=("p4/reporter/dta_sketch_reporter.p4|$c"); done
+fi
+if [ -n "${P4_DEFINES+x}" ]; then
+  norm() { tr ' ' '\n' <<< "$1" | grep -v '^$' | sort | tr '\n' ' '; }
+  declare -A wanted=()
+  IFS=';' read -r -a sets <<< "$P4_DEFINES"
+  [ ${#sets[@]} -gt 0 ] || sets=("")
+  for w in "${sets[@]}"; do wanted["k:$(norm "$w")"]=1; done
+  selected=()
+  for b in "${builds[@]}"; do
+    [ -n "${wanted["k:$(norm "${b#*|}")"]:-}" ] && selected+=("$b")
+  done
+  builds=("${selected[@]}")
 fi
 status=0
 
