@@ -66,7 +66,7 @@ def action_method(action_name):
 
 
 def _width(t):
-    t = t.get("type", t)
+    """Bits of a bf-rt.json type ({"type": "bytes", "width": 32} or {"type": "uint32"})."""
     if "width" in t:
         return int(t["width"])
     return {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64, "bool": 1}.get(t.get("type"), 64)

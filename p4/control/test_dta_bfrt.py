@@ -1085,3 +1085,76 @@ class BfshellLauncherTest(unittest.TestCase):
         r = subprocess.run([self.BFSHELL, "-b", os.path.abspath(dta_bfrt.__file__)], env=env,
                            capture_output=True, text=True)
         self.assertIn("DTA_CONFIG is not set", r.stdout + r.stderr)
+
+
+class BfrtNamesTest(unittest.TestCase):
+    """bfrt_schema.param_names: bfrt_python's keyword names (bf-drivers bfrtcli.py)."""
+
+    def test_last_component_lengthened_on_collision(self):
+        import bfrt_schema as b
+        self.assertEqual(b.param_names(["hdr.ipv4.dst", "md.op"], ["port"]),
+                         {"hdr.ipv4.dst": "dst", "md.op": "op", "port": "port"})
+        # A key and an action parameter with one last component: every name grows a level
+        # (the parameter, having one component, stays).
+        self.assertEqual(b.param_names(["hdr.ipv4.dst", "md.qp"], ["qp", "port"]),
+                         {"hdr.ipv4.dst": "ipv4_dst", "md.qp": "md_qp", "qp": "qp",
+                          "port": "port"})
+        # ... so delete() (key only) and add_with_...() name the same key differently.
+        self.assertEqual(b.param_names(["hdr.ipv4.dst", "md.qp"]),
+                         {"hdr.ipv4.dst": "dst", "md.qp": "qp"})
+        self.assertEqual(b.param_names(["$REGISTER_INDEX"], ["Egress.psn_reg.f1"]),
+                         {"$REGISTER_INDEX": "REGISTER_INDEX", "Egress.psn_reg.f1": "f1"})
+        self.assertEqual(b.param_names(["hdr.sk_b.epoch[3:0]"]), {"hdr.sk_b.epoch[3:0]": "epoch_3_0_"})
+        self.assertEqual(b.param_names(["md.in"], ["pass"]), {"md.in": "key_in", "pass": "data_pass"})
+        self.assertEqual(b.action_method("Ingress.dart.set_dart_qp"), "add_with_set_dart_qp")
+
+    def test_reduce_keeps_what_the_plan_touches(self):
+        import bfrt_schema as b
+        bfrt = {"tables": [
+            {"name": "pipe.Ingress.tbl_forward", "table_type": "MatchAction_Direct", "size": 1024,
+             "key": [{"name": "hdr.ipv4.dst", "match_type": "Exact",
+                      "type": {"type": "bytes", "width": 32}}],
+             "action_specs": [
+                 {"name": "Ingress.forward", "action_scope": "TableAndDefault",
+                  "data": [{"name": "port", "type": {"type": "bytes", "width": 9}}]},
+                 {"name": "Ingress.no_route", "action_scope": "DefaultOnly", "data": []}]},
+            {"name": "pipe.Egress.psn_reg", "table_type": "Register", "size": 256,
+             "key": [{"name": "$REGISTER_INDEX", "match_type": "Exact",
+                      "type": {"type": "uint32"}}],
+             "data": [{"mandatory": False, "singleton": {
+                 "name": "Egress.psn_reg.f1", "type": {"type": "bytes", "width": 32}}}]},
+            {"name": "$pre.node", "key": [], "data": []}]}
+        r = b.reduce(bfrt, "dta_translator", "")
+        self.assertEqual(sorted(r["tables"]), ["pipe.Egress.psn_reg", "pipe.Ingress.tbl_forward"])
+        fwd = r["tables"]["pipe.Ingress.tbl_forward"]
+        self.assertEqual(fwd["actions"], {"Ingress.forward": [["port", 9, False]]})
+        self.assertEqual(r["tables"]["pipe.Egress.psn_reg"]["keys"],
+                         [["$REGISTER_INDEX", "Exact", 32]])
+        import strict_bfrt
+        sw = strict_bfrt.StrictBfrt(r)
+        t = sw.dta_translator.pipe.Ingress.tbl_forward
+        t.add_with_forward(dst=0x0A000033, port=136)
+        with self.assertRaises(strict_bfrt.BfrtError):      # exists
+            t.add_with_forward(dst=0x0A000033, port=136)
+        with self.assertRaises(strict_bfrt.BfrtError):      # 9-bit port
+            t.add_with_forward(dst=1, port=512)
+        with self.assertRaises(strict_bfrt.BfrtError):      # left out: the switch writes 0
+            t.add_with_forward(dst=2)
+        with self.assertRaises(TypeError):
+            t.add_with_forward(dst_addr=3, port=1)
+        with self.assertRaises(AttributeError):             # default-only action
+            t.add_with_no_route(dst=4)
+        t.delete(dst=0x0A000033)
+        with self.assertRaises(strict_bfrt.BfrtError):
+            t.delete(dst=0x0A000033)
+        reg = sw.dta_translator.pipe.Egress.psn_reg
+        reg.mod(REGISTER_INDEX=255, f1=7)
+        with self.assertRaises(strict_bfrt.BfrtError):
+            reg.mod(REGISTER_INDEX=256, f1=7)
+        sw.pre.node.add(MULTICAST_NODE_ID=1, MULTICAST_RID=0, MULTICAST_LAG_ID=[], DEV_PORT=[136])
+        with self.assertRaises(strict_bfrt.BfrtError):
+            sw.pre.node.add(MULTICAST_NODE_ID=1, MULTICAST_RID=0, MULTICAST_LAG_ID=[],
+                            DEV_PORT=[136])
+        with self.assertRaises(strict_bfrt.BfrtError):
+            sw.pre.mgid.add(MGID=1, MULTICAST_NODE_ID=[2], MULTICAST_NODE_L1_XID_VALID=[False],
+                            MULTICAST_NODE_L1_XID=[0])
