@@ -16,9 +16,12 @@ The rules, as bfrt_python applies them (bf-drivers, open-p4studio):
   * `add_with_<a>` exists for every action whose scope is not DefaultOnly, `<a>` being the last
     dot component of the action's name with `$` removed;
   * a field's keyword is its name with `$` dropped and ` & `, `-`, `:`, `[`, `]` made `_`, cut
-    to its last r dot components joined with `_`, where r is the smallest depth at which the
-    method's key fields and data fields (one action's, or a register's) all differ; keywords
-    that are Python keywords get a `key_`/`data_` prefix;
+    to its last r dot components joined with `_`. r grows until the method's key fields differ
+    from each other, then (from there) until its data fields (one action's, or a register's)
+    differ from each other and from the key names; when that needs a deeper r, the keys are
+    named again at it. A data field whose whole name equals a key's last component cannot
+    grow, so r runs to its limit (21) and every key is written out whole (`hdr_ipv4_dst`);
+    keywords that are Python keywords get a `key_`/`data_` prefix (`param_names`);
   * ternary keys take `<k>` and `<k>_mask`, LPM keys `<k>` and `<k>_p_length`;
   * a required field left out is written as 0 (a mask as all ones): a missing keyword is no
     error on the switch, only a wrong entry.
@@ -39,25 +42,65 @@ def _clean(name):
     return name
 
 
-def _suffix(name, depth):
-    parts = _clean(name).split(".")
-    return "_".join(parts[-depth:])
+def _build(names, collide, depth):
+    """One naming pass at a depth: {name: keyword}, and 0 (no collision), -1 (a collision a
+    deeper pass may resolve) or -2 (a collision of a name already whole)."""
+    out, status = {}, 0
+    for name in names:
+        p = _clean(name)
+        cut = len(p)
+        for _ in range(depth):
+            cut = p.rfind(".", 0, cut)
+            if cut == -1:
+                break
+        p = p[cut + 1:].replace(".", "_")
+        out[name] = p
+        if p in collide:
+            if cut == -1:
+                status = -2
+            if status == 0:
+                status = -1
+        collide[p] = 0
+    return out, status
+
+
+def _names(names, collide=None, depth=1):
+    """bfrt_python's search for a depth: deeper until no collision, giving up past 20 levels
+    when the colliding names are whole. Returns (names, the collide set, the depth reached)."""
+    status = -1
+    while status < 0:
+        cur = dict(collide or {})
+        out, status = _build(names, cur, depth)
+        if status < 0:
+            depth += 1
+            if depth > MAX_DEPTH and status == -2:
+                break
+    return out, cur, depth
 
 
 def param_names(key_fields, data_fields=()):
-    """{field name: keyword} for one generated method, key and data fields together."""
-    names = list(key_fields) + list(data_fields)
-    for depth in range(1, MAX_DEPTH + 1):
-        out = {n: _suffix(n, depth) for n in names}
-        if len(set(out.values())) == len(names):
+    """{field name: keyword} for one generated method, as bfrt_python derives them: the key
+    fields' depth first, then the data fields' from there against the key names; while the two
+    depths differ, the keys again from the data's depth (after 50 rounds every keyword gets
+    `_key`/`_data`)."""
+    keys, collide, k_depth = _names(key_fields)
+    data, _, d_depth = _names(data_fields, collide, k_depth)
+    tries = 0
+    while k_depth != d_depth:
+        keys, collide, k_depth = _names(key_fields, depth=d_depth)
+        data, _, d_depth = _names(data_fields, collide, k_depth)
+        tries += 1
+        if tries >= 50:
+            keys = {n: p + "_key" for n, p in keys.items()}
+            data = {n: p + "_data" for n, p in data.items()}
             break
-    for n in key_fields:
-        if keyword.iskeyword(out[n]):
-            out[n] = "key_" + out[n]
-    for n in data_fields:
-        if keyword.iskeyword(out[n]):
-            out[n] = "data_" + out[n]
-    return out
+    for n, p in keys.items():
+        if keyword.iskeyword(p):
+            keys[n] = "key_" + p
+    for n, p in data.items():
+        if keyword.iskeyword(p):
+            data[n] = "data_" + p
+    return {**keys, **data}
 
 
 def action_method(action_name):

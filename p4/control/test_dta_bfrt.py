@@ -1094,11 +1094,14 @@ class BfrtNamesTest(unittest.TestCase):
         import bfrt_schema as b
         self.assertEqual(b.param_names(["hdr.ipv4.dst", "md.op"], ["port"]),
                          {"hdr.ipv4.dst": "dst", "md.op": "op", "port": "port"})
-        # A key and an action parameter with one last component: every name grows a level
-        # (the parameter, having one component, stays).
+        # A key and an action parameter with one last component: the parameter cannot grow,
+        # so bfrt_python deepens to its limit and writes every key out whole.
         self.assertEqual(b.param_names(["hdr.ipv4.dst", "md.qp"], ["qp", "port"]),
-                         {"hdr.ipv4.dst": "ipv4_dst", "md.qp": "md_qp", "qp": "qp",
+                         {"hdr.ipv4.dst": "hdr_ipv4_dst", "md.qp": "md_qp", "qp": "qp",
                           "port": "port"})
+        # Data names that can grow do, one level at a time, and the keys follow.
+        self.assertEqual(b.param_names(["md.a.x"], ["Ctrl.r.x", "y"]),
+                         {"md.a.x": "a_x", "Ctrl.r.x": "r_x", "y": "y"})
         # ... so delete() (key only) and add_with_...() name the same key differently.
         self.assertEqual(b.param_names(["hdr.ipv4.dst", "md.qp"]),
                          {"hdr.ipv4.dst": "dst", "md.qp": "qp"})
