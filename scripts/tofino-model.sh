@@ -6,8 +6,9 @@
 #   scripts/tofino-model.sh BUILD_DIR [DEV_PORT...] [-- COMMAND [ARG...]]
 #
 #   BUILD_DIR  a bf-p4c output directory (`P4_OUT=dir scripts/p4-check.sh` keeps one per build):
-#              its <program>.conf (written by bf-p4c) names bf-rt.json, context.json and
-#              tofino.bin of each pipe.
+#              its <program>.conf names bf-rt.json, context.json and tofino.bin of each pipe;
+#              without one (p4-check.sh runs p4c-barefoot and bfas, not the bf-p4c driver) it
+#              is written with p4c-gen-conf from PATH or $P4C_BUILD.
 #   DEV_PORT   device ports to give a veth pair (default: 0 136, a report port on pipe 0 and a
 #              collector port on pipe 1). Port p gets model side veth<2i> and test side
 #              veth<2i+1>, i its position in the list.
@@ -55,7 +56,36 @@ done
 [ "$(id -u)" = 0 ] || skip "network namespaces need root"
 command -v ip > /dev/null || skip "iproute2 (ip) not installed"
 CONF=$(ls "$BUILD_DIR"/*.conf 2>/dev/null | head -1)
-[ -n "$CONF" ] || die "$BUILD_DIR has no <program>.conf (compile with bf-p4c -o $BUILD_DIR)"
+if [ -z "$CONF" ]; then
+    # p4-check.sh runs p4c-barefoot and bfas, not the bf-p4c driver, which would also write
+    # <program>.conf: write it with the compiler's own p4c-gen-conf (Tofino-1: pipeline i of n
+    # gets pipes i, i+n, ...), pipelines in the order the compiler's manifest lists them.
+    GEN=$(command -v p4c-gen-conf || true)
+    [ -z "$GEN" ] && [ -n "${P4C_BUILD:-}" ] && [ -x "$P4C_BUILD/p4c-gen-conf" ] && GEN=$P4C_BUILD/p4c-gen-conf
+    [ -n "$GEN" ] || die "$BUILD_DIR has no <program>.conf and p4c-gen-conf is not found (set P4C_BUILD)"
+    read -r PROG PIPES < <(python3 - "$BUILD_DIR" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+name = os.path.basename(d).rsplit("-", 1)[0]
+pipes = [p for p in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, p, "context.json"))]
+try:
+    with open(os.path.join(d, "manifest.json")) as f:
+        m = json.load(f)
+    name = m.get("programs", [{}])[0].get("program_name", name).removesuffix(".p4")
+    order = [p["pipe_name"] for p in m["programs"][0]["pipes"]]
+    pipes = [p for p in order if p in pipes] or pipes
+except (OSError, KeyError, IndexError, ValueError):
+    pipes.sort(key=lambda p: (p != "pipe", p))
+print(name, " ".join(pipes))
+PY
+)
+    [ -n "$PIPES" ] || die "$BUILD_DIR has no pipe directory with context.json"
+    python3 "$GEN" --conf-type BF-RT --device tofino --name "$PROG" --outputdir "$BUILD_DIR" \
+        --installdir "$BUILD_DIR" --bfrt-name "$BUILD_DIR/bf-rt.json" --p4-version p4-16 \
+        --pipe $PIPES > /dev/null || die "p4c-gen-conf failed for $BUILD_DIR"
+    CONF=$BUILD_DIR/$PROG.conf
+    [ -f "$CONF" ] || die "p4c-gen-conf wrote no $CONF"
+fi
 
 NS=dta-tf-$$
 WORK=$(mktemp -d /tmp/dta-tofino-model.XXXXXX)
