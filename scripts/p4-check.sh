@@ -8,7 +8,8 @@
 #    -D__TARGET_TOFINO__=1 so that tna.p4 accepts the target.
 # 3. With the open-source Tofino back end (`p4c-barefoot` and the assembler `bfas`): compiles
 #    every combination end to end for Tofino-1 (`--target tofino --arch tna`, then `bfas` to
-#    tofino.bin) and keeps each build's resource summary under $P4_OUT (default: a temporary
+#    tofino.bin) and keeps each build's resource summary and BF-RT schema (bf-rt.json, what
+#    bfrt_python and p4/control/bfrt_schema.py read) under $P4_OUT (default: a temporary
 #    directory, removed at exit).
 #
 # Where the tools are (p4/README.md, "Compile"): each of P4TEST, P4C_BAREFOOT, BFAS may name
@@ -225,7 +226,7 @@ build_one() {  # build_one INDEX PROGRAM "DEFINES"
   exec > "$dir/verdict" 2>&1
   # shellcheck disable=SC2086
   if ! "$BAREFOOT_BIN" --target tofino --arch tna --std p4-16 -g ${CORE_DIR:+-I "$CORE_DIR"} \
-      ${TNA_DIR:+-I "$TNA_DIR"} $c \
+      ${TNA_DIR:+-I "$TNA_DIR"} $c --bf-rt-schema "$dir/bf-rt.json" \
       -o "$dir" "$prog" > "$dir/compile.log" 2>&1; then
     echo "FAIL: p4c-barefoot $c $prog"; grep -iE "error|warning: .*unsupported" "$dir/compile.log" | head -20
     return 1
