@@ -9,7 +9,8 @@ that the reduced files under `p4/control/bfrt/` can be committed and `strict_bfr
 can reject every call the real shell would reject or silently mis-program.
 
     python3 p4/control/bfrt_schema.py BUILD/bf-rt.json --program dta_translator \\
-        --defines="-DDTA_NO_ICRC" > p4/control/bfrt/translator_no_icrc.json
+        --defines="-DDTA_NO_ICRC" > p4/control/bfrt/NAME.json
+    python3 p4/control/bfrt_schema.py --p4-out $P4_OUT --into p4/control/bfrt   # every build
 
 The rules, as bfrt_python applies them (bf-drivers, open-p4studio):
   * a table's node path is its full name split at the dots ("pipe.Ingress.tbl_x");
@@ -144,13 +145,50 @@ def reduce(bfrt, program=None, defines=""):
     return {"program": program, "defines": defines, "tables": dict(sorted(tables.items()))}
 
 
+def file_name(program, defines):
+    """p4/control/bfrt/ file name of a build: program and -D flags, sorted."""
+    flags = sorted(d.removeprefix("-D").removeprefix("DTA_").lower() for d in defines.split())
+    return "__".join([program] + flags).replace("=", "-") + ".json"
+
+
+def reduce_p4_out(p4_out, into):
+    """Reduces every build of a `P4_OUT` directory of scripts/p4-check.sh (one
+    `<program>-N/` with `defines` and `bf-rt.json` per build) into `into`; returns the files."""
+    import os
+    written = []
+    for d in sorted(os.listdir(p4_out)):
+        build = os.path.join(p4_out, d)
+        schema = os.path.join(build, "bf-rt.json")
+        if not os.path.isfile(schema):
+            continue
+        program = d.rsplit("-", 1)[0]
+        with open(os.path.join(build, "defines")) as f:
+            defines = " ".join(f.read().split())
+        with open(schema) as f:
+            out = reduce(json.load(f), program, defines)
+        path = os.path.join(into, file_name(program, defines))
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
+        written.append(path)
+    return written
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("bfrt_json")
-    ap.add_argument("--program", required=True)
+    ap.add_argument("bfrt_json", nargs="?")
+    ap.add_argument("--program")
     ap.add_argument("--defines", default="")
+    ap.add_argument("--p4-out", help="reduce every build of this P4_OUT directory ...")
+    ap.add_argument("--into", help="... into this directory (p4/control/bfrt)")
     a = ap.parse_args(argv)
+    if a.p4_out:
+        for path in reduce_p4_out(a.p4_out, a.into or "."):
+            print(path)
+        return 0
+    if not a.bfrt_json or not a.program:
+        ap.error("BFRT_JSON and --program, or --p4-out")
     with open(a.bfrt_json) as f:
         out = reduce(json.load(f), a.program, a.defines)
     json.dump(out, sys.stdout, indent=1)

@@ -231,9 +231,20 @@ def main(argv):
         os.environ.get("SDE_INSTALL", "/opt/bf-sde/install"), "bin", "bfshell")
     out = a.out or tempfile.mkdtemp(prefix="dta-twin-")
     os.makedirs(out, exist_ok=True)
-    r = run(a.case_dir, report_if, collector_if, int(a.collector_port), a.quiet_ms, bfshell, out)
+    try:
+        r = run(a.case_dir, report_if, collector_if, int(a.collector_port), a.quiet_ms, bfshell,
+                out)
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
+        r = {"case": os.path.basename(os.path.normpath(a.case_dir)), "equal": False,
+             "error": str(e)}
+    ok = bool(r.get("equal") or r.get("skipped"))
+    if ok and not a.out:
+        import shutil
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        r["out"] = out   # the set-up, bfshell.log and captured.pcap, for a look
     print(json.dumps(r))
-    return 0 if r.get("equal") or r.get("skipped") else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
