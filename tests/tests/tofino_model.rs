@@ -161,7 +161,9 @@ fn twin_check_harness_against_a_standin() {
         if let Some(schema) = reduced_schema(&dir) {
             env.push(("DTA_STANDIN_SCHEMA", schema.display().to_string()));
         }
-        let r = twin(&build.0, &dir, &env, &["--quiet-ms", "300"]);
+        let out = build.0.join(format!("out-{case}-{corrupt}"));
+        let out = out.display().to_string();
+        let r = twin(&build.0, &dir, &env, &["--quiet-ms", "300", "--out", &out]);
         if corrupt {
             assert!(!r.equal, "{case}: a wrong ICRC passed: {}", r.line);
             assert!(r.line.contains("\"ICRC\""), "{case}: {}", r.line);
