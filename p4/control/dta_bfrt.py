@@ -1102,9 +1102,13 @@ def run_bfshell(bfshell, settings):
     me = os.path.abspath(__file__)
     with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="dta_bfrt_run_",
                                      delete=False) as f:
+        # bf_switchd keeps one bfrt_python namespace for every run: the wrapper removes what
+        # it defined, so a later plain run cannot pick up these settings.
         f.write(f"DTA_SETTINGS = {json.dumps(settings)}\n"
-                f"__file__ = {json.dumps(me)}\n"
-                f"exec(compile(open(__file__).read(), __file__, 'exec'))\n")
+                f"try:\n"
+                f"    exec(compile(open({json.dumps(me)}).read(), {json.dumps(me)}, 'exec'))\n"
+                f"finally:\n"
+                f"    del DTA_SETTINGS\n")
         wrapper = f.name
     os.chmod(wrapper, 0o644)
     try:
@@ -1119,11 +1123,11 @@ def run_bfshell(bfshell, settings):
 
 
 def _setting(name, default=None):
-    """A DTA_* setting of the in-switch run: the launcher's DTA_SETTINGS (run_bfshell), else
-    bf_switchd's environment (set when bf_switchd was started)."""
+    """A DTA_* setting of the in-switch run: the launcher's DTA_SETTINGS (run_bfshell) when it
+    is there, else bf_switchd's environment (set when bf_switchd was started)."""
     given = globals().get("DTA_SETTINGS")
-    if isinstance(given, dict) and name in given:
-        return given[name]
+    if isinstance(given, dict):
+        return given.get(name, default)
     return os.environ.get(name, default)
 
 
