@@ -21,7 +21,8 @@
 # dta_sketch_reporter.p4).
 # P4_ONLY=translator|reporter limits to the translator or the reporters.
 # P4_DEFINES="set;set..." limits to the builds whose -D flags are exactly one of these sets (in
-# any order; "" is the defaults), e.g. the corpus cases' p4_defines for a twin-check run.
+# any order; "" is the defaults; "corpus" stands for every supported corpus case's p4_defines,
+# the builds a twin-check run needs).
 # Exit status: 0 on success or skip, 1 when a check that could run failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -58,8 +59,9 @@ sketch_reporter_combos=(
   "-DDTA_RSK_CM_ROWS=1 -DDTA_RSK_HLL_P=16 -DDTA_RSK_CM_COLS=65536"
 )
 # The corpus cases' build flags (tests/corpus/*/case.json, "p4_defines").
+corpus_combos=()
 while IFS= read -r d; do
-  [ -n "$d" ] && translator_combos+=("$d")
+  [ -n "$d" ] && translator_combos+=("$d") && corpus_combos+=("$d")
 done < <(python3 - <<'PY' 2>/dev/null
 import glob, json
 seen = set()
@@ -95,7 +97,13 @@ if [ -n "${P4_DEFINES+x}" ]; then
   declare -A wanted=()
   IFS=';' read -r -a sets <<< "$P4_DEFINES"
   [ ${#sets[@]} -gt 0 ] || sets=("")
-  for w in "${sets[@]}"; do wanted["k:$(norm "$w")"]=1; done
+  for w in "${sets[@]}"; do
+    if [ "$w" = corpus ]; then
+      for c in "${corpus_combos[@]}"; do wanted["k:$(norm "$c")"]=1; done
+    else
+      wanted["k:$(norm "$w")"]=1
+    fi
+  done
   selected=()
   for b in "${builds[@]}"; do
     [ -n "${wanted["k:$(norm "${b#*|}")"]:-}" ] && selected+=("$b")

@@ -208,7 +208,7 @@ fn corpus_on_the_tofino_model() {
             name.starts_with("dta_translator-"),
             std::fs::read_to_string(p.join("defines")),
         ) {
-            by_defines.insert(d.trim().to_string(), p);
+            by_defines.insert(d.split_whitespace().collect::<Vec<_>>().join(" "), p);
         }
     }
     let mut cases: Vec<PathBuf> = std::fs::read_dir(root().join("tests/corpus"))
@@ -222,7 +222,12 @@ fn corpus_on_the_tofino_model() {
     for case in &cases {
         let text = std::fs::read_to_string(case.join("case.json")).expect("case.json");
         let json: serde_json::Value = serde_json::from_str(&text).expect("case.json parses");
-        let defines = json["p4_defines"].as_str().unwrap_or("").trim().to_string();
+        let defines = json["p4_defines"]
+            .as_str()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         let name = case.file_name().unwrap_or_default().to_string_lossy();
         if json.get("p4_unsupported").is_some_and(|v| !v.is_null()) {
             skipped += 1;
