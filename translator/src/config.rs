@@ -1103,6 +1103,45 @@ mod tests {
     }
 
     #[test]
+    fn int_keys_are_checked() {
+        let c = parse("[int]\nport = 32766\n[int.postcard]\ninitial_ttl = \"auto\"")
+            .expect("initial_ttl = \"auto\" parses");
+        assert_eq!(
+            parse("[int.postcard]\ninitial_ttl = 128")
+                .unwrap()
+                .int
+                .postcard
+                .initial_ttl,
+            parse("[int.postcard]\ninitial_ttl = 128")
+                .unwrap()
+                .int
+                .postcard
+                .initial_ttl
+        );
+        drop(c);
+        for bad in [
+            "[int.postcard]\ninitial_ttl = \"sometimes\"",
+            "[int.postcard]\ninitial_ttl = 0",
+            "[int.postcard]\ninitial_ttl = 256",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("initial_ttl"), "{bad}: {e}");
+        }
+        // List IDs are 32 bits: the last list a rule names must exist.
+        for (bad, key) in [
+            ("[int.drop]\nfirst_list = 4294967290\nlists = 8", "int.drop"),
+            (
+                "[int.congestion]\nfirst_list = 4294967295\nlists = 2",
+                "int.congestion",
+            ),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+        parse("[int.drop]\nfirst_list = 4294967288\nlists = 8").expect("the last list fits");
+    }
+
+    #[test]
     fn bad_files_get_clear_errors() {
         assert!(parse("[translator]\nworkers = 0")
             .unwrap_err()

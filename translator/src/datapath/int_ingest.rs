@@ -509,6 +509,114 @@ mod tests {
         }
     }
 
+    /// A tracked-flow report without a stack (a postcard) whose packet has `ttl`, from node
+    /// 50, dropped (D) if `dropped`.
+    fn postcard_report(version: u8, ttl: u8, dropped: bool) -> Vec<u8> {
+        datagram(
+            version,
+            1,
+            IndividualRepr {
+                rep_type: RepType::Int,
+                flags: Flags {
+                    tracked: true,
+                    dropped,
+                    ..Flags::default()
+                },
+                local: HopMetadata::default(),
+                ingress_ts32: 0,
+                packet: InnerPacketRepr {
+                    ethernet: false,
+                    flow: flow(),
+                    ttl,
+                    dscp: 0,
+                    payload_len: 10,
+                    int: None,
+                },
+            },
+        )
+    }
+
+    fn postcard_hops(r: &[Report]) -> Vec<u8> {
+        r.iter()
+            .filter_map(|r| match r.primitive {
+                Primitive::Postcard { hop, .. } => Some(hop),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn postcards_above_initial_ttl_are_counted() {
+        let ing = IntIngest::new(IntSettings::default());
+        let mut c = TranslatorCounters::default();
+        let r = derive(&ing, &postcard_report(2, 100, false), &mut c);
+        assert!(postcard_hops(&r).is_empty(), "{r:?}");
+        assert_eq!(c.get("int_postcard_ttl_above_initial"), Some(1), "{c:?}");
+        // The report's other rules still apply.
+        assert_eq!(c.int_derived_keyincrement, 1);
+        let r = derive(&ing, &postcard_report(2, 61, false), &mut c);
+        assert_eq!(postcard_hops(&r), [3]);
+        assert_eq!(c.get("int_postcard_ttl_above_initial"), Some(1));
+    }
+
+    #[test]
+    fn initial_ttl_auto_takes_the_nearest_common_initial_ttl() {
+        let cfg = crate::config::TranslatorConfig::from_toml(
+            "[int]\nport = 32766\n[int.postcard]\ninitial_ttl = \"auto\"\n\
+             [[collector]]\nname = \"c\"\ncm = \"127.0.0.1:4791\"\nports = [1337]\n",
+        )
+        .expect("initial_ttl = \"auto\" parses");
+        let ing = IntIngest::new(cfg.int.settings().unwrap());
+        let mut c = TranslatorCounters::default();
+        for (ttl, hop) in [
+            (64, 0),
+            (60, 4),
+            (1, 63),
+            (65, 63),
+            (120, 8),
+            (128, 0),
+            (129, 126),
+            (250, 5),
+            (255, 0),
+        ] {
+            let r = derive(&ing, &postcard_report(1, ttl, false), &mut c);
+            assert_eq!(postcard_hops(&r), [hop], "TTL {ttl}");
+        }
+        assert_eq!(c.get("int_postcard_ttl_above_initial"), Some(0));
+    }
+
+    #[test]
+    fn list_ids_never_wrap() {
+        // 50 % 8 = 2 past u32::MAX - 1: the list ID does not exist.
+        let ing = IntIngest::new(IntSettings {
+            drop: Some(ListRule {
+                first: u32::MAX - 1,
+                lists: 8,
+            }),
+            ..IntSettings::default()
+        });
+        let mut c = TranslatorCounters::default();
+        let r = derive(&ing, &postcard_report(2, 60, true), &mut c);
+        assert!(
+            !r.iter()
+                .any(|r| matches!(r.primitive, Primitive::Append { .. })),
+            "{r:?}"
+        );
+        assert_eq!((c.int_derived_append, c.drop_unknown_list), (1, 1));
+        // The last list that exists is still reached.
+        let ing = IntIngest::new(IntSettings {
+            drop: Some(ListRule {
+                first: u32::MAX - 2,
+                lists: 8,
+            }),
+            ..IntSettings::default()
+        });
+        let r = derive(&ing, &postcard_report(2, 60, true), &mut c);
+        assert!(r
+            .iter()
+            .any(|r| matches!(r.primitive, Primitive::Append { list: u32::MAX, .. })));
+    }
+
     #[test]
     fn sequence_gaps_are_counted_per_source() {
         let mut ing = IntIngest::new(IntSettings::default());
