@@ -379,8 +379,15 @@ fn int21_hop_ml_counts_domain_specific_metadata() {
         "NPT 2: the original L4 header follows the stack"
     );
     let e = p.int.unwrap();
-    assert_eq!((e.kind, e.hop_ml, e.domain_specific_id), (IntKind::Md, 2, 0xABCD));
-    assert_eq!(e.hops(), 3, "the stack is stepped through by Hop ML, not by the bitmap");
+    assert_eq!(
+        (e.kind, e.hop_ml, e.domain_specific_id),
+        (IntKind::Md, 2, 0xABCD)
+    );
+    assert_eq!(
+        e.hops(),
+        3,
+        "the stack is stepped through by Hop ML, not by the bitmap"
+    );
     let ids: Vec<_> = (0..3)
         .map(|i| e.hop_from_source(i).unwrap().node_id)
         .collect();
@@ -471,7 +478,10 @@ fn int10_shim_over_tcp_is_read_by_dscp() {
     );
     assert_eq!(p.ttl, 62);
     let e = p.int.expect("the INT 1.0 stack is read");
-    assert_eq!((e.kind, e.hop_ml, e.remaining_hop_count), (IntKind::Md, 2, 6));
+    assert_eq!(
+        (e.kind, e.hop_ml, e.remaining_hop_count),
+        (IntKind::Md, 2, 6)
+    );
     assert_eq!(e.instruction, 0x9000);
     assert_eq!(e.hops(), 2);
     let h1 = e.hop_from_source(0).unwrap();
@@ -532,7 +542,10 @@ fn int10_timestamps_are_one_word_and_the_udp_port_rule_applies() {
     let t = TelemetryReport::parse(&b).unwrap();
     let r = t.reports().next().unwrap().unwrap();
     let p = r.parse_inner(&InnerConfig::default()).unwrap();
-    assert_eq!((p.flow.proto, p.flow.sport, p.flow.dport), (17, 7000, 40045));
+    assert_eq!(
+        (p.flow.proto, p.flow.sport, p.flow.dport),
+        (17, 7000, 40045)
+    );
     let e = p.int.expect("the INT 1.0 stack is read");
     assert_eq!(e.hops(), 1);
     let h = e.hop_from_source(0).unwrap();
@@ -553,7 +566,13 @@ fn int10_destination_shims_and_version_mismatches() {
     ip[40] = 0x02;
     let b = v1_report_around(&ip);
     let t = TelemetryReport::parse(&b).unwrap();
-    let p = t.reports().next().unwrap().unwrap().parse_inner(&cfg).unwrap();
+    let p = t
+        .reports()
+        .next()
+        .unwrap()
+        .unwrap()
+        .parse_inner(&cfg)
+        .unwrap();
     assert_eq!(p.flow.dport, 443);
     assert!(p.int.is_none());
     // An INT 1.0 shim whose metadata header says Ver=2 is malformed.

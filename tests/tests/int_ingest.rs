@@ -140,7 +140,9 @@ fn v2_int_report(in_type: u8, dqfi: u8, rep_md_bits: u16, md: &[u32], inner: &[u
 /// Telemetry Report v2.0 §3.1 Group Header (`Ver(4)=2 | hw_id(6) | Sequence Number(22)`,
 /// `Node ID(32)`), then the individual reports.
 fn v2_datagram(node: u32, seq: u32, reports: &[Vec<u8>]) -> Vec<u8> {
-    let mut b = (2u32 << 28 | 1 << 22 | seq & 0x3F_FFFF).to_be_bytes().to_vec();
+    let mut b = (2u32 << 28 | 1 << 22 | seq & 0x3F_FFFF)
+        .to_be_bytes()
+        .to_vec();
     b.extend_from_slice(&node.to_be_bytes());
     for r in reports {
         b.extend_from_slice(r);
@@ -242,7 +244,13 @@ fn v2_int21_ds_path(seq: u32) -> Vec<u8> {
 fn v1_int10_dscp_path(len: Option<u8>) -> Vec<u8> {
     let stack = int10_md(2, 0x9000, &[&[2, 0x0100_0020], &[1, 0x0400_0010]], len);
     let mut p = vec![0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00];
-    p.extend(ipv4(3, 6, INT_DSCP, 62, (20 + 20 + stack.len() + 500) as u16));
+    p.extend(ipv4(
+        3,
+        6,
+        INT_DSCP,
+        62,
+        (20 + 20 + stack.len() + 500) as u16,
+    ));
     p.extend(tcp(40001, 8080));
     p.extend(stack);
     p.extend_from_slice(b"TCP payload.");
@@ -253,12 +261,7 @@ fn v1_int10_dscp_path(len: Option<u8>) -> Vec<u8> {
 /// INT 1.0 behind a UDP header to the INT port, bitmap 1000 1100 ... (switch ID and the
 /// 4-byte ingress and egress timestamps of INT 1.0), one hop; Telemetry Report v1.0, IPv4.
 fn v1_int10_udp_path() -> Vec<u8> {
-    let stack = int10_md(
-        3,
-        0x8C00,
-        &[&[0x0A0B_0C0D, 0x1111_1111, 0x2222_2222]],
-        None,
-    );
+    let stack = int10_md(3, 0x8C00, &[&[0x0A0B_0C0D, 0x1111_1111, 0x2222_2222]], None);
     let total = 20 + 8 + stack.len() + 16;
     let mut p = ipv4(4, 17, 0, 63, total as u16);
     p.extend(udp(7000, INT_UDP_PORT, (total - 20) as u16));
@@ -473,7 +476,11 @@ fn spec_shaped_reports_land_in_the_collector_and_malformed_ones_are_counted_once
             before.int_dropped() + 1,
             "{reason}: one reason"
         );
-        assert_eq!(c.int_derived(), before.int_derived(), "{reason}: derives nothing");
+        assert_eq!(
+            c.int_derived(),
+            before.int_derived(),
+            "{reason}: derives nothing"
+        );
         identity_holds(&rig).unwrap();
     }
     rig.flush(now + 1_000_000_000);
@@ -546,14 +553,13 @@ fn spec_shaped_reports_land_in_the_collector_and_malformed_ones_are_counted_once
     ]
     .into();
     // Congestion events: flow, node, queue, occupancy (3 BE), 0 0 0.
-    let want_cong: BTreeSet<Vec<u8>> =
-        [entry(flow(7, 6, 1024, 80), 8, [9, 0x01, 0x00], 21)]
-            .into_iter()
-            .map(|mut e| {
-                e.extend_from_slice(&[0, 0, 0]);
-                e
-            })
-            .collect();
+    let want_cong: BTreeSet<Vec<u8>> = [entry(flow(7, 6, 1024, 80), 8, [9, 0x01, 0x00], 21)]
+        .into_iter()
+        .map(|mut e| {
+            e.extend_from_slice(&[0, 0, 0]);
+            e
+        })
+        .collect();
     for (store, want) in [("losses", want_drops), ("congestion", want_cong)] {
         let s = rig.store(store).unwrap();
         let a = s.append().unwrap();
@@ -622,7 +628,7 @@ fn any_bytes_yield_reports_or_one_counted_reason() {
     let rig = RefCell::new(rig(&sc));
     let now = RefCell::new(1_000_000u64);
     let mut runner = TestRunner::new(PropConfig {
-        cases: 3000,
+        cases: 10_000,
         failure_persistence: None,
         ..PropConfig::default()
     });
@@ -657,4 +663,13 @@ fn any_bytes_yield_reports_or_one_counted_reason() {
     let t = *now.borrow() + 1_000_000_000;
     rig.flush(t);
     identity_holds(&rig).unwrap();
+    let c = rig.pipeline.counters();
+    eprintln!(
+        "{} datagrams: {} reports, {} reasons, {} derived, {} translated",
+        c.int_rx_datagrams,
+        c.int_reports_v1 + c.int_reports_v2,
+        c.int_dropped(),
+        c.int_derived(),
+        c.translated
+    );
 }

@@ -102,7 +102,7 @@ pub struct TranslatorConfig {
     pub int: IntSection,
 }
 
-pub use crate::datapath::int_ingest::{CountWhat, HopField};
+pub use crate::datapath::int_ingest::{CountWhat, HopField, InitialTtl};
 
 /// `[int]`: P4.org Telemetry Reports (v1.0 and v2.0) on their own UDP port, mapped onto DTA
 /// primitives (`translator/src/datapath/int_ingest.rs`, PROTOCOL.md "INT ingest").
@@ -193,8 +193,10 @@ pub struct IntPostcardRule {
     pub enabled: bool,
     /// Per-hop field (as for `[int.path]`).
     pub field: HopField,
-    /// TTL the reported packets carry at their first hop: hop = initial_ttl − TTL.
-    pub initial_ttl: u8,
+    /// TTL the reported packets carry at their first hop: hop = initial_ttl − TTL. A number
+    /// 1..=255, or "auto" (the smallest of 64, 128, 255 not below the packet's TTL: hosts of
+    /// several kinds).
+    pub initial_ttl: InitialTtl,
     /// Hops per path (0: unknown; an entry is written when it ages out).
     pub path_len: u8,
 }
@@ -204,7 +206,7 @@ impl Default for IntPostcardRule {
         IntPostcardRule {
             enabled: true,
             field: HopField::NodeId,
-            initial_ttl: 64,
+            initial_ttl: InitialTtl::Fixed(64),
             path_len: 0,
         }
     }
@@ -804,6 +806,24 @@ impl TranslatorConfig {
         if self.int.drop.lists == 0 || self.int.congestion.lists == 0 {
             return Err("int.drop.lists and int.congestion.lists must be at least 1".into());
         }
+        for (name, r) in [
+            ("drop", &self.int.drop),
+            ("congestion", &self.int.congestion),
+        ] {
+            let rule = crate::datapath::int_ingest::ListRule {
+                first: r.first_list,
+                lists: r.lists,
+            };
+            if !rule.fits() {
+                return Err(format!(
+                    "int.{name}.first_list + int.{name}.lists - 1 must be at most {} (list IDs \
+                     are 32 bits): first_list = {}, lists = {}",
+                    u32::MAX,
+                    r.first_list,
+                    r.lists
+                ));
+            }
+        }
         if t.workers == 0 || t.workers > 64 {
             return Err("translator.workers must be 1..=64".into());
         }
@@ -1106,19 +1126,13 @@ mod tests {
     fn int_keys_are_checked() {
         let c = parse("[int]\nport = 32766\n[int.postcard]\ninitial_ttl = \"auto\"")
             .expect("initial_ttl = \"auto\" parses");
+        assert_eq!(c.int.postcard.initial_ttl, InitialTtl::Auto);
         assert_eq!(
-            parse("[int.postcard]\ninitial_ttl = 128")
-                .unwrap()
-                .int
-                .postcard
-                .initial_ttl,
-            parse("[int.postcard]\ninitial_ttl = 128")
-                .unwrap()
-                .int
-                .postcard
-                .initial_ttl
+            c.int.settings().unwrap().postcard.map(|p| p.1),
+            Some(InitialTtl::Auto)
         );
-        drop(c);
+        let c = parse("[int.postcard]\ninitial_ttl = 128").unwrap();
+        assert_eq!(c.int.postcard.initial_ttl, InitialTtl::Fixed(128));
         for bad in [
             "[int.postcard]\ninitial_ttl = \"sometimes\"",
             "[int.postcard]\ninitial_ttl = 0",
