@@ -123,7 +123,7 @@ fn int10_md(hop_ml: u8, instruction: u16, hops: &[&[u32]], len: Option<u8>) -> V
 /// then `inner` padded to a word. Report Length counts the words after the first.
 fn v2_int_report(in_type: u8, dqfi: u8, rep_md_bits: u16, md: &[u32], inner: &[u8]) -> Vec<u8> {
     let mut inner = inner.to_vec();
-    while inner.len() % 4 != 0 {
+    while !inner.len().is_multiple_of(4) {
         inner.push(0);
     }
     let words = 2 + md.len() + inner.len() / 4;

@@ -22,6 +22,7 @@
 //! port = 32766                            # UDP port they arrive on (0: INT ingest off)
 //! [int.postcard]
 //! path_len = 5                            # INT-XD postcards: hops per path (0: unknown)
+//! initial_ttl = "auto"                    # hosts start at 64, 128 or 255 (or one number)
 //! ```
 //!
 //! Or, as a member of a collector cluster, with no `[[collector]]` of its own:
