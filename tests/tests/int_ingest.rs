@@ -673,3 +673,68 @@ fn any_bytes_yield_reports_or_one_counted_reason() {
         c.translated
     );
 }
+
+/// An IPv4 packet carrying INT-MD over UDP written by a third party's encoder, not ours nor
+/// by hand: the INT layer `scapy/contrib/int.py` of `secdev/scapy` at commit 94d67504 (a
+/// contributed layer written from INT v2.1, not in a scapy release), run under scapy 2.8.0
+/// (PyPI) as
+///
+/// ```python
+/// hops = [INTMetaHop(node_id=n, latency=lat, que_id=q, que_occupy=occ) for (n, lat, q, occ)
+///         in [(0x0C, 300, 2, 0x333), (0x0B, 200, 1, 0x222), (0x0A, 100, 0, 0x111)]]
+/// md = INTMetaMd(version=2, hop_left=5, instr_bitmap=0xB000, meta_hops=hops)
+/// shim = INTShimTcpUdp(type=1, npt=1, l4_dport=53, metadata=md)
+/// p = IP(src="10.0.11.1", dst="10.9.9.9", ttl=61, id=0x1234, flags="DF") \
+///     / UDP(sport=4242, dport=INT_L4_DPORT) / shim / Raw(b"\0" * 16)
+/// bytes(p).hex()
+/// ```
+///
+/// The layer's INT-over-UDP port is its `INT_L4_DPORT` (0x4568), its shim Length excludes the
+/// shim (12 = 3 + 9 words) and it sets Hop ML from the first hop's length (3).
+const SCAPY_INT21_MD_OVER_UDP: &str = "45000060123440003d1103470a000b010a09090910924568004c8e23\
+    140c003520000305b0000000000000000000000c0000012c020003330000000b000000c8010002220000000a00\
+    0000640000011100000000000000000000000000000000";
+
+#[test]
+fn a_third_party_int21_stack_lands_as_a_path() {
+    let ip: Vec<u8> = (0..SCAPY_INT21_MD_OVER_UDP.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&SCAPY_INT21_MD_OVER_UDP[i..i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(ip.len(), 96);
+    let sc = scenario();
+    let mut r = rig(&sc);
+    r.pipeline.set_int_ingest(IntSettings {
+        inner: InnerConfig {
+            md_udp_port: 0x4568,
+            ..InnerConfig::default()
+        },
+        ..sc.int_settings()
+    });
+    // A sink (node 13) reports it: Telemetry Report v2.0, INT, InType 4, F.
+    let b = v2_datagram(13, 1, &[v2_int_report(4, 0b0010, 0, &[], &ip)]);
+    feed(&mut r, &sc, 1_000_000, &b);
+    r.flush(2_000_000_000);
+    identity_holds(&r).unwrap();
+    let c = *r.pipeline.counters();
+    assert_eq!((c.int_dropped(), c.int_derived_keywrite), (0, 1), "{c:?}");
+    let f = flow(11, 17, 4242, 53);
+    let kw = r.store("paths").unwrap().keywrite().unwrap();
+    match kw.query(
+        &Key::new(&f).unwrap(),
+        sc.redundancy as usize,
+        Vote::Plurality,
+    ) {
+        KeyWriteAnswer::Value { value, .. } => {
+            let want = ids(&[0x0A, 0x0B, 0x0C, 13]);
+            assert_eq!(&value.as_bytes()[..want.len()], &want[..]);
+        }
+        a => panic!("path: {a:?}"),
+    }
+    let ctr = r.store("counters").unwrap().counter().unwrap();
+    assert_eq!(
+        ctr.query(&Key::new(&f).unwrap(), sc.redundancy as usize)
+            .estimate,
+        1
+    );
+}
