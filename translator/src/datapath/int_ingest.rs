@@ -382,7 +382,8 @@ impl IntIngest {
             return;
         };
         let node = t.node_id;
-        let derived_before = c.int_derived();
+        // Events derived but dropped for a list ID past u32::MAX (the report was mapped).
+        let mut events_dropped = false;
         let mut local = ir.local;
         local.node_id = Some(node);
         let header = self.header;
@@ -424,7 +425,7 @@ impl IntIngest {
                 node_id: node,
                 drop: ir.local.drop.unwrap_or_default(),
             };
-            push_event(rule, node, &e.to_bytes(), header, c, out);
+            events_dropped |= !push_event(rule, node, &e.to_bytes(), header, c, out);
         }
         if let (true, Some(rule)) = (ir.flags.congested, self.s.congestion) {
             let e = CongestionEvent {
@@ -432,7 +433,7 @@ impl IntIngest {
                 node_id: node,
                 queue: ir.local.queue.unwrap_or_default(),
             };
-            push_event(rule, node, &e.to_bytes(), header, c, out);
+            events_dropped |= !push_event(rule, node, &e.to_bytes(), header, c, out);
         }
         if let Some((what, n)) = self.s.counter {
             c.int_derived_keyincrement += 1;
@@ -445,7 +446,7 @@ impl IntIngest {
                 },
             });
         }
-        if c.int_derived() == derived_before {
+        if out.len == 0 && !events_dropped {
             c.int_unmapped += 1;
         }
     }
@@ -478,7 +479,8 @@ impl IntIngest {
     }
 }
 
-/// Derives an event's Append report; a list ID past `u32::MAX` drops it as `unknown_list`.
+/// Derives an event's Append report (`true`); a list ID past `u32::MAX` drops it as
+/// `unknown_list` (`false`).
 #[inline]
 fn push_event(
     rule: ListRule,
@@ -487,17 +489,23 @@ fn push_event(
     header: ReportHeader,
     c: &mut TranslatorCounters,
     out: &mut Derived,
-) {
+) -> bool {
     c.int_derived_append += 1;
     match rule.list_of(node) {
-        Some(list) => out.push(Report {
-            header,
-            primitive: Primitive::Append {
-                list,
-                value: Value::new(entry).unwrap_or(Value::EMPTY),
-            },
-        }),
-        None => c.drop_unknown_list += 1,
+        Some(list) => {
+            out.push(Report {
+                header,
+                primitive: Primitive::Append {
+                    list,
+                    value: Value::new(entry).unwrap_or(Value::EMPTY),
+                },
+            });
+            true
+        }
+        None => {
+            c.drop_unknown_list += 1;
+            false
+        }
     }
 }
 
@@ -716,6 +724,24 @@ mod tests {
             "{r:?}"
         );
         assert_eq!((c.int_derived_append, c.drop_unknown_list), (1, 1));
+        assert_eq!(c.int_unmapped, 0);
+        // With no other rule, the report was still mapped (its event derived, then dropped).
+        let only_drops = IntIngest::new(IntSettings {
+            path: None,
+            postcard: None,
+            counter: None,
+            drop: Some(ListRule {
+                first: u32::MAX - 1,
+                lists: 8,
+            }),
+            ..IntSettings::default()
+        });
+        let mut c = TranslatorCounters::default();
+        assert!(derive(&only_drops, &postcard_report(2, 60, true), &mut c).is_empty());
+        assert_eq!(
+            (c.int_derived(), c.drop_unknown_list, c.int_unmapped),
+            (1, 1, 0)
+        );
         // The last list that exists is still reached.
         let ing = IntIngest::new(IntSettings {
             drop: Some(ListRule {
