@@ -107,6 +107,7 @@ fn spec_v2_example_is_read_field_by_field() {
     let e = p.int.unwrap();
     assert_eq!(e.kind, IntKind::Md);
     assert_eq!(e.hop_ml, 2);
+    assert_eq!(e.version, 2);
     assert_eq!(e.remaining_hop_count, 6);
     assert_eq!(e.instruction, 0x9000);
     assert_eq!(e.hops(), 2);
@@ -383,6 +384,7 @@ fn int21_hop_ml_counts_domain_specific_metadata() {
         (e.kind, e.hop_ml, e.domain_specific_id),
         (IntKind::Md, 2, 0xABCD)
     );
+    assert_eq!(e.version, 2);
     assert_eq!(
         e.hops(),
         3,
@@ -482,6 +484,7 @@ fn int10_shim_over_tcp_is_read_by_dscp() {
         (e.kind, e.hop_ml, e.remaining_hop_count),
         (IntKind::Md, 2, 6)
     );
+    assert_eq!(e.version, 1);
     assert_eq!(e.instruction, 0x9000);
     assert_eq!(e.hops(), 2);
     let h1 = e.hop_from_source(0).unwrap();

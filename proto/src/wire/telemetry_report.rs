@@ -1832,6 +1832,14 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let cfg = InnerConfig { md_dscp: Some(0x17), ..InnerConfig::default() };
             if let Ok(t) = TelemetryReport::parse(&bytes) {
+                // Reports, then at most one error, which ends the walk; every report takes at
+                // least a header, so the walk is bounded by the datagram.
+                let items: Vec<_> = t.reports().take(bytes.len() + 2).collect();
+                prop_assert!(!items.is_empty());
+                prop_assert!(items.len() <= bytes.len() / INDIVIDUAL_HEADER_LEN + 1);
+                let errors = items.iter().filter(|r| r.is_err()).count();
+                prop_assert!(errors <= 1);
+                prop_assert!(errors == 0 || items.last().is_some_and(|r| r.is_err()));
                 for ir in t.reports().take(64).flatten() {
                     if let Ok(p) = ir.parse_inner(&cfg) {
                         if let Some(e) = p.int {
