@@ -62,9 +62,10 @@
 //! noted: the INT instruction bitmap (bit 0 node ID, 1 L1 interface IDs, 2 hop latency, 3 queue
 //! ID + occupancy, 4 ingress timestamp (8 B), 5 egress timestamp (8 B), 6 L2 interface IDs
 //! (8 B), 7 egress TX utilisation, 8 buffer ID + occupancy, 9–14 reserved, 15 checksum
-//! complement; INT 1.0: the timestamps are 4 B and bit 8 is reserved); v2.0 RepMdBits (the same, except bit 0 reserved because the node ID is in the
-//! group header, and bit 15 queue ID + drop reason + padding); v1.0 RepMdBits (above). Reserved
-//! bits are skipped 4 bytes each. [`HopMetadata`] holds whichever fields were present.
+//! complement; INT 1.0: the timestamps are 4 B and bit 8 is reserved); v2.0 RepMdBits (the
+//! same, except bit 0 reserved because the node ID is in the group header, and bit 15 queue
+//! ID, drop reason and padding); v1.0 RepMdBits (above). Reserved bits are skipped 4 bytes
+//! each. [`HopMetadata`] holds whichever fields were present.
 //!
 //! Nothing here allocates: a datagram is walked in place ([`TelemetryReport::reports`]) and
 //! every error is a [`ReportError`], a `Copy` enum the translator counts by reason.

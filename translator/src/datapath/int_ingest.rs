@@ -21,8 +21,8 @@
 //! unknown) as `int_postcard_ttl_above_initial` (the report's other rules still apply). An
 //! Append list ID past `u32::MAX` is never formed: such an event counts as derived and as
 //! `drop_unknown_list` (configuration refuses the rules that could name one). The spec's
-//! sequence numbers are tracked per (version, node ID,
-//! hw_id) to count lost reports (`int_seq_gaps`, `int_seq_missing`, `int_seq_late`).
+//! sequence numbers are tracked per (version, node ID, hw_id) to count lost reports
+//! (`int_seq_gaps`, `int_seq_missing`, `int_seq_late`).
 //!
 //! Per report: no allocation, no lock, no system call; the source map is bounded.
 
@@ -144,9 +144,9 @@ impl<'de> serde::Deserialize<'de> for InitialTtl {
                 f.write_str(EXPECTED)
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<InitialTtl, E> {
-                match u8::try_from(v) {
-                    Ok(t @ 1..) => Ok(InitialTtl::Fixed(t)),
-                    _ => Err(E::invalid_value(
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(
                         serde::de::Unexpected::Signed(v),
                         &EXPECTED,
                     )),
