@@ -36,7 +36,9 @@ use dta_proto::wire::telemetry_report::{
     self as tr, DropInfo, EmbeddedIntRepr, Flags, FlowKey, GroupRepr, HopMetadata, IndividualRepr,
     InnerPacketRepr, IntKind, QueueOccupancy, RepType, CONGESTION_ENTRY_LEN,
 };
-use dta_translator::datapath::int_ingest::{CountWhat, HopField, IntSettings, ListRule};
+use dta_translator::datapath::int_ingest::{
+    CountWhat, HopField, InitialTtl, IntSettings, ListRule,
+};
 
 /// Relative weights of the report kinds in a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -251,7 +253,7 @@ impl Scenario {
         IntSettings {
             inner: tr::InnerConfig::default(),
             path: Some((HopField::NodeId, 0)),
-            postcard: Some((HopField::NodeId, INT_INITIAL_TTL, 5)),
+            postcard: Some((HopField::NodeId, InitialTtl::Fixed(INT_INITIAL_TTL), 5)),
             drop: Some(ListRule {
                 first: 0,
                 lists: self.lists,

@@ -22,6 +22,7 @@
 //! port = 32766                            # UDP port they arrive on (0: INT ingest off)
 //! [int.postcard]
 //! path_len = 5                            # INT-XD postcards: hops per path (0: unknown)
+//! initial_ttl = "auto"                    # hosts start at 64, 128 or 255 (or one number)
 //! ```
 //!
 //! Or, as a member of a collector cluster, with no `[[collector]]` of its own:
@@ -102,7 +103,7 @@ pub struct TranslatorConfig {
     pub int: IntSection,
 }
 
-pub use crate::datapath::int_ingest::{CountWhat, HopField};
+pub use crate::datapath::int_ingest::{CountWhat, HopField, InitialTtl};
 
 /// `[int]`: P4.org Telemetry Reports (v1.0 and v2.0) on their own UDP port, mapped onto DTA
 /// primitives (`translator/src/datapath/int_ingest.rs`, PROTOCOL.md "INT ingest").
@@ -193,8 +194,10 @@ pub struct IntPostcardRule {
     pub enabled: bool,
     /// Per-hop field (as for `[int.path]`).
     pub field: HopField,
-    /// TTL the reported packets carry at their first hop: hop = initial_ttl − TTL.
-    pub initial_ttl: u8,
+    /// TTL the reported packets carry at their first hop: hop = initial_ttl − TTL. A number
+    /// 1..=255, or "auto" (the smallest of 64, 128, 255 not below the packet's TTL: hosts of
+    /// several kinds).
+    pub initial_ttl: InitialTtl,
     /// Hops per path (0: unknown; an entry is written when it ages out).
     pub path_len: u8,
 }
@@ -204,7 +207,7 @@ impl Default for IntPostcardRule {
         IntPostcardRule {
             enabled: true,
             field: HopField::NodeId,
-            initial_ttl: 64,
+            initial_ttl: InitialTtl::Fixed(64),
             path_len: 0,
         }
     }
@@ -804,6 +807,24 @@ impl TranslatorConfig {
         if self.int.drop.lists == 0 || self.int.congestion.lists == 0 {
             return Err("int.drop.lists and int.congestion.lists must be at least 1".into());
         }
+        for (name, r) in [
+            ("drop", &self.int.drop),
+            ("congestion", &self.int.congestion),
+        ] {
+            let rule = crate::datapath::int_ingest::ListRule {
+                first: r.first_list,
+                lists: r.lists,
+            };
+            if !rule.fits() {
+                return Err(format!(
+                    "int.{name}.first_list + int.{name}.lists - 1 must be at most {} (list IDs \
+                     are 32 bits): first_list = {}, lists = {}",
+                    u32::MAX,
+                    r.first_list,
+                    r.lists
+                ));
+            }
+        }
         if t.workers == 0 || t.workers > 64 {
             return Err("translator.workers must be 1..=64".into());
         }
@@ -1100,6 +1121,39 @@ mod tests {
         assert!(!RoceSteering::Auto.shared_port(roce(5000), 2));
         assert!(RoceSteering::Qpn.shared_port(roce(0), 2));
         assert!(!RoceSteering::PortPerWorker.shared_port(roce(4791), 4));
+    }
+
+    #[test]
+    fn int_keys_are_checked() {
+        let c = parse("[int]\nport = 32766\n[int.postcard]\ninitial_ttl = \"auto\"")
+            .expect("initial_ttl = \"auto\" parses");
+        assert_eq!(c.int.postcard.initial_ttl, InitialTtl::Auto);
+        assert_eq!(
+            c.int.settings().unwrap().postcard.map(|p| p.1),
+            Some(InitialTtl::Auto)
+        );
+        let c = parse("[int.postcard]\ninitial_ttl = 128").unwrap();
+        assert_eq!(c.int.postcard.initial_ttl, InitialTtl::Fixed(128));
+        for bad in [
+            "[int.postcard]\ninitial_ttl = \"sometimes\"",
+            "[int.postcard]\ninitial_ttl = 0",
+            "[int.postcard]\ninitial_ttl = 256",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("initial_ttl"), "{bad}: {e}");
+        }
+        // List IDs are 32 bits: the last list a rule names must exist.
+        for (bad, key) in [
+            ("[int.drop]\nfirst_list = 4294967290\nlists = 8", "int.drop"),
+            (
+                "[int.congestion]\nfirst_list = 4294967295\nlists = 2",
+                "int.congestion",
+            ),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+        parse("[int.drop]\nfirst_list = 4294967288\nlists = 8").expect("the last list fits");
     }
 
     #[test]

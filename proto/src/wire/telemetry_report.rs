@@ -34,17 +34,38 @@
 //! ([`InnerConfig::md_udp_port`]; NPT 1 keeps the original destination port in the shim, NPT 2
 //! the original IP protocol, whose L4 header then follows the stack), or, when the IPv4 DSCP
 //! matches [`InnerConfig::md_dscp`], behind the packet's own TCP/UDP header. Shim type 3 is
-//! INT-MX (instructions only, no stack). INT 1.0 shims (an 8-bit type) are not read: such a
-//! packet yields its flow but no stack.
+//! INT-MX (instructions only, no stack).
+//!
+//! `HopML` is the length of one hop's metadata *including* the domain-specific metadata the DS
+//! Instruction selects (and, for a domain a hop does not know, the all-ones padding it adds to
+//! reach `HopML`): a stack is stepped through `HopML` words at a time, the Instruction
+//! Bitmap's fields are read from the start of each hop and the rest of the hop is skipped.
+//! `HopML` smaller than the bitmap's words, or a stack that is not a whole number of hops
+//! (which also covers a source's 'source-only' domain-specific metadata, whose length only the
+//! domain knows), is [`ReportError::BadLength`].
+//!
+//! # Embedded INT 1.0 (INT over TCP/UDP, 2018)
+//! INT 1.0 deployments (those that send Telemetry Report v1.0) carry a different shim: `Type(8)
+//! | Reserved(8) | Length(8) | DSCP(6) | R(2)`, Type 1 hop-by-hop (2 destination, not read),
+//! Length the words of shim, metadata header *and* stack; then the 8-byte hop-by-hop metadata
+//! header (`Ver=1 | Rep(2) | C | E | M | Rsvd(10) | HopML(5) | Remaining Hop Count(8) |
+//! Instruction Bitmap(16) | Rsvd(16)`) and the stack, newest hop first. The two shims are told
+//! apart by their first byte (an INT 2.x type is in its high nibble, an INT 1.0 type fills it:
+//! 1 or 2, high nibble 0), and the metadata header's Ver must match. They are found by the same
+//! rules (UDP port, DSCP); INT 1.0 keeps no original destination port, so behind the INT UDP
+//! port the flow is the packet's own 5-tuple. The INT 1.0 worked example ("Example with INT
+//! over TCP") prints Length = 8 for 1 + 2 + 4 words: a leftover of the tail header v1.0
+//! removed; the normative definition (7) is what is read, and 8 is `BadLength`.
 //!
 //! # Metadata bitmaps
 //! Three bitmaps select per-hop metadata, each bit a field in a fixed order, 4 bytes each unless
 //! noted: the INT instruction bitmap (bit 0 node ID, 1 L1 interface IDs, 2 hop latency, 3 queue
 //! ID + occupancy, 4 ingress timestamp (8 B), 5 egress timestamp (8 B), 6 L2 interface IDs
 //! (8 B), 7 egress TX utilisation, 8 buffer ID + occupancy, 9–14 reserved, 15 checksum
-//! complement); v2.0 RepMdBits (the same, except bit 0 reserved because the node ID is in the
-//! group header, and bit 15 queue ID + drop reason + padding); v1.0 RepMdBits (above). Reserved
-//! bits are skipped 4 bytes each. [`HopMetadata`] holds whichever fields were present.
+//! complement; INT 1.0: the timestamps are 4 B and bit 8 is reserved); v2.0 RepMdBits (the
+//! same, except bit 0 reserved because the node ID is in the group header, and bit 15 queue
+//! ID, drop reason and padding); v1.0 RepMdBits (above). Reserved bits are skipped 4 bytes
+//! each. [`HopMetadata`] holds whichever fields were present.
 //!
 //! Nothing here allocates: a datagram is walked in place ([`TelemetryReport::reports`]) and
 //! every error is a [`ReportError`], a `Copy` enum the translator counts by reason.
@@ -67,6 +88,10 @@ pub const V1_HEADER_LEN: usize = 16;
 pub const INT_SHIM_LEN: usize = 4;
 /// Length of the INT 2.x metadata header (INT-MD and INT-MX).
 pub const INT_MD_HEADER_LEN: usize = 12;
+/// Length of the INT 1.0 hop-by-hop metadata header.
+pub const INT1_MD_HEADER_LEN: usize = 8;
+/// Length of the INT 1.0 shim (its Length field counts it).
+pub const INT1_SHIM_LEN: usize = 4;
 /// Most hops an embedded stack may hold (the INT Remaining Hop Count is 8 bits, but no
 /// deployment comes close; a longer stack is [`ReportError::BadLength`]).
 pub const MAX_STACK_HOPS: usize = 32;
@@ -96,6 +121,8 @@ mod field {
     pub const SHIM_TYPE: usize = 0;
     pub const SHIM_LEN: usize = 1;
     pub const SHIM_FIELD: Range<usize> = 2..4;
+    // INT 1.0 shim: Type(8) | Reserved(8) | Length(8) | DSCP(6) R R.
+    pub const SHIM1_LEN: usize = 2;
     pub const MD_VER: usize = 0;
     pub const MD_HOP_ML: usize = 2;
     pub const MD_REMAINING: usize = 3;
@@ -259,6 +286,8 @@ pub struct HopMetadata {
 pub enum MdFormat {
     /// The INT 2.x instruction bitmap (embedded stacks, INT-MX).
     IntInstruction,
+    /// The INT 1.0 instruction bitmap (4-byte timestamps, bit 8 reserved).
+    IntInstructionV1,
     /// v2.0 RepMdBits (16 bits).
     RepMdV2,
     /// v1.0 RepMdBits (6 bits).
@@ -272,6 +301,7 @@ enum Item {
     HopLatency,
     Queue,
     IngressTs,
+    IngressTs32,
     EgressTs,
     EgressTs32,
     L2Ports,
@@ -299,13 +329,43 @@ const V2_ITEMS: [Item; 16] = [
     Skip4, L1Ports, HopLatency, Queue, IngressTs, EgressTs, L2Ports, TxUtil, Buffer, Skip4, Skip4,
     Skip4, Skip4, Skip4, Skip4, Drop,
 ];
+const INT1_ITEMS: [Item; 16] = [
+    NodeId,
+    L1Ports,
+    HopLatency,
+    Queue,
+    IngressTs32,
+    EgressTs32,
+    L2Ports,
+    TxUtil,
+    Skip4,
+    Skip4,
+    Skip4,
+    Skip4,
+    Skip4,
+    Skip4,
+    Skip4,
+    Skip4,
+];
 const V1_ITEMS: [Item; 6] = [L1Ports, HopLatency, Queue, EgressTs32, Drop, TxUtil];
 
 impl MdFormat {
+    /// The instruction bitmap of INT metadata header version `version` (1: INT 1.0, else
+    /// INT 2.x).
+    #[inline]
+    pub const fn int(version: u8) -> MdFormat {
+        if version == 1 {
+            MdFormat::IntInstructionV1
+        } else {
+            MdFormat::IntInstruction
+        }
+    }
+
     #[inline]
     fn items(self) -> &'static [Item] {
         match self {
             MdFormat::IntInstruction => &INT_ITEMS,
+            MdFormat::IntInstructionV1 => &INT1_ITEMS,
             MdFormat::RepMdV2 => &V2_ITEMS,
             MdFormat::RepMdV1 => &V1_ITEMS,
         }
@@ -350,6 +410,7 @@ impl MdFormat {
                     })
                 }
                 IngressTs => m.ingress_ts = Some(be64(b, at)?),
+                IngressTs32 => m.ingress_ts = Some(be32(b, at)? as u64),
                 EgressTs => m.egress_ts = Some(be64(b, at)?),
                 EgressTs32 => m.egress_ts = Some(be32(b, at)? as u64),
                 L2Ports => m.l2_ports = Some((be32(b, at)?, be32(b, at + 4)?)),
@@ -386,7 +447,7 @@ impl MdFormat {
                 L1Ports => m.l1_ports.is_some(),
                 HopLatency => m.hop_latency.is_some(),
                 Queue => m.queue.is_some(),
-                IngressTs => m.ingress_ts.is_some(),
+                IngressTs | IngressTs32 => m.ingress_ts.is_some(),
                 EgressTs | EgressTs32 => m.egress_ts.is_some(),
                 L2Ports => m.l2_ports.is_some(),
                 TxUtil => m.tx_util.is_some(),
@@ -423,6 +484,7 @@ impl MdFormat {
                 HopLatency => o.copy_from_slice(&m.hop_latency.unwrap_or(0).to_be_bytes()),
                 Queue => o.copy_from_slice(&q(m.queue).to_be_bytes()),
                 IngressTs => o.copy_from_slice(&m.ingress_ts.unwrap_or(0).to_be_bytes()),
+                IngressTs32 => o.copy_from_slice(&(m.ingress_ts.unwrap_or(0) as u32).to_be_bytes()),
                 EgressTs => o.copy_from_slice(&m.egress_ts.unwrap_or(0).to_be_bytes()),
                 EgressTs32 => o.copy_from_slice(&(m.egress_ts.unwrap_or(0) as u32).to_be_bytes()),
                 L2Ports => {
@@ -492,21 +554,24 @@ impl FlowKey {
     }
 }
 
-/// INT shim types (INT 2.1).
+/// INT shim types (INT 2.1; an INT 1.0 hop-by-hop stack is `Md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IntKind {
-    /// INT-MD: instructions and a metadata stack.
+    /// INT-MD (INT 1.0: hop-by-hop): instructions and a metadata stack.
     Md,
     /// INT-MX: instructions only; every hop reports for itself.
     Mx,
 }
 
-/// An INT-MD (or INT-MX) header and stack embedded in a truncated packet.
+/// An INT-MD (or INT-MX, or INT 1.0 hop-by-hop) header and stack embedded in a truncated
+/// packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EmbeddedInt<'a> {
     /// MD or MX.
     pub kind: IntKind,
-    /// Per-hop metadata length in words (0 for INT-MX).
+    /// The metadata header's version: 1 (INT 1.0 shim and header) or 2 (INT 2.x).
+    pub version: u8,
+    /// Per-hop metadata length in words, domain-specific metadata included (0 for INT-MX).
     pub hop_ml: u8,
     /// Remaining hop count.
     pub remaining_hop_count: u8,
@@ -528,8 +593,16 @@ impl<'a> EmbeddedInt<'a> {
         }
     }
 
+    /// The bitmap format of the hops' metadata (INT 1.0 or 2.x).
+    #[inline]
+    pub fn format(&self) -> MdFormat {
+        MdFormat::int(self.version)
+    }
+
     /// Hop `i` counted from the source (0 is the first hop that pushed metadata; the stack
-    /// holds the newest first). `None` beyond [`EmbeddedInt::hops`].
+    /// holds the newest first): the Instruction Bitmap's fields, read from the start of the
+    /// hop's `hop_ml` words (any domain-specific metadata after them is skipped). `None`
+    /// beyond [`EmbeddedInt::hops`].
     #[inline]
     pub fn hop_from_source(&self, i: usize) -> Option<HopMetadata> {
         let n = self.hops();
@@ -538,7 +611,7 @@ impl<'a> EmbeddedInt<'a> {
         }
         let w = self.hop_ml as usize * 4;
         let at = (n - 1 - i) * w;
-        MdFormat::IntInstruction
+        self.format()
             .parse(self.instruction, self.stack.get(at..at + w)?)
             .ok()
     }
@@ -666,7 +739,8 @@ pub fn parse_inner<'a>(
             let shim = l4.get(shim_at..).ok_or(ReportError::Truncated)?;
             if let Some((e, after)) = parse_shim(shim)? {
                 int = Some(e);
-                if by_port {
+                // INT 1.0 has no NPT: its shim keeps no original port or protocol.
+                if by_port && e.version == 2 {
                     let npt = (shim[field::SHIM_TYPE] >> 2) & 0x3;
                     let f = be16(shim, field::SHIM_FIELD.start)?;
                     match npt {
@@ -699,53 +773,87 @@ pub fn parse_inner<'a>(
     })
 }
 
-/// An INT 2.x shim and what follows it: the embedded header, and the offset just past the
-/// stack. `None` for shims this reader does not take (INT 1.0, INT-Destination).
+/// An INT shim (2.x, or 1.0) and what follows it: the embedded header, and the offset just
+/// past the stack. `None` for shims this reader does not take (INT-Destination, reserved
+/// types).
 fn parse_shim(b: &[u8]) -> core::result::Result<Option<(EmbeddedInt<'_>, usize)>, ReportError> {
-    let t = byte(b, field::SHIM_TYPE)? >> 4;
-    let kind = match t {
-        1 => IntKind::Md,
-        3 => IntKind::Mx,
-        // 0: an INT 1.0 shim (8-bit type); 2: INT-Destination; others reserved.
+    let t = byte(b, field::SHIM_TYPE)?;
+    // INT 2.x: Type(4) | NPT(2) | R(2) | Length(8, words after the shim) | 16 bits.
+    // INT 1.0: Type(8) | Reserved(8) | Length(8, words including the shim) | DSCP(6) R R.
+    let (kind, version, header_len, body) = match t >> 4 {
+        0 => {
+            if t != 1 {
+                // 2: destination header; others reserved.
+                return Ok(None);
+            }
+            let words = byte(b, field::SHIM1_LEN)? as usize;
+            if words * 4 < INT1_SHIM_LEN + INT1_MD_HEADER_LEN {
+                return Err(ReportError::MalformedInner);
+            }
+            let body = b
+                .get(INT1_SHIM_LEN..words * 4)
+                .ok_or(ReportError::Truncated)?;
+            (IntKind::Md, 1, INT1_MD_HEADER_LEN, body)
+        }
+        1 | 3 => {
+            let words = byte(b, field::SHIM_LEN)? as usize;
+            if words * 4 < INT_MD_HEADER_LEN {
+                return Err(ReportError::MalformedInner);
+            }
+            let body = b
+                .get(INT_SHIM_LEN..INT_SHIM_LEN + words * 4)
+                .ok_or(ReportError::Truncated)?;
+            let kind = if t >> 4 == 1 {
+                IntKind::Md
+            } else {
+                IntKind::Mx
+            };
+            (kind, 2, INT_MD_HEADER_LEN, body)
+        }
+        // 2: INT-Destination; others reserved.
         _ => return Ok(None),
     };
-    let words = byte(b, field::SHIM_LEN)? as usize;
-    let total = INT_SHIM_LEN + words * 4;
-    if words * 4 < INT_MD_HEADER_LEN {
-        return Err(ReportError::MalformedInner);
-    }
-    let body = b.get(INT_SHIM_LEN..total).ok_or(ReportError::Truncated)?;
-    if byte(body, field::MD_VER)? >> 4 != 2 {
+    if byte(body, field::MD_VER)? >> 4 != version {
         return Err(ReportError::MalformedInner);
     }
     let hop_ml = byte(body, field::MD_HOP_ML)? & 0x1F;
-    let stack = &body[INT_MD_HEADER_LEN..];
+    let stack = &body[header_len..];
     let instruction = be16(body, field::MD_INSTRUCTION.start)?;
+    let format = MdFormat::int(version);
     if kind == IntKind::Md {
         let per_hop = hop_ml as usize * 4;
+        // Hop ML counts domain-specific metadata (or a hop's padding) after the bitmap's
+        // fields: it may exceed what the bitmap selects, never fall short of it.
         let bad = if per_hop == 0 {
             !stack.is_empty()
         } else {
             stack.len() % per_hop != 0
                 || stack.len() / per_hop > MAX_STACK_HOPS
-                || MdFormat::IntInstruction.md_len(instruction) != per_hop
+                || format.md_len(instruction) > per_hop
         };
         if bad {
             return Err(ReportError::BadLength);
         }
     }
-    let _ = be16(body, field::MD_DS_INSTRUCTION.start)?;
-    let _ = be16(body, field::MD_DS_FLAGS.start)?;
+    let domain_specific_id = if version == 2 {
+        let _ = be16(body, field::MD_DS_INSTRUCTION.start)?;
+        let _ = be16(body, field::MD_DS_FLAGS.start)?;
+        be16(body, field::MD_DS_ID.start)?
+    } else {
+        0
+    };
+    let after = INT_SHIM_LEN + body.len();
     Ok(Some((
         EmbeddedInt {
             kind,
+            version,
             hop_ml: if kind == IntKind::Md { hop_ml } else { 0 },
             remaining_hop_count: byte(body, field::MD_REMAINING)?,
             instruction,
-            domain_specific_id: be16(body, field::MD_DS_ID.start)?,
+            domain_specific_id,
             stack,
         },
-        total,
+        after,
     )))
 }
 
@@ -1499,6 +1607,10 @@ mod tests {
         assert_eq!(MdFormat::RepMdV2.md_len(0x4000 | 0x1000), 8);
         assert_eq!(MdFormat::RepMdV2.md_len(0xFFFF), 13 * 4 + 3 * 8);
         assert_eq!(MdFormat::IntInstruction.md_len(0x9000), 8);
+        // INT 1.0: timestamps are 4 bytes, only bit 6 (L2 interface IDs) is 8.
+        assert_eq!(MdFormat::IntInstructionV1.md_len(0x8C00), 12);
+        assert_eq!(MdFormat::IntInstruction.md_len(0x8C00), 20);
+        assert_eq!(MdFormat::IntInstructionV1.md_len(0xFFFF), 7 * 4 + 8 + 8 * 4);
         assert_eq!(MdFormat::RepMdV1.md_len(0x3F), 24);
     }
 
@@ -1721,6 +1833,14 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let cfg = InnerConfig { md_dscp: Some(0x17), ..InnerConfig::default() };
             if let Ok(t) = TelemetryReport::parse(&bytes) {
+                // Reports, then at most one error, which ends the walk; every report takes at
+                // least a header, so the walk is bounded by the datagram.
+                let items: Vec<_> = t.reports().take(bytes.len() + 2).collect();
+                prop_assert!(!items.is_empty());
+                prop_assert!(items.len() <= bytes.len() / INDIVIDUAL_HEADER_LEN + 1);
+                let errors = items.iter().filter(|r| r.is_err()).count();
+                prop_assert!(errors <= 1);
+                prop_assert!(errors == 0 || items.last().is_some_and(|r| r.is_err()));
                 for ir in t.reports().take(64).flatten() {
                     if let Ok(p) = ir.parse_inner(&cfg) {
                         if let Some(e) = p.int {

@@ -8,7 +8,7 @@
 //! | The report | DTA primitive | Key | Value |
 //! |---|---|---|---|
 //! | carries an embedded INT-MD stack (a sink's report) | Key-Write | flow 5-tuple (13 B) | the configured per-hop field of every hop, source first, then the sink's own (4 B BE each, at most 8 hops) |
-//! | tracked flow (F) without a stack (INT-XD postcards, INT-MX per-hop reports) | Postcarding | flow 5-tuple, hop = `initial_ttl − TTL` | the hop's configured field |
+//! | tracked flow (F) without a stack (INT-XD postcards, INT-MX per-hop reports) | Postcarding | flow 5-tuple, hop = `initial_ttl − TTL` ([`InitialTtl`]) | the hop's configured field |
 //! | dropped (D, or a drop reason in its metadata) | Append to `first + node % lists` | — | [`DropEvent`] (flow, node, reason, queue; 20 B) |
 //! | congested queue (Q) | Append to `first + node % lists` | — | [`CongestionEvent`] (flow, node, queue, occupancy; 24 B) |
 //! | any report with a flow | Key-Increment | flow 5-tuple | 1 (reports) or the IPv4 total length (bytes) |
@@ -17,8 +17,12 @@
 //! workers, admission, budget), so every one of them ends translated, pending or under one
 //! `drop_*` reason: `rx_datagrams + int_derived() == translated + dropped() + pending`.
 //! Reports that cannot be read are counted under one `int_drop_*` reason; reports no rule
-//! takes, as `int_unmapped`. The spec's sequence numbers are tracked per (version, node ID,
-//! hw_id) to count lost reports (`int_seq_gaps`, `int_seq_missing`, `int_seq_late`).
+//! takes, as `int_unmapped`; a postcard whose TTL is above a fixed `initial_ttl` (its hop is
+//! unknown) as `int_postcard_ttl_above_initial` (the report's other rules still apply). An
+//! Append list ID past `u32::MAX` is never formed: such an event counts as derived and as
+//! `drop_unknown_list` (configuration refuses the rules that could name one). The spec's
+//! sequence numbers are tracked per (version, node ID, hw_id) to count lost reports
+//! (`int_seq_gaps`, `int_seq_missing`, `int_seq_late`).
 //!
 //! Per report: no allocation, no lock, no system call; the source map is bounded.
 
@@ -81,13 +85,114 @@ pub enum CountWhat {
     Bytes,
 }
 
+/// The TTL the reported packets carried at their first hop (`[int.postcard] initial_ttl`):
+/// a postcard's hop is `initial_ttl − TTL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InitialTtl {
+    /// Every host starts its packets at this TTL (1..=255). A report whose TTL is above it
+    /// yields no postcard (`int_postcard_ttl_above_initial`).
+    Fixed(u8),
+    /// Hosts of several kinds: the smallest of 64, 128 and 255 (the common initial TTLs of
+    /// Linux and macOS, Windows, network OSes) not below the packet's TTL. A path longer than
+    /// the distance between two of those values is read as a shorter one.
+    Auto,
+}
+
+impl Default for InitialTtl {
+    fn default() -> Self {
+        InitialTtl::Fixed(64)
+    }
+}
+
+impl InitialTtl {
+    /// The hop of a packet seen with `ttl` (0 at the first hop), or `None` when `ttl` is above
+    /// a fixed initial TTL.
+    #[inline]
+    pub fn hop(self, ttl: u8) -> Option<u8> {
+        match self {
+            InitialTtl::Fixed(initial) => initial.checked_sub(ttl),
+            InitialTtl::Auto => {
+                let initial = if ttl <= 64 {
+                    64
+                } else if ttl <= 128 {
+                    128
+                } else {
+                    255
+                };
+                Some(initial - ttl)
+            }
+        }
+    }
+}
+
+impl serde::Serialize for InitialTtl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            InitialTtl::Fixed(t) => s.serialize_u8(*t),
+            InitialTtl::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for InitialTtl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        const EXPECTED: &str = "a TTL 1..=255 or \"auto\"";
+        impl serde::de::Visitor<'_> for V {
+            type Value = InitialTtl;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(EXPECTED)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<InitialTtl, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(
+                        serde::de::Unexpected::Signed(v),
+                        &EXPECTED,
+                    )),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<InitialTtl, E> {
+                match u8::try_from(v) {
+                    Ok(t @ 1..) => Ok(InitialTtl::Fixed(t)),
+                    _ => Err(E::invalid_value(
+                        serde::de::Unexpected::Unsigned(v),
+                        &EXPECTED,
+                    )),
+                }
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<InitialTtl, E> {
+                match v {
+                    "auto" => Ok(InitialTtl::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &EXPECTED)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// A range of Append lists events go to (`first + node_id % lists`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ListRule {
     /// First list.
     pub first: u32,
-    /// Lists (at least 1).
+    /// Lists (at least 1; `first + lists - 1` must not pass `u32::MAX`).
     pub lists: u32,
+}
+
+impl ListRule {
+    /// The list node `node`'s events go to; `None` if it would pass `u32::MAX` (a rule the
+    /// configuration refuses).
+    #[inline]
+    pub fn list_of(self, node: u32) -> Option<u32> {
+        self.first.checked_add(node % self.lists.max(1))
+    }
+
+    /// Whether every list of the rule has an ID (`first + lists - 1 <= u32::MAX`).
+    pub fn fits(self) -> bool {
+        self.first.checked_add(self.lists.max(1) - 1).is_some()
+    }
 }
 
 /// How INT reports become DTA reports (from `[int]`).
@@ -99,7 +204,7 @@ pub struct IntSettings {
     pub path: Option<(HopField, u8)>,
     /// Postcards: the field, the TTL reports show at the first hop, and the path length (0:
     /// unknown; the entry is written when it ages out).
-    pub postcard: Option<(HopField, u8, u8)>,
+    pub postcard: Option<(HopField, InitialTtl, u8)>,
     /// Drop events.
     pub drop: Option<ListRule>,
     /// Congestion events.
@@ -117,7 +222,7 @@ impl Default for IntSettings {
         IntSettings {
             inner: InnerConfig::default(),
             path: Some((HopField::NodeId, 0)),
-            postcard: Some((HopField::NodeId, 64, 0)),
+            postcard: Some((HopField::NodeId, InitialTtl::Fixed(64), 0)),
             drop: Some(ListRule { first: 0, lists: 1 }),
             congestion: Some(ListRule { first: 1, lists: 1 }),
             counter: Some((CountWhat::Reports, 0)),
@@ -277,6 +382,8 @@ impl IntIngest {
             return;
         };
         let node = t.node_id;
+        // Events derived but dropped for a list ID past u32::MAX (the report was mapped).
+        let mut events_dropped = false;
         let mut local = ir.local;
         local.node_id = Some(node);
         let header = self.header;
@@ -296,17 +403,20 @@ impl IntIngest {
         } else if let (true, Some((field, initial_ttl, path_len))) =
             (ir.flags.tracked && stack.is_none(), self.s.postcard)
         {
-            if let Some(hop) = initial_ttl.checked_sub(p.ttl) {
-                c.int_derived_postcard += 1;
-                out.push(Report {
-                    header,
-                    primitive: Primitive::Postcard {
-                        flow,
-                        hop,
-                        path_len,
-                        value: field.of(&local),
-                    },
-                });
+            match initial_ttl.hop(p.ttl) {
+                Some(hop) => {
+                    c.int_derived_postcard += 1;
+                    out.push(Report {
+                        header,
+                        primitive: Primitive::Postcard {
+                            flow,
+                            hop,
+                            path_len,
+                            value: field.of(&local),
+                        },
+                    });
+                }
+                None => c.int_postcard_ttl_above_initial += 1,
             }
         }
         if let (true, Some(rule)) = (ir.flags.dropped || ir.local.drop.is_some(), self.s.drop) {
@@ -315,14 +425,7 @@ impl IntIngest {
                 node_id: node,
                 drop: ir.local.drop.unwrap_or_default(),
             };
-            c.int_derived_append += 1;
-            out.push(Report {
-                header,
-                primitive: Primitive::Append {
-                    list: list_of(rule, node),
-                    value: Value::new(&e.to_bytes()).unwrap_or(Value::EMPTY),
-                },
-            });
+            events_dropped |= !push_event(rule, node, &e.to_bytes(), header, c, out);
         }
         if let (true, Some(rule)) = (ir.flags.congested, self.s.congestion) {
             let e = CongestionEvent {
@@ -330,14 +433,7 @@ impl IntIngest {
                 node_id: node,
                 queue: ir.local.queue.unwrap_or_default(),
             };
-            c.int_derived_append += 1;
-            out.push(Report {
-                header,
-                primitive: Primitive::Append {
-                    list: list_of(rule, node),
-                    value: Value::new(&e.to_bytes()).unwrap_or(Value::EMPTY),
-                },
-            });
+            events_dropped |= !push_event(rule, node, &e.to_bytes(), header, c, out);
         }
         if let Some((what, n)) = self.s.counter {
             c.int_derived_keyincrement += 1;
@@ -350,7 +446,7 @@ impl IntIngest {
                 },
             });
         }
-        if out.len == 0 {
+        if out.len == 0 && !events_dropped {
             c.int_unmapped += 1;
         }
     }
@@ -383,9 +479,34 @@ impl IntIngest {
     }
 }
 
+/// Derives an event's Append report (`true`); a list ID past `u32::MAX` drops it as
+/// `unknown_list` (`false`).
 #[inline]
-fn list_of(rule: ListRule, node: u32) -> u32 {
-    rule.first + node % rule.lists.max(1)
+fn push_event(
+    rule: ListRule,
+    node: u32,
+    entry: &[u8],
+    header: ReportHeader,
+    c: &mut TranslatorCounters,
+    out: &mut Derived,
+) -> bool {
+    c.int_derived_append += 1;
+    match rule.list_of(node) {
+        Some(list) => {
+            out.push(Report {
+                header,
+                primitive: Primitive::Append {
+                    list,
+                    value: Value::new(entry).unwrap_or(Value::EMPTY),
+                },
+            });
+            true
+        }
+        None => {
+            c.drop_unknown_list += 1;
+            false
+        }
+    }
 }
 
 #[inline]
@@ -507,6 +628,132 @@ mod tests {
             ));
             assert_eq!(c.int_derived(), 2);
         }
+    }
+
+    /// A tracked-flow report without a stack (a postcard) whose packet has `ttl`, from node
+    /// 50, dropped (D) if `dropped`.
+    fn postcard_report(version: u8, ttl: u8, dropped: bool) -> Vec<u8> {
+        datagram(
+            version,
+            1,
+            IndividualRepr {
+                rep_type: RepType::Int,
+                flags: Flags {
+                    tracked: true,
+                    dropped,
+                    ..Flags::default()
+                },
+                local: HopMetadata::default(),
+                ingress_ts32: 0,
+                packet: InnerPacketRepr {
+                    ethernet: false,
+                    flow: flow(),
+                    ttl,
+                    dscp: 0,
+                    payload_len: 10,
+                    int: None,
+                },
+            },
+        )
+    }
+
+    fn postcard_hops(r: &[Report]) -> Vec<u8> {
+        r.iter()
+            .filter_map(|r| match r.primitive {
+                Primitive::Postcard { hop, .. } => Some(hop),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn postcards_above_initial_ttl_are_counted() {
+        let ing = IntIngest::new(IntSettings::default());
+        let mut c = TranslatorCounters::default();
+        let r = derive(&ing, &postcard_report(2, 100, false), &mut c);
+        assert!(postcard_hops(&r).is_empty(), "{r:?}");
+        assert_eq!(c.get("int_postcard_ttl_above_initial"), Some(1), "{c:?}");
+        // The report's other rules still apply.
+        assert_eq!(c.int_derived_keyincrement, 1);
+        let r = derive(&ing, &postcard_report(2, 61, false), &mut c);
+        assert_eq!(postcard_hops(&r), [3]);
+        assert_eq!(c.get("int_postcard_ttl_above_initial"), Some(1));
+    }
+
+    #[test]
+    fn initial_ttl_auto_takes_the_nearest_common_initial_ttl() {
+        let cfg = crate::config::TranslatorConfig::from_toml(
+            "[int]\nport = 32766\n[int.postcard]\ninitial_ttl = \"auto\"\n\
+             [[collector]]\nname = \"c\"\ncm = \"127.0.0.1:4791\"\nports = [1337]\n",
+        )
+        .expect("initial_ttl = \"auto\" parses");
+        let ing = IntIngest::new(cfg.int.settings().unwrap());
+        let mut c = TranslatorCounters::default();
+        for (ttl, hop) in [
+            (64, 0),
+            (60, 4),
+            (1, 63),
+            (65, 63),
+            (120, 8),
+            (128, 0),
+            (129, 126),
+            (250, 5),
+            (255, 0),
+        ] {
+            let r = derive(&ing, &postcard_report(1, ttl, false), &mut c);
+            assert_eq!(postcard_hops(&r), [hop], "TTL {ttl}");
+        }
+        assert_eq!(c.get("int_postcard_ttl_above_initial"), Some(0));
+    }
+
+    #[test]
+    fn list_ids_never_wrap() {
+        // 50 % 8 = 2 past u32::MAX - 1: the list ID does not exist.
+        let ing = IntIngest::new(IntSettings {
+            drop: Some(ListRule {
+                first: u32::MAX - 1,
+                lists: 8,
+            }),
+            ..IntSettings::default()
+        });
+        let mut c = TranslatorCounters::default();
+        let r = derive(&ing, &postcard_report(2, 60, true), &mut c);
+        assert!(
+            !r.iter()
+                .any(|r| matches!(r.primitive, Primitive::Append { .. })),
+            "{r:?}"
+        );
+        assert_eq!((c.int_derived_append, c.drop_unknown_list), (1, 1));
+        assert_eq!(c.int_unmapped, 0);
+        // With no other rule, the report was still mapped (its event derived, then dropped).
+        let only_drops = IntIngest::new(IntSettings {
+            path: None,
+            postcard: None,
+            counter: None,
+            drop: Some(ListRule {
+                first: u32::MAX - 1,
+                lists: 8,
+            }),
+            ..IntSettings::default()
+        });
+        let mut c = TranslatorCounters::default();
+        assert!(derive(&only_drops, &postcard_report(2, 60, true), &mut c).is_empty());
+        assert_eq!(
+            (c.int_derived(), c.drop_unknown_list, c.int_unmapped),
+            (1, 1, 0)
+        );
+        // The last list that exists is still reached.
+        let ing = IntIngest::new(IntSettings {
+            drop: Some(ListRule {
+                first: u32::MAX - 2,
+                lists: 8,
+            }),
+            ..IntSettings::default()
+        });
+        let r = derive(&ing, &postcard_report(2, 60, true), &mut c);
+        assert!(r
+            .iter()
+            .any(|r| matches!(r.primitive, Primitive::Append { list: u32::MAX, .. })));
     }
 
     #[test]

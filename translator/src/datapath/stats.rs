@@ -151,6 +151,9 @@ dta_proto::define_counters!(
         int_unmapped,
         /// INT path values cut to the longest value a report carries (8 hops).
         int_path_truncated,
+        /// INT postcards not derived: the report's TTL was above `[int.postcard] initial_ttl`
+        /// (the hop is unknown; the report's other rules still applied).
+        int_postcard_ttl_above_initial,
         /// Key-Write reports derived from INT reports (paths).
         int_derived_keywrite,
         /// Key-Increment reports derived from INT reports (per-flow counters).
