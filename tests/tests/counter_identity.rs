@@ -285,10 +285,11 @@ enum Spec {
         hop: u8,
         path_len: u8,
     },
+    /// Columns from `column`, or (`None`) from the next its switch owes in that epoch.
     Sketch {
         switch: u8,
         epoch: u8,
-        column: u8,
+        column: Option<u8>,
         columns: u8,
     },
     /// A datagram too short to be a report.
@@ -311,34 +312,33 @@ enum Step {
 
 fn spec() -> impl Strategy<Value = Spec> {
     prop_oneof![
-        (any::<u16>(), 1u8..=3, any::<bool>()).prop_map(|(key, n, imm)| Spec::KeyWrite {
-            key,
-            n,
-            imm
-        }),
-        (any::<u16>(), 1u8..=3, any::<bool>()).prop_map(|(key, n, imm)| Spec::KeyIncrement {
-            key,
-            n,
-            imm
-        }),
-        (0u8..10, any::<bool>()).prop_map(|(list, imm)| Spec::Append { list, imm }),
+        2 => (any::<u16>(), redundancy(), any::<bool>())
+            .prop_map(|(key, n, imm)| Spec::KeyWrite { key, n, imm }),
+        2 => (any::<u16>(), redundancy(), any::<bool>())
+            .prop_map(|(key, n, imm)| Spec::KeyIncrement { key, n, imm }),
+        2 => (0u8..10, any::<bool>()).prop_map(|(list, imm)| Spec::Append { list, imm }),
         // A hop at or past its path length cannot be encoded (it is `Malformed` on the wire);
         // hop 4 of a path of unknown length is outside the store's 4 hops (`bad_hop`).
-        (0u8..16, 0u8..5, 0u8..5).prop_map(|(flow, hop, path_len)| Spec::Postcard {
+        2 => (0u8..16, 0u8..5, 0u8..5).prop_map(|(flow, hop, path_len)| Spec::Postcard {
             flow,
             hop: if path_len == 0 { hop } else { hop % path_len },
             path_len
         }),
-        (0u8..3, 0u8..3, 0u8..64, 1u8..=24).prop_map(|(switch, epoch, column, columns)| {
-            Spec::Sketch {
+        3 => (0u8..3, 0u8..3, prop::option::weighted(0.2, 0u8..64), 1u8..=24).prop_map(
+            |(switch, epoch, column, columns)| Spec::Sketch {
                 switch,
                 epoch,
                 column,
                 columns,
             }
-        }),
-        Just(Spec::Truncated),
+        ),
+        1 => Just(Spec::Truncated),
     ]
+}
+
+/// Mostly the N the stores are written with (2), sometimes another (dropped).
+fn redundancy() -> impl Strategy<Value = u8> {
+    prop_oneof![3 => Just(2u8), 1 => 1u8..=3]
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -420,7 +420,10 @@ fn sketch_shape() -> SketchShape {
     SketchShape::new(SketchKind::CountMin, 4, 64, 4).unwrap()
 }
 
-fn payload(s: &Spec, sketch: &Sketch) -> Vec<u8> {
+/// The next column each (switch, epoch) owes, as the test's switches see it.
+type Owed = std::collections::HashMap<(u8, u8), u32>;
+
+fn payload(s: &Spec, sketch: &Sketch, owed: &mut Owed) -> Vec<u8> {
     let r = |primitive, immediate| {
         let header = ReportHeader {
             immediate,
@@ -471,9 +474,12 @@ fn payload(s: &Spec, sketch: &Sketch) -> Vec<u8> {
             column,
             columns,
         } => {
-            let n = (columns as u32).min(64 - column as u32);
+            let next = owed.entry((switch, epoch)).or_insert(0);
+            let column = column.map_or(*next % 64, u32::from);
+            let n = (columns as u32).min(64 - column);
+            *next = column + n;
             sketch
-                .column_report(7, switch as u32, 1 + epoch as u32, column as u32, n)
+                .column_report(7, switch as u32, 1 + epoch as u32, column, n)
                 .unwrap()
         }
         Spec::Truncated => vec![0x20],
@@ -487,14 +493,21 @@ struct Setup {
     window: u32,
     /// Frames per transmit batch.
     tx_frames: usize,
+    /// PSNs a QP may have unconfirmed.
+    max_outstanding: u32,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
     (
         prop_oneof![Just(0u32), Just(16), Just(1024)],
         prop_oneof![Just(3usize), Just(12), Just(4096)],
+        prop_oneof![Just(64u32), Just(1 << 20)],
     )
-        .prop_map(|(window, tx_frames)| Setup { window, tx_frames })
+        .prop_map(|(window, tx_frames, max_outstanding)| Setup {
+            window,
+            tx_frames,
+            max_outstanding,
+        })
 }
 
 fn run(setup: Setup, steps: &[Step]) {
@@ -503,8 +516,12 @@ fn run(setup: Setup, steps: &[Step]) {
         stores(),
         HarnessOptions {
             tx_frames: setup.tx_frames,
+            // 8 cache slots for 16 flows: evictions.
+            postcard_cache_slots: 8,
+            postcard_flush_ns: 5 * MS,
             qp: dta_translator::datapath::qp::QpTuning {
                 retransmit_window: setup.window,
+                max_outstanding: setup.max_outstanding,
                 rto_max_ns: 10 * MS,
                 // A stall of a few steps breaks the QP (nothing reconnects it here).
                 broken_after_ns: 40 * MS,
@@ -522,10 +539,14 @@ fn run(setup: Setup, steps: &[Step]) {
     for k in 0..500u32 {
         sketch.update(&Key::new(&k.to_be_bytes()).unwrap(), 1);
     }
+    let mut owed = Owed::new();
     for (i, s) in steps.iter().enumerate() {
         match s {
             Step::Burst(specs) => {
-                let bufs: Vec<Vec<u8>> = specs.iter().map(|s| payload(s, &sketch)).collect();
+                let bufs: Vec<Vec<u8>> = specs
+                    .iter()
+                    .map(|s| payload(s, &sketch, &mut owed))
+                    .collect();
                 let refs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
                 h.send_raw(&refs);
             }
@@ -544,7 +565,7 @@ fn run(setup: Setup, steps: &[Step]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn every_report_is_counted_once_on_every_path(

@@ -23,7 +23,7 @@ use dta_proto::{Key, Value};
 use dta_tests::harness::{extended_header, Harness, HarnessOptions};
 
 const MS: u64 = 1_000_000;
-const SLOTS: u32 = 1 << 16;
+const SLOTS: u32 = 1 << 20;
 const N: u8 = 4;
 
 fn harness() -> Harness {

@@ -632,7 +632,7 @@ impl Pipeline {
             self.counters.drop_qp_broken += 1;
             return;
         }
-        if !sender.can_take(self.max_frames_per_report) {
+        if !sender.can_take(now, self.max_frames_per_report, tx) {
             self.counters.drop_qp_queue_full += 1;
             return;
         }
@@ -712,9 +712,11 @@ impl Pipeline {
             self.counters.drop_qp_broken += 1;
             return;
         }
-        if !store.sender.can_take(self.max_frames_per_report) {
+        if !store.sender.can_take(now, self.max_frames_per_report, tx) {
             // The QP's ring is full of frames it could not send yet (a stalled collector, a
-            // closed window): a report now would overwrite one of them.
+            // closed window): a report now would overwrite one of them. Or it has as many PSNs
+            // unconfirmed as it may (a silent collector), or no ring and no room in `tx`. The
+            // report is refused whole, before any of its frames is taken.
             self.counters.drop_qp_queue_full += 1;
             return;
         }
@@ -869,7 +871,7 @@ impl Pipeline {
                 self.counters.drop_qp_broken += 1;
                 continue;
             }
-            if !s.sender.can_take(self.max_frames_per_report) {
+            if !s.sender.can_take(now, self.max_frames_per_report, tx) {
                 return;
             }
             let n = match r.primitive {
@@ -898,7 +900,12 @@ impl Pipeline {
                 min(d);
             }
             if let Some(d) = dispatch!(&s.prim, p => p.next_deadline()) {
-                min(d);
+                // A primitive's timer writes: it is due once its QP has room again (polling it
+                // before would spin; the QP's own deadline, or an answer, comes first).
+                let frames = s.prim.frames_per_report(self.cfg.max_redundancy);
+                if let Some(room) = s.sender.qp.room_at(frames) {
+                    min(d.max(room));
+                }
             }
         }
         if !self.backlog.is_empty() {
@@ -909,13 +916,16 @@ impl Pipeline {
         t
     }
 
-    /// True if every store's QP can take a report now (its ring has room for the most frames
-    /// one report needs): a caller that can wait (the DART fleet, a paced generator) waits
-    /// instead of having the report dropped as `drop_qp_queue_full`.
-    pub fn can_take(&self) -> bool {
-        self.stores
-            .iter()
-            .all(|s| s.sender.can_take(self.max_frames_per_report))
+    /// True if every store's QP can take a report at `now` (its ring has room for the most
+    /// frames one report needs and its PSN cap allows them; room in the caller's transmit
+    /// batch is the caller's to provide): a caller that can wait (the DART fleet, a paced
+    /// generator) waits instead of having the report dropped as `drop_qp_queue_full`.
+    pub fn can_take(&self, now: u64) -> bool {
+        self.stores.iter().all(|s| {
+            s.sender
+                .qp
+                .can_take(now, self.max_frames_per_report, usize::MAX)
+        })
     }
 
     /// Frames sent or queued and not yet confirmed by the collectors, on QPs that are not
