@@ -1250,6 +1250,52 @@ mod tests {
     }
 
     #[test]
+    fn a_timer_whose_qp_cannot_take_a_frame_is_not_due() {
+        use dta_proto::layout::AppendFormat;
+        use dta_proto::wire::ib::{NakCode, Syndrome};
+        let mut p = single_store_pipeline(StoreKind::Append {
+            lists: 4,
+            first_list: 0,
+            capacity: 64,
+            entry_size: 4,
+            batch: 16,
+            format: AppendFormat::Sequenced,
+            list_stride: 4096,
+        });
+        let r = Report {
+            header: HDR,
+            primitive: Primitive::Append {
+                list: 1,
+                value: Value::new(&[1; 4]).unwrap(),
+            },
+        };
+        feed(&mut p, &burst_of(&[r]));
+        assert_eq!(p.pending_reports(), 1);
+        // The batch's flush delay (1 ms) is the only timer.
+        assert_eq!(p.next_deadline(), Some(1 + 1_000_000));
+        // The QP breaks: the batch cannot be written until it is replaced, so its timer is
+        // not due (a worker would otherwise poll it in a loop: the deadline stays in the past).
+        let qp = &mut p.stores[0].sender.qp;
+        let psn = qp.next_psn();
+        qp.on_response(2, Syndrome::Nak(NakCode::RemoteAccessError), psn);
+        assert_eq!(p.next_deadline(), None);
+        let mut tx = TxBatch::new(64, 2048);
+        p.poll(5_000_000, &mut tx);
+        assert_eq!((p.pending_reports(), tx.len()), (1, 0));
+        // A new QP: due again, and the batch is written.
+        let qpb = QpBinding {
+            local_qpn: Qpn::new(0x200),
+            remote_qpn: Qpn::new(0x22),
+            start_psn: Psn::new(100),
+        };
+        assert!(p.rebind("s", qpb, None));
+        assert_eq!(p.next_deadline(), Some(1 + 1_000_000));
+        p.poll(5_000_000, &mut tx);
+        assert_eq!((p.pending_reports(), tx.len()), (0, 1));
+        assert_eq!(p.counters().translated, 1);
+    }
+
+    #[test]
     fn postcards_are_written_with_the_stores_redundancy() {
         use dta_proto::meta::Redundancy;
         let kind = StoreKind::Postcard {
