@@ -108,6 +108,8 @@ fn a_keywrite_refused_for_want_of_room_counts_once_and_sends_nothing() {
         0,
         "a report is refused whole: no half-sent Key-Write"
     );
+    let c = p.counters();
+    assert_eq!((c.drop_qp_queue_full, c.frames_dropped_queue_full), (1, 0));
     // With room it goes out whole.
     let mut tx = batch(64, 0);
     feed(&mut p, 2, &[encode(&r)], &mut tx);
@@ -235,6 +237,9 @@ fn a_sketch_batch_its_qp_refused_stays_dirty_and_is_written_later() {
     );
     assert_eq!(apply(&tx, &mut mem), 1000);
     assert_identity(&p, "epoch 2's report");
+    // The 24 refused WRITEs are counted as frames; the report was merged (translated).
+    let c = p.counters();
+    assert_eq!((c.frames_dropped_queue_full, c.translated), (24, 2), "{c:?}");
     // Polls (with room) write every batch of epoch 2, the refused ones included.
     for t in 3..200 {
         let mut tx = batch(4096, 0);
