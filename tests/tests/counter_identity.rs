@@ -239,7 +239,11 @@ fn a_sketch_batch_its_qp_refused_stays_dirty_and_is_written_later() {
     assert_identity(&p, "epoch 2's report");
     // The 24 refused WRITEs are counted as frames; the report was merged (translated).
     let c = p.counters();
-    assert_eq!((c.frames_dropped_queue_full, c.translated), (24, 2), "{c:?}");
+    assert_eq!(
+        (c.frames_dropped_queue_full, c.translated),
+        (24, 2),
+        "{c:?}"
+    );
     // Polls (with room) write every batch of epoch 2, the refused ones included.
     for t in 3..200 {
         let mut tx = batch(4096, 0);

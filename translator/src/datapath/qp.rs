@@ -253,6 +253,12 @@ pub struct QpTx {
     tuning: QpTuning,
     /// [`QpTuning::max_outstanding`], clamped to 1..=[`MAX_OUTSTANDING`].
     max_outstanding: u32,
+    /// `acked + max_outstanding`: `next` never passes it (kept with `acked`, so the check per
+    /// report is one subtraction).
+    limit: Psn,
+    /// The ring's capacity in frames (0: no ring), kept out of the `Option` for the check per
+    /// report.
+    ring_capacity: usize,
     next: Psn,
     send: Psn,
     high: Psn,
@@ -293,7 +299,8 @@ pub struct QpTx {
     /// Shutdown: ask about an unconfirmed tail at once, every frame with AckReq.
     confirm_now: bool,
     /// Nonzero while anything takes new frames off the fast path (broken, a probe wanted,
-    /// confirming promptly, a loss window, an RNR pause): one load instead of five per frame.
+    /// confirming promptly, a loss window, a go-back-N pass, an RNR pause): one load instead
+    /// of six per frame.
     /// Recomputed by [`QpTx::regate`] wherever one of them changes.
     gate: bool,
     /// Counters.
@@ -311,12 +318,14 @@ impl QpTx {
         tuning: QpTuning,
         max_frame_len: usize,
     ) -> QpTx {
-        QpTx {
+        let mut q = QpTx {
             local_qpn,
             remote_qpn,
-            ring: RetxRing::new(tuning.retransmit_window, max_frame_len, start_psn),
+            ring: None,
+            ring_capacity: 0,
             rtt: RttEstimator::new(tuning.ack_timeout_ns, tuning.rto_min_ns, tuning.rto_max_ns),
             max_outstanding: tuning.max_outstanding.clamp(1, MAX_OUTSTANDING),
+            limit: start_psn.add(tuning.max_outstanding.clamp(1, MAX_OUTSTANDING)),
             tuning,
             next: start_psn,
             send: start_psn,
@@ -342,7 +351,10 @@ impl QpTx {
             confirm_now: false,
             gate: false,
             stats: QpStats::default(),
-        }
+        };
+        q.ring = RetxRing::new(tuning.retransmit_window, max_frame_len, start_psn);
+        q.ring_capacity = q.ring.as_ref().map_or(0, |r| r.capacity());
+        q
     }
 
     /// The PSN the next new frame takes.
@@ -376,6 +388,7 @@ impl QpTx {
             || self.probe_wanted
             || self.confirm_now
             || self.window != UNLIMITED
+            || matches!(self.recovery, Recovery::GoBackN { .. })
             || self.timers.get(Timer::Pause).is_some();
     }
 
@@ -400,20 +413,25 @@ impl QpTx {
     /// whole, before any of its frames is taken.
     #[inline(always)]
     pub fn can_take(&self, now: u64, frames: usize, tx_room: usize) -> bool {
-        let psns = self.outstanding() as usize + frames <= self.max_outstanding as usize;
-        // Nothing waits to be sent and no loss is being recovered: frames go out at once.
-        if self.send == self.next
-            && self.window == UNLIMITED
-            && !self.broken
-            && !matches!(self.recovery, Recovery::GoBackN { .. })
-        {
-            return psns
-                && match &self.ring {
-                    Some(r) => frames <= r.capacity(),
-                    None => frames <= tx_room && !self.probe_wanted && !self.is_paused(now),
-                };
+        // Nothing waits to be sent and nothing special is going on (no loss being recovered,
+        // not broken, no pause): frames go out at once, or wait in the ring without
+        // overwriting anything unsent; without a ring they must fit in the batch.
+        if self.send == self.next && !self.gate {
+            let queue = if self.ring_capacity != 0 {
+                self.ring_capacity
+            } else {
+                tx_room
+            };
+            return frames <= queue.min(self.psn_room());
         }
-        psns && self.can_take_slow(now, frames, tx_room)
+        self.can_take_slow(now, frames, tx_room)
+    }
+
+    /// PSNs that may still be taken before `next − acked` reaches the cap.
+    #[inline(always)]
+    fn psn_room(&self) -> usize {
+        // `next` never passes `limit`: the masked difference is the room left.
+        (self.limit.value().wrapping_sub(self.next.value()) & 0xFF_FFFF) as usize
     }
 
     /// When `frames` new frames can next be taken, room in the caller's transmit batch aside:
@@ -433,7 +451,7 @@ impl QpTx {
 
     #[inline(never)]
     fn can_take_slow(&self, now: u64, frames: usize, tx_room: usize) -> bool {
-        if self.broken {
+        if self.broken || frames > self.psn_room() {
             return false;
         }
         match &self.ring {
@@ -793,6 +811,7 @@ impl QpTx {
             return;
         }
         self.acked = to;
+        self.limit = to.add(self.max_outstanding);
         if let Some(r) = &mut self.ring {
             r.release_through(to.sub(1));
         }
@@ -865,6 +884,7 @@ impl QpTx {
         self.recovery = Recovery::GoBackN {
             end: self.high.sub(1),
         };
+        self.regate();
         self.resend_oldest = false;
         self.stats.retransmit_events += 1;
         if !self.ring.as_ref().is_some_and(|r| r.holds_from(from)) {
@@ -880,6 +900,7 @@ impl QpTx {
 
     fn finish_recovery(&mut self, now: u64) {
         self.recovery = Recovery::Open;
+        self.regate();
         self.resend_oldest = false;
         if let Some(t) = self.loss_since.take() {
             let d = now.saturating_sub(t);
@@ -1103,6 +1124,7 @@ impl QpTx {
                 answered,
             };
         }
+        self.regate();
         // What was due stays due (its answer may still come); the question is timed too.
         self.timers.set(Timer::Rto, now + self.rtt.timeout());
         if !self.timers.is_set(Timer::Silence) {

@@ -27,8 +27,8 @@ use super::stats::TranslatorCounters;
 /// Why a QP did not take a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameRefusal {
-    /// No room: no ring and no room in the transmit batch, or (never after
-    /// [`QpSender::can_take`]) a ring the frame would overrun.
+    /// No room: the QP has no ring, and the transmit batch is full or the QP is in an RNR
+    /// pause, a go-back-N pass or owes a probe (with a ring the frame would wait there).
     QueueFull,
     /// The QP is broken (awaiting reconnection).
     QpBroken,
@@ -267,7 +267,9 @@ impl QpSender {
         imm: u32,
         c: &mut TranslatorCounters,
     ) -> Result<(), FrameRefusal> {
-        self.emit(now, tx, offset, payload, Some(imm), c)
+        let r = self.emit(now, tx, offset, payload, Some(imm), c);
+        c.frames_imm += r.is_ok() as u64;
+        r
     }
 
     #[inline(always)]
@@ -286,7 +288,6 @@ impl QpSender {
         let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
             return self.refuse(FrameRefusal::QueueFull, c);
         };
-        c.frames_imm += imm.is_some() as u64;
         let t = match (imm, payload.is_empty()) {
             (None, false) => &self.tmpl.write,
             (Some(_), false) => &self.tmpl.write_imm,
