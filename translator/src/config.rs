@@ -593,6 +593,10 @@ impl Default for SketchSection {
     }
 }
 
+/// The smallest `[reliability] max_outstanding_psns`: room for the most frames one report
+/// needs, many times over.
+pub const MIN_OUTSTANDING_PSNS: u32 = 64;
+
 /// `[reliability]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -611,6 +615,12 @@ pub struct ReliabilitySection {
     /// without any ACK or NAK while one was due. Must exceed the longest pause expected from
     /// a busy collector.
     pub broken_after_ms: u64,
+    /// PSNs each QP may have taken and not yet seen confirmed (64..=4194304, and at least
+    /// 2 × `ack_every`). PSNs are compared in a 24-bit circle, so a requester must never have
+    /// 2^23 outstanding: a QP whose collector stopped answering stops here, and its reports
+    /// are dropped (`drop_qp_queue_full`) until the collector confirms frames again. The
+    /// default, 1048576, is a tenth of a second at 10 million frames a second.
+    pub max_outstanding_psns: u32,
 }
 
 impl Default for ReliabilitySection {
@@ -621,6 +631,7 @@ impl Default for ReliabilitySection {
             rto_min_us: 2_000,
             rto_max_us: 1_000_000,
             broken_after_ms: 5_000,
+            max_outstanding_psns: crate::datapath::qp::DEFAULT_MAX_OUTSTANDING,
         }
     }
 }
@@ -932,6 +943,21 @@ impl TranslatorConfig {
         if r.broken_after_ms == 0 || r.broken_after_ms.saturating_mul(1000) < r.rto_max_us {
             return Err("reliability.broken_after_ms must be at least rto_max_us".into());
         }
+        let max = crate::datapath::qp::MAX_OUTSTANDING;
+        if !(MIN_OUTSTANDING_PSNS..=max).contains(&r.max_outstanding_psns) {
+            return Err(format!(
+                "reliability.max_outstanding_psns must be {MIN_OUTSTANDING_PSNS}..={max}, not {} \
+                 (PSNs compare correctly only while fewer than 2^23 are outstanding)",
+                r.max_outstanding_psns
+            ));
+        }
+        if u64::from(r.max_outstanding_psns) < 2 * u64::from(r.ack_every) {
+            return Err(format!(
+                "reliability.max_outstanding_psns ({}) must be at least 2 × reliability.ack_every \
+                 ({}): a QP at its cap must have a frame in flight that asks for an ACK",
+                r.max_outstanding_psns, r.ack_every
+            ));
+        }
         let o = &self.overload;
         if !(0.0..1.0).contains(&o.low_reserve)
             || !(0.0..1.0).contains(&o.medium_reserve)
@@ -1035,6 +1061,10 @@ mod tests {
         let d = TranslatorConfig::default();
         assert_eq!(c.translator.max_redundancy, d.translator.max_redundancy);
         assert_eq!(c.reliability.ack_timeout_us, d.reliability.ack_timeout_us);
+        assert_eq!(
+            c.reliability.max_outstanding_psns,
+            d.reliability.max_outstanding_psns
+        );
         assert_eq!(c.postcard.cache_slots, d.postcard.cache_slots);
         assert_eq!(c.postcard.redundancy, None, "the stores' N applies");
         assert_eq!(c.collectors[0].ports, vec![1337, 1338, 1339, 1340]);
@@ -1195,6 +1225,26 @@ mod tests {
         assert!(parse("[postcard]\nredundancy = 0")
             .unwrap_err()
             .contains("postcard.redundancy"));
+        // The PSN cap: below 2^23 outstanding, room for a report, an AckReq'd frame in flight.
+        for bad in ["0", "63", "4194305", "8388608"] {
+            let e = parse(&format!("[reliability]\nmax_outstanding_psns = {bad}")).unwrap_err();
+            assert!(
+                e.contains("reliability.max_outstanding_psns must be 64..=4194304"),
+                "{e}"
+            );
+        }
+        let e = parse("[reliability]\nack_every = 1024\nmax_outstanding_psns = 2000").unwrap_err();
+        assert!(e.contains("at least 2 × reliability.ack_every"), "{e}");
+        for (ack_every, good) in [(32, 64), (64, 2048), (64, 4194304)] {
+            let c = parse(&format!(
+                "[reliability]\nack_every = {ack_every}\nmax_outstanding_psns = {good}"
+            ))
+            .unwrap();
+            assert_eq!(c.reliability.max_outstanding_psns, good);
+        }
+        assert!(parse("[reliability]\nmax_outstanding_psns = -1")
+            .unwrap_err()
+            .contains("max_outstanding_psns"));
         assert_eq!(
             parse("[postcard]\nredundancy = 2")
                 .unwrap()

@@ -1077,6 +1077,7 @@ pub fn pipeline_for(
             rto_max_ns: cfg.reliability.rto_max_us * 1000,
             broken_after_ns: cfg.reliability.broken_after_ms * 1_000_000,
             retransmit_window: t.retransmit_window,
+            max_outstanding: cfg.reliability.max_outstanding_psns,
         },
         rate,
         backlog: cfg.overload.backlog,

@@ -118,6 +118,18 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
         ],
     },
     CounterGroup {
+        family: "frames_dropped",
+        help: "RoCEv2 frames not built because their QP could not take them, by reason \
+               (queue_full, qp_broken, out_of_region). Frames, not reports: the reports they \
+               carried count once each in drops_total.",
+        label: "reason",
+        members: &[
+            ("frames_dropped_queue_full", "queue_full"),
+            ("frames_dropped_qp_broken", "qp_broken"),
+            ("frames_dropped_out_of_region", "out_of_region"),
+        ],
+    },
+    CounterGroup {
         family: "int_reports",
         help: "P4.org Telemetry Reports read on the INT port, by version (v2.0 counts each \
                individual report of a coalesced datagram).",

@@ -304,6 +304,7 @@ impl SketchMerge {
             }
         }
         let mut writes = 0;
+        let mut refused = false;
         for b in first / self.batch..=(end - 1) / self.batch {
             let bi = b as usize;
             if !self.dirty[bi] {
@@ -314,13 +315,14 @@ impl SketchMerge {
                 // Beyond MAX_WRITES_PER_REPORT a complete batch stays dirty for the poll
                 // made due below.
                 if writes < MAX_WRITES_PER_REPORT {
-                    self.write_batch(b, now, out, tx, c);
+                    refused |= !self.write_batch(b, now, out, tx, c);
                 }
                 writes += 1;
                 c.sketch_batches_complete += 1;
             }
         }
-        if writes > MAX_WRITES_PER_REPORT {
+        // A batch the QP refused (an epoch roll-over's writes took the room) stays dirty.
+        if writes > MAX_WRITES_PER_REPORT || refused {
             self.deadline = Some(now);
         }
         if self.dirty_count > 0 && self.deadline.is_none() {
@@ -340,7 +342,8 @@ impl SketchMerge {
         self.straggler_rounds = 0;
     }
 
-    /// Writes batch `b` of the current epoch.
+    /// Writes batch `b` of the current epoch. False if the QP refused the WRITE (counted in
+    /// frames): the batch stays dirty, to be written again.
     fn write_batch(
         &mut self,
         b: u32,
@@ -348,9 +351,9 @@ impl SketchMerge {
         out: &mut QpSender,
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
-    ) {
+    ) -> bool {
         let Some(epoch) = self.epoch else {
-            return;
+            return true;
         };
         let stride = self.layout.column_stride() as usize;
         let expected = self.settings.expected_switches;
@@ -364,17 +367,15 @@ impl SketchMerge {
                 &mut self.scratch[i as usize * stride..(i as usize + 1) * stride],
             );
         }
-        out.write(
-            now,
-            tx,
-            self.layout.batch_offset(epoch, b),
-            &self.scratch,
-            c,
-        );
+        let offset = self.layout.batch_offset(epoch, b);
+        if out.write(now, tx, offset, &self.scratch, c).is_err() {
+            return false;
+        }
         if self.dirty[b as usize] {
             self.dirty[b as usize] = false;
             self.dirty_count -= 1;
         }
+        true
     }
 
     /// Writes every batch changed since its last write, as far as the QP takes them. True if
@@ -393,10 +394,9 @@ impl SketchMerge {
             if !self.dirty[b as usize] {
                 continue;
             }
-            if !out.can_take(1) {
+            if !out.can_take(now, 1, tx) || !self.write_batch(b, now, out, tx, c) {
                 return false;
             }
-            self.write_batch(b, now, out, tx, c);
             c.sketch_batches_partial += 1;
         }
         true
