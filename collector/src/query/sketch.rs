@@ -320,6 +320,35 @@ mod tests {
         assert_eq!(v.point(&keys[0], 4), v.read_epoch(4).point(&keys[0]));
     }
 
+    /// Issue 28: a WRITE of epoch 6 into the slot epoch 4 used, caught half landed (the
+    /// record's head is epoch 6's, the rest still epoch 4's), read as epoch 6 with epoch 4's
+    /// cells.
+    #[test]
+    fn a_record_caught_mid_write_is_read_as_neither_epoch() {
+        let shape = SketchShape::new(SketchKind::CountMin, 3, 256, 4).unwrap();
+        let layout = SketchLayout::new(shape, 16, 2).unwrap();
+        let region = Region::anonymous(layout.region_len() as usize, false).unwrap();
+        let mut s = Sketch::new(shape);
+        let key = Key::new(&7u32.to_be_bytes()).unwrap();
+        s.update(&key, 1000);
+        view_with(&region, layout, 4, &s, 3, 256);
+        // Epoch 6's record of the key's row-0 column, its first 8 bytes landed.
+        let col = dta_proto::sketch::SketchHasher::new(shape).column(&key, 0);
+        let mut rec = vec![0u8; layout.column_stride() as usize];
+        layout.encode_record(6, 3, 3, &[0, 0, 0], &mut rec);
+        region
+            .write(layout.column_offset(6, col), &rec[..8])
+            .unwrap();
+        let v = SketchView {
+            region: &region,
+            layout,
+            sketch_id: 1,
+        };
+        let e6 = v.read_epoch(6);
+        assert_eq!(e6.merged[col as usize], 0, "column {col} read as epoch 6's");
+        assert_eq!(v.read_epoch(4).merged[col as usize], 0);
+    }
+
     #[test]
     fn hyperloglog_cardinality() {
         let shape = SketchShape::new(SketchKind::HyperLogLog, 1, 1024, 1).unwrap();

@@ -834,6 +834,190 @@ mod tests {
         }
     }
 
+    /// Feeds datagrams, each from its own source address, at `now`; applies the WRITEs to
+    /// `mem` and returns the NACKs with the address each went to.
+    fn feed_from(
+        p: &mut Pipeline,
+        now: u64,
+        bufs: &[(Vec<u8>, Ipv4Addr)],
+        mem: &mut [u8],
+    ) -> Vec<(Ipv4Addr, NackRepr)> {
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+        let burst: Vec<Datagram<'_>> = bufs
+            .iter()
+            .map(|(b, ip)| Datagram {
+                src: SocketAddrV4::new(*ip, 5000),
+                dst,
+                ip: None,
+                payload: b,
+            })
+            .collect();
+        let mut tx = TxBatch::new(1024, 2048);
+        p.handle_reports(now, &burst, &mut tx);
+        p.poll(now, &mut tx);
+        drain_to(&tx, mem)
+    }
+
+    fn drain_to(tx: &TxBatch, mem: &mut [u8]) -> Vec<(Ipv4Addr, NackRepr)> {
+        let nack_dests: Vec<Ipv4Addr> = tx
+            .iter_payloads()
+            .filter(|(d, _)| d.port() == dta_proto::consts::DTA_NACK_PORT)
+            .map(|(d, _)| *d.ip())
+            .collect();
+        nack_dests.into_iter().zip(drain(tx, mem)).collect()
+    }
+
+    /// Polls the pipeline every millisecond from `from` to `to`; returns the NACKs sent.
+    fn run_timers(
+        p: &mut Pipeline,
+        from: u64,
+        to: u64,
+        mem: &mut [u8],
+    ) -> Vec<(Ipv4Addr, NackRepr)> {
+        let mut out = Vec::new();
+        let mut now = from;
+        while now <= to {
+            let mut tx = TxBatch::new(1024, 2048);
+            p.poll(now, &mut tx);
+            out.extend(drain_to(&tx, mem));
+            now += MS;
+        }
+        out
+    }
+
+    /// All 64 columns of `s` as switch `switch` sends them in `epoch`, 8 a report.
+    fn whole(s: &Sketch, switch: u32, epoch: u32) -> Vec<Vec<u8>> {
+        (0..8).map(|i| report(s, switch, epoch, i * 8, 8)).collect()
+    }
+
+    /// Issue 28: one report of a later epoch (spoofed, or from a switch whose clock runs
+    /// ahead) ended the epoch for every switch, and the others' columns were dropped as late.
+    #[test]
+    fn a_single_spoofed_report_does_not_end_the_epoch() {
+        let mut p = pipeline(3, 16);
+        let mut mem = vec![0u8; 1 << 16];
+        let sk: Vec<Sketch> = (0..3).map(switch_sketch).collect();
+        let mut direct = Sketch::new(shape());
+        for s in &sk {
+            direct.merge(s);
+        }
+        let half = |lo: u32| -> Vec<Vec<u8>> {
+            (lo..lo + 4)
+                .flat_map(|i| (0..3u32).map(move |w| (w, i)))
+                .map(|(w, i)| report(&sk[w as usize], 1 + w, 5, i * 8, 8))
+                .collect()
+        };
+        feed(&mut p, 0, &half(0), &mut mem);
+        let spoof = Ipv4Addr::new(10, 6, 6, 6);
+        feed_from(
+            &mut p,
+            1,
+            &[
+                (report(&sk[0], 1, 6, 0, 8), spoof),
+                (report(&sk[0], 2, 1_000_000, 0, 8), spoof),
+            ],
+            &mut mem,
+        );
+        feed(&mut p, 2, &half(4), &mut mem);
+        let c = p.counters();
+        assert_eq!(c.drop_sketch_late, 0, "{c:?}");
+        let (cells, merged) = read_back(&mem, 5);
+        assert!(merged.iter().all(|&m| m == 3), "{merged:?}");
+        assert_eq!(cells, direct.cells());
+    }
+
+    /// Issue 28: the switch table never forgot a switch, so once `max_switches` IDs had been
+    /// seen every new switch was refused for good.
+    #[test]
+    fn idle_switches_leave_the_table() {
+        let mut p = pipeline(1, 4);
+        let mut mem = vec![0u8; 1 << 16];
+        let a = switch_sketch(1);
+        let mut now = 0;
+        let mut bufs = Vec::new();
+        for w in 1..=4 {
+            bufs.extend(whole(&a, w, 1));
+        }
+        feed(&mut p, now, &bufs, &mut mem);
+        // Switch 1 alone for epochs 2..=11; switches 2..=4 are gone.
+        for epoch in 2..=11 {
+            now += 100 * MS;
+            feed(&mut p, now, &whole(&a, 1, epoch), &mut mem);
+            run_timers(&mut p, now, now + 40 * MS, &mut mem);
+        }
+        // A new switch joins in epoch 12.
+        now += 100 * MS;
+        let mut bufs = whole(&a, 1, 12);
+        bufs.extend(whole(&a, 5, 12));
+        feed(&mut p, now, &bufs, &mut mem);
+        let c = p.counters();
+        assert_eq!(c.drop_sketch_switches_full, 0, "{c:?}");
+        assert!(read_back(&mem, 12).1.iter().all(|&m| m == 2));
+    }
+
+    /// Issue 28: a NACK went to the source of the latest datagram claiming the switch ID (a
+    /// reflector for spoofed reports), and every switch ever seen was NACKed as a straggler.
+    #[test]
+    fn nacks_go_to_the_switch_not_to_a_spoofed_source() {
+        let mut p = pipeline(2, 64);
+        let mut mem = vec![0u8; 1 << 16];
+        let (a, b) = (switch_sketch(1), switch_sketch(2));
+        let (ip1, ip2) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let spoof = Ipv4Addr::new(10, 6, 6, 6);
+        let mut bufs: Vec<(Vec<u8>, Ipv4Addr)> =
+            whole(&a, 1, 1).into_iter().map(|r| (r, ip1)).collect();
+        bufs.push((report(&b, 2, 1, 0, 8), ip2));
+        bufs.push((report(&b, 2, 1, 8, 8), ip2));
+        assert!(feed_from(&mut p, 0, &bufs, &mut mem).is_empty());
+        // A spoofed gap report naming switch 2, and gap reports of 30 IDs never seen.
+        let mut spoofed = vec![(report(&b, 2, 1, 40, 8), spoof)];
+        for w in 100..130 {
+            spoofed.push((report(&b, w, 1, 8, 8), spoof));
+        }
+        let mut nacks = feed_from(&mut p, MS / 2, &spoofed, &mut mem);
+        nacks.extend(run_timers(&mut p, MS, 40 * MS, &mut mem));
+        assert!(!nacks.is_empty(), "switch 2 owes column 16");
+        for (to, n) in &nacks {
+            assert_eq!(*to, ip2, "{n:?} went to {to}");
+            assert!(matches!(
+                n,
+                NackRepr::SketchColumn {
+                    switch: 2,
+                    expected_column: 16,
+                    ..
+                }
+            ));
+        }
+        assert!(
+            nacks.len() <= 1 + STRAGGLER_ROUNDS as usize,
+            "{}",
+            nacks.len()
+        );
+    }
+
+    /// Issue 28: a switch whose epoch counter restarted (a reboot) was dropped as late until
+    /// its counter caught up with the others'.
+    #[test]
+    fn a_rebooted_switch_is_accepted() {
+        let mut p = pipeline(2, 16);
+        let mut mem = vec![0u8; 1 << 16];
+        let (a, b) = (switch_sketch(1), switch_sketch(2));
+        let mut direct = a.clone();
+        direct.merge(&b);
+        let mut bufs = whole(&a, 1, 100);
+        bufs.extend(whole(&b, 2, 100));
+        feed(&mut p, 0, &bufs, &mut mem);
+        // Switch 2 reboots: its next sketch is its epoch 0, then 1.
+        for (epoch, own) in [(101, 0), (102, 1)] {
+            let mut bufs = whole(&a, 1, epoch);
+            bufs.extend(whole(&b, 2, own));
+            feed(&mut p, epoch as u64 * 10 * MS, &bufs, &mut mem);
+            let (cells, merged) = read_back(&mem, epoch);
+            assert!(merged.iter().all(|&m| m == 2), "epoch {epoch}: {merged:?}");
+            assert_eq!(cells, direct.cells(), "epoch {epoch}");
+        }
+    }
+
     #[test]
     fn hostile_reports_are_counted_and_dropped() {
         let mut p = pipeline(2, 2);
