@@ -85,6 +85,16 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
         ],
     },
     CounterGroup {
+        family: "sketch_switch_events",
+        help: "Sketch switches whose epoch counter restarted (re-based onto the merge's \
+               epoch), or that left the switch table after sketch.idle_epochs silent epochs.",
+        label: "event",
+        members: &[
+            ("sketch_switch_restarts", "restart"),
+            ("sketch_switches_forgotten", "forgotten"),
+        ],
+    },
+    CounterGroup {
         family: "drops",
         help: "Reports dropped, by reason (each dropped report counted once; the reasons are \
                listed in translator/README.md).",
@@ -115,6 +125,7 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
             ("drop_sketch_duplicate", "sketch_duplicate"),
             ("drop_sketch_late", "sketch_late"),
             ("drop_sketch_switches_full", "sketch_switches_full"),
+            ("drop_sketch_epoch_ahead", "sketch_epoch_ahead"),
         ],
     },
     CounterGroup {
