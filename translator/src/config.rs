@@ -1146,6 +1146,45 @@ mod tests {
     }
 
     #[test]
+    fn sketch_keys_parse_and_are_checked() {
+        let c = parse(
+            "[sketch]\nexpected_switches = 5\nepoch_quorum = 4\nidle_epochs = 9\nlate_epochs = 3\n\
+             [[sketch.switch]]\nid = 7\naddress = \"10.0.0.7\"\n\
+             [[sketch.switch]]\nid = 8\naddress = \"10.0.0.8\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.sketch.epoch_quorum, Some(4));
+        assert_eq!((c.sketch.idle_epochs, c.sketch.late_epochs), (9, 3));
+        assert_eq!(
+            c.sketch.switch[1].address,
+            std::net::Ipv4Addr::new(10, 0, 0, 8)
+        );
+        let d = TranslatorConfig::default().sketch;
+        assert_eq!((d.epoch_quorum, d.idle_epochs, d.late_epochs), (None, 4, 2));
+        for (bad, want) in [
+            ("expected_switches = 3\nepoch_quorum = 4", "sketch.epoch_quorum"),
+            ("epoch_quorum = 0", "sketch.epoch_quorum"),
+            ("idle_epochs = 0", "sketch.idle_epochs"),
+            ("late_epochs = 0", "sketch.late_epochs"),
+            ("late_epochs = 1001", "sketch.late_epochs"),
+            (
+                "[[sketch.switch]]\nid = 1\naddress = \"10.0.0.1\"\n[[sketch.switch]]\nid = 1\naddress = \"10.0.0.2\"",
+                "id 1 is listed twice",
+            ),
+            (
+                "[[sketch.switch]]\nid = 1\naddress = \"255.255.255.255\"",
+                "not a unicast address",
+            ),
+            ("[[sketch.switch]]\nid = 1\naddress = \"nope\"", "address"),
+            ("[[sketch.switch]]\nid = 1\naddr = \"10.0.0.1\"", "addr"),
+            ("quorum = 2", "quorum"),
+        ] {
+            let e = parse(&format!("[sketch]\n{bad}\n")).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn steering_choices() {
         let c = parse(
             "[translator]\nreport_steering = \"dispatcher\"\nroce_steering = \"port-per-worker\"\n",

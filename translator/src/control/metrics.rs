@@ -643,7 +643,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("dta_translator_drops_total{worker=\"0\""))
             .count();
-        assert_eq!(drops, 25, "one series per drop reason");
+        assert_eq!(drops, 26, "one series per drop reason");
         for line in m.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(
