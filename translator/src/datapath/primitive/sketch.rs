@@ -549,7 +549,7 @@ impl SketchMerge {
                 for b in first / self.batch..=(end - 1) / self.batch {
                     h.mark(b as usize);
                 }
-                if vote && self.votes >= self.quorum_now() && self.pending == 0 {
+                if self.votes > 0 && self.votes >= self.quorum_now() && self.pending == 0 {
                     self.advance(now, out, tx, c);
                 } else if self.deadline.is_none() {
                     self.deadline = Some((self.last_merge + self.settings.flush_ns).max(now));
