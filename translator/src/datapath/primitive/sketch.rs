@@ -263,9 +263,10 @@ pub struct SketchMerge {
     free: Vec<u32>,
     /// The epoch being merged.
     epoch: Option<u32>,
-    cur: MergeBuffer,
+    /// The current epoch's merge (boxed, as `held`: moving on swaps two pointers).
+    cur: Box<MergeBuffer>,
     /// The next epoch's merge, held until the switches agree to move on.
-    held: MergeBuffer,
+    held: Box<MergeBuffer>,
     /// Columns of each current batch that reached the expected switch count.
     complete: Vec<u32>,
     /// Members that have voted for the next epoch.
@@ -332,8 +333,8 @@ impl SketchMerge {
             switches: Vec::with_capacity(s.max_switches as usize),
             free: Vec::with_capacity(s.max_switches as usize),
             epoch: None,
-            cur: MergeBuffer::new(shape.cells(), columns as usize, batches),
-            held: MergeBuffer::new(shape.cells(), columns as usize, batches),
+            cur: Box::new(MergeBuffer::new(shape.cells(), columns as usize, batches)),
+            held: Box::new(MergeBuffer::new(shape.cells(), columns as usize, batches)),
             complete: vec![0; batches],
             votes: 0,
             pending: 0,
