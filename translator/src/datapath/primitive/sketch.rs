@@ -270,13 +270,13 @@ pub struct SketchMerge {
     /// Columns of each current batch that reached the expected switch count.
     complete: Vec<u32>,
     /// Members that have voted for the next epoch.
-    votes: u16,
+    votes: u32,
     /// Members part-way through the current epoch that have not voted.
     pending: u32,
     /// Members of the current epoch.
     members: u32,
     /// Far-ahead epochs and their members' votes.
-    far: [(u32, u16); FAR_TALLY],
+    far: [(u32, u32); FAR_TALLY],
     deadline: Option<u64>,
     /// When the current epoch last merged a column (stragglers are NACKed, and a quorum
     /// without every member moves on, only once the epoch has been quiet for a flush delay).
@@ -384,10 +384,8 @@ impl SketchMerge {
 
     /// The quorum in force now: the configured one, capped at the members (at least 1).
     #[inline]
-    fn quorum_now(&self) -> u16 {
-        self.quorum
-            .min(self.members.min(u16::MAX as u32) as u16)
-            .max(1)
+    fn quorum_now(&self) -> u32 {
+        (self.quorum as u32).min(self.members).max(1)
     }
 
     /// Merges one report from the switch at `src` (see the module docs for what is merged,
@@ -1525,6 +1523,55 @@ mod tests {
         // A replay of switch 2's epoch 0 is late now, not another restart.
         feed(&mut p, MS * 2000, &[report(&b, 2, 0, 8, 8)], &mut mem);
         assert_eq!(p.counters().drop_sketch_late, 1);
+    }
+
+    /// Random reports (epochs around and far from the merge's, switches beyond the table,
+    /// columns anywhere, spoofed sources) and timers: no panic, every report counted once,
+    /// every WRITE inside the store, the switch table within its bound.
+    #[test]
+    fn random_epochs_switches_and_columns_keep_the_books() {
+        let mut p = pipeline(3, 8);
+        let mut mem = vec![0u8; 1 << 16];
+        let sk: Vec<Sketch> = (0..4).map(switch_sketch).collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut now = 0;
+        for round in 0..400u64 {
+            let mut bufs = Vec::new();
+            for _ in 0..16 {
+                let switch = 1 + rnd(12) as u32;
+                let epoch = match rnd(10) {
+                    0 => rnd(u32::MAX as u64) as u32,
+                    1 => 0,
+                    _ => 100 + (round / 40) as u32 + rnd(3) as u32,
+                };
+                let col = rnd(64) as u32;
+                let n = 1 + rnd((64 - col).min(16) as u64) as u16;
+                let src = Ipv4Addr::new(10, 0, 0, rnd(4) as u8);
+                bufs.push((report(&sk[rnd(4) as usize], switch, epoch, col, n), src));
+            }
+            now += rnd(3) * MS / 2;
+            feed_from(&mut p, now, &bufs, &mut mem);
+        }
+        run_timers(&mut p, now, now + 40 * MS, &mut mem);
+        let c = p.counters();
+        assert_eq!(c.rx_datagrams, c.translated + c.dropped(), "{c:?}");
+        assert_eq!(c.drop_out_of_region, 0);
+        assert!(c.sketch_epochs >= 2 && c.translated > 0, "{c:?}");
+        // The run went through every rule: jumps, restarts, forgetting, held columns.
+        assert!(
+            c.sketch_epoch_jumps > 0 && c.sketch_switch_restarts > 0,
+            "{c:?}"
+        );
+        assert!(
+            c.sketch_switches_forgotten > 0 && c.sketch_columns_held > 0,
+            "{c:?}"
+        );
     }
 
     #[test]
