@@ -1525,6 +1525,118 @@ mod tests {
         assert_eq!(p.counters().drop_sketch_late, 1);
     }
 
+    /// `[[sketch.switch]]`: a configured switch is expected from the start (NACKed as a
+    /// straggler at its configured address though it never sent anything, and never
+    /// forgotten); a learned one is NACKed at the source of its first merged report.
+    #[test]
+    fn configured_switches_are_expected_and_nacked_at_their_address() {
+        let fixed = Ipv4Addr::new(192, 0, 2, 7);
+        let mut p = single_store_pipeline_with(kind(), |c| {
+            c.l2_frames = false;
+            c.sketch = SketchSettings {
+                expected_switches: 2,
+                max_switches: 4,
+                flush_ns: MS,
+                idle_epochs: 1,
+                switches: Arc::from([SketchSwitch { id: 7, addr: fixed }]),
+                ..SketchSettings::default()
+            };
+        });
+        let mut mem = vec![0u8; 1 << 16];
+        let a = switch_sketch(1);
+        let learned = Ipv4Addr::new(10, 0, 0, 1);
+        let bufs: Vec<_> = whole(&a, 1, 1).into_iter().map(|r| (r, learned)).collect();
+        feed_from(&mut p, 0, &bufs, &mut mem);
+        let nacks = run_timers(&mut p, MS, 30 * MS, &mut mem);
+        assert_eq!(nacks.len(), STRAGGLER_ROUNDS as usize, "{nacks:?}");
+        assert!(nacks.iter().all(|(to, n)| *to == fixed
+            && *n
+                == NackRepr::SketchColumn {
+                    sketch_id: 7,
+                    switch: 7,
+                    epoch: 1,
+                    expected_column: 0
+                }));
+        // Switch 7, reporting from elsewhere, is still NACKed at its address.
+        let gap = feed_from(
+            &mut p,
+            31 * MS,
+            &[(report(&a, 7, 1, 8, 8), learned)],
+            &mut mem,
+        );
+        assert_eq!(
+            gap.iter().map(|(to, _)| *to).collect::<Vec<_>>(),
+            vec![fixed]
+        );
+        // Epochs go by with switch 1 alone (the quorum of 2 is capped at the members: the
+        // configured switch and switch 1): switch 7 stays in the table, and a late switch 1
+        // report is NACKed at the source of its first merged report.
+        let mut now = 40 * MS;
+        for epoch in 2..=5 {
+            let mut bufs: Vec<_> = whole(&a, 1, epoch)
+                .into_iter()
+                .map(|r| (r, learned))
+                .collect();
+            bufs.push((report(&a, 7, epoch, 0, 8), Ipv4Addr::new(10, 9, 9, 9)));
+            feed_from(&mut p, now, &bufs, &mut mem);
+            run_timers(&mut p, now, now + 30 * MS, &mut mem);
+            now += 40 * MS;
+        }
+        let c = p.counters();
+        assert_eq!(
+            (c.sketch_epochs, c.sketch_switches_forgotten),
+            (5, 0),
+            "{c:?}"
+        );
+        let gap = feed_from(
+            &mut p,
+            now,
+            &[(report(&a, 1, 6, 16, 8), Ipv4Addr::new(10, 6, 6, 6))],
+            &mut mem,
+        );
+        assert_eq!(
+            gap.iter().map(|(to, _)| *to).collect::<Vec<_>>(),
+            vec![learned]
+        );
+    }
+
+    /// A translator that fell behind its whole fleet (every switch far ahead) jumps once a
+    /// quorum of the switches name the same epoch; the epoch it held is written into its own
+    /// slot, and at shutdown the held epoch is written too.
+    #[test]
+    fn a_quorum_far_ahead_jumps_and_held_epochs_are_written() {
+        let mut p = pipeline(3, 16);
+        let mut mem = vec![0u8; 1 << 16];
+        let sk: Vec<Sketch> = (0..3).map(switch_sketch).collect();
+        let mut bufs = Vec::new();
+        for (i, s) in sk.iter().enumerate() {
+            bufs.extend(whole(s, 1 + i as u32, 1));
+        }
+        bufs.push(report(&sk[0], 1, 2, 0, 8)); // held: epoch 2, column 0 of switch 1
+        feed(&mut p, 0, &bufs, &mut mem);
+        feed(&mut p, 1, &[report(&sk[0], 1, 9, 0, 8)], &mut mem);
+        assert_eq!(p.counters().sketch_epoch_jumps, 0, "one vote");
+        feed(&mut p, 2, &[report(&sk[1], 2, 9, 0, 8)], &mut mem);
+        let c = p.counters();
+        assert_eq!(
+            (c.sketch_epoch_jumps, c.drop_sketch_epoch_ahead),
+            (1, 1),
+            "{c:?}"
+        );
+        assert_eq!(
+            read_back(&mem, 2).1[..9],
+            [1, 1, 1, 1, 1, 1, 1, 1, 0],
+            "held, written"
+        );
+        // The jump's report is epoch 9's first; switch 3 then sends epoch 10 (held).
+        feed(&mut p, 3, &[report(&sk[2], 3, 10, 0, 8)], &mut mem);
+        let mut tx = TxBatch::new(1024, 2048);
+        while !p.flush_all(4, &mut tx) {}
+        drain(&tx, &mut mem);
+        assert_eq!(read_back(&mem, 9).1[..9], [1, 1, 1, 1, 1, 1, 1, 1, 0]);
+        assert_eq!(read_back(&mem, 10).1[..9], [1, 1, 1, 1, 1, 1, 1, 1, 0]);
+    }
+
     /// Random reports (epochs around and far from the merge's, switches beyond the table,
     /// columns anywhere, spoofed sources) and timers: no panic, every report counted once,
     /// every WRITE inside the store, the switch table within its bound.
