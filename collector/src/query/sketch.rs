@@ -475,13 +475,24 @@ mod tests {
             let mut rec = vec![0u8; layout.column_stride() as usize];
             let mut col = [0u32; MAX_ROWS as usize];
             let mut whole = 0;
-            while !stop.load(Ordering::Relaxed) {
-                if let ColumnRead::Whole(h) = v.read_record(1, 5, &mut rec, &mut col) {
-                    assert!(col.iter().all(|&x| x == h.merged as u32), "{h:?} {col:?}");
-                    whole += 1;
+            let mut torn = 0;
+            loop {
+                let done = stop.load(Ordering::Relaxed);
+                match v.read_record(1, 5, &mut rec, &mut col) {
+                    ColumnRead::Whole(h) => {
+                        assert!(col.iter().all(|&x| x == h.merged as u32), "{h:?} {col:?}");
+                        whole += 1;
+                    }
+                    ColumnRead::InTransition => torn += 1,
+                    ColumnRead::Unreadable => panic!("in the region"),
+                }
+                if done {
+                    break;
                 }
             }
-            assert!(whole > 0);
+            // The writer has stopped: the last read was whole, the last version.
+            assert!(whole > 0, "{torn} torn reads");
+            assert_eq!(col[0], 19_999);
         });
     }
 
