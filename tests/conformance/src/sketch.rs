@@ -256,20 +256,11 @@ impl SketchModel {
                 r.epoch
             }
         };
-        if !self.switches.contains_key(&r.switch) {
-            if self.switches.len() as u32 >= MAX_SWITCHES {
-                return false;
-            }
-            self.switches.insert(
-                r.switch,
-                Owed {
-                    last_active: cur,
-                    ..Owed::default()
-                },
-            );
-        }
-        let sw = *self.switches.get(&r.switch).expect("inserted");
+        // An unknown switch enters the table only with a report that merges (column 0).
+        let known = self.switches.get(&r.switch).copied();
+        let sw = known.unwrap_or_default();
         let mut ahead = r.epoch.wrapping_add(sw.offset).wrapping_sub(cur) as i32;
+        let mut rebase = None;
         if r.column == 0
             && ((ahead < 0 && ahead.unsigned_abs() > LATE_EPOCHS) || (ahead > 1 && sw.offset != 0))
         {
@@ -279,7 +270,7 @@ impl SketchModel {
             } else {
                 cur.wrapping_add(1)
             };
-            self.switches.get_mut(&r.switch).expect("present").offset = onto.wrapping_sub(r.epoch);
+            rebase = Some(onto.wrapping_sub(r.epoch));
             ahead = onto.wrapping_sub(cur) as i32;
             p4_differs = true;
         }
@@ -291,7 +282,7 @@ impl SketchModel {
                 // A vote for a jump (members only); dropped unless it completes the quorum.
                 p4_differs = true;
                 let f = r.epoch.wrapping_add(sw.offset);
-                if !sw.member || sw.far == Some(f) {
+                if known.is_none() || !sw.member || sw.far == Some(f) {
                     return p4_differs;
                 }
                 if let Some(old) = sw.far {
@@ -325,6 +316,24 @@ impl SketchModel {
         // A report of the current epoch while the next one is held: the Tofino program would
         // have moved on and dropped it as late.
         p4_differs |= !held && self.held.merged.iter().any(|&n| n > 0);
+        if known.is_none() {
+            if r.column > 0 {
+                return p4_differs; // a gap from an ID never merged: no NACK address
+            }
+            if self.switches.len() as u32 >= MAX_SWITCHES {
+                return p4_differs;
+            }
+            self.switches.insert(
+                r.switch,
+                Owed {
+                    last_active: cur,
+                    ..Owed::default()
+                },
+            );
+        }
+        if let Some(o) = rebase {
+            self.switches.get_mut(&r.switch).expect("present").offset = o;
+        }
         let sw = self.switches.get_mut(&r.switch).expect("present");
         let (next, nacked) = if held {
             (&mut sw.held_next, &mut sw.held_nacked)

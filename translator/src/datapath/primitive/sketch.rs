@@ -44,7 +44,10 @@
 //!   `sketch_switch_restarts`; NACKs to it name its own epochs. A re-based switch whose report
 //!   then lands far ahead at column 0 (its re-basing was a replay) is re-based back.
 //! * **Forgetting.** A learned switch silent for `sketch.idle_epochs` epochs leaves the table
-//!   when the merge moves on (`sketch_switches_forgotten`); its slot is reused.
+//!   when the merge moves on (`sketch_switches_forgotten`); its slot is reused. An unknown
+//!   switch enters the table only with a report that merges (late, far-ahead and gap reports
+//!   of unknown IDs take no slot); one whose epochs are far behind the merge's is re-based as
+//!   a restarted switch is.
 //! * **NACK addressing.** A NACK goes to the switch's configured address, or to the source of
 //!   its first merged report; never to the source of the datagram that provoked it. A switch
 //!   with neither (a gap report from an ID never merged) is not NACKed
@@ -419,8 +422,54 @@ impl SketchMerge {
                 r.epoch
             }
         };
-        let slot = match self.slot_of.get(&r.switch) {
-            Some(&s) => s as usize,
+        // A switch not in the table enters it only with a report that merges (its column 0):
+        // late, far-ahead and gap reports of unknown IDs take no slot.
+        let known = self.slot_of.get(&r.switch).map(|&s| s as usize);
+        let (offset, started) = known.map_or((0, false), |s| {
+            (self.switches[s].offset, self.switches[s].cur.next > 0)
+        });
+        // Where the report's epoch falls, in the merge's numbering.
+        let mut ahead = r.epoch.wrapping_add(offset).wrapping_sub(cur) as i32;
+        let mut rebase = None;
+        if r.column == 0
+            && ((ahead < 0 && ahead.unsigned_abs() > self.settings.late_epochs)
+                || (ahead > 1 && offset != 0))
+        {
+            // A restart: onto the current epoch, or the next if it merged in this one.
+            let onto = if started { cur.wrapping_add(1) } else { cur };
+            rebase = Some(onto.wrapping_sub(r.epoch));
+            ahead = onto.wrapping_sub(cur) as i32;
+        }
+        let target = match ahead {
+            0 => Target::Current,
+            1 => Target::Held,
+            a if a < 0 => {
+                c.drop_sketch_late += 1;
+                return;
+            }
+            _ => {
+                // A vote for a jump (members only); the report that completes the quorum is
+                // the new epoch's first.
+                let f = r.epoch.wrapping_add(offset);
+                if let Some(slot) = known {
+                    self.vote_far(slot, f, now, out, tx, c);
+                }
+                if self.epoch != Some(f) {
+                    c.drop_sketch_epoch_ahead += 1;
+                    return;
+                }
+                cur = f;
+                Target::Current
+            }
+        };
+        let slot = match known {
+            Some(s) => s,
+            None if r.column > 0 => {
+                // A gap from an ID never merged: nowhere to send a NACK.
+                c.drop_sketch_gap += 1;
+                c.sketch_nacks_withheld += 1;
+                return;
+            }
             None => {
                 let s = match self.free.pop() {
                     Some(s) => s as usize,
@@ -438,45 +487,10 @@ impl SketchMerge {
                 s
             }
         };
-        // Where the report's epoch falls, in the merge's numbering.
-        let mut ahead = r
-            .epoch
-            .wrapping_add(self.switches[slot].offset)
-            .wrapping_sub(cur) as i32;
-        let restart = r.column == 0
-            && ((ahead < 0 && ahead.unsigned_abs() > self.settings.late_epochs)
-                || (ahead > 1 && self.switches[slot].offset != 0));
-        if restart {
-            let sw = &mut self.switches[slot];
-            let onto = if sw.cur.next == 0 {
-                cur
-            } else {
-                cur.wrapping_add(1)
-            };
-            sw.offset = onto.wrapping_sub(r.epoch);
-            ahead = onto.wrapping_sub(cur) as i32;
+        if let Some(o) = rebase {
+            self.switches[slot].offset = o;
             c.sketch_switch_restarts += 1;
         }
-        let target = match ahead {
-            0 => Target::Current,
-            1 => Target::Held,
-            a if a < 0 => {
-                c.drop_sketch_late += 1;
-                return;
-            }
-            _ => {
-                // A vote for a jump; the report that completes the quorum is the new epoch's
-                // first.
-                let f = r.epoch.wrapping_add(self.switches[slot].offset);
-                self.vote_far(slot, f, now, out, tx, c);
-                if self.epoch != Some(f) {
-                    c.drop_sketch_epoch_ahead += 1;
-                    return;
-                }
-                cur = f;
-                Target::Current
-            }
-        };
         let sw = &mut self.switches[slot];
         let cursor = match target {
             Target::Current => &mut sw.cur,
