@@ -185,6 +185,7 @@ fn hll_pipeline() -> Pipeline {
                 expected_switches: 1,
                 max_switches: 4,
                 flush_ns: MS,
+                ..SketchSettings::default()
             };
         },
     )
@@ -237,13 +238,12 @@ fn a_sketch_batch_its_qp_refused_stays_dirty_and_is_written_later() {
     );
     assert_eq!(apply(&tx, &mut mem), 1000);
     assert_identity(&p, "epoch 2's report");
-    // The 24 refused WRITEs are counted as frames; the report was merged (translated).
+    // The 24 batches there was no room for are refused (counted as frames) or, since the
+    // epoch-agreement rules hold the report until the epoch moves on, deferred before any
+    // WRITE is tried; either way the report was merged (translated) and none is lost (below).
     let c = p.counters();
-    assert_eq!(
-        (c.frames_dropped_queue_full, c.translated),
-        (24, 2),
-        "{c:?}"
-    );
+    assert!(c.frames_dropped_queue_full <= 24, "{c:?}");
+    assert_eq!(c.translated, 2, "{c:?}");
     // Polls (with room) write every batch of epoch 2, the refused ones included.
     for t in 3..200 {
         let mut tx = batch(4096, 0);
@@ -540,6 +540,7 @@ fn run(setup: Setup, steps: &[Step]) {
                 expected_switches: 2,
                 max_switches: 8,
                 flush_ns: 5 * MS,
+                ..SketchSettings::default()
             },
             ..o
         },

@@ -581,6 +581,28 @@ pub struct SketchSection {
     /// Milliseconds after a merge into a batch not yet written at which what changed is
     /// written anyway and switches that have not sent their whole sketch are NACKed.
     pub flush_delay_ms: u64,
+    /// Switches expected in an epoch that must have sent the next epoch before the merge
+    /// moves on (1..=expected_switches; absent: a majority of expected_switches).
+    pub epoch_quorum: Option<u16>,
+    /// Epochs a switch not listed in `[[sketch.switch]]` may stay silent before it leaves the
+    /// switch table (1..=1000000).
+    pub idle_epochs: u32,
+    /// Epochs behind the merge a report counts as late (1..=1000); further behind, a report
+    /// of column 0 is the switch restarting its epoch counter.
+    pub late_epochs: u32,
+    /// Switches with a fixed NACK address (`[[sketch.switch]]`): always expected in an epoch,
+    /// never forgotten, and NACKed only there.
+    pub switch: Vec<SketchSwitchEntry>,
+}
+
+/// `[[sketch.switch]]`: a switch whose sketch-column NACKs go to a fixed address.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SketchSwitchEntry {
+    /// The switch ID its reports carry.
+    pub id: u32,
+    /// The IPv4 address its NACKs go to.
+    pub address: std::net::Ipv4Addr,
 }
 
 impl Default for SketchSection {
@@ -589,6 +611,10 @@ impl Default for SketchSection {
             expected_switches: 1,
             max_switches: 4096,
             flush_delay_ms: 10,
+            epoch_quorum: None,
+            idle_epochs: 4,
+            late_epochs: 2,
+            switch: Vec::new(),
         }
     }
 }
@@ -923,6 +949,45 @@ impl TranslatorConfig {
         if !(1..=60_000).contains(&sk.flush_delay_ms) {
             return Err("sketch.flush_delay_ms must be 1..=60000".into());
         }
+        if let Some(q) = sk.epoch_quorum {
+            if q == 0 || q > sk.expected_switches {
+                return Err(format!(
+                    "sketch.epoch_quorum must be 1..=sketch.expected_switches ({}), not {q}",
+                    sk.expected_switches
+                ));
+            }
+        }
+        if !(1..=1_000_000).contains(&sk.idle_epochs) {
+            return Err(format!(
+                "sketch.idle_epochs must be 1..=1000000, not {}",
+                sk.idle_epochs
+            ));
+        }
+        if !(1..=1000).contains(&sk.late_epochs) {
+            return Err(format!(
+                "sketch.late_epochs must be 1..=1000, not {}",
+                sk.late_epochs
+            ));
+        }
+        if sk.switch.len() > sk.max_switches as usize {
+            return Err(format!(
+                "sketch.switch: {} switches listed, above sketch.max_switches ({})",
+                sk.switch.len(),
+                sk.max_switches
+            ));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for w in &sk.switch {
+            if !ids.insert(w.id) {
+                return Err(format!("sketch.switch: id {} is listed twice", w.id));
+            }
+            if w.address.is_unspecified() || w.address.is_broadcast() || w.address.is_multicast() {
+                return Err(format!(
+                    "sketch.switch: id {}: address {} is not a unicast address",
+                    w.id, w.address
+                ));
+            }
+        }
         if !self.postcard.cache_slots.is_power_of_two() {
             return Err("postcard.cache_slots must be a power of two".into());
         }
@@ -1129,6 +1194,45 @@ mod tests {
             p.translator.capture.as_deref(),
             Some(std::path::Path::new("/tmp/x.pcap"))
         );
+    }
+
+    #[test]
+    fn sketch_keys_parse_and_are_checked() {
+        let c = parse(
+            "[sketch]\nexpected_switches = 5\nepoch_quorum = 4\nidle_epochs = 9\nlate_epochs = 3\n\
+             [[sketch.switch]]\nid = 7\naddress = \"10.0.0.7\"\n\
+             [[sketch.switch]]\nid = 8\naddress = \"10.0.0.8\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.sketch.epoch_quorum, Some(4));
+        assert_eq!((c.sketch.idle_epochs, c.sketch.late_epochs), (9, 3));
+        assert_eq!(
+            c.sketch.switch[1].address,
+            std::net::Ipv4Addr::new(10, 0, 0, 8)
+        );
+        let d = TranslatorConfig::default().sketch;
+        assert_eq!((d.epoch_quorum, d.idle_epochs, d.late_epochs), (None, 4, 2));
+        for (bad, want) in [
+            ("expected_switches = 3\nepoch_quorum = 4", "sketch.epoch_quorum"),
+            ("epoch_quorum = 0", "sketch.epoch_quorum"),
+            ("idle_epochs = 0", "sketch.idle_epochs"),
+            ("late_epochs = 0", "sketch.late_epochs"),
+            ("late_epochs = 1001", "sketch.late_epochs"),
+            (
+                "[[sketch.switch]]\nid = 1\naddress = \"10.0.0.1\"\n[[sketch.switch]]\nid = 1\naddress = \"10.0.0.2\"",
+                "id 1 is listed twice",
+            ),
+            (
+                "[[sketch.switch]]\nid = 1\naddress = \"255.255.255.255\"",
+                "not a unicast address",
+            ),
+            ("[[sketch.switch]]\nid = 1\naddress = \"nope\"", "address"),
+            ("[[sketch.switch]]\nid = 1\naddr = \"10.0.0.1\"", "addr"),
+            ("quorum = 2", "quorum"),
+        ] {
+            let e = parse(&format!("[sketch]\n{bad}\n")).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -269,7 +269,7 @@ impl Pipeline {
             postcard_flush_ns: cfg.postcard_flush_ns,
             postcard_cache_slots: cfg.postcard_cache_slots,
             postcard_redundancy: cfg.postcard_redundancy,
-            sketch: cfg.sketch,
+            sketch: cfg.sketch.clone(),
             nack: NackOut {
                 local: cfg.local,
                 mac: cfg.local_mac,

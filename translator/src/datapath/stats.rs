@@ -64,6 +64,17 @@ dta_proto::define_counters!(
         sketch_batches_partial,
         /// Sketch epochs started.
         sketch_epochs,
+        /// Sketch epochs the merge moved more than one ahead, by agreement of the switches.
+        sketch_epoch_jumps,
+        /// Sketch columns merged into the next epoch before the merge moved on to it (held).
+        sketch_columns_held,
+        /// Sketch switches whose epoch counter restarted (re-based onto the merge's epoch).
+        sketch_switch_restarts,
+        /// Sketch switches that left the table after `sketch.idle_epochs` silent epochs.
+        sketch_switches_forgotten,
+        /// Sketch-column NACKs not sent: the switch has no address on record (it is not
+        /// configured and no report of it was ever merged).
+        sketch_nacks_withheld,
         /// Reports whose data went out in RDMA frames their QP took (sent, or queued in its
         /// ring); Sketch-Merge reports when merged (see the module docs).
         translated,
@@ -164,6 +175,9 @@ dta_proto::define_counters!(
         drop_sketch_late,
         /// Dropped: a sketch report from a new switch when `sketch.max_switches` are tracked.
         drop_sketch_switches_full,
+        /// Dropped: a sketch report more than one epoch ahead of the merge (it counts as the
+        /// switch's vote for that epoch; the merge jumps only when enough switches agree).
+        drop_sketch_epoch_ahead,
         /// RoCEv2 frames still unconfirmed when a reconnection replaced their QP: the old QP
         /// may or may not have delivered them, and they are not resent on the new one.
         frames_unconfirmed_at_reconnect,
@@ -243,6 +257,7 @@ impl TranslatorCounters {
             + self.drop_sketch_duplicate
             + self.drop_sketch_late
             + self.drop_sketch_switches_full
+            + self.drop_sketch_epoch_ahead
     }
 
     /// DTA reports derived from INT Telemetry Reports (each then translated, dropped under a
@@ -308,6 +323,7 @@ mod tests {
             drop_sketch_duplicate: 1 << 22,
             drop_sketch_late: 1 << 23,
             drop_sketch_switches_full: 1 << 24,
+            drop_sketch_epoch_ahead: 1 << 25,
             translated: 1 << 30,
             rx_datagrams: 1 << 31,
             ..TranslatorCounters::default()
@@ -318,8 +334,8 @@ mod tests {
             .map(|(_, v)| v)
             .collect();
         // A new drop_* counter must be added to `dropped` (and here).
-        assert_eq!(drops.len(), 25, "drop counters changed");
+        assert_eq!(drops.len(), 26, "drop counters changed");
         assert_eq!(c.dropped(), drops.iter().sum::<u64>());
-        assert_eq!(c.dropped(), (1 << 25) - 1);
+        assert_eq!(c.dropped(), (1 << 26) - 1);
     }
 }
