@@ -41,7 +41,8 @@ impl PacedSender {
         Ok(PacedSender {
             tx,
             dest,
-            batch: TxBatch::new(MAX_BURST, 256),
+            // Room for the longest report (a Sketch-Merge report carries up to 1 KiB of cells).
+            batch: TxBatch::new(MAX_BURST, 2048),
             rate,
             window: 8192,
             start: Instant::now(),
