@@ -648,7 +648,8 @@ fn gen_traffic_cmd(
     let truth = &t.file.traffic;
     let st = &truth.capture_stats;
     eprintln!(
-        "dta gen --traffic: {} ({}, {}): {} records, {} IP packets used; skipped: {} not IP, {}          fragments, {} truncated, {} malformed, {} same-host, {} unsupported link type{}",
+        "dta gen --traffic: {} ({}, {}): {} records, {} IP packets used; skipped: {} not IP, {} \
+         fragments, {} truncated, {} malformed, {} same-host, {} unsupported link type{}",
         capture.display(),
         st.format,
         st.link_types.join("+"),
@@ -811,7 +812,9 @@ fn replay_cmd(
         Some(f) => {
             let c = dta_bench::traffic::check::check(f, &t)?;
             eprintln!(
-                "  ground truth (in memory, 1 worker): Key-Write paths {}, flow counters exact                  {}, postcard paths {}, loss events {}, congestion events {}, sketch epochs                  {}; {} reports dropped, {} unexpected Append entries",
+                "  ground truth (in memory, 1 worker): Key-Write paths {}, flow counters exact \
+                 {}, postcard paths {}, loss events {}, congestion events {}, sketch epochs \
+                 {}; {} reports dropped, {} unexpected Append entries",
                 c.paths,
                 c.counters,
                 c.postcards,

@@ -214,7 +214,8 @@ pub fn check(file: &TrafficFile, trace: &Trace) -> Result<Check, String> {
     }
 
     // Append: multisets of entries.
-    let lists = |store: &str, first: u32, want: Vec<Vec<u8>>, tally: &mut Tally| {
+    // Every list of the store (ListReader takes the store's own list index, 0..lists).
+    let lists = |store: &str, want: Vec<Vec<u8>>, tally: &mut Tally| {
         let mut need: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
         for w in &want {
             *need.entry(w.clone()).or_default() += 1;
@@ -222,7 +223,7 @@ pub fn check(file: &TrafficFile, trace: &Trace) -> Result<Check, String> {
         let mut extra = 0u64;
         if let Some(s) = rig.store(store) {
             if let Some(a) = s.append() {
-                for l in first..first + sc.lists {
+                for l in 0..sc.lists {
                     let mut r =
                         ListReader::new(&s.region, a.layout, a.list_offset(l), Start::Seq(1));
                     r.poll(&s.region, usize::MAX, |_, e| {
@@ -258,8 +259,17 @@ pub fn check(file: &TrafficFile, trace: &Trace) -> Result<Check, String> {
         .collect();
     let mut losses = Tally::default();
     let mut congestion = Tally::default();
-    c.unexpected_entries += lists("losses", 0, loss_want, &mut losses);
-    c.unexpected_entries += lists("congestion", sc.lists, cong_want, &mut congestion);
+    c.unexpected_entries += lists("losses", loss_want, &mut losses);
+    c.unexpected_entries += lists("congestion", cong_want, &mut congestion);
+    if !losses.all() {
+        found.push(format!("{} of {} loss events", losses.ok, losses.total));
+    }
+    if !congestion.all() {
+        found.push(format!(
+            "{} of {} congestion events",
+            congestion.ok, congestion.total
+        ));
+    }
     c.losses = losses;
     c.congestion = congestion;
 

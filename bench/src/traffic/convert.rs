@@ -285,7 +285,8 @@ struct FlowState {
 #[derive(Default)]
 struct Queue {
     bytes: f64,
-    at_ns: u64,
+    /// When `bytes` was last brought up to date (ns, fractional).
+    at_ns: f64,
     congested: bool,
 }
 
@@ -486,21 +487,26 @@ pub fn convert(
                 out.counts.postcards += 1;
             }
         }
-        // The queue model: each hop's egress queue drains at the link rate, then takes the
-        // packet.
+        // The queue model: tandem FIFO queues. The packet reaches hop 0's egress queue at its
+        // capture time and each next hop when the queue before it has sent it; a queue
+        // drains at the link rate between arrivals and takes the packet.
         let mut deepest = (path.hops()[0], 0f64);
+        let mut arrive = t as f64;
         for (h, &sw) in path.hops().iter().enumerate() {
             let port = match path.hops().get(h + 1) {
                 Some(&next) => next as u64,
                 None => 1 << 32 | u64::from(addr_digest(&p.dst)),
             };
             let q = queues.entry((sw, port)).or_default();
-            q.bytes = (q.bytes - (t - q.at_ns.min(t)) as f64 * bytes_per_ns).max(0.0);
-            q.at_ns = t;
+            if arrive > q.at_ns {
+                q.bytes = (q.bytes - (arrive - q.at_ns) * bytes_per_ns).max(0.0);
+                q.at_ns = arrive;
+            }
             if q.bytes < o.queue_threshold as f64 / 2.0 {
                 q.congested = false;
             }
             q.bytes += p.ip_len as f64;
+            arrive = q.at_ns + q.bytes / bytes_per_ns;
             if q.bytes > deepest.1 {
                 deepest = (sw, q.bytes);
             }

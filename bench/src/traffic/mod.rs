@@ -26,11 +26,14 @@
 //!   packet) makes each switch on the path send its postcard: hop index, path length, its ID.
 //! - **Congestion** (Append, 8-byte entries: switch ID, queue depth in bytes, list
 //!   `L + ID mod L`): every egress port (a switch and its next hop, or the host it delivers
-//!   to) has a queue that drains at `--link-gbps`; a packet crossing it adds its size. When a
-//!   packet leaves a queue deeper than `--queue-threshold` bytes, the switch reports it once
-//!   per episode; the episode ends when the queue has drained below half the threshold (the
-//!   hysteresis of a queue-report trigger). Packets reach every hop at their capture time (no
-//!   propagation delay is modelled): the capture is one vantage point, the queues an estimate.
+//!   to) is a FIFO queue draining at `--link-gbps`. A packet joins its first hop's queue at
+//!   its capture time and each next hop's when the queue before has sent it (tandem queues,
+//!   no propagation delay), so downstream queues build only where flows meet. When a packet
+//!   leaves a queue deeper than `--queue-threshold` bytes, the switch reports it once per
+//!   episode; the episode ends when the queue has drained below half the threshold (the
+//!   hysteresis of a queue-report trigger). The capture is one vantage point: the queues are
+//!   an estimate of what its traffic alone would do to the topology. Events are sent at the
+//!   packet's capture time.
 //! - **Loss** (Append, 18-byte NetSeer-style entries: 5-tuple, reason
 //!   [`convert::LOSS_REASON_RETRANSMISSION`], TCP sequence number, list `ID mod L`): a TCP
 //!   segment whose first sequence number was already seen in its direction ([`tcp`]) means an
