@@ -679,3 +679,62 @@ fn the_dta_binary_converts_and_replays_a_public_capture() {
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&side);
 }
+
+#[test]
+fn live_sending_follows_the_capture_times() {
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let port = rx.local_addr().unwrap().port();
+    // Small sketches, so the receiver's default socket buffer holds an epoch's burst.
+    let args = [
+        "--topology",
+        "fat-tree:k=4",
+        "--epoch",
+        "100ms",
+        "--speed",
+        "2",
+        "--cm-columns",
+        "64",
+        "--hll-registers",
+        "16",
+    ];
+    let path = capture("ssh.pcap");
+    let o = TrafficOptions {
+        epoch_ns: 100_000_000,
+        speed: 2.0,
+        ..TrafficOptions::default()
+    };
+    let small = SketchStores {
+        cm_columns: 64,
+        hll_registers: 16,
+        ..sketch()
+    };
+    let want = from_capture(&path, "fat-tree:k=4", &Scenario::default(), small, &o).unwrap();
+    let span = want.times_ns.last().unwrap() - want.times_ns[0];
+    let t0 = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dta"))
+        .args(["gen", "--traffic"])
+        .arg(&path)
+        .args(args)
+        .args(["--target", &format!("127.0.0.1:{port}")])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 2048];
+    while got.len() < want.trace.len() {
+        match rx.recv(&mut b) {
+            Ok(n) => got.push(b[..n].to_vec()),
+            Err(e) => panic!("after {} datagrams: {e}", got.len()),
+        }
+    }
+    let elapsed = t0.elapsed();
+    assert!(child.wait().unwrap().success());
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.as_slice(), want.trace.payload(i), "datagram {i}");
+    }
+    // The last report left no earlier than its time after the first (the capture's pace,
+    // halved).
+    assert!(elapsed.as_nanos() as u64 >= span, "{elapsed:?} < {span} ns");
+}

@@ -29,8 +29,8 @@
 //!   to) is a FIFO queue draining at `--link-gbps`. A packet joins its first hop's queue at
 //!   its capture time and each next hop's when the queue before has sent it (tandem queues,
 //!   no propagation delay), so downstream queues build only where flows meet. When a packet
-//!   leaves a queue deeper than `--queue-threshold` bytes, the switch reports it once per
-//!   episode; the episode ends when the queue has drained below half the threshold (the
+//!   joins a queue and makes it deeper than `--queue-threshold` bytes, the switch reports it
+//!   once per episode; the episode ends when the queue has drained below half the threshold (the
 //!   hysteresis of a queue-report trigger). The capture is one vantage point: the queues are
 //!   an estimate of what its traffic alone would do to the topology. Events are sent at the
 //!   packet's capture time.
