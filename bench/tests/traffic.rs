@@ -47,9 +47,11 @@ fn convert(path: &Path, topology: &str, o: &TrafficOptions) -> Traffic {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// What tshark 4.0.17 says about each capture: records, IP packets, unidirectional 5-tuples,
-/// and the frames `tcp.analysis.retransmission` marks (`tshark -r F -Y ...`).
-const PUBLIC: &[(&str, &str, u64, u64, usize, &[u32])] = &[
+/// A public capture and what tshark 4.0.17 says about it: name, link type, records, IP
+/// packets, unidirectional 5-tuples, and the frames `tcp.analysis.retransmission` marks.
+type Expected = (&'static str, &'static str, u64, u64, usize, &'static [u32]);
+
+const PUBLIC: &[Expected] = &[
     ("ssh.pcap", "ethernet", 54, 54, 2, &[49]),
     ("pptp.pcap", "ethernet", 23, 23, 3, &[3, 9, 14, 20]),
     ("mptcp-v0.pcap", "ethernet", 264, 264, 4, &[]),
@@ -180,8 +182,9 @@ fn tshark_agrees_on_flows_bytes_and_retransmissions() {
         let rows = tshark(&path, "ip or ipv6").unwrap();
         assert_eq!(rows.len() as u64, tr.capture_stats.packets, "{name}");
         // Flows by tshark's fields: packets and IP bytes per (src, dst, ports).
-        let mut want: BTreeMap<(String, String, u16, u16), (u64, u64, Option<u8>)> =
-            BTreeMap::new();
+        // (src, dst, sport, dport) -> (packets, bytes, IPv4 protocol)
+        type Flows = BTreeMap<(String, String, u16, u16), (u64, u64, Option<u8>)>;
+        let mut want = Flows::new();
         for (_, s, d, proto, sp, dp, len) in &rows {
             let e = want
                 .entry((s.clone(), d.clone(), *sp, *dp))

@@ -319,7 +319,7 @@ mod tests {
             w.write_packet(&PcapPacket::new(d, p.len() as u32, &p))
                 .unwrap();
         }
-        drop(w);
+        let out = w.into_writer();
         let c = Capture::read(&out[..]).unwrap();
         assert_eq!(c.stats.format, "pcap");
         assert_eq!((c.stats.records, c.stats.packets), (4, 2));
@@ -374,7 +374,7 @@ mod tests {
             };
             w.write_pcapng_block(epb).unwrap();
         }
-        drop(w);
+        let out = w.into_inner();
         // An Enhanced Packet Block naming interface 9, which no block described (pcap-file's
         // writer refuses to write it, so by hand: type 6, length, interface, timestamp,
         // lengths, 32 bytes of data, length).

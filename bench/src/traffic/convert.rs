@@ -342,226 +342,154 @@ pub fn convert(
     let (cm_shape, hll_shape) = (sk.cm_shape()?, sk.hll_shape()?);
     let n = topo.switches();
     if n > u16::MAX as usize {
-        return Err(format!("{} switches: at most 65,535", n));
+        return Err(format!("{n} switches: at most 65,535"));
     }
-    let mut out = Emitter {
-        trace: Trace::with_capacity(packets.len() * 8),
-        times: Vec::with_capacity(packets.len() * 8),
-        seq: vec![0; n],
-        counts: ReportCounts::default(),
-        buf: [0; MAX_EMIT_LEN],
-    };
-    let mut truth = TrafficTruth {
-        capture: capture.to_string(),
-        topology: topo.name.clone(),
-        switch_ids: topo.ids().to_vec(),
-        capture_stats: stats.clone(),
-        options: *o,
-        reports: ReportCounts::default(),
+    let mut run = Run {
+        out: Emitter {
+            trace: Trace::with_capacity(packets.len() * 8),
+            times: Vec::with_capacity(packets.len() * 8),
+            seq: vec![0; n],
+            counts: ReportCounts::default(),
+            buf: [0; MAX_EMIT_LEN],
+        },
+        truth: TrafficTruth {
+            capture: capture.to_string(),
+            topology: topo.name.clone(),
+            switch_ids: topo.ids().to_vec(),
+            capture_stats: stats.clone(),
+            options: *o,
+            reports: ReportCounts::default(),
+            flows: Vec::new(),
+            losses: Vec::new(),
+            congestion: Vec::new(),
+            epochs: Vec::new(),
+        },
         flows: Vec::new(),
-        losses: Vec::new(),
-        congestion: Vec::new(),
-        epochs: Vec::new(),
+        by_key: HashMap::new(),
+        queues: HashMap::new(),
+        active: Vec::new(),
+        sketches: Sketches::new(n, cm_shape, hll_shape),
+        topo,
+        sc,
+        o: *o,
+        t0: packets.first().map_or(0, |p| p.ts_ns),
+        epoch: 0,
     };
-    let Some(first) = packets.first() else {
-        return Ok(Converted {
-            trace: out.trace,
-            times_ns: out.times,
-            truth,
-        });
-    };
-    let t0 = first.ts_ns;
-    let scale = |ts: u64| t0 + ((ts.saturating_sub(t0)) as f64 / o.speed) as u64;
-    let epoch_of = |t: u64| 1 + (t - t0) / o.epoch_ns;
-    let mut flows: Vec<FlowState> = Vec::new();
-    let mut by_key: HashMap<[u8; 13], u32> = HashMap::new();
-    let mut queues: HashMap<(u32, u64), Queue> = HashMap::new();
-    let mut active: Vec<u32> = Vec::new();
-    let mut sketches = Sketches::new(n, cm_shape, hll_shape);
-    let bytes_per_ns = o.link_bps / 8e9;
-    let mut cur_epoch: u64 = 0;
-    let mut epoch_start = t0;
     for p in packets {
-        let t = scale(p.ts_ns).max(*out.times.last().unwrap_or(&t0));
-        let e = epoch_of(t);
-        if e > u32::MAX as u64 - 1 {
+        run.packet(p)?;
+    }
+    if run.epoch != 0 {
+        run.close_epoch()?;
+    }
+    run.truth.reports = run.out.counts;
+    Ok(Converted {
+        trace: run.out.trace,
+        times_ns: run.out.times,
+        truth: run.truth,
+    })
+}
+
+/// The conversion's state.
+struct Run<'a> {
+    out: Emitter,
+    truth: TrafficTruth,
+    flows: Vec<FlowState>,
+    by_key: HashMap<[u8; 13], u32>,
+    /// Egress queues by (switch index, next switch index or 2^32 | host digest).
+    queues: HashMap<(u32, u64), Queue>,
+    /// Flows with packets in the current epoch, in order of their first packet in it.
+    active: Vec<u32>,
+    sketches: Sketches,
+    topo: &'a mut Topology,
+    sc: &'a Scenario,
+    o: TrafficOptions,
+    /// The first packet's time: output time starts there, epoch 1 begins there.
+    t0: u64,
+    /// The current epoch (0: none yet).
+    epoch: u64,
+}
+
+impl Run<'_> {
+    /// Output time of a capture timestamp.
+    fn scale(&self, ts: u64) -> u64 {
+        self.t0 + (ts.saturating_sub(self.t0) as f64 / self.o.speed) as u64
+    }
+
+    fn packet(&mut self, p: &Packet) -> Result<(), String> {
+        let t = self
+            .scale(p.ts_ns)
+            .max(*self.out.times.last().unwrap_or(&self.t0));
+        let e = 1 + (t - self.t0) / self.o.epoch_ns;
+        if e >= u32::MAX as u64 {
             return Err(format!(
                 "the capture spans more than {} epochs of {} ns",
                 u32::MAX - 1,
-                o.epoch_ns
+                self.o.epoch_ns
             ));
         }
-        if e != cur_epoch {
-            if cur_epoch != 0 {
-                let end = t0 + cur_epoch * o.epoch_ns;
-                close_epoch(
-                    &mut out,
-                    &mut truth,
-                    &mut flows,
-                    &mut active,
-                    &mut sketches,
-                    topo,
-                    sc.redundancy,
-                    (cur_epoch as u32, epoch_start, end),
-                )?;
+        if e != self.epoch {
+            if self.epoch != 0 {
+                self.close_epoch()?;
             }
-            cur_epoch = e;
-            epoch_start = t0 + (e - 1) * o.epoch_ns;
+            self.epoch = e;
         }
         let key = flow_key(p);
-        let fi = match by_key.get(&key) {
+        let fi = match self.by_key.get(&key) {
             Some(&i) => i,
-            None => {
-                let path = topo.path(&key, &p.src, &p.dst);
-                let i = flows.len() as u32;
-                by_key.insert(key, i);
-                flows.push(FlowState {
-                    key,
-                    path,
-                    packets: 0,
-                    epoch_packets: 0,
-                    epoch_bytes: 0,
-                    epoch: 0,
-                    seq: SeqSpace::default(),
-                });
-                truth.flows.push(FlowTruth {
-                    key: hex(&key),
-                    src: p.src.to_string(),
-                    dst: p.dst.to_string(),
-                    proto: p.proto,
-                    sport: p.sport,
-                    dport: p.dport,
-                    packets: 0,
-                    bytes: 0,
-                    path: path.hops().iter().map(|&h| topo.id(h)).collect(),
-                    first_frame: p.frame,
-                    retransmissions: 0,
-                });
-                // INT-MD: the sink (last hop) reports the flow's path once.
-                let mut v = [0u8; 4 * super::topology::MAX_PATH];
-                for (h, &sw) in path.hops().iter().enumerate() {
-                    v[4 * h..4 * h + 4].copy_from_slice(&topo.id(sw).to_be_bytes());
-                }
-                let sink = *path.hops().last().expect("a path has a first hop");
-                out.report(
-                    t,
-                    sink,
-                    Primitive::KeyWrite {
-                        redundancy: sc.redundancy,
-                        key: Key::new(&key).expect("13-byte key"),
-                        value: Value::new(&v[..4 * path.len()]).expect("at most 28 bytes"),
-                    },
-                )?;
-                out.counts.keywrite += 1;
-                i
-            }
+            None => self.new_flow(t, p, key)?,
         };
-        let f = &mut flows[fi as usize];
-        let ft = &mut truth.flows[fi as usize];
+        let f = &mut self.flows[fi as usize];
+        let ft = &mut self.truth.flows[fi as usize];
         f.packets += 1;
         ft.packets += 1;
         ft.bytes += p.ip_len as u64;
-        if f.epoch != cur_epoch as u32 {
-            f.epoch = cur_epoch as u32;
+        if f.epoch != self.epoch as u32 {
+            f.epoch = self.epoch as u32;
             f.epoch_packets = 0;
             f.epoch_bytes = 0;
-            active.push(fi);
+            self.active.push(fi);
         }
         f.epoch_packets += 1;
         f.epoch_bytes += p.ip_len as u64;
-        let path = f.path;
-        let key = f.key;
+        let (path, packets) = (f.path, f.packets);
         // Postcards: every hop of every n-th packet, hop by hop.
-        if (f.packets - 1) % o.postcard_every as u64 == 0 {
+        if (packets - 1) % self.o.postcard_every as u64 == 0 {
             for (h, &sw) in path.hops().iter().enumerate() {
-                out.report(
+                let id = self.topo.id(sw);
+                self.out.report(
                     t,
                     sw,
                     Primitive::Postcard {
                         flow: Key::new(&key).expect("13-byte key"),
                         hop: h as u8,
                         path_len: path.len() as u8,
-                        value: topo.id(sw),
+                        value: id,
                     },
                 )?;
-                out.counts.postcards += 1;
+                self.out.counts.postcards += 1;
             }
         }
-        // The queue model: tandem FIFO queues. The packet reaches hop 0's egress queue at its
-        // capture time and each next hop when the queue before it has sent it; a queue
-        // drains at the link rate between arrivals and takes the packet.
-        let mut deepest = (path.hops()[0], 0f64);
-        let mut arrive = t as f64;
-        for (h, &sw) in path.hops().iter().enumerate() {
-            let port = match path.hops().get(h + 1) {
-                Some(&next) => next as u64,
-                None => 1 << 32 | u64::from(addr_digest(&p.dst)),
-            };
-            let q = queues.entry((sw, port)).or_default();
-            if arrive > q.at_ns {
-                q.bytes = (q.bytes - (arrive - q.at_ns) * bytes_per_ns).max(0.0);
-                q.at_ns = arrive;
-            }
-            if q.bytes < o.queue_threshold as f64 / 2.0 {
-                q.congested = false;
-            }
-            q.bytes += p.ip_len as f64;
-            arrive = q.at_ns + q.bytes / bytes_per_ns;
-            if q.bytes > deepest.1 {
-                deepest = (sw, q.bytes);
-            }
-            if q.bytes > o.queue_threshold as f64 && !q.congested {
-                q.congested = true;
-                let id = topo.id(sw);
-                let depth = q.bytes.min(u32::MAX as f64) as u32;
-                let mut entry = [0u8; 8];
-                entry[..4].copy_from_slice(&id.to_be_bytes());
-                entry[4..].copy_from_slice(&depth.to_be_bytes());
-                let list = sc.lists + id % sc.lists;
-                out.report(
-                    t,
-                    sw,
-                    Primitive::Append {
-                        list,
-                        value: Value::new(&entry).expect("8 bytes"),
-                    },
-                )?;
-                out.counts.congestion += 1;
-                truth.congestion.push(CongestionTruth {
-                    frame: p.frame,
-                    ts_ns: t,
-                    switch: id,
-                    port: match path.hops().get(h + 1) {
-                        Some(&next) => format!("switch {}", topo.id(next)),
-                        None => format!("host {}", p.dst),
-                    },
-                    depth,
-                    list,
-                });
-            }
-        }
+        let deepest = self.queue(t, p, &path)?;
         // Loss: a retransmitted TCP segment, reported by the deepest queue on the path.
-        let f = &mut flows[fi as usize];
         if let Some(seg) = &p.tcp {
-            if f.seq.segment(seg) == Segment::Retransmission {
-                truth.flows[fi as usize].retransmissions += 1;
-                let sw = deepest.0;
-                let id = topo.id(sw);
+            if self.flows[fi as usize].seq.segment(seg) == Segment::Retransmission {
+                self.truth.flows[fi as usize].retransmissions += 1;
+                let id = self.topo.id(deepest);
                 let mut entry = [0u8; 18];
                 entry[..13].copy_from_slice(&key);
                 entry[13] = LOSS_REASON_RETRANSMISSION;
                 entry[14..].copy_from_slice(&seg.seq.to_be_bytes());
-                let list = id % sc.lists;
-                out.report(
+                let list = id % self.sc.lists;
+                self.out.report(
                     t,
-                    sw,
+                    deepest,
                     Primitive::Append {
                         list,
                         value: Value::new(&entry).expect("18 bytes"),
                     },
                 )?;
-                out.counts.loss += 1;
-                truth.losses.push(LossTruth {
+                self.out.counts.loss += 1;
+                self.truth.losses.push(LossTruth {
                     frame: p.frame,
                     ts_ns: t,
                     flow: fi,
@@ -572,24 +500,185 @@ pub fn convert(
                 });
             }
         }
+        Ok(())
     }
-    let end = t0 + cur_epoch * o.epoch_ns;
-    close_epoch(
-        &mut out,
-        &mut truth,
-        &mut flows,
-        &mut active,
-        &mut sketches,
-        topo,
-        sc.redundancy,
-        (cur_epoch as u32, epoch_start, end),
-    )?;
-    truth.reports = out.counts;
-    Ok(Converted {
-        trace: out.trace,
-        times_ns: out.times,
-        truth,
-    })
+
+    /// A flow's first packet: its path, and the sink's INT path report.
+    fn new_flow(&mut self, t: u64, p: &Packet, key: [u8; 13]) -> Result<u32, String> {
+        let path = self.topo.path(&key, &p.src, &p.dst);
+        let i = self.flows.len() as u32;
+        self.by_key.insert(key, i);
+        self.flows.push(FlowState {
+            key,
+            path,
+            packets: 0,
+            epoch_packets: 0,
+            epoch_bytes: 0,
+            epoch: 0,
+            seq: SeqSpace::default(),
+        });
+        let ids: Vec<u32> = path.hops().iter().map(|&h| self.topo.id(h)).collect();
+        let value: Vec<u8> = ids.iter().flat_map(|id| id.to_be_bytes()).collect();
+        self.truth.flows.push(FlowTruth {
+            key: hex(&key),
+            src: p.src.to_string(),
+            dst: p.dst.to_string(),
+            proto: p.proto,
+            sport: p.sport,
+            dport: p.dport,
+            packets: 0,
+            bytes: 0,
+            path: ids,
+            first_frame: p.frame,
+            retransmissions: 0,
+        });
+        // INT-MD: the sink (last hop) reports the flow's path once.
+        let sink = *path.hops().last().expect("a path has a first hop");
+        self.out.report(
+            t,
+            sink,
+            Primitive::KeyWrite {
+                redundancy: self.sc.redundancy,
+                key: Key::new(&key).expect("13-byte key"),
+                value: Value::new(&value).expect("at most 28 bytes"),
+            },
+        )?;
+        self.out.counts.keywrite += 1;
+        Ok(i)
+    }
+
+    /// The queue model: tandem FIFO queues. The packet reaches hop 0's egress queue at its
+    /// capture time and each next hop when the queue before it has sent it; a queue drains at
+    /// the link rate between arrivals and takes the packet. Returns the switch whose queue
+    /// was the deepest.
+    fn queue(&mut self, t: u64, p: &Packet, path: &Path) -> Result<u32, String> {
+        let bytes_per_ns = self.o.link_bps / 8e9;
+        let threshold = self.o.queue_threshold as f64;
+        let mut deepest = (path.hops()[0], 0f64);
+        let mut arrive = t as f64;
+        for (h, &sw) in path.hops().iter().enumerate() {
+            let next = path.hops().get(h + 1).copied();
+            let port = match next {
+                Some(n) => n as u64,
+                None => 1 << 32 | u64::from(addr_digest(&p.dst)),
+            };
+            let q = self.queues.entry((sw, port)).or_default();
+            if arrive > q.at_ns {
+                q.bytes = (q.bytes - (arrive - q.at_ns) * bytes_per_ns).max(0.0);
+                q.at_ns = arrive;
+            }
+            if q.bytes < threshold / 2.0 {
+                q.congested = false;
+            }
+            q.bytes += p.ip_len as f64;
+            arrive = q.at_ns + q.bytes / bytes_per_ns;
+            if q.bytes > deepest.1 {
+                deepest = (sw, q.bytes);
+            }
+            if q.bytes <= threshold || q.congested {
+                continue;
+            }
+            q.congested = true;
+            let id = self.topo.id(sw);
+            let depth = q.bytes.min(u32::MAX as f64) as u32;
+            let mut entry = [0u8; 8];
+            entry[..4].copy_from_slice(&id.to_be_bytes());
+            entry[4..].copy_from_slice(&depth.to_be_bytes());
+            let list = self.sc.lists + id % self.sc.lists;
+            self.out.report(
+                t,
+                sw,
+                Primitive::Append {
+                    list,
+                    value: Value::new(&entry).expect("8 bytes"),
+                },
+            )?;
+            self.out.counts.congestion += 1;
+            self.truth.congestion.push(CongestionTruth {
+                frame: p.frame,
+                ts_ns: t,
+                switch: id,
+                port: match next {
+                    Some(n) => format!("switch {}", self.topo.id(n)),
+                    None => format!("host {}", p.dst),
+                },
+                depth,
+                list,
+            });
+        }
+        Ok(deepest.0)
+    }
+
+    /// End of the current epoch: every active flow's counters (from its first hop), then every
+    /// switch's sketches, column reports in column order, all at the epoch's end.
+    fn close_epoch(&mut self) -> Result<(), String> {
+        let (e, o) = (self.epoch, self.o);
+        let end = self.t0 + e * o.epoch_ns;
+        let t = end.max(*self.out.times.last().unwrap_or(&end));
+        self.sketches.clear();
+        let mut ep = EpochTruth {
+            epoch: e as u32,
+            start_ns: self.t0 + (e - 1) * o.epoch_ns,
+            end_ns: t,
+            switches: self.topo.switches() as u32,
+            flows: Vec::with_capacity(self.active.len()),
+            hll_estimate: 0.0,
+        };
+        for &fi in &self.active {
+            let f = &self.flows[fi as usize];
+            let first = f.path.hops()[0];
+            for (suffix, delta) in [
+                (COUNTER_PACKETS, f.epoch_packets),
+                (COUNTER_BYTES, f.epoch_bytes),
+            ] {
+                let mut k = [0u8; 14];
+                k[..13].copy_from_slice(&f.key);
+                k[13] = suffix;
+                self.out.report(
+                    t,
+                    first,
+                    Primitive::KeyIncrement {
+                        redundancy: self.sc.redundancy,
+                        key: Key::new(&k).expect("14-byte key"),
+                        delta,
+                    },
+                )?;
+                self.out.counts.counters += 1;
+            }
+            let key = Key::new(&f.key).expect("13-byte key");
+            let pkts = f.epoch_packets.min(u32::MAX as u64) as u32;
+            for &sw in f.path.hops() {
+                let (cm, hll) = &mut self.sketches.per_switch[sw as usize];
+                cm.update(&key, pkts);
+                hll.update(&key, 1);
+            }
+            self.sketches.central_hll.update(&key, 1);
+            ep.flows.push((fi, f.epoch_packets));
+        }
+        self.active.clear();
+        ep.hll_estimate = self.sketches.central_hll.cardinality().unwrap_or(0.0);
+        for sw in 0..self.topo.switches() as u32 {
+            let id = self.topo.id(sw);
+            let (cm, hll) = &self.sketches.per_switch[sw as usize];
+            for (sid, s) in [(SketchStores::CM_ID, cm), (SketchStores::HLL_ID, hll)] {
+                let shape = s.shape();
+                let per = (dta_proto::wire::sketch::MAX_CELL_BYTES / shape.column_bytes()) as u32;
+                let per = per.clamp(1, u16::MAX as u32);
+                let mut c = 0;
+                while c < shape.columns {
+                    let k = per.min(shape.columns - c);
+                    let r = s.column_report(sid, id, e as u32, c, k).ok_or_else(|| {
+                        format!("sketch {sid}: columns {c}+{k} do not fit a report")
+                    })?;
+                    self.out.raw(t, sw, &r);
+                    self.out.counts.sketch += 1;
+                    c += k;
+                }
+            }
+        }
+        self.truth.epochs.push(ep);
+        Ok(())
+    }
 }
 
 /// Every switch's Count-Min and HyperLogLog of the current epoch, and the merge of them all.
@@ -613,82 +702,4 @@ impl Sketches {
         }
         self.central_hll.cells_mut().fill(0);
     }
-}
-
-/// End of epoch `e`: every active flow's counters (from its first hop), then every switch's
-/// sketches, column reports in column order, all at the epoch's end.
-fn close_epoch(
-    out: &mut Emitter,
-    truth: &mut TrafficTruth,
-    flows: &mut [FlowState],
-    active: &mut Vec<u32>,
-    sketches: &mut Sketches,
-    topo: &Topology,
-    redundancy: u8,
-    (e, start, end): (u32, u64, u64),
-) -> Result<(), String> {
-    let t = end.max(*out.times.last().unwrap_or(&end));
-    sketches.clear();
-    let mut ep = EpochTruth {
-        epoch: e,
-        start_ns: start,
-        end_ns: t,
-        switches: topo.switches() as u32,
-        flows: Vec::with_capacity(active.len()),
-        hll_estimate: 0.0,
-    };
-    for &fi in active.iter() {
-        let f = &flows[fi as usize];
-        let first = f.path.hops()[0];
-        for (suffix, delta) in [
-            (COUNTER_PACKETS, f.epoch_packets),
-            (COUNTER_BYTES, f.epoch_bytes),
-        ] {
-            let mut k = [0u8; 14];
-            k[..13].copy_from_slice(&f.key);
-            k[13] = suffix;
-            out.report(
-                t,
-                first,
-                Primitive::KeyIncrement {
-                    redundancy,
-                    key: Key::new(&k).expect("14-byte key"),
-                    delta,
-                },
-            )?;
-            out.counts.counters += 1;
-        }
-        let key = Key::new(&f.key).expect("13-byte key");
-        let pkts = f.epoch_packets.min(u32::MAX as u64) as u32;
-        for &sw in f.path.hops() {
-            let (cm, hll) = &mut sketches.per_switch[sw as usize];
-            cm.update(&key, pkts);
-            hll.update(&key, 1);
-        }
-        sketches.central_hll.update(&key, 1);
-        ep.flows.push((fi, f.epoch_packets));
-    }
-    active.clear();
-    ep.hll_estimate = sketches.central_hll.cardinality().unwrap_or(0.0);
-    for sw in 0..topo.switches() as u32 {
-        let id = topo.id(sw);
-        let (cm, hll) = &sketches.per_switch[sw as usize];
-        for (sid, s) in [(SketchStores::CM_ID, cm), (SketchStores::HLL_ID, hll)] {
-            let shape = s.shape();
-            let per = (dta_proto::wire::sketch::MAX_CELL_BYTES / shape.column_bytes()) as u32;
-            let per = per.clamp(1, u16::MAX as u32);
-            let mut c = 0;
-            while c < shape.columns {
-                let k = per.min(shape.columns - c);
-                let r = s
-                    .column_report(sid, id, e, c, k)
-                    .ok_or_else(|| format!("sketch {sid}: columns {c}+{k} do not fit a report"))?;
-                out.raw(t, sw, &r);
-                out.counts.sketch += 1;
-                c += k;
-            }
-        }
-    }
-    truth.epochs.push(ep);
-    Ok(())
 }

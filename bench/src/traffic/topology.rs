@@ -112,7 +112,7 @@ pub struct Topology {
 impl Topology {
     /// The k-ary fat tree with switch `i` named `id(i)`.
     pub fn fat_tree(k: u32, id: impl Fn(u32) -> u32) -> Result<Topology, String> {
-        if k < 2 || k > 64 || k % 2 != 0 {
+        if !(2..=64).contains(&k) || k % 2 != 0 {
             return Err(format!("fat-tree k must be even and 2..=64, not {k}"));
         }
         let h = k / 2;
