@@ -3,7 +3,6 @@
 //! counted by reason in [`CaptureStats`].
 
 use std::io::{BufReader, Read};
-use std::net::IpAddr;
 use std::path::Path;
 
 use pcap_file::pcap::PcapReader;
@@ -14,7 +13,7 @@ use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::TsResolution;
 use serde::{Deserialize, Serialize};
 
-use super::decode::{decode, Link, Skip, TcpSegment};
+use super::decode::{decode, Decoded, Link, Skip};
 
 /// One IP packet of the capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,20 +22,8 @@ pub struct Packet {
     pub ts_ns: u64,
     /// The record's number in the file, from 1 (what Wireshark calls the frame number).
     pub frame: u32,
-    /// Source address.
-    pub src: IpAddr,
-    /// Destination address.
-    pub dst: IpAddr,
-    /// IP protocol.
-    pub proto: u8,
-    /// Source port (0 without ports).
-    pub sport: u16,
-    /// Destination port (0 without ports).
-    pub dport: u16,
-    /// Bytes of the IP packet.
-    pub ip_len: u32,
-    /// TCP fields, for TCP.
-    pub tcp: Option<TcpSegment>,
+    /// Addresses, protocol, ports, size, TCP fields.
+    pub ip: Decoded,
 }
 
 /// What reading a capture found.
@@ -132,20 +119,10 @@ impl Capture {
         match decode(link, data, orig_len.max(data.len() as u32)) {
             Err(s) => self.stats.skip(s),
             Ok(d) if d.src == d.dst => self.stats.same_host += 1,
-            Ok(d) => {
+            Ok(ip) => {
                 self.stats.link(link);
                 self.stats.packets += 1;
-                self.packets.push(Packet {
-                    ts_ns,
-                    frame,
-                    src: d.src,
-                    dst: d.dst,
-                    proto: d.proto,
-                    sport: d.sport,
-                    dport: d.dport,
-                    ip_len: d.ip_len,
-                    tcp: d.tcp,
-                });
+                self.packets.push(Packet { ts_ns, frame, ip });
             }
         }
     }
@@ -329,7 +306,7 @@ mod tests {
         let v: Vec<(u64, u32, u16)> = c
             .packets
             .iter()
-            .map(|p| (p.ts_ns, p.frame, p.sport))
+            .map(|p| (p.ts_ns, p.frame, p.ip.sport))
             .collect();
         assert_eq!(v, [(100_000_000_003, 2, 2), (100_000_000_005, 1, 1)]);
         // A cut in the last record: what came before is kept.
@@ -390,7 +367,7 @@ mod tests {
         assert_eq!(c.stats.format, "pcapng");
         assert_eq!(c.stats.records, 5);
         assert_eq!((c.stats.unsupported_link, c.stats.bad_records), (1, 1));
-        let ts: Vec<(u16, u64)> = c.packets.iter().map(|p| (p.sport, p.ts_ns)).collect();
+        let ts: Vec<(u16, u64)> = c.packets.iter().map(|p| (p.ip.sport, p.ts_ns)).collect();
         // 2 s of µs + 1 s offset; 2.5 s of ms; 3 s of 2^-10 s.
         assert_eq!(
             ts,

@@ -251,11 +251,11 @@ pub fn flow_key(p: &Packet) -> [u8; 13] {
         IpAddr::V6(v) => digest(&v.octets()).to_be_bytes(),
     };
     let mut k = [0u8; 13];
-    k[..4].copy_from_slice(&fold(&p.src));
-    k[4..8].copy_from_slice(&fold(&p.dst));
-    k[8] = p.proto;
-    k[9..11].copy_from_slice(&p.sport.to_be_bytes());
-    k[11..13].copy_from_slice(&p.dport.to_be_bytes());
+    k[..4].copy_from_slice(&fold(&p.ip.src));
+    k[4..8].copy_from_slice(&fold(&p.ip.dst));
+    k[8] = p.ip.proto;
+    k[9..11].copy_from_slice(&p.ip.sport.to_be_bytes());
+    k[11..13].copy_from_slice(&p.ip.dport.to_be_bytes());
     k
 }
 
@@ -319,6 +319,12 @@ impl Emitter {
             .push(switch_addr(sw), TRANSLATOR_REPORTS, &self.buf[..n]);
         self.times.push(t);
         Ok(())
+    }
+
+    /// An Append report of `entry` to `list`.
+    fn append(&mut self, t: u64, sw: u32, list: u32, entry: &[u8]) -> Result<(), String> {
+        let value = Value::new(entry).ok_or("an Append entry of 1..=32 bytes")?;
+        self.report(t, sw, Primitive::Append { list, value })
     }
 
     fn raw(&mut self, t: u64, sw: u32, bytes: &[u8]) {
@@ -442,7 +448,7 @@ impl Run<'_> {
         let ft = &mut self.truth.flows[fi as usize];
         f.packets += 1;
         ft.packets += 1;
-        ft.bytes += p.ip_len as u64;
+        ft.bytes += p.ip.len as u64;
         if f.epoch != self.epoch as u32 {
             f.epoch = self.epoch as u32;
             f.epoch_packets = 0;
@@ -450,7 +456,7 @@ impl Run<'_> {
             self.active.push(fi);
         }
         f.epoch_packets += 1;
-        f.epoch_bytes += p.ip_len as u64;
+        f.epoch_bytes += p.ip.len as u64;
         let (path, packets) = (f.path, f.packets);
         // Postcards: every hop of every n-th packet, hop by hop.
         if (packets - 1) % self.o.postcard_every as u64 == 0 {
@@ -471,7 +477,7 @@ impl Run<'_> {
         }
         let deepest = self.queue(t, p, &path)?;
         // Loss: a retransmitted TCP segment, reported by the deepest queue on the path.
-        if let Some(seg) = &p.tcp {
+        if let Some(seg) = &p.ip.tcp {
             if self.flows[fi as usize].seq.segment(seg) == Segment::Retransmission {
                 self.truth.flows[fi as usize].retransmissions += 1;
                 let id = self.topo.id(deepest);
@@ -480,14 +486,7 @@ impl Run<'_> {
                 entry[13] = LOSS_REASON_RETRANSMISSION;
                 entry[14..].copy_from_slice(&seg.seq.to_be_bytes());
                 let list = id % self.sc.lists;
-                self.out.report(
-                    t,
-                    deepest,
-                    Primitive::Append {
-                        list,
-                        value: Value::new(&entry).expect("18 bytes"),
-                    },
-                )?;
+                self.out.append(t, deepest, list, &entry)?;
                 self.out.counts.loss += 1;
                 self.truth.losses.push(LossTruth {
                     frame: p.frame,
@@ -505,7 +504,7 @@ impl Run<'_> {
 
     /// A flow's first packet: its path, and the sink's INT path report.
     fn new_flow(&mut self, t: u64, p: &Packet, key: [u8; 13]) -> Result<u32, String> {
-        let path = self.topo.path(&key, &p.src, &p.dst);
+        let path = self.topo.path(&key, &p.ip.src, &p.ip.dst);
         let i = self.flows.len() as u32;
         self.by_key.insert(key, i);
         self.flows.push(FlowState {
@@ -521,11 +520,11 @@ impl Run<'_> {
         let value: Vec<u8> = ids.iter().flat_map(|id| id.to_be_bytes()).collect();
         self.truth.flows.push(FlowTruth {
             key: hex(&key),
-            src: p.src.to_string(),
-            dst: p.dst.to_string(),
-            proto: p.proto,
-            sport: p.sport,
-            dport: p.dport,
+            src: p.ip.src.to_string(),
+            dst: p.ip.dst.to_string(),
+            proto: p.ip.proto,
+            sport: p.ip.sport,
+            dport: p.ip.dport,
             packets: 0,
             bytes: 0,
             path: ids,
@@ -560,7 +559,7 @@ impl Run<'_> {
             let next = path.hops().get(h + 1).copied();
             let port = match next {
                 Some(n) => n as u64,
-                None => 1 << 32 | u64::from(addr_digest(&p.dst)),
+                None => 1 << 32 | u64::from(addr_digest(&p.ip.dst)),
             };
             let q = self.queues.entry((sw, port)).or_default();
             if arrive > q.at_ns {
@@ -570,7 +569,7 @@ impl Run<'_> {
             if q.bytes < threshold / 2.0 {
                 q.congested = false;
             }
-            q.bytes += p.ip_len as f64;
+            q.bytes += p.ip.len as f64;
             arrive = q.at_ns + q.bytes / bytes_per_ns;
             if q.bytes > deepest.1 {
                 deepest = (sw, q.bytes);
@@ -585,14 +584,7 @@ impl Run<'_> {
             entry[..4].copy_from_slice(&id.to_be_bytes());
             entry[4..].copy_from_slice(&depth.to_be_bytes());
             let list = self.sc.lists + id % self.sc.lists;
-            self.out.report(
-                t,
-                sw,
-                Primitive::Append {
-                    list,
-                    value: Value::new(&entry).expect("8 bytes"),
-                },
-            )?;
+            self.out.append(t, sw, list, &entry)?;
             self.out.counts.congestion += 1;
             self.truth.congestion.push(CongestionTruth {
                 frame: p.frame,
@@ -600,7 +592,7 @@ impl Run<'_> {
                 switch: id,
                 port: match next {
                     Some(n) => format!("switch {}", self.topo.id(n)),
-                    None => format!("host {}", p.dst),
+                    None => format!("host {}", p.ip.dst),
                 },
                 depth,
                 list,

@@ -115,7 +115,7 @@ pub struct Decoded {
     /// Destination port (0 for protocols without ports).
     pub dport: u16,
     /// Bytes of the IP packet (header and payload): what the switches count.
-    pub ip_len: u32,
+    pub len: u32,
     /// TCP fields, for TCP.
     pub tcp: Option<TcpSegment>,
 }
@@ -352,7 +352,7 @@ fn transport(
         proto,
         sport: 0,
         dport: 0,
-        ip_len,
+        len: ip_len,
         tcp: None,
     };
     match proto {
@@ -449,7 +449,7 @@ mod tests {
         let f = eth(0x0800, &[], &ipv4_tcp(100, 0x18));
         let d = decode(Link::Ethernet, &f, f.len() as u32).unwrap();
         assert_eq!(d.src, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-        assert_eq!((d.proto, d.sport, d.dport, d.ip_len), (6, 12345, 80, 140));
+        assert_eq!((d.proto, d.sport, d.dport, d.len), (6, 12345, 80, 140));
         let t = d.tcp.unwrap();
         assert_eq!(
             (t.seq, t.flags, t.payload, t.seq_len()),
@@ -496,7 +496,7 @@ mod tests {
             (Link::Loopback, &null),
         ] {
             let d = decode(link, rec, rec.len() as u32).unwrap();
-            assert_eq!((d.sport, d.ip_len), (12345, 50), "{link:?}");
+            assert_eq!((d.sport, d.len), (12345, 50), "{link:?}");
         }
         assert_eq!(Link::from_linktype(276), Some(Link::LinuxSll2));
         assert_eq!(Link::from_linktype(147), None);
@@ -511,7 +511,7 @@ mod tests {
         p.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
         p.extend_from_slice(&[0x14, 0xE9, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4]);
         let d = decode(Link::Ipv6, &p, p.len() as u32).unwrap();
-        assert_eq!((d.proto, d.sport, d.dport, d.ip_len), (17, 5353, 53, 60));
+        assert_eq!((d.proto, d.sport, d.dport, d.len), (17, 5353, 53, 60));
         // The same behind a Fragment header with offset 8: a fragment.
         let mut f = p.clone();
         f[6] = 44;
@@ -535,7 +535,7 @@ mod tests {
         // Snap length: the TCP header's first 14 bytes are enough, the lengths come from IP.
         let full = eth(0x0800, &[], &ipv4_tcp(1000, 0x10));
         let d = decode(Link::Ethernet, &full[..14 + 20 + 14], full.len() as u32).unwrap();
-        assert_eq!((d.ip_len, d.tcp.unwrap().payload), (1040, 1000));
+        assert_eq!((d.len, d.tcp.unwrap().payload), (1040, 1000));
         assert_eq!(
             decode(Link::Ethernet, &full[..14 + 20 + 13], 1054),
             Err(Skip::Truncated)

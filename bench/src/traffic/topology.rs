@@ -34,6 +34,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
+use crate::gen::digest;
 use crate::workload::mix;
 
 /// Most switches on a path: a Key-Write value holds 28 bytes in the 32-byte slots of the
@@ -442,7 +443,7 @@ impl Topology {
     /// The path of the flow with 13-byte key `key` from host `src` to host `dst`.
     pub fn path(&mut self, key: &[u8], src: &IpAddr, dst: &IpAddr) -> Path {
         let (s, t) = (self.attach(src), self.attach(dst));
-        let flow = fnv(key);
+        let flow = u64::from(digest(key));
         self.dist_to(t);
         let (d, adj) = (&self.dist[&t], &self.adj);
         let mut p = Path {
@@ -468,20 +469,11 @@ impl Topology {
     }
 }
 
-/// FNV-1a over bytes.
-fn fnv(b: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &x in b {
-        h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
-
 fn addr_hash(a: &IpAddr) -> u64 {
-    match a {
-        IpAddr::V4(v) => fnv(&v.octets()),
-        IpAddr::V6(v) => fnv(&v.octets()),
-    }
+    u64::from(match a {
+        IpAddr::V4(v) => digest(&v.octets()),
+        IpAddr::V6(v) => digest(&v.octets()),
+    })
 }
 
 #[cfg(test)]
