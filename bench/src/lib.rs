@@ -22,5 +22,6 @@ pub mod sketchbench;
 pub mod svg;
 pub mod sys;
 pub mod trace;
+pub mod traffic;
 pub mod workload;
 pub mod zerobench;
