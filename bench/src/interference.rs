@@ -358,6 +358,13 @@ pub struct InterferenceOptions {
     pub interval_ms: u32,
     /// Seconds between a monitor answering and the load starting (start-up costs stay out).
     pub settle_secs: f64,
+    /// Run this bench, and so every process it starts, in its own cgroup v1 `cpu` group with
+    /// this `cpu.shares` (root; 0: leave scheduling alone). A session's processes otherwise
+    /// share the CPU with every other session's as one autogroup of weight 1024 whatever their
+    /// nice values, so on a machine shared with other work this is how the two cores come to
+    /// behave more like a dedicated host; inside the group Redis and the monitor compete as
+    /// equals, as on a real host.
+    pub cpu_shares: u64,
     /// Where the runs keep their data (a fresh directory under the system's temporary one
     /// when unset); removed at the end unless `keep_work`.
     pub work: Option<PathBuf>,
@@ -384,12 +391,72 @@ impl Default for InterferenceOptions {
             other_core: 0,
             interval_ms: 1000,
             settle_secs: 3.0,
+            cpu_shares: 0,
             work: None,
             keep_work: false,
             bin_dir: None,
             out: PathBuf::from("bench/results"),
         }
     }
+}
+
+const CPU_CGROUP: &str = "/sys/fs/cgroup/cpu";
+
+/// A cgroup v1 `cpu` group holding this process, so every process it starts from now on
+/// (module docs, [`InterferenceOptions::cpu_shares`]). Dropping it moves this process back to
+/// the root group and removes the group (its other members are gone by then).
+struct CpuGroup {
+    dir: PathBuf,
+}
+
+impl CpuGroup {
+    fn enter(shares: u64) -> Result<CpuGroup, String> {
+        let root = Path::new(CPU_CGROUP);
+        if !root.join("cpu.shares").exists() {
+            return Err(format!(
+                "--cpu-shares: no cgroup v1 cpu controller at {CPU_CGROUP}"
+            ));
+        }
+        let dir = root.join(format!("dta-zero-interference-{}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(format!(
+                    "--cpu-shares: cannot create {}: {e}",
+                    dir.display()
+                ))
+            }
+        }
+        let g = CpuGroup { dir };
+        let write = |file: &str, v: String| {
+            std::fs::write(g.dir.join(file), &v)
+                .map_err(|e| format!("--cpu-shares: {}/{file} <- {v}: {e}", g.dir.display()))
+        };
+        write("cpu.shares", shares.to_string())?;
+        write("cgroup.procs", std::process::id().to_string())?;
+        Ok(g)
+    }
+}
+
+impl Drop for CpuGroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            Path::new(CPU_CGROUP).join("cgroup.procs"),
+            std::process::id().to_string(),
+        );
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// `taskset -c CORE program`: how every process of a run starts.
+fn pinned(core: usize, program: &Path) -> Vec<String> {
+    vec![
+        "taskset".to_string(),
+        "-c".to_string(),
+        core.to_string(),
+        program.display().to_string(),
+    ]
 }
 
 /// A server this harness started: killed (and reaped) when dropped. It also gets SIGTERM from
@@ -414,9 +481,8 @@ impl Server {
         let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new("setpriv")
-            .args(["--pdeathsig", "TERM", "--", "taskset", "-c"])
-            .arg(core.to_string())
-            .arg(program)
+            .args(["--pdeathsig", "TERM", "--"])
+            .args(pinned(core, program))
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)
@@ -903,10 +969,9 @@ fn redis_benchmark(
     port: u16,
     args: &[String],
 ) -> Result<String, String> {
-    let out = Command::new("taskset")
-        .arg("-c")
-        .arg(core.to_string())
-        .arg(&tools.redis_benchmark)
+    let cmd = pinned(core, &tools.redis_benchmark);
+    let out = Command::new(&cmd[0])
+        .args(&cmd[1..])
         .args(["-h", "127.0.0.1", "-p"])
         .arg(port.to_string())
         .args(args)
@@ -1041,7 +1106,8 @@ fn run_one(
             (
                 b.since(a),
                 b.threads_since(a, |tid, _| tid == pid),
-                b.threads_since(a, |_, name| name == "dta-agent-sample"),
+                // "dta-agent-sample", cut to the kernel's 15 bytes.
+                b.threads_since(a, |_, name| name.starts_with("dta-agent-sampl")),
             )
         }
         _ => (0, 0, 0),
@@ -1118,7 +1184,12 @@ pub fn zero_interference(o: &InterferenceOptions) -> Result<(), String> {
             foreign.join(", ")
         );
     }
+    let group = match o.cpu_shares {
+        0 => None,
+        n => Some(CpuGroup::enter(n)?),
+    };
     let result = measure(o, &tools, &work, &foreign);
+    drop(group);
     if !o.keep_work {
         let _ = std::fs::remove_dir_all(&work);
     } else {

@@ -300,6 +300,12 @@ struct ZeroInterferenceArgs {
     /// `zero-interference`: monitoring interval (scrape, pull, agent sampling) in ms.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u32,
+    /// `zero-interference`: run in a cgroup v1 `cpu` group of this many shares (root; 0: no
+    /// group). On a machine shared with other sessions (each an autogroup of 1024) a large
+    /// value makes the two cores behave more like a dedicated host; inside the group Redis and
+    /// the monitor compete as equals.
+    #[arg(long, default_value_t = 0)]
+    cpu_shares: u64,
     /// `zero-interference`: the servers' data and logs go here (default: a new directory in
     /// the system's temporary one, removed at the end).
     #[arg(long, value_name = "DIR")]
@@ -1169,6 +1175,7 @@ fn main() {
                 monitored_core: zi.monitored_core,
                 other_core: zi.other_core,
                 interval_ms: zi.interval_ms,
+                cpu_shares: zi.cpu_shares,
                 work: zi.work,
                 keep_work: zi.keep_work,
                 bin_dir: zi.bin_dir,
