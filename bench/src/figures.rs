@@ -987,25 +987,24 @@ fn zero_interference_charts(v: &serde_json::Value) -> Vec<Chart> {
     let o = &v["options"];
     let m = &v["machine"];
     let cap = format!(
-        "Redis on core {}, GET load ({} clients) from core {}; {} rounds x {} requests (~{} s), \
-         interleaved; bars: medians; {}, {} cores; {}",
+        "Redis on core {}, GET load from core {}; {} rounds x ~{} s, interleaved; bars: medians; \
+         {}, {} cores; {}",
         o["monitored_core"],
-        o["clients"],
         o["other_core"],
         o["rounds"],
-        v["requests_per_run"],
         o["secs"],
         m["cpu"].as_str().unwrap_or(""),
         m["cores"],
         m["unix_time"].as_u64().map(utc_date).unwrap_or_default()
     );
+    let x_label = "node_exp. 3: node_exporter with only the cpu, netdev and stat collectors";
     let cats: Vec<String> = rows
         .iter()
         .map(|r| match r["monitor"].as_str().unwrap_or("") {
-            "none" => "none".to_string(),
-            "node_exporter" => "node_exporter (defaults)".to_string(),
-            "node_exporter_matched" => "node_exporter (cpu,netdev,stat)".to_string(),
-            "dta_agent" => "dta-agent (RDMA READ)".to_string(),
+            "none" => "no monitoring".to_string(),
+            "node_exporter" => "node_exporter".to_string(),
+            "node_exporter_matched" => "node_exp. 3".to_string(),
+            "dta_agent" => "dta-agent".to_string(),
             other => other.to_string(),
         })
         .collect();
@@ -1017,7 +1016,7 @@ fn zero_interference_charts(v: &serde_json::Value) -> Vec<Chart> {
     };
     let bars = |title: &str, y: &str, series: Vec<Series>| Chart {
         title: title.into(),
-        x_label: String::new(),
+        x_label: x_label.into(),
         y_label: y.into(),
         log_x: false,
         log_y: false,
@@ -1027,43 +1026,39 @@ fn zero_interference_charts(v: &serde_json::Value) -> Vec<Chart> {
     };
     vec![
         bars(
-            "Redis GET latency on the monitored host, per monitor at 1 s",
+            "Redis GET latency on the monitored core, monitored every 1 s by",
             "latency (ms)",
             vec![
                 line("p50", of("p50_ms", "median", 1.0), false),
                 line("p99", of("p99_ms", "median", 1.0), false),
                 line("p99.9", of("p999_ms", "median", 1.0), false),
-                line("p99.9, worst round", of("p999_ms", "max", 1.0), true),
+                line("p99.9 worst round", of("p999_ms", "max", 1.0), true),
             ],
         ),
         bars(
-            "CPU the monitor takes on the monitored host's core",
+            "CPU the monitor takes on the monitored core (utime + stime)",
             "% of one core",
             vec![
+                line("as run", of("monitor_cpu_pct", "median", 1.0), false),
                 line(
-                    "monitor, as run",
-                    of("monitor_cpu_pct", "median", 1.0),
-                    false,
-                ),
-                line(
-                    "of it: software RNIC answering READs",
+                    "of it: software RNIC",
                     of("software_rnic_thread_cpu_pct", "median", 1.0),
                     false,
                 ),
                 line(
-                    "with a real RNIC (READs off the CPU)",
+                    "with a real RNIC",
                     of("real_rnic_cpu_pct", "median", 1.0),
                     false,
                 ),
                 line(
-                    "monitor, worst round",
+                    "as run, worst round",
                     of("monitor_cpu_pct", "max", 1.0),
                     true,
                 ),
             ],
         ),
         bars(
-            "Redis throughput under each monitor",
+            "Redis GET throughput",
             "thousand GET/s",
             vec![
                 line("median", of("rps", "median", 1e-3), false),

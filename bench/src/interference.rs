@@ -621,19 +621,26 @@ fn proc_cpu(pid: u32) -> Option<ProcCpu> {
 }
 
 impl ProcCpu {
-    /// CPU (ns) between an earlier sample and `self`: the sum of the threads' schedstat when
-    /// every thread of `before` is still there (the same time as utime + stime, to the
-    /// nanosecond), else utime + stime (which keeps exited threads' time, to the clock tick).
+    /// CPU (ns) between an earlier sample and `self`. utime + stime and the threads' schedstat
+    /// count the same time: the first to the clock tick (each sample floored) but with the
+    /// threads that exited in between, the second to the nanosecond but only for the threads
+    /// still alive. The threads' sum when none exited, else the larger of the two.
     fn since(&self, before: &ProcCpu) -> u64 {
-        let kept = before
+        let threads = self.threads_since(before, |_, _| true);
+        if self.exited(before) == 0 && !self.threads.is_empty() {
+            threads
+        } else {
+            threads.max(self.ns.saturating_sub(before.ns))
+        }
+    }
+
+    /// Threads of `before` that are gone.
+    fn exited(&self, before: &ProcCpu) -> usize {
+        before
             .threads
             .iter()
-            .all(|(t, _, _)| self.threads.iter().any(|(u, _, _)| u == t));
-        if kept && !self.threads.is_empty() {
-            self.threads_since(before, |_, _| true)
-        } else {
-            self.ns.saturating_sub(before.ns)
-        }
+            .filter(|(t, _, _)| !self.threads.iter().any(|(u, _, _)| u == t))
+            .count()
     }
 
     /// Thread CPU (ns) between samples of the threads `pick` selects (by tid and name).
@@ -1112,9 +1119,9 @@ fn run_one(
         }
         _ => (0, 0, 0),
     };
-    let host_ticks_ns = match (&host0, &host1) {
-        (Some(a), Some(b)) => b.ns.saturating_sub(a.ns),
-        _ => 0,
+    let (host_ticks_ns, host_threads_exited) = match (&host0, &host1) {
+        (Some(a), Some(b)) => (b.ns.saturating_sub(a.ns), b.exited(a)),
+        _ => (0, 0),
     };
     let coll_ns = match (&coll0, &coll1) {
         (Some(a), Some(b)) => b.since(a),
@@ -1138,6 +1145,7 @@ fn run_one(
         "redis": bench,
         "monitor_cpu_ns": host_ns, "monitor_cpu_pct": pct(host_ns),
         "monitor_cpu_ticks_ns": host_ticks_ns,
+        "monitor_threads_exited": host_threads_exited,
         "software_rnic_thread_cpu_ns": if agent { json!(rnic_thread_ns) } else { json!(null) },
         "software_rnic_thread_cpu_pct": if agent { json!(pct(rnic_thread_ns)) } else { json!(null) },
         "software_rnic_work_cpu_ns": if agent {
@@ -1488,6 +1496,36 @@ Summary:
             url_encode("up{job=\"node\"}[1h]"),
             "up%7Bjob%3D%22node%22%7D%5B1h%5D"
         );
+    }
+
+    #[test]
+    fn process_cpu_from_ticks_and_threads() {
+        let t = |tid: u64, ns: u64| (tid, format!("t{tid}"), ns);
+        let before = ProcCpu {
+            ns: 10_000_000,
+            threads: vec![t(1, 4_000_000), t(2, 6_000_000)],
+        };
+        // Same threads: their nanoseconds (ticks floored to 0 more here).
+        let after = ProcCpu {
+            ns: 10_000_000,
+            threads: vec![t(1, 7_500_000), t(2, 6_100_000), t(3, 200_000)],
+        };
+        assert_eq!(after.exited(&before), 0);
+        assert_eq!(after.since(&before), 3_500_000 + 100_000 + 200_000);
+        assert_eq!(after.threads_since(&before, |tid, _| tid == 1), 3_500_000);
+        // Thread 2 exited after working: utime + stime kept its time.
+        let after = ProcCpu {
+            ns: 40_000_000,
+            threads: vec![t(1, 7_500_000)],
+        };
+        assert_eq!(after.exited(&before), 1);
+        assert_eq!(after.since(&before), 30_000_000);
+        // An idle thread exited: the threads' finer sum.
+        let after = ProcCpu {
+            ns: 10_000_000,
+            threads: vec![t(1, 7_500_000)],
+        };
+        assert_eq!(after.since(&before), 3_500_000);
     }
 
     #[test]
