@@ -986,13 +986,20 @@ fn zero_interference_charts(v: &serde_json::Value) -> Vec<Chart> {
     let rows = v["summary"].as_array().unwrap_or(empty_rows());
     let o = &v["options"];
     let m = &v["machine"];
+    let walls: Vec<f64> = v["runs"]
+        .as_array()
+        .unwrap_or(empty_rows())
+        .iter()
+        .map(|r| f(&r["wall_secs"]))
+        .collect();
     let cap = format!(
-        "Redis on core {}, GET load from core {}; {} rounds x ~{} s, interleaved; bars: medians; \
-         {}, {} cores; {}",
+        "Redis on core {}, GET load from core {}; {} rounds x {:.1}M GETs (~{:.0} s), \
+         interleaved; bars: medians; {}, {} cores; {}",
         o["monitored_core"],
         o["other_core"],
         o["rounds"],
-        o["secs"],
+        f(&v["requests_per_run"]) / 1e6,
+        crate::interference::spread(&walls).0,
         m["cpu"].as_str().unwrap_or(""),
         m["cores"],
         m["unix_time"].as_u64().map(utc_date).unwrap_or_default()
