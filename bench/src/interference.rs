@@ -1167,7 +1167,7 @@ fn run_one(
 
 /// Runs the measurement (module docs) and writes `zero-interference.json` and `.svg` to `o.out`.
 pub fn zero_interference(o: &InterferenceOptions) -> Result<(), String> {
-    if o.monitors.is_empty() || o.rounds == 0 || !(o.secs > 0.0) {
+    if o.monitors.is_empty() || o.rounds == 0 || o.secs.is_nan() || o.secs <= 0.0 {
         return Err("zero-interference: needs a monitor, a round and secs > 0".into());
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
