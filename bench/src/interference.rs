@@ -798,6 +798,16 @@ struct Collected {
     size: f64,
 }
 
+/// Prometheus' configuration: one job, `node`, scraping 127.0.0.1:`port` every `interval_ms`
+/// (in ms: Prometheus durations take whole units only), time-out the same.
+fn prometheus_config(interval_ms: u32, port: u16) -> String {
+    format!(
+        "global:\n  scrape_interval: {interval_ms}ms\n  scrape_timeout: {interval_ms}ms\n  \
+         evaluation_interval: 1h\nscrape_configs:\n  - job_name: node\n    \
+         static_configs:\n      - targets: [\"127.0.0.1:{port}\"]\n"
+    )
+}
+
 fn prometheus_query(port: u16, q: &str) -> Option<f64> {
     let body = http_get(port, &format!("/api/v1/query?query={}", url_encode(q))).ok()?;
     prom_query_value(&body)
@@ -834,17 +844,9 @@ impl Running {
                 }
                 let host = Server::start("node_exporter", mc, &tools.node_exporter, &args, dir)?;
                 let prom_port = free_tcp_port()?;
-                let secs = o.interval_ms as f64 / 1e3;
                 let cfg = dir.join("prometheus.yml");
-                std::fs::write(
-                    &cfg,
-                    format!(
-                        "global:\n  scrape_interval: {secs}s\n  scrape_timeout: {secs}s\n  \
-                         evaluation_interval: 1h\nscrape_configs:\n  - job_name: node\n    \
-                         static_configs:\n      - targets: [\"127.0.0.1:{ne_port}\"]\n"
-                    ),
-                )
-                .map_err(|e| format!("{}: {e}", cfg.display()))?;
+                std::fs::write(&cfg, prometheus_config(o.interval_ms, ne_port))
+                    .map_err(|e| format!("{}: {e}", cfg.display()))?;
                 let args = vec![
                     format!("--config.file={}", cfg.display()),
                     format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
@@ -1526,6 +1528,17 @@ Summary:
             threads: vec![t(1, 7_500_000)],
         };
         assert_eq!(after.since(&before), 3_500_000);
+    }
+
+    #[test]
+    fn prometheus_scrapes_at_the_interval() {
+        let c = prometheus_config(100, 9100);
+        assert!(
+            c.contains("  scrape_interval: 100ms\n  scrape_timeout: 100ms\n"),
+            "{c}"
+        );
+        assert!(c.contains("      - targets: [\"127.0.0.1:9100\"]\n"), "{c}");
+        assert!(prometheus_config(1000, 1).contains("scrape_interval: 1000ms"));
     }
 
     #[test]
