@@ -3,7 +3,7 @@
 //!
 //! A Redis server runs on one core (`--monitored-core`, 1: the monitored host) under a steady,
 //! closed-loop `redis-benchmark` GET load from the other core (`--other-core`, 0), and is
-//! monitored every second by one of:
+//! monitored every `--interval-ms` (1 s) by one of:
 //!
 //! - nothing (the baseline);
 //! - Prometheus' node_exporter with its default collectors, on the monitored core, scraped by a
@@ -18,6 +18,8 @@
 //! signal through `setpriv` so that none outlives this process) and stops them at its end,
 //! whatever happens. Configurations are interleaved and repeated (`--rounds`, each round in a
 //! rotated order) because two shared cores are noisy; the summary gives medians and the spread.
+//! With `--cpu-shares` the bench and all it starts run in a cgroup `cpu` group of that weight,
+//! so that other login sessions' work on a shared machine leaves Redis most of its core.
 //!
 //! Measured per run, over the load's window only (after start-up and a settle time):
 //! Redis throughput and latency quantiles from redis-benchmark's own histogram (parsed by
