@@ -14,6 +14,7 @@ pub mod dartbench;
 pub mod demo;
 pub mod figures;
 pub mod gen;
+pub mod interference;
 pub mod pcapcheck;
 pub mod progress;
 pub mod replay;

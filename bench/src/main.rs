@@ -263,6 +263,8 @@ enum Cmd {
         /// `zero`: the agent counts of the capacity measurement (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
         agents: Vec<usize>,
+        #[command(flatten)]
+        zi: ZeroInterferenceArgs,
     },
 }
 
@@ -301,6 +303,60 @@ struct TrafficArgs {
     /// With --traffic: registers of each switch's HyperLogLog of flows (a power of two).
     #[arg(long, default_value_t = 512, requires = "traffic")]
     hll_registers: u32,
+}
+
+/// The settings of `dta bench zero-interference` (bench/README.md "ZERO interference").
+#[derive(Args, Debug, Clone)]
+struct ZeroInterferenceArgs {
+    /// `zero-interference`: seconds of Redis load per run (with --requests 0: the requests per
+    /// run are this times the throughput of an unmonitored calibration run).
+    #[arg(long, default_value_t = 60.0)]
+    secs: f64,
+    /// `zero-interference`: rounds; each runs every monitor once, in a rotated order.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// `zero-interference`: the monitoring configurations (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none,node-exporter,node-exporter-matched,dta-agent"
+    )]
+    monitors: Vec<dta_bench::interference::Monitor>,
+    /// `zero-interference`: redis-benchmark parallel clients.
+    #[arg(long, default_value_t = 50)]
+    clients: u32,
+    /// `zero-interference`: redis-benchmark pipeline depth.
+    #[arg(long, default_value_t = 1)]
+    pipeline: u32,
+    /// `zero-interference`: GET requests per run (0: from --secs and a calibration run).
+    #[arg(long, default_value_t = 0)]
+    requests: u64,
+    /// `zero-interference`: the monitored host's core (Redis, node_exporter, dta-agent).
+    #[arg(long, default_value_t = 1)]
+    monitored_core: usize,
+    /// `zero-interference`: the other core (redis-benchmark, Prometheus, dta-collector).
+    #[arg(long, default_value_t = 0)]
+    other_core: usize,
+    /// `zero-interference`: monitoring interval (scrape, pull, agent sampling) in ms.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u32,
+    /// `zero-interference`: run in a cgroup v1 `cpu` group of this many shares (root; 0: no
+    /// group). On a machine shared with other sessions (each an autogroup of 1024) a large
+    /// value makes the two cores behave more like a dedicated host; inside the group Redis and
+    /// the monitor compete as equals.
+    #[arg(long, default_value_t = 0)]
+    cpu_shares: u64,
+    /// `zero-interference`: the servers' data and logs go here (default: a new directory in
+    /// the system's temporary one, removed at the end).
+    #[arg(long, value_name = "DIR")]
+    work: Option<PathBuf>,
+    /// `zero-interference`: keep the work directory.
+    #[arg(long)]
+    keep_work: bool,
+    /// `zero-interference`: where dta-agent and dta-collector are (default: next to `dta`).
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
 }
 
 /// Workload parameters shared by `gen` and `replay` (a pcap written by `gen` records them in
@@ -466,6 +522,12 @@ enum Figure {
     Zero,
     /// Every figure above.
     All,
+    /// ZERO interference (not part of `all`: needs Debian's redis-server, redis-tools,
+    /// prometheus and prometheus-node-exporter; scripts/bench-zero-interference.sh installs
+    /// them): Redis latency and throughput on core 1 unmonitored, monitored by node_exporter
+    /// scraped by Prometheus, and by dta-agent pulled with RDMA READ, with the monitored
+    /// core's CPU spent on monitoring.
+    ZeroInterference,
     /// Redraw the SVGs from the JSON results in --out (no measurement).
     Plot,
 }
@@ -1027,7 +1089,12 @@ fn bench_cmd(
     profile: ReportFormat,
     qps: &[u32],
     agents: &[usize],
+    zi: &dta_bench::interference::InterferenceOptions,
 ) -> Result<(), String> {
+    if fig == Figure::ZeroInterference {
+        eprintln!("== zero-interference (Redis on a monitored core: no monitor, node_exporter, dta-agent)");
+        return dta_bench::interference::zero_interference(zi);
+    }
     if fig == Figure::Plot {
         let n = figures::plot(&o.out)?;
         eprintln!("redrew {n} figure(s) in {}", o.out.display());
@@ -1292,7 +1359,25 @@ fn main() {
             profile,
             qps,
             agents,
+            zi,
         } => {
+            let zi = dta_bench::interference::InterferenceOptions {
+                secs: zi.secs,
+                rounds: zi.rounds,
+                monitors: zi.monitors,
+                clients: zi.clients,
+                pipeline: zi.pipeline,
+                requests: zi.requests,
+                monitored_core: zi.monitored_core,
+                other_core: zi.other_core,
+                interval_ms: zi.interval_ms,
+                cpu_shares: zi.cpu_shares,
+                work: zi.work,
+                keep_work: zi.keep_work,
+                bin_dir: zi.bin_dir,
+                out: out.clone(),
+                ..Default::default()
+            };
             let o = FigOptions {
                 reports,
                 loops,
@@ -1300,7 +1385,7 @@ fn main() {
                 pin: !no_pin,
                 verbose: true,
             };
-            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents) {
+            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents, &zi) {
                 eprintln!("dta bench: {e}");
                 std::process::exit(1);
             }
