@@ -121,6 +121,8 @@ pub struct HarnessOptions {
     pub parse: ParseConfig,
     /// Sketch-Merge settings.
     pub sketch: dta_translator::datapath::primitive::SketchSettings,
+    /// Frames the translator's transmit batch holds (what a worker sends per I/O).
+    pub tx_frames: usize,
 }
 
 impl Default for HarnessOptions {
@@ -140,6 +142,7 @@ impl Default for HarnessOptions {
             verify_icrc: true,
             parse: ParseConfig::default(),
             sketch: Default::default(),
+            tx_frames: 4096,
         }
     }
 }
@@ -240,7 +243,7 @@ impl Harness {
             now: 1_000_000,
             imp: Impairments::default(),
             rng: Rng(42),
-            tx: TxBatch::new(4096, 2048),
+            tx: TxBatch::new(o.tx_frames.max(1), 2048),
             rnic_tx: TxBatch::new(4096, 2048),
             sent_frames: None,
             nacks: Vec::new(),
@@ -337,6 +340,19 @@ impl Harness {
             self.pump();
         }
         self.pump();
+    }
+
+    /// [`Harness::flush`] for at most `rounds` rounds (a QP that cannot take the rest, e.g. a
+    /// broken one, never lets it finish). True if everything was written.
+    pub fn flush_for(&mut self, rounds: usize) -> bool {
+        for _ in 0..rounds {
+            if self.pipeline.flush_all(self.now, &mut self.tx) {
+                self.pump();
+                return true;
+            }
+            self.pump();
+        }
+        false
     }
 
     /// Moves frames translator → wire → responder → wire → translator until nothing more

@@ -89,10 +89,18 @@ fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
     draw(out, name, v)
 }
 
-/// Draws a figure's charts (`NAME.svg`, `NAME-2.svg`, ...) from its measurements; never
-/// touches `NAME.json`.
+/// Figures whose charts go one above the other into one `NAME.svg`.
+const STACKED: [&str; 1] = ["zero-interference"];
+
+/// Draws a figure's charts (`NAME.svg`, `NAME-2.svg`, ...; the figures in [`STACKED`]: all in
+/// `NAME.svg`) from its measurements; never touches `NAME.json`.
 pub fn draw(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
     let charts = charts(name, v);
+    if STACKED.contains(&name) {
+        let p = out.join(format!("{name}.svg"));
+        return std::fs::write(&p, crate::svg::stack(&charts))
+            .map_err(|e| format!("{}: {e}", p.display()));
+    }
     for (i, c) in charts.iter().enumerate() {
         let n = if i == 0 {
             format!("{name}.svg")
@@ -966,8 +974,106 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                 ),
             ]
         }
+        "zero-interference" => zero_interference_charts(v),
         _ => Vec::new(),
     }
+}
+
+/// `zero-interference.svg`: Redis latency, the monitored core's CPU spent on monitoring, and
+/// Redis throughput, per monitoring configuration (medians over the rounds; the spread as
+/// dashed markers).
+fn zero_interference_charts(v: &serde_json::Value) -> Vec<Chart> {
+    let rows = v["summary"].as_array().unwrap_or(empty_rows());
+    let o = &v["options"];
+    let m = &v["machine"];
+    let walls: Vec<f64> = v["runs"]
+        .as_array()
+        .unwrap_or(empty_rows())
+        .iter()
+        .map(|r| f(&r["wall_secs"]))
+        .collect();
+    let cap = format!(
+        "Redis on core {}, GET load from core {}; {} rounds x {:.1}M GETs (~{:.0} s), \
+         interleaved; bars: medians; {}, {} cores; {}",
+        o["monitored_core"],
+        o["other_core"],
+        o["rounds"],
+        f(&v["requests_per_run"]) / 1e6,
+        crate::interference::spread(&walls).0,
+        m["cpu"].as_str().unwrap_or(""),
+        m["cores"],
+        m["unix_time"].as_u64().map(utc_date).unwrap_or_default()
+    );
+    let x_label = "node_exp. 3: node_exporter with only the cpu, netdev and stat collectors";
+    let cats: Vec<String> = rows
+        .iter()
+        .map(|r| match r["monitor"].as_str().unwrap_or("") {
+            "none" => "no monitoring".to_string(),
+            "node_exporter" => "node_exporter".to_string(),
+            "node_exporter_matched" => "node_exp. 3".to_string(),
+            "dta_agent" => "dta-agent".to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    let of = |key: &str, stat: &str, scale: f64| -> Vec<(f64, f64)> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| (i as f64 + 1.0, f(&r[key][stat]) * scale))
+            .collect()
+    };
+    let bars = |title: &str, y: &str, series: Vec<Series>| Chart {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y.into(),
+        log_x: false,
+        log_y: false,
+        series,
+        categories: cats.clone(),
+        caption: cap.clone(),
+    };
+    vec![
+        bars(
+            "Redis GET latency on the monitored core, monitored every 1 s by",
+            "latency (ms)",
+            vec![
+                line("p50", of("p50_ms", "median", 1.0), false),
+                line("p99", of("p99_ms", "median", 1.0), false),
+                line("p99.9", of("p999_ms", "median", 1.0), false),
+                line("p99.9 worst round", of("p999_ms", "max", 1.0), true),
+            ],
+        ),
+        bars(
+            "CPU the monitor takes on the monitored core (utime + stime)",
+            "% of one core",
+            vec![
+                line("as run", of("monitor_cpu_pct", "median", 1.0), false),
+                line(
+                    "of it: software RNIC",
+                    of("software_rnic_thread_cpu_pct", "median", 1.0),
+                    false,
+                ),
+                line(
+                    "with a real RNIC",
+                    of("real_rnic_cpu_pct", "median", 1.0),
+                    false,
+                ),
+                line(
+                    "as run, worst round",
+                    of("monitor_cpu_pct", "max", 1.0),
+                    true,
+                ),
+            ],
+        ),
+        bars(
+            "Redis GET throughput",
+            "thousand GET/s",
+            vec![
+                line("median", of("rps", "median", 1e-3), false),
+                line("slowest round", of("rps", "min", 1e-3), true),
+                line("fastest round", of("rps", "max", 1e-3), true),
+            ],
+        ),
+    ]
 }
 
 /// Redraws the SVGs of every `NAME.json` in `dir`.
@@ -982,6 +1088,7 @@ pub fn plot(dir: &Path) -> Result<usize, String> {
         "baselines",
         "dart",
         "zero",
+        "zero-interference",
     ] {
         let p = dir.join(format!("{name}.json"));
         let Ok(s) = std::fs::read_to_string(&p) else {

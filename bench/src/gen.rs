@@ -24,6 +24,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
+use dta_proto::sketch::{SketchHash, SketchKind};
 use dta_proto::wire::dta::BaseVariant;
 use dta_proto::wire::report::{
     ParseConfig, Primitive, Priority, Profile, Report, ReportFormat, ReportHeader,
@@ -183,6 +184,59 @@ pub struct Scenario {
     pub telemetry: u8,
     /// UDP port Telemetry Reports go to (the translator's `[int] port`).
     pub int_port: u16,
+    /// Hops per path of the Postcarding store (1..=16; the fat tree's paths are 5).
+    pub postcard_hops: u8,
+    /// Sketch-Merge stores (`dta gen --traffic`: the switches' per-epoch Count-Min of flow
+    /// sizes and HyperLogLog of flows); none by default.
+    pub sketch: Option<SketchStores>,
+}
+
+/// The Sketch-Merge stores of a scenario: a Count-Min of packets per flow (sketch ID
+/// [`SketchStores::CM_ID`], store `flow-sizes`) and a HyperLogLog of distinct flows (ID
+/// [`SketchStores::HLL_ID`], store `flows`), merged over `switches` switches, `epochs` epochs
+/// kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SketchStores {
+    /// Count-Min rows (1..=8).
+    pub cm_rows: u8,
+    /// Count-Min columns (a power of two).
+    pub cm_columns: u32,
+    /// HyperLogLog registers (a power of two, 2^4..=2^16).
+    pub hll_registers: u32,
+    /// Epoch slots each store keeps (1..=16).
+    pub epochs: u32,
+    /// Switches that may report (the translator's expected switch count, at most 65,535).
+    pub switches: u32,
+}
+
+impl SketchStores {
+    /// Sketch ID of the Count-Min.
+    pub const CM_ID: u16 = 1;
+    /// Sketch ID of the HyperLogLog.
+    pub const HLL_ID: u16 = 2;
+
+    /// The Count-Min's geometry.
+    pub fn cm_shape(&self) -> Result<dta_proto::sketch::SketchShape, String> {
+        use dta_proto::sketch::{SketchKind, SketchShape};
+        SketchShape::new(SketchKind::CountMin, self.cm_rows, self.cm_columns, 4)
+            .map_err(|e| format!("Count-Min {} x {}: {e}", self.cm_rows, self.cm_columns))
+    }
+
+    /// The HyperLogLog's geometry.
+    pub fn hll_shape(&self) -> Result<dta_proto::sketch::SketchShape, String> {
+        use dta_proto::sketch::{SketchKind, SketchShape};
+        SketchShape::new(SketchKind::HyperLogLog, 1, self.hll_registers, 1)
+            .map_err(|e| format!("HyperLogLog with {} registers: {e}", self.hll_registers))
+    }
+
+    /// The translator's Sketch-Merge settings for these stores.
+    pub fn settings(&self) -> dta_translator::datapath::primitive::SketchSettings {
+        dta_translator::datapath::primitive::SketchSettings {
+            expected_switches: self.switches.clamp(1, u16::MAX as u32) as u16,
+            max_switches: self.switches.max(4096),
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for Scenario {
@@ -213,6 +267,8 @@ impl Default for Scenario {
             seed: 2023,
             telemetry: 0,
             int_port: INT_PORT,
+            postcard_hops: 5,
+            sketch: None,
         }
     }
 }
@@ -308,6 +364,30 @@ impl Scenario {
         if self.telemetry != 0 && self.int_port == 0 {
             return Err("Telemetry Reports need an int_port".into());
         }
+        if !(1..=dta_proto::hash::MAX_HOPS).contains(&(self.postcard_hops as usize)) {
+            return Err(format!(
+                "postcard_hops must be 1..={}, not {}",
+                dta_proto::hash::MAX_HOPS,
+                self.postcard_hops
+            ));
+        }
+        if let Some(sk) = &self.sketch {
+            sk.cm_shape()?;
+            sk.hll_shape()?;
+            if !(1..=dta_proto::sketch::MAX_EPOCHS).contains(&sk.epochs) {
+                return Err(format!(
+                    "sketch epochs must be 1..={}, not {}",
+                    dta_proto::sketch::MAX_EPOCHS,
+                    sk.epochs
+                ));
+            }
+            if !(1..=u16::MAX as u32).contains(&sk.switches) {
+                return Err(format!(
+                    "sketch switches must be 1..=65535, not {}",
+                    sk.switches
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -326,10 +406,11 @@ impl Scenario {
     }
 
     /// The collector stores this scenario writes into: `paths` (Key-Write), `counters`
-    /// (Key-Increment), `postcards` (Postcarding), `losses` and `congestion` (Append).
+    /// (Key-Increment), `postcards` (Postcarding), `losses` and `congestion` (Append), and
+    /// with [`Scenario::sketch`] `flow-sizes` and `flows` (Sketch-Merge).
     pub fn stores(&self) -> Vec<StoreConfig> {
         let ext = self.extended() || self.telemetry != 0;
-        vec![
+        let mut stores = vec![
             StoreConfig {
                 name: "paths".into(),
                 port: None,
@@ -358,7 +439,7 @@ impl Scenario {
                 cm_allow: None,
                 kind: StoreKindConfig::Postcard {
                     chunks: 1 << self.chunks_log2,
-                    hops: 5,
+                    hops: self.postcard_hops,
                     hash: HashProfile::Independent,
                     redundancy: 1,
                     values: self.value_ranges(),
@@ -394,7 +475,42 @@ impl Scenario {
                     format: AppendFormat::Sequenced,
                 },
             },
-        ]
+        ];
+        if let Some(sk) = &self.sketch {
+            for (name, id, sketch, rows, columns) in [
+                (
+                    "flow-sizes",
+                    SketchStores::CM_ID,
+                    SketchKind::CountMin,
+                    sk.cm_rows,
+                    sk.cm_columns,
+                ),
+                (
+                    "flows",
+                    SketchStores::HLL_ID,
+                    SketchKind::HyperLogLog,
+                    1,
+                    sk.hll_registers,
+                ),
+            ] {
+                stores.push(StoreConfig {
+                    name: name.into(),
+                    port: None,
+                    cm_allow: None,
+                    kind: StoreKindConfig::Sketch {
+                        sketch_id: id,
+                        sketch,
+                        rows: Some(rows),
+                        columns,
+                        cell_width: None,
+                        batch: None,
+                        epochs: sk.epochs,
+                        hash: SketchHash::Independent,
+                    },
+                });
+            }
+        }
+        stores
     }
 }
 

@@ -121,9 +121,13 @@ enum Cmd {
         out: std::path::PathBuf,
     },
     /// Generate the papers' telemetry workloads: to a UDP target at a rate, or to a pcap file.
+    /// With --traffic: the reports the switches of a topology would send for a packet capture
+    /// of your own traffic (see bench/README.md, "Bring your own traffic").
     Gen {
         #[command(flatten)]
         scenario: ScenarioArgs,
+        #[command(flatten)]
+        traffic: TrafficArgs,
         /// Reports to generate.
         #[arg(long, default_value_t = 1_000_000)]
         count: u64,
@@ -259,7 +263,100 @@ enum Cmd {
         /// `zero`: the agent counts of the capacity measurement (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
         agents: Vec<usize>,
+        #[command(flatten)]
+        zi: ZeroInterferenceArgs,
     },
+}
+
+/// `dta gen --traffic`: a capture of ordinary traffic instead of the papers' mix.
+#[derive(Args, Debug, Clone)]
+struct TrafficArgs {
+    /// A pcap or pcapng capture of ordinary traffic to convert into the reports the switches of
+    /// --topology would send for it (--mix and --count do not apply).
+    #[arg(long, value_name = "CAPTURE")]
+    traffic: Option<PathBuf>,
+    /// With --traffic: `fat-tree:k=K` (switch IDs from --id-base / --switch-ids) or a topology
+    /// file (bench/README.md has the format). Default: the fat tree of --k.
+    #[arg(long, value_name = "fat-tree:k=K|FILE", requires = "traffic")]
+    topology: Option<String>,
+    /// With --traffic: the epoch of flow counters and sketches (`100ms`, `1s`, ...).
+    #[arg(long, default_value = "1s", requires = "traffic")]
+    epoch: String,
+    /// With --traffic: report times run this many times faster than the capture.
+    #[arg(long, default_value_t = 1.0, requires = "traffic")]
+    speed: f64,
+    /// With --traffic: postcards for every N-th packet of each flow (1: every packet).
+    #[arg(long, default_value_t = 1, requires = "traffic")]
+    postcard_every: u32,
+    /// With --traffic: the rate every modelled egress queue drains at (Gbit/s).
+    #[arg(long, default_value_t = 10.0, requires = "traffic")]
+    link_gbps: f64,
+    /// With --traffic: queue depth (bytes) above which a switch reports congestion.
+    #[arg(long, default_value_t = 30_000, requires = "traffic")]
+    queue_threshold: u32,
+    /// With --traffic: rows of each switch's Count-Min of flow sizes.
+    #[arg(long, default_value_t = 4, requires = "traffic")]
+    cm_rows: u8,
+    /// With --traffic: columns of that Count-Min (a power of two).
+    #[arg(long, default_value_t = 512, requires = "traffic")]
+    cm_columns: u32,
+    /// With --traffic: registers of each switch's HyperLogLog of flows (a power of two).
+    #[arg(long, default_value_t = 512, requires = "traffic")]
+    hll_registers: u32,
+}
+
+/// The settings of `dta bench zero-interference` (bench/README.md "ZERO interference").
+#[derive(Args, Debug, Clone)]
+struct ZeroInterferenceArgs {
+    /// `zero-interference`: seconds of Redis load per run (with --requests 0: the requests per
+    /// run are this times the throughput of an unmonitored calibration run).
+    #[arg(long, default_value_t = 60.0)]
+    secs: f64,
+    /// `zero-interference`: rounds; each runs every monitor once, in a rotated order.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// `zero-interference`: the monitoring configurations (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none,node-exporter,node-exporter-matched,dta-agent"
+    )]
+    monitors: Vec<dta_bench::interference::Monitor>,
+    /// `zero-interference`: redis-benchmark parallel clients.
+    #[arg(long, default_value_t = 50)]
+    clients: u32,
+    /// `zero-interference`: redis-benchmark pipeline depth.
+    #[arg(long, default_value_t = 1)]
+    pipeline: u32,
+    /// `zero-interference`: GET requests per run (0: from --secs and a calibration run).
+    #[arg(long, default_value_t = 0)]
+    requests: u64,
+    /// `zero-interference`: the monitored host's core (Redis, node_exporter, dta-agent).
+    #[arg(long, default_value_t = 1)]
+    monitored_core: usize,
+    /// `zero-interference`: the other core (redis-benchmark, Prometheus, dta-collector).
+    #[arg(long, default_value_t = 0)]
+    other_core: usize,
+    /// `zero-interference`: monitoring interval (scrape, pull, agent sampling) in ms.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u32,
+    /// `zero-interference`: run in a cgroup v1 `cpu` group of this many shares (root; 0: no
+    /// group). On a machine shared with other sessions (each an autogroup of 1024) a large
+    /// value makes the two cores behave more like a dedicated host; inside the group Redis and
+    /// the monitor compete as equals.
+    #[arg(long, default_value_t = 0)]
+    cpu_shares: u64,
+    /// `zero-interference`: the servers' data and logs go here (default: a new directory in
+    /// the system's temporary one, removed at the end).
+    #[arg(long, value_name = "DIR")]
+    work: Option<PathBuf>,
+    /// `zero-interference`: keep the work directory.
+    #[arg(long)]
+    keep_work: bool,
+    /// `zero-interference`: where dta-agent and dta-collector are (default: next to `dta`).
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
 }
 
 /// Workload parameters shared by `gen` and `replay` (a pcap written by `gen` records them in
@@ -425,6 +522,12 @@ enum Figure {
     Zero,
     /// Every figure above.
     All,
+    /// ZERO interference (not part of `all`: needs Debian's redis-server, redis-tools,
+    /// prometheus and prometheus-node-exporter; scripts/bench-zero-interference.sh installs
+    /// them): Redis latency and throughput on core 1 unmonitored, monitored by node_exporter
+    /// scraped by Prometheus, and by dta-agent pulled with RDMA READ, with the monitored
+    /// core's CPU spent on monitoring.
+    ZeroInterference,
     /// Redraw the SVGs from the JSON results in --out (no measurement).
     Plot,
 }
@@ -572,6 +675,109 @@ fn gen_cmd(
     Ok(())
 }
 
+/// `dta gen --traffic CAPTURE`: the capture's reports to a pcap (with FILE.json: the
+/// scenario and the ground truth) or live to a UDP target, following the capture's timestamps
+/// (divided by --speed), or at --rate.
+fn gen_traffic_cmd(
+    sc: &Scenario,
+    capture: &std::path::Path,
+    a: &TrafficArgs,
+    pcap: Option<PathBuf>,
+    target: Option<SocketAddrV4>,
+    rate: u64,
+) -> Result<(), String> {
+    use dta_bench::gen::SketchStores;
+    use dta_bench::traffic::{from_capture, parse_duration_ns, TrafficOptions};
+    let o = TrafficOptions {
+        epoch_ns: parse_duration_ns(&a.epoch).map_err(|e| format!("--epoch {e}"))?,
+        speed: a.speed,
+        postcard_every: a.postcard_every,
+        link_bps: a.link_gbps * 1e9,
+        queue_threshold: a.queue_threshold,
+    };
+    let topology = a
+        .topology
+        .clone()
+        .unwrap_or_else(|| format!("fat-tree:k={}", sc.k));
+    let sketch = SketchStores {
+        cm_rows: a.cm_rows,
+        cm_columns: a.cm_columns,
+        hll_registers: a.hll_registers,
+        epochs: dta_proto::sketch::MAX_EPOCHS,
+        switches: 1,
+    };
+    let t = from_capture(capture, &topology, sc, sketch, &o)?;
+    let truth = &t.file.traffic;
+    let st = &truth.capture_stats;
+    eprintln!(
+        "dta gen --traffic: {} ({}, {}): {} records, {} IP packets used; skipped: {} not IP, {} \
+         fragments, {} truncated, {} malformed, {} same-host, {} unsupported link type{}",
+        capture.display(),
+        st.format,
+        st.link_types.join("+"),
+        st.records,
+        st.packets,
+        st.not_ip,
+        st.fragments,
+        st.truncated,
+        st.malformed,
+        st.same_host,
+        st.unsupported_link,
+        if st.cut_short {
+            "; the file ends inside a record"
+        } else {
+            ""
+        }
+    );
+    eprintln!(
+        "  {} flows over {} ({} switches), {} epochs with traffic, {} retransmissions",
+        truth.flows.len(),
+        truth.topology,
+        truth.switch_ids.len(),
+        truth.epochs.len(),
+        truth.losses.len()
+    );
+    eprintln!("  {} reports: {}", truth.reports.total(), truth.reports);
+    if let Some(path) = pcap {
+        t.trace.write_pcap_at(&path, &t.times_ns)?;
+        let side = PathBuf::from(format!("{}.json", path.display()));
+        let js = serde_json::to_string_pretty(&t.file).map_err(|e| e.to_string())?;
+        std::fs::write(&side, js).map_err(|e| format!("{}: {e}", side.display()))?;
+        eprintln!(
+            "  wrote {} ({} payload bytes; scenario and ground truth in {})",
+            path.display(),
+            t.trace.payload_bytes(),
+            side.display()
+        );
+        return Ok(());
+    }
+    let target = target.ok_or("give --pcap FILE or --target IP:PORT")?;
+    let mut s = PacedSender::new(target, rate)?;
+    s.set_window(u64::MAX / 2);
+    let done = || 0u64;
+    let t0 = Instant::now();
+    let first = t.times_ns.first().copied().unwrap_or(0);
+    for i in 0..t.trace.len() {
+        if rate == 0 {
+            // Follow the capture: wait for the report's time (bursts within 1 ms go together).
+            let due = Duration::from_nanos(t.times_ns[i] - first);
+            let el = t0.elapsed();
+            if due > el + Duration::from_millis(1) {
+                s.flush(done)?;
+                std::thread::sleep(due - t0.elapsed().min(due));
+            }
+        }
+        s.push(t.trace.payload(i), done)?;
+    }
+    s.flush(done)?;
+    eprintln!(
+        "  sent {} reports to {target} in {:.2} s",
+        s.sent,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// The generator's per-kind counts, named.
 fn per_kind(k: &[u64; 5]) -> String {
     format!(
@@ -593,9 +799,23 @@ fn replay_cmd(
     out: Option<PathBuf>,
 ) -> Result<(), String> {
     let side = PathBuf::from(format!("{}.json", pcap.display()));
-    let sc: Scenario = match std::fs::read_to_string(&side) {
-        Ok(s) => serde_json::from_str(&s).map_err(|e| format!("{}: {e}", side.display()))?,
-        Err(_) => args.scenario()?,
+    let side_text = std::fs::read_to_string(&side).ok();
+    let sc: Scenario = match &side_text {
+        Some(s) => serde_json::from_str(s).map_err(|e| format!("{}: {e}", side.display()))?,
+        None => args.scenario()?,
+    };
+    // `dta gen --traffic` leaves the ground truth beside the scenario.
+    let traffic = match &side_text {
+        Some(s)
+            if serde_json::from_str::<serde_json::Value>(s)
+                .is_ok_and(|v| v.get("traffic").is_some()) =>
+        {
+            Some(
+                serde_json::from_str::<dta_bench::traffic::TrafficFile>(s)
+                    .map_err(|e| format!("{}: traffic: {e}", side.display()))?,
+            )
+        }
+        _ => None,
     };
     // A Telemetry Report capture: keep the datagrams to the INT port (unless --port says).
     let port = match port {
@@ -610,6 +830,12 @@ fn replay_cmd(
         t.skipped,
         sc.profile
     );
+    let workers = if sc.sketch.is_some() && workers.iter().any(|&w| w != 1) {
+        eprintln!("  (Sketch-Merge stores are merged by one translator worker: --workers 1)");
+        vec![1]
+    } else {
+        workers
+    };
     let mut results = Vec::new();
     if path != ReplayPath::Udp {
         for &w in &workers {
@@ -644,13 +870,43 @@ fn replay_cmd(
         print_result(&r);
         results.push(r);
     }
+    let check = match &traffic {
+        Some(f) => {
+            let c = dta_bench::traffic::check::check(f, &t)?;
+            eprintln!(
+                "  ground truth (in memory, 1 worker): Key-Write paths {}, flow counters exact \
+                 {}, postcard paths {}, loss events {}, congestion events {}, sketch epochs \
+                 {}; {} reports dropped, {} unexpected Append entries",
+                c.paths,
+                c.counters,
+                c.postcards,
+                c.losses,
+                c.congestion,
+                c.sketch_epochs,
+                c.dropped,
+                c.unexpected_entries
+            );
+            for (e, flows, est) in &c.distinct_flows {
+                eprintln!("    epoch {e}: {flows} flows, merged HyperLogLog estimate {est:.1}");
+            }
+            Some(c)
+        }
+        None => None,
+    };
     if let Some(o) = out {
-        let v = serde_json::json!({"pcap": pcap, "scenario": sc, "machine": figures::machine(), "results": results});
+        let v = serde_json::json!({"pcap": pcap, "scenario": sc, "machine": figures::machine(), "results": results, "check": check});
         std::fs::write(
             &o,
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?,
         )
         .map_err(|e| format!("{}: {e}", o.display()))?;
+    }
+    if let Some(c) = check.filter(|c| !c.passed()) {
+        return Err(format!(
+            "the stores differ from the ground truth: {}; translator drops {:?}",
+            c.mismatches.join("; "),
+            c.drop_reasons
+        ));
     }
     Ok(())
 }
@@ -833,7 +1089,12 @@ fn bench_cmd(
     profile: ReportFormat,
     qps: &[u32],
     agents: &[usize],
+    zi: &dta_bench::interference::InterferenceOptions,
 ) -> Result<(), String> {
+    if fig == Figure::ZeroInterference {
+        eprintln!("== zero-interference (Redis on a monitored core: no monitor, node_exporter, dta-agent)");
+        return dta_bench::interference::zero_interference(zi);
+    }
     if fig == Figure::Plot {
         let n = figures::plot(&o.out)?;
         eprintln!("redrew {n} figure(s) in {}", o.out.display());
@@ -1006,14 +1267,16 @@ fn main() {
         }
         Cmd::Gen {
             scenario,
+            traffic,
             count,
             pcap,
             target,
             rate,
         } => {
-            let r = scenario
-                .scenario()
-                .and_then(|sc| gen_cmd(&sc, count, pcap, target, rate));
+            let r = scenario.scenario().and_then(|sc| match &traffic.traffic {
+                Some(capture) => gen_traffic_cmd(&sc, capture, &traffic, pcap, target, rate),
+                None => gen_cmd(&sc, count, pcap, target, rate),
+            });
             if let Err(e) = r {
                 eprintln!("dta gen: {e}");
                 std::process::exit(1);
@@ -1096,7 +1359,25 @@ fn main() {
             profile,
             qps,
             agents,
+            zi,
         } => {
+            let zi = dta_bench::interference::InterferenceOptions {
+                secs: zi.secs,
+                rounds: zi.rounds,
+                monitors: zi.monitors,
+                clients: zi.clients,
+                pipeline: zi.pipeline,
+                requests: zi.requests,
+                monitored_core: zi.monitored_core,
+                other_core: zi.other_core,
+                interval_ms: zi.interval_ms,
+                cpu_shares: zi.cpu_shares,
+                work: zi.work,
+                keep_work: zi.keep_work,
+                bin_dir: zi.bin_dir,
+                out: out.clone(),
+                ..Default::default()
+            };
             let o = FigOptions {
                 reports,
                 loops,
@@ -1104,7 +1385,7 @@ fn main() {
                 pin: !no_pin,
                 verbose: true,
             };
-            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents) {
+            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents, &zi) {
                 eprintln!("dta bench: {e}");
                 std::process::exit(1);
             }

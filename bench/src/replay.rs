@@ -403,7 +403,7 @@ impl Rig {
             route_keywrite: Route::Single(0),
             route_keyincrement: Route::Single(1),
             route_postcard: Route::Single(2),
-            sketch: Default::default(),
+            sketch: sc.sketch.map(|s| s.settings()).unwrap_or_default(),
         };
         let mut pipeline = Pipeline::new(pc, &[target]).map_err(|e| e.to_string())?;
         let int_port = (sc.telemetry != 0).then_some(sc.int_port);
@@ -841,6 +841,11 @@ impl UdpRig {
         tcfg.translator.stats_interval_ms = 1;
         tcfg.reports.reference_variant = sc.parse_config().reference_variant;
         tcfg.postcard.cache_slots = sc.cache_slots;
+        if let Some(sk) = sc.sketch {
+            let st = sk.settings();
+            tcfg.sketch.expected_switches = st.expected_switches;
+            tcfg.sketch.max_switches = st.max_switches;
+        }
         tcfg.collectors = vec![CollectorSection::with_metadata("local", meta_file)];
         tcfg.translator.capture = capture.map(|p| p.to_path_buf());
         let translator = Translator::start(tcfg)?;

@@ -41,7 +41,8 @@ impl PacedSender {
         Ok(PacedSender {
             tx,
             dest,
-            batch: TxBatch::new(MAX_BURST, 256),
+            // Room for the longest report (a Sketch-Merge report carries up to 1 KiB of cells).
+            batch: TxBatch::new(MAX_BURST, 2048),
             rate,
             window: 8192,
             start: Instant::now(),
@@ -97,5 +98,32 @@ impl PacedSender {
         self.sent += n;
         self.batch.clear();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sends_datagrams_as_long_as_a_sketch_report() {
+        // `dta gen-sketch --target` and `dta gen --traffic --target` send Sketch-Merge reports
+        // of up to 1 KiB of cells; a 256-byte batch slot made the first one panic.
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let std::net::SocketAddr::V4(dest) = rx.local_addr().unwrap() else {
+            panic!("IPv4 expected");
+        };
+        let mut s = PacedSender::new(dest, 0).unwrap();
+        let big = vec![0xA5u8; dta_proto::wire::sketch::MAX_SKETCH_REPORT_LEN];
+        s.push(&big, || 0).unwrap();
+        s.push(b"small", || 0).unwrap();
+        s.flush(|| 0).unwrap();
+        let mut b = [0u8; 2048];
+        let n = rx.recv(&mut b).unwrap();
+        assert_eq!(&b[..n], &big[..]);
+        let n = rx.recv(&mut b).unwrap();
+        assert_eq!(&b[..n], b"small");
+        assert_eq!(s.sent, 2);
     }
 }

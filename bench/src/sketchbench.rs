@@ -144,6 +144,7 @@ fn pipeline(o: &FigOptions) -> serde_json::Value {
             expected_switches: SWITCHES as u16,
             max_switches: 4096,
             flush_ns: 1_000_000_000,
+            ..SketchSettings::default()
         };
     });
     let mut rng = SplitMix64(11);
@@ -322,6 +323,7 @@ fn merge_through_pipeline<'a>(
             expected_switches: switches,
             max_switches: 4096,
             flush_ns: 1_000_000,
+            ..SketchSettings::default()
         };
     });
     let per = (dta_proto::wire::sketch::MAX_CELL_BYTES / shape.column_bytes()) as u32;

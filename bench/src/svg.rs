@@ -358,6 +358,23 @@ impl Chart {
     }
 }
 
+/// Charts one above the other in one SVG document (a figure that must be read without the text
+/// around it, e.g. latency and CPU side by side).
+pub fn stack(charts: &[Chart]) -> String {
+    let h = H * charts.len().max(1) as f64;
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}">"#
+    );
+    s.push('\n');
+    for (i, c) in charts.iter().enumerate() {
+        let _ = writeln!(s, r#"<g transform="translate(0 {})">"#, H * i as f64);
+        s.push_str(&c.render());
+        s.push_str("</g>\n");
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,5 +448,29 @@ mod tests {
         assert_eq!(s.matches("<rect x=").count(), 4);
         assert!(s.contains(">Append</text>") && s.contains(">Key-Write</text>"));
         assert!(!s.contains("<circle"));
+    }
+
+    /// Stacked charts: one document, each chart in its own band.
+    #[test]
+    fn stacks_charts() {
+        let c = Chart {
+            title: "a".into(),
+            x_label: String::new(),
+            y_label: "ms".into(),
+            log_x: false,
+            log_y: false,
+            series: vec![Series {
+                label: "p50".into(),
+                points: vec![(1.0, 2.0)],
+                dashed: false,
+            }],
+            categories: vec!["none".into()],
+            caption: String::new(),
+        };
+        let s = stack(&[c.clone(), c]);
+        assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
+        assert_eq!(s.matches("<svg").count(), 3);
+        assert!(s.contains(&format!("height=\"{}\"", 2.0 * H)));
+        assert!(s.contains(&format!("translate(0 {H})")));
     }
 }

@@ -88,9 +88,13 @@ pub fn task_cpu_ns(tid: u64) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 1_000_000_000 / clock_ticks_per_sec())
+}
+
+/// Clock ticks per second (`USER_HZ`, the unit of `/proc` CPU times).
+pub fn clock_ticks_per_sec() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Some(ticks * 1_000_000_000 / hz)
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
 }
 
 /// The calling thread's kernel thread ID (for `/proc/self/task/TID` and the cgroup freezer).

@@ -122,6 +122,24 @@ impl Trace {
     /// Writes the trace as a pcap file (Ethernet link type), one frame per datagram, spaced
     /// `gap` apart in capture time.
     pub fn write_pcap(&self, path: &Path, gap: Duration) -> Result<(), String> {
+        let start = Duration::from_secs(1_700_000_000);
+        self.write_pcap_with(path, |i| start + gap * i as u32)
+    }
+
+    /// Writes the trace as a pcap file (Ethernet link type, microsecond timestamps), datagram
+    /// `i` at `times_ns[i]` nanoseconds since the Unix epoch.
+    pub fn write_pcap_at(&self, path: &Path, times_ns: &[u64]) -> Result<(), String> {
+        if times_ns.len() != self.len() {
+            return Err(format!(
+                "{} timestamps for {} datagrams",
+                times_ns.len(),
+                self.len()
+            ));
+        }
+        self.write_pcap_with(path, |i| Duration::from_nanos(times_ns[i]))
+    }
+
+    fn write_pcap_with(&self, path: &Path, ts: impl Fn(usize) -> Duration) -> Result<(), String> {
         let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let header = PcapHeader {
             datalink: DataLink::ETHERNET,
@@ -129,13 +147,13 @@ impl Trace {
         };
         let mut w =
             PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| format!("pcap: {e}"))?;
-        let mut frame = [0u8; FRAME_OVERHEAD + MAX_INT_LEN];
-        let mut ts = Duration::from_secs(1_700_000_000);
+        // Room for the longest datagram (Sketch-Merge reports exceed MAX_INT_LEN).
+        let longest = self.spans.iter().map(|s| s.1 as usize).max().unwrap_or(0);
+        let mut frame = vec![0u8; FRAME_OVERHEAD + longest.max(MAX_INT_LEN)];
         for i in 0..self.len() {
             let n = self.frame(i, i as u16, &mut frame);
-            let p = PcapPacket::new(ts, n as u32, &frame[..n]);
+            let p = PcapPacket::new(ts(i), n as u32, &frame[..n]);
             w.write_packet(&p).map_err(|e| format!("pcap: {e}"))?;
-            ts += gap;
         }
         Ok(())
     }

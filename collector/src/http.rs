@@ -681,6 +681,7 @@ fn completeness_json(c: &crate::query::sketch::Completeness) -> Value {
         "max_merged": c.max_merged,
         "expected_switches": c.expected,
         "ratio": c.ratio(),
+        "in_transition": c.in_transition,
     })
 }
 
@@ -733,9 +734,11 @@ fn sketch_query(
             }
             let key =
                 parse_key(&percent_decode(&key.join("/"))).map_err(|e| Reply::error(400, e))?;
+            let (est, torn) = v.point_read(&key, e);
             Ok(Reply::json(
                 200,
-                json!({ "key": to_hex(key.as_bytes()), "epoch": e, "estimate": v.point(&key, e) }),
+                json!({ "key": to_hex(key.as_bytes()), "epoch": e, "estimate": est,
+                        "in_transition": torn }),
             ))
         }
         _ => Err(Reply::error(
@@ -784,15 +787,16 @@ fn sketch_bulk(
             .collect();
         return Ok(Reply::json(
             200,
-            json!({ "epoch": e, "threshold": threshold, "candidates": keys.len(), "heavy": hh }),
+            json!({ "epoch": e, "threshold": threshold, "candidates": keys.len(), "heavy": hh,
+                    "columns_in_transition": es.in_transition }),
         ));
     }
     let mut out = String::with_capacity(keys.len() * 64);
     for k in &keys {
         let line = match parse_key(k) {
-            Ok(key) => {
-                json!({ "key": to_hex(key.as_bytes()), "epoch": e, "estimate": es.point(&key) })
-            }
+            Ok(key) => json!({ "key": to_hex(key.as_bytes()), "epoch": e,
+                               "estimate": es.point(&key),
+                               "in_transition": es.touches_transition(&key) }),
             Err(err) => json!({ "input": k, "error": err }),
         };
         let _ = writeln!(out, "{line}");

@@ -233,12 +233,16 @@ fn sketch_families(w: &mut PromWriter, state: &ControlState) {
     w.family(
         PromKind::Gauge,
         "dta_collector_sketch_columns",
-        "Columns of the newest epoch: written by the translator, or complete (merged from the \
-         expected number of switches).",
+        "Columns of the newest epoch: written by the translator, complete (merged from the \
+         expected number of switches), or in transition (being written on every read).",
     );
     for (s, c) in &newest {
         w.sample(&[("store", s), ("state", "written")], c.written as f64);
         w.sample(&[("store", s), ("state", "complete")], c.complete as f64);
+        w.sample(
+            &[("store", s), ("state", "in_transition")],
+            c.in_transition as f64,
+        );
     }
     w.family(
         PromKind::Gauge,
@@ -635,7 +639,8 @@ columns = 64
             .count();
         assert_eq!(drops, 15);
         // Every series is non-zero but the formula figures that are zero by construction: an
-        // Append list never answers wrong, a sketch always answers (its error is its own).
+        // Append list never answers wrong, a sketch always answers (its error is its own), and
+        // no sketch record is being written while the page is built.
         let zero: Vec<&str> = m
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -646,7 +651,8 @@ columns = 64
             [
                 "dta_collector_store_p_empty_oldest{store=\"cms\",kind=\"sketch\"} 0",
                 "dta_collector_store_p_wrong_oldest{store=\"events\",kind=\"append\"} 0",
-                "dta_collector_store_p_wrong_oldest{store=\"cms\",kind=\"sketch\"} 0"
+                "dta_collector_store_p_wrong_oldest{store=\"cms\",kind=\"sketch\"} 0",
+                "dta_collector_sketch_columns{store=\"cms\",state=\"in_transition\"} 0"
             ],
             "{m}"
         );

@@ -127,7 +127,7 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
 /// in (rows 4 / 1, cell width 4 / 1, the largest batch that fits 1,024 bytes), or what is
 /// wrong with it.
 pub fn sketch_shape(kind: StoreKindConfig) -> Result<StoreKind, String> {
-    use dta_proto::sketch::{SketchKind, SketchShape, MAX_BATCH_BYTES, RECORD_HEAD_LEN};
+    use dta_proto::sketch::{record_stride, SketchKind, SketchShape, MAX_BATCH_BYTES};
     let StoreKindConfig::Sketch {
         sketch_id,
         sketch,
@@ -151,7 +151,7 @@ pub fn sketch_shape(kind: StoreKindConfig) -> Result<StoreKind, String> {
              for hyperloglog)"
         )
     })?;
-    let stride = (RECORD_HEAD_LEN + shape.column_bytes()).next_multiple_of(4) as u32;
+    let stride = record_stride(shape);
     let fits = MAX_BATCH_BYTES / stride;
     let batch = match batch {
         Some(b) => b,

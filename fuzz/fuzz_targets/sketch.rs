@@ -51,6 +51,7 @@ fuzz_target!(|data: &[u8]| {
             expected_switches: 3,
             max_switches: 4,
             flush_ns: 1000,
+            ..SketchSettings::default()
         };
     });
     let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);

@@ -91,6 +91,7 @@ PIPES = ("pipe", "icrc_pipe")
 # Sketch-Merge layout (dta_proto::sketch, PROTOCOL.md section 9).
 SK_HEADER_LEN = 64
 SK_RECORD_HEAD_LEN = 8
+SK_RECORD_TAIL_LEN = 8  # layout version 2: a copy of the head after the cells
 SK_MERGE_OP = {"count-min": 0, "hyper-log-log": 1, "count": 2}  # 0 sum, 1 max, 2 signed sum
 
 # Tofino-1's recirculation port of pipe 0: the default loop port of the two-pipe build.
@@ -579,8 +580,29 @@ def parse_sketch_switches(spec):
 
 
 def sketch_stride(rows, width):
-    """Bytes of one column record: epoch, merged, expected, the cells, padded to 4."""
-    return (SK_RECORD_HEAD_LEN + rows * width + 3) // 4 * 4
+    """Bytes of one column record: the head (epoch, merged, expected), the cells padded to 4,
+    the tail (a copy of the head)."""
+    return (SK_RECORD_HEAD_LEN + rows * width + 3) // 4 * 4 + SK_RECORD_TAIL_LEN
+
+
+def check_sketch_epoch_rules(sk_cfg, expected):
+    """Refuses the [sketch] settings the program cannot honour (p4/README.md, Sketch-Merge):
+    it moves a sketch's epoch on at the first report of a newer one (a quorum of 1) and NACKs
+    an installed switch at the report's source address."""
+    quorum = sk_cfg.get("epoch_quorum")
+    effective = int(quorum) if quorum is not None else expected // 2 + 1
+    if effective != 1:
+        why = (f"sketch.epoch_quorum = {quorum}" if quorum is not None else
+               f"sketch.epoch_quorum (absent: a majority of expected_switches = {expected}, "
+               f"i.e. {effective})")
+        raise ConfigError(f"{why}, but the program moves the epoch on at the first report of "
+                          "a newer epoch (no quorum, no held epoch): set epoch_quorum = 1 to "
+                          "accept that, or use the software translator")
+    if sk_cfg.get("switch"):
+        raise ConfigError("[[sketch.switch]]: the program NACKs an installed switch at the "
+                          "source address of its report (switches are installed by "
+                          "--sketch-switches, never learned); fixed NACK addresses need the "
+                          "software translator")
 
 
 def plan_sketches(sketches, cfg, k, ports, switches, tables, regs):
@@ -602,6 +624,7 @@ def plan_sketches(sketches, cfg, k, ports, switches, tables, regs):
     expected = int(sk_cfg.get("expected_switches", 1))
     if not 1 <= expected < 1 << 16:
         raise ConfigError(f"sketch.expected_switches {expected} is not 1..=65535")
+    check_sketch_epoch_rules(sk_cfg, expected)
     switches = switches or {}
     for sid in switches:
         if sid is not None and sid not in {s["sketch_id"] for s in sketches}:
@@ -641,7 +664,7 @@ def plan_sketches(sketches, cfg, k, ports, switches, tables, regs):
                               f"registers (DTA_SK_CELLS = {k['sk_cells']}, {cell_base} taken "
                               "by the stores before it)")
         stride = sketch_stride(rows, width)
-        assert stride == (4 * (rows + 2) if rows > 1 else 12)
+        assert stride == (4 * (rows + 4) if rows > 1 else 20)
         region = SK_HEADER_LEN + epochs * columns * stride
         if not 128 <= s["collector_port"] < 256:
             raise ConfigError(f"{what}: collector port {s['collector_port']} is not on pipe 1 "

@@ -325,15 +325,15 @@ SK_META = {
     "mac": "02:00:00:00:00:51",
     "verify_icrc": True,
     "stores": [
-        {"name": "cm", "addr": 0x7f5000000000, "len": 64 + 4 * 1024 * 24, "rkey": 0x5001,
+        {"name": "cm", "addr": 0x7f5000000000, "len": 64 + 4 * 1024 * 32, "rkey": 0x5001,
          "qps": [{"qpn": 0x21, "psn": 0, "peer_qpn": 0x200}],
          "kind": "sketch", "sketch_id": 7, "sketch": "count-min", "rows": 4, "columns": 1024,
          "cell_width": 4, "batch": 1, "epochs": 4},
-        {"name": "hll", "addr": 0x7f6000000000, "len": 64 + 2 * 256 * 12, "rkey": 0x5002,
+        {"name": "hll", "addr": 0x7f6000000000, "len": 64 + 2 * 256 * 20, "rkey": 0x5002,
          "qps": [{"qpn": 0x22, "psn": 0x10, "peer_qpn": 0x201}],
          "kind": "sketch", "sketch_id": 9, "sketch": "hyper-log-log", "rows": 1,
          "columns": 256, "cell_width": 1, "batch": 1, "epochs": 2},
-        {"name": "cs", "addr": 0x7f7000000000, "len": 64 + 16 * 64 * 24, "rkey": 0x5003,
+        {"name": "cs", "addr": 0x7f7000000000, "len": 64 + 16 * 64 * 32, "rkey": 0x5003,
          "qps": [{"qpn": 0x23, "psn": 0x123, "peer_qpn": 0x202}],
          "kind": "sketch", "sketch_id": 11, "sketch": "count", "rows": 4, "columns": 64,
          "cell_width": 4, "batch": 1, "epochs": 16},
@@ -348,7 +348,7 @@ class SketchPlanTest(unittest.TestCase):
         self.dir = tempfile.TemporaryDirectory()
         self.cfg = os.path.join(self.dir.name, "translator.toml")
         with open(self.cfg, "w") as f:
-            f.write(CONFIG + "\n[sketch]\nexpected_switches = 3\n")
+            f.write(CONFIG + "\n[sketch]\nexpected_switches = 3\nepoch_quorum = 1\n")
         self.meta = json.loads(json.dumps(META))
         self.meta["stores"] += json.loads(json.dumps(SK_META["stores"]))
         self.write_meta()
@@ -391,9 +391,9 @@ class SketchPlanTest(unittest.TestCase):
         slot = {(k["sk"], k["epoch_lo4"]): v["slot_off"] for _, k, v in p["tables"][T["tbl_sk_slot"]]}
         self.assertEqual(len(slot), 48)
         self.assertEqual([slot[(0, e)] for e in (0, 1, 4, 7, 15)],
-                         [64, 64 + 1024 * 24, 64, 64 + 3 * 1024 * 24, 64 + 3 * 1024 * 24])
-        self.assertEqual([slot[(1, e)] for e in (0, 1, 2, 3)], [64, 64 + 256 * 12, 64, 64 + 256 * 12])
-        self.assertEqual(slot[(2, 13)], 64 + 13 * 64 * 24)
+                         [64, 64 + 1024 * 32, 64, 64 + 3 * 1024 * 32, 64 + 3 * 1024 * 32])
+        self.assertEqual([slot[(1, e)] for e in (0, 1, 2, 3)], [64, 64 + 256 * 20, 64, 64 + 256 * 20])
+        self.assertEqual(slot[(2, 13)], 64 + 13 * 64 * 32)
         qp = [v for _, _, v in p["tables"][T["tbl_sk_qp"]]]
         for v, st in zip(qp, SK_META["stores"]):
             self.assertEqual((v["remote_qpn"], v["rkey"], ControlPlaneTest.base(v)),
@@ -464,6 +464,22 @@ class SketchPlanTest(unittest.TestCase):
         self.meta["stores"][5].update(sketch="count-min", cell_width=1)
         self.write_meta()
         refused("1-byte sum would not saturate")
+
+    def test_epoch_rules_the_program_cannot_honour_are_refused(self):
+        def refused_with(sketch, pattern):
+            with open(self.cfg, "w") as f:
+                f.write(CONFIG + "\n[sketch]\n" + sketch)
+            with self.assertRaisesRegex(dta_bfrt.ConfigError, pattern):
+                self.plan()
+        # No quorum in the program: the default (a majority of 3) and any quorum above 1.
+        refused_with("expected_switches = 3\n", r"majority of expected_switches = 3, i.e. 2")
+        refused_with("expected_switches = 3\nepoch_quorum = 2\n", "epoch_quorum = 2")
+        refused_with("expected_switches = 3\nepoch_quorum = 1\n[[sketch.switch]]\nid = 1\n"
+                     "address = \"10.0.0.1\"\n", r"\[\[sketch.switch\]\]")
+        # One expected switch: the default quorum is 1.
+        with open(self.cfg, "w") as f:
+            f.write(CONFIG + "\n[sketch]\nexpected_switches = 1\n")
+        self.assertTrue(self.plan()["tables"])
 
     def test_command_line_and_corpus_flags(self):
         import io
@@ -581,7 +597,7 @@ class CorpusSetupTest(unittest.TestCase):
             self.assertEqual(key["merge_op"], dta_bfrt.SK_MERGE_OP[m["sketch"]])
             self.assertEqual((par["sk"], par["columns_m1"], par["expected"]),
                              (sk, m["columns"] - 1, case["sketch"]["expected_switches"]), name)
-            stride = 8 + 4 * m["rows"] if par["wide"] else 12
+            stride = 16 + 4 * m["rows"] if par["wide"] else 20  # head, cells, tail
             by_qpn[q["remote_qpn"]] = (sk, q, m, stride)
         # Cells of the sketches do not overlap.
         spans = sorted((e[2]["cell_base"], e[2]["cell_base"] + e[2]["columns_m1"] + 1)

@@ -59,6 +59,7 @@ const bit<8> DTA_SK_NACK_KIND = 8w0x81; // kind = sketch-column NACK
 #define DTA_SK_NACK_LEN 16 // magic/version, kind, sketch ID, switch, epoch, column
 #define SK_LAYOUT_HEADER_LEN 64 // Sketch store header before epoch slot 0
 #define SK_RECORD_HEAD_LEN 8 // column record: epoch u32, merged u16, expected u16 (LE)
+#define SK_RECORD_TAIL_LEN 8 // column record tail: a copy of the head, after the cells (layout version 2)
 #define SK_MAX_EPOCHS 16 // most epoch slots
 #define IND_POLY_SK_HLL IND_POLY_SPARE0 // POLYNOMIALS[26]: the HyperLogLog CRC (sketch row r: IND_POLY_REPLICA<r>)
 #define SK_HASH_TOFINO 1 // store header byte 30: the Tofino hash profile

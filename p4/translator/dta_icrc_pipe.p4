@@ -372,6 +372,8 @@ control IcrcEgress(inout ipipe_headers_t hdr, inout ipipe_eg_md_t md,
 #endif
 
 #define SK_REC_ICRC hdr.sk_rec.epoch_le, hdr.sk_rec.merged_le, hdr.sk_rec.expected_le
+/* The tail's bytes are the head's: hashed from the head (no dependency on the copy below). */
+#define SK_TAIL_ICRC , hdr.sk_rec.epoch_le, hdr.sk_rec.merged_le, hdr.sk_rec.expected_le
 #define SK_CELL_ICRC(R) , hdr.sk_o##R.w
 #if DTA_SK_ROWS == 1
 #define SK_WIDE_ICRC SK_CELL_ICRC(0)
@@ -396,14 +398,19 @@ control IcrcEgress(inout ipipe_headers_t hdr, inout ipipe_eg_md_t md,
             bit<32> crc = 0;
             bool known = true;
             if (hdr.sk_rec.isValid()) {
+                /* Layout version 2: the record ends in a copy of its head. */
+                hdr.sk_rec_t.setValid();
+                hdr.sk_rec_t.epoch_le = hdr.sk_rec.epoch_le;
+                hdr.sk_rec_t.merged_le = hdr.sk_rec.merged_le;
+                hdr.sk_rec_t.expected_le = hdr.sk_rec.expected_le;
 #if DTA_SK_ROWS > 1
                 if (hdr.sk_o1.isValid()) {
-                    crc = icrc_sk.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_WIDE_ICRC });
+                    crc = icrc_sk.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_WIDE_ICRC SK_TAIL_ICRC });
                 } else {
-                    crc = icrc_sk1.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_CELL_ICRC(0) });
+                    crc = icrc_sk1.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_CELL_ICRC(0) SK_TAIL_ICRC });
                 }
 #else
-                crc = icrc_sk.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_CELL_ICRC(0) });
+                crc = icrc_sk.get({ ICRC_HEADERS, RETH_ICRC, SK_REC_ICRC SK_CELL_ICRC(0) SK_TAIL_ICRC });
 #endif
             } else if (hdr.atomic.isValid()) {
                 crc = icrc_ki.get({ ICRC_HEADERS, hdr.atomic.va_hi, hdr.atomic.va_lo, hdr.atomic.rkey,
@@ -454,6 +461,7 @@ control IcrcEgDeparser(packet_out pkt, inout ipipe_headers_t hdr, in ipipe_eg_md
         pkt.emit(hdr.sk_rec);
         pkt.emit(hdr.sk_o0); pkt.emit(hdr.sk_o1); pkt.emit(hdr.sk_o2); pkt.emit(hdr.sk_o3);
         pkt.emit(hdr.sk_o4); pkt.emit(hdr.sk_o5); pkt.emit(hdr.sk_o6); pkt.emit(hdr.sk_o7);
+        pkt.emit(hdr.sk_rec_t);
         pkt.emit(hdr.icrc);
     }
 }

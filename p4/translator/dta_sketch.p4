@@ -28,6 +28,13 @@
  *   - switches installed by the control plane (`tbl_sk_switch`), at most DTA_SK_SWITCHES;
  *   - a gap NACK per switch and (epoch, owed column): a second gap report owing the same column
  *     is not NACKed again (the software translator NACKs it again after its flush delay).
+ *   - the epoch rules of issue 28 only in part (p4/README.md, "Sketch-Merge"): the first report
+ *     of a newer epoch moves the sketch on (a quorum of 1; the software translator waits for a
+ *     quorum of the expected switches and holds the next epoch meanwhile: dta_bfrt.py refuses
+ *     any other quorum); NACKs go to the report's source, but only for installed switches;
+ *     installed switches are never forgotten; a switch whose epoch counter restarts is late.
+ *     The column record (layout version 2) ends in a copy of its head, appended by IcrcEgress,
+ *     so records stay byte-identical to the software translator's.
  *
  * Knobs: DTA_SK_ROWS (1..4, default 4; 8 rows need 15 ingress stages), DTA_SKETCHES (default 16), DTA_SK_SWITCHES (default
  * 4096: per-(sketch, switch) state entries), DTA_SK_CELL_BITS (log2 of the cell registers'
@@ -57,9 +64,11 @@ const bit<8> KIND_SKETCH = 7;   /* a finished sketch WRITE from pipe 1's ingress
 
 /* UDP lengths of the shapes this program takes (UDP header, base + sub-header, cells). */
 #define SK_RPT_UDP_LEN(CELL_BYTES) (UDP_HEADER_LEN + DTA_SK_FIXED_LEN + (CELL_BYTES))
-/* A column record: 8-byte head and the cells, 4-byte aligned. */
-#define SK_STRIDE_WIDE (SK_RECORD_HEAD_LEN + 4 * DTA_SK_ROWS)
-#define SK_STRIDE_ONE (SK_RECORD_HEAD_LEN + 4)
+/* A column record (layout version 2): 8-byte head, the cells (4-byte aligned), and the 8-byte
+ * tail, a copy of the head. This pipe's ingress emits head and cells; its egress (IcrcEgress)
+ * appends the tail, copied from the head it parses, and hashes it into the ICRC. */
+#define SK_STRIDE_WIDE (SK_RECORD_HEAD_LEN + 4 * DTA_SK_ROWS + SK_RECORD_TAIL_LEN)
+#define SK_STRIDE_ONE (SK_RECORD_HEAD_LEN + 4 + SK_RECORD_TAIL_LEN)
 #define SK_WRITE_TRANSPORT(STRIDE) (IB_BTH_LEN + IB_RETH_LEN + (STRIDE) + IB_ICRC_LEN)
 
 /* Event counter indices (sk_events). */
@@ -99,7 +108,7 @@ header sk_a_h {
 header sk_b_h { bit<32> switch_id; bit<32> epoch; bit<32> column; }
 header sk_in_h { bit<32> v; }     /* a 4-byte cell, big-endian on the wire */
 header sk_in8_h { bit<8> v; }     /* a 1-byte cell */
-/* The record's head, little-endian: epoch, merged, expected. */
+/* The record's head (and tail), little-endian: epoch, merged, expected. */
 header sk_rec_h { bit<32> epoch_le; bit<16> merged_le; bit<16> expected_le; }
 header sk_le_h { bit<32> w; }   /* a cell, little-endian */
 header sk_nack_h { bit<16> magic_kind; bit<16> sketch_id; }   /* 0xD2 0x81, the sketch ID */
@@ -129,6 +138,7 @@ struct ipipe_headers_t {
     /* The record's cells in IcrcEgress (in IcrcIngress the cells are merged in sk_in). */
     sk_le_h sk_o0; sk_le_h sk_o1; sk_le_h sk_o2; sk_le_h sk_o3;   /* the record's cells */
     sk_le_h sk_o4; sk_le_h sk_o5; sk_le_h sk_o6; sk_le_h sk_o7;
+    sk_rec_h sk_rec_t;   /* the record's tail (IcrcEgress: a copy of sk_rec) */
     icrc_h icrc;
 }
 
@@ -471,28 +481,21 @@ control SketchMerge(inout ipipe_headers_t hdr, inout ipipe_ig_md_t md,
     action ev(bit<8> e) { md.ev = e; md.ev_valid = 1; }
     action drop_ev(bit<8> e) { md.ev = e; md.ev_valid = 1; ig_dprsr_md.drop_ctl = 1; }
 
-    /* The record's address: base + slot offset + column x stride, stride = 4 x (rows + 2) for
-     * the wide shape and 12 for one row. One table per step: the compiler fuses consecutive
-     * statements into one action, and an action cannot use what it computes itself. */
+    /* The record's address: base + slot offset + column x stride, stride = 4 x (rows + 4) for
+     * the wide shape and 20 for one row (head, cells, tail). One table per step: the compiler
+     * fuses consecutive statements into one action, and an action cannot use what it computes
+     * itself. */
 #if DTA_SK_ROWS == 1
-#define SK_WIDE_T1 md.t1 = md.c4x << 1; md.t2 = md.c4x;
-#elif DTA_SK_ROWS == 2
-#define SK_WIDE_T1 md.t1 = md.c4x << 2; md.t2 = 0;
-#elif DTA_SK_ROWS == 3
 #define SK_WIDE_T1 md.t1 = md.c4x << 2; md.t2 = md.c4x;
-#elif DTA_SK_ROWS == 4
+#elif DTA_SK_ROWS == 2
 #define SK_WIDE_T1 md.t1 = md.c4x << 2; md.t2 = md.c4x << 1;
-#elif DTA_SK_ROWS == 5
+#elif DTA_SK_ROWS == 3
 #define SK_WIDE_T1 md.t1 = md.c4x << 3; md.t2 = -md.c4x;
-#elif DTA_SK_ROWS == 6
-#define SK_WIDE_T1 md.t1 = md.c4x << 3; md.t2 = 0;
-#elif DTA_SK_ROWS == 7
-#define SK_WIDE_T1 md.t1 = md.c4x << 3; md.t2 = md.c4x;
 #else
-#define SK_WIDE_T1 md.t1 = md.c4x << 3; md.t2 = md.c4x << 1;
+#define SK_WIDE_T1 md.t1 = md.c4x << 3; md.t2 = 0;
 #endif
     action stride_wide() { SK_WIDE_T1 }
-    action stride_one() { md.t1 = md.c4x << 1; md.t2 = md.c4x; }
+    action stride_one() { md.t1 = md.c4x << 2; md.t2 = md.c4x; }
     table tbl_sk_stride {
         key = { md.wide : exact; }
         actions = { stride_wide; stride_one; }

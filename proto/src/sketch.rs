@@ -48,9 +48,10 @@
 //! offset 0:    header, 64 B (written once by the collector; geometry below)
 //! offset 64:   epoch slot 0, then slot 1, ... (`epochs` slots; epoch e lives in slot e % epochs)
 //! epoch slot:  `columns` column records of `column_stride` bytes each
-//! column rec:  epoch u32 | merged u16 | expected u16 | cells (rows × width, row 0 first) | pad to 4
+//! column rec:  head | cells (rows × width, row 0 first) | pad to 4 | tail
+//! head, tail:  epoch u32 | merged u16 | expected u16 (the tail is a copy of the head)
 //! ```
-//! Header: `DTAS` magic, version u8 = 1, kind u8, merge op u8, cell width u8, rows u32,
+//! Header: `DTAS` magic, version u8 = 2, kind u8, merge op u8, cell width u8, rows u32,
 //! columns u32, batch u32, epochs u32, column stride u32, sketch ID u16, hash profile u8
 //! (0 independent, 1 Tofino; [`SketchHash`]), reserved to 64 bytes.
 //!
@@ -59,6 +60,16 @@
 //! switches whose column the translator merged, `expected` the switch count it was configured
 //! with; `merged == expected` means the column is complete. A batch is one RDMA WRITE of
 //! `batch × column_stride` bytes, at most [`MAX_BATCH_BYTES`].
+//!
+//! # Torn reads (layout version 2)
+//! A WRITE lands in address order, so a reader racing it may see the head of one version of a
+//! record and the cells of another: of another epoch when the slot is being reused, or an older
+//! merge of the same epoch. The tail repeats the head, and `(epoch, merged)` names one version
+//! of a column (within an epoch `merged` only grows, and the cells change only with it), so a
+//! reader that reads the tail, then the cells, then the head ([`SketchLayout::decode_whole`]
+//! checks a record read that way) and finds head and tail equal has read one version whole; a
+//! record whose head and tail differ is *in transition*: re-read it, and after a few tries
+//! report it as such. Version 1 (no tail) is not read by this version.
 
 use crate::crc::Crc32;
 use crate::hash::{hop_poly, replica_poly, POLYNOMIALS};
@@ -75,10 +86,12 @@ pub const MAX_EPOCHS: u32 = 16;
 pub const HEADER_LEN: u64 = 64;
 /// Bytes of a column record before its cells (epoch, merged, expected).
 pub const RECORD_HEAD_LEN: usize = 8;
+/// Bytes of a column record after its cells (a copy of the head).
+pub const RECORD_TAIL_LEN: usize = 8;
 /// The header's magic, ASCII `DTAS`.
 pub const MAGIC: [u8; 4] = *b"DTAS";
 /// The header's version.
-pub const LAYOUT_VERSION: u8 = 1;
+pub const LAYOUT_VERSION: u8 = 2;
 /// Index in [`POLYNOMIALS`] of the HyperLogLog hash polynomial (the first spare).
 pub const HLL_POLY_INDEX: usize = 26;
 /// Smallest and largest HyperLogLog precision p (m = 2^p registers).
@@ -415,6 +428,45 @@ impl SketchShape {
     }
 }
 
+/// Bytes of one column record of `shape`: head, cells padded to 4, tail.
+#[inline]
+pub fn record_stride(shape: SketchShape) -> u32 {
+    ((RECORD_HEAD_LEN + shape.column_bytes()).next_multiple_of(4) + RECORD_TAIL_LEN) as u32
+}
+
+/// A column record's head (or tail): which epoch, and which version of the column in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecordHead {
+    /// The epoch the record belongs to.
+    pub epoch: u32,
+    /// Switches merged into the column.
+    pub merged: u16,
+    /// Switches the translator expects.
+    pub expected: u16,
+}
+
+impl RecordHead {
+    /// Reads the 8 bytes of a head or tail.
+    #[inline]
+    pub fn parse(b: &[u8; 8]) -> RecordHead {
+        RecordHead {
+            epoch: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            merged: u16::from_le_bytes([b[4], b[5]]),
+            expected: u16::from_le_bytes([b[6], b[7]]),
+        }
+    }
+
+    /// The 8 bytes of a head or tail.
+    #[inline]
+    pub fn to_bytes(self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        b[0..4].copy_from_slice(&self.epoch.to_le_bytes());
+        b[4..6].copy_from_slice(&self.merged.to_le_bytes());
+        b[6..8].copy_from_slice(&self.expected.to_le_bytes());
+        b
+    }
+}
+
 /// A Sketch store's memory layout (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SketchLayout {
@@ -428,7 +480,7 @@ impl SketchLayout {
     /// Checks the layout: a valid shape, `batch` a power of two dividing the column count with
     /// `batch × column_stride ≤ 1024`, and 1..=16 epoch slots.
     pub fn new(shape: SketchShape, batch: u32, epochs: u32) -> Result<SketchLayout, LayoutError> {
-        let stride = (RECORD_HEAD_LEN + shape.column_bytes()).next_multiple_of(4) as u32;
+        let stride = record_stride(shape);
         if batch == 0
             || !batch.is_power_of_two()
             || batch > shape.columns
@@ -517,7 +569,14 @@ impl SketchLayout {
         self.column_offset(epoch, b * self.batch)
     }
 
-    /// Writes column record `out` (`column_stride` bytes) from merged cells `cells` (`rows`).
+    /// Region offset of the tail of column `c`'s record in `epoch`'s slot.
+    #[inline]
+    pub fn tail_offset(&self, epoch: u32, c: u32) -> u64 {
+        self.column_offset(epoch, c) + self.stride as u64 - RECORD_TAIL_LEN as u64
+    }
+
+    /// Writes column record `out` (`column_stride` bytes) from merged cells `cells` (`rows`):
+    /// head, cells, padding, and the tail (a copy of the head).
     #[inline]
     pub fn encode_record(
         &self,
@@ -527,19 +586,42 @@ impl SketchLayout {
         cells: &[u32],
         out: &mut [u8],
     ) {
-        out[0..4].copy_from_slice(&epoch.to_le_bytes());
-        out[4..6].copy_from_slice(&merged.to_le_bytes());
-        out[6..8].copy_from_slice(&expected.to_le_bytes());
+        let head = RecordHead {
+            epoch,
+            merged,
+            expected,
+        }
+        .to_bytes();
+        let stride = self.stride as usize;
+        out[..RECORD_HEAD_LEN].copy_from_slice(&head);
+        out[stride - RECORD_TAIL_LEN..stride].copy_from_slice(&head);
         let w = self.shape.width.bytes();
-        let body = &mut out[RECORD_HEAD_LEN..self.stride as usize];
+        let body = &mut out[RECORD_HEAD_LEN..stride - RECORD_TAIL_LEN];
         body.fill(0);
         for (dst, &v) in body.chunks_exact_mut(w).zip(cells) {
             dst.copy_from_slice(&v.to_le_bytes()[..w]);
         }
     }
 
-    /// Reads a column record (`column_stride` bytes): (epoch, merged, expected), and fills
-    /// `cells` (`rows` entries; Count-sketch cells sign-extended).
+    /// Reads a column record (`column_stride` bytes) whole: its head, and `cells` (`rows`
+    /// entries; Count-sketch cells sign-extended), or `None` when its head and tail differ
+    /// (a WRITE was landing while it was read: the record is in transition). The record's
+    /// bytes must have been read tail first, then the cells, then the head (module docs).
+    pub fn decode_whole(&self, rec: &[u8], cells: &mut [u32]) -> Option<RecordHead> {
+        let stride = self.stride as usize;
+        let tail: &[u8; 8] = rec[stride - RECORD_TAIL_LEN..stride].try_into().ok()?;
+        let (e, m, x) = self.decode_record(rec, cells);
+        let head = RecordHead {
+            epoch: e,
+            merged: m,
+            expected: x,
+        };
+        (RecordHead::parse(tail) == head).then_some(head)
+    }
+
+    /// Reads a column record's head (epoch, merged, expected) and fills `cells` (`rows`
+    /// entries; Count-sketch cells sign-extended), without checking the tail
+    /// ([`SketchLayout::decode_whole`] does).
     pub fn decode_record(&self, rec: &[u8], cells: &mut [u32]) -> (u32, u16, u16) {
         let epoch = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
         let merged = u16::from_le_bytes([rec[4], rec[5]]);
@@ -958,21 +1040,22 @@ mod tests {
         assert!(SketchShape::new(SketchKind::HyperLogLog, 1, 8, 1).is_err());
         assert!(SketchShape::new(SketchKind::HyperLogLog, 1, 1 << 17, 1).is_err());
         let l = SketchLayout::new(cm(), 32, 2).unwrap();
-        assert_eq!(l.column_stride(), 8 + 16);
-        assert_eq!(l.batch_len(), 32 * 24);
-        assert_eq!(l.region_len(), 64 + 2 * 1024 * 24);
-        assert_eq!(l.slot_offset(5), 64 + 1024 * 24);
-        assert_eq!(l.batch_offset(4, 2), 64 + 64 * 24);
+        assert_eq!(l.column_stride(), 8 + 16 + 8);
+        assert_eq!(l.batch_len(), 32 * 32);
+        assert_eq!(l.region_len(), 64 + 2 * 1024 * 32);
+        assert_eq!(l.slot_offset(5), 64 + 1024 * 32);
+        assert_eq!(l.batch_offset(4, 2), 64 + 64 * 32);
+        assert_eq!(l.tail_offset(4, 2), 64 + 2 * 32 + 24);
         assert!(
             SketchLayout::new(cm(), 64, 2).is_err(),
-            "64 x 24 B > 1024 B"
+            "64 x 32 B > 1024 B"
         );
         assert!(SketchLayout::new(cm(), 3, 2).is_err());
         assert!(SketchLayout::new(cm(), 32, 0).is_err());
         assert!(SketchLayout::new(cm(), 32, 17).is_err());
         let hll = SketchShape::new(SketchKind::HyperLogLog, 1, 4096, 1).unwrap();
-        let l = SketchLayout::new(hll, 64, 2).unwrap();
-        assert_eq!(l.column_stride(), 12);
+        let l = SketchLayout::new(hll, 32, 2).unwrap();
+        assert_eq!(l.column_stride(), 8 + 4 + 8);
         let (back, id) = SketchLayout::decode_header(&l.encode_header(7)).unwrap();
         assert_eq!((back, id), (l, 7));
         let mut bad = l.encode_header(7);
@@ -989,15 +1072,38 @@ mod tests {
         let mut cells = [0u32; 3];
         assert_eq!(l.decode_record(&rec, &mut cells), (9, 3, 4));
         assert_eq!(cells, [1, (-5i32) as u32, u32::MAX]);
+        // Written by hand from the text (module docs, PROTOCOL.md §9): head, 3 cells LE, tail.
+        assert_eq!(
+            rec,
+            [
+                9, 0, 0, 0, 3, 0, 4, 0, //
+                1, 0, 0, 0, 0xFB, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, //
+                9, 0, 0, 0, 3, 0, 4, 0,
+            ]
+        );
+        let head = RecordHead {
+            epoch: 9,
+            merged: 3,
+            expected: 4,
+        };
+        assert_eq!(l.decode_whole(&rec, &mut cells), Some(head));
+        // The head of a newer version over the rest of the old one: in transition.
+        let mut torn = rec.clone();
+        torn[4] = 4;
+        assert_eq!(l.decode_whole(&torn, &mut cells), None);
+        let mut torn = rec.clone();
+        torn[20] = 11; // the tail of epoch 11 (another epoch reusing the slot)
+        assert_eq!(l.decode_whole(&torn, &mut cells), None);
         let hll = SketchLayout::new(
             SketchShape::new(SketchKind::HyperLogLog, 1, 16, 1).unwrap(),
             4,
             1,
         )
         .unwrap();
-        let mut rec = vec![0xAAu8; 12];
+        let mut rec = vec![0xAAu8; 20];
         hll.encode_record(1, 1, 1, &[17], &mut rec);
-        assert_eq!(&rec[8..], &[17, 0, 0, 0], "padding is zeroed");
+        assert_eq!(&rec[8..12], &[17, 0, 0, 0], "padding is zeroed");
+        assert_eq!(&rec[12..], &rec[..8], "the tail repeats the head");
     }
 
     #[test]

@@ -73,6 +73,7 @@ fn pipeline_for(t: &Target, slots: u32) -> Pipeline {
             broken_after_ns: 30_000_000_000,
             // The VM answers slowly (tens of ms) and loses frames of large bursts itself.
             retransmit_window: 8192,
+            ..QpTuning::default()
         },
         rate: RateLimit::default(),
         backlog: 16,

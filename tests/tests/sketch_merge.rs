@@ -120,6 +120,11 @@ struct System {
 
 impl System {
     fn start(hash: SketchHash) -> System {
+        System::start_with(hash, 2, SWITCHES as u16)
+    }
+
+    /// A system whose stores keep `slots` epochs, merging `expected` switches.
+    fn start_with(hash: SketchHash, slots: u32, expected: u16) -> System {
         let dir = std::env::temp_dir().join(format!(
             "dta-sketch-{}-{}",
             std::process::id(),
@@ -141,7 +146,7 @@ impl System {
                 columns,
                 cell_width: None,
                 batch: None,
-                epochs: 2,
+                epochs: slots,
                 hash,
             },
         };
@@ -174,7 +179,7 @@ impl System {
         t.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
         t.translator.roce = roce_t;
         t.translator.nack_port = nacks.local_addr().unwrap().port();
-        t.sketch.expected_switches = SWITCHES as u16;
+        t.sketch.expected_switches = expected;
         t.sketch.flush_delay_ms = 50;
         // The reporters pace themselves by the translator's published counters.
         t.translator.stats_interval_ms = 1;
@@ -438,4 +443,129 @@ fn tofino_reporters_one_column_a_report_merge_bit_identically() {
         per_report: (1, 1),
         loss: 0.01,
     });
+}
+
+/// Issue 28: switches whose epoch boundaries are skewed (each starts epoch e+1 a few report
+/// rounds apart from the others, so fast switches send epoch e+1 while slow ones still send
+/// epoch e). Before, the first report of epoch e+1 ended epoch e for everyone and the slow
+/// switches' last columns were dropped as late; now the epoch moves on by agreement, the early
+/// reports of the next epoch are held, and every epoch merges completely and bit-identically.
+#[test]
+fn skewed_epoch_boundaries_lose_nothing() {
+    const N: u32 = 20;
+    const EPOCHS: u32 = 3;
+    const ROUNDS: u32 = 24; // an epoch's length in report rounds (a sketch takes 16)
+    let r = SOFTWARE;
+    let mut sys = System::start_with(r.hash, 4, N as u16);
+    sys.nacks.set_nonblocking(true).unwrap();
+    let sketches: Vec<Vec<(Sketch, Sketch)>> = (1..=EPOCHS)
+        .map(|e| (0..N).map(|s| switch_sketches(s, e, r.hash)).collect())
+        .collect();
+    // Per epoch, per switch, a Count-Min and a HyperLogLog cursor.
+    let mut cursors: Vec<Vec<Cursor>> = (1..=EPOCHS)
+        .map(|_| {
+            (0..N)
+                .flat_map(|s| {
+                    [CM_ID, HLL_ID].map(|id| Cursor {
+                        id,
+                        switch: 1000 + s,
+                        next: 0,
+                        high: 0,
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let skew = |s: u32| (s * 7) % 12;
+    let complete = |sys: &System, epoch: u32| {
+        ["cm", "hll"].iter().all(|n| {
+            let v = sys.collector.store(n).unwrap().sketch().unwrap();
+            let c = v.read_epoch(epoch).completeness();
+            c.complete == c.columns && c.expected == N as u16
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = [0u8; 64];
+    let mut round = 0u32;
+    while !(1..=EPOCHS).all(|e| complete(&sys, e)) {
+        assert!(
+            Instant::now() < deadline,
+            "incomplete after {round} rounds: {:?}; translator {:?}",
+            (1..=EPOCHS)
+                .map(|e| sys
+                    .collector
+                    .store("cm")
+                    .unwrap()
+                    .sketch()
+                    .unwrap()
+                    .read_epoch(e)
+                    .completeness())
+                .collect::<Vec<_>>(),
+            sys.translator.counters()
+        );
+        let mut sent_any = false;
+        for (ei, per_epoch) in cursors.iter_mut().enumerate() {
+            let epoch = ei as u32 + 1;
+            for c in per_epoch.iter_mut() {
+                let s = c.switch - 1000;
+                if round < (epoch - 1) * ROUNDS + skew(s) {
+                    continue; // this switch's epoch has not begun
+                }
+                let (cm, hll) = &sketches[ei][s as usize];
+                let sk = if c.id == CM_ID { cm } else { hll };
+                if let Some((b, _)) = c.take(r, sk, epoch) {
+                    sent_any = true;
+                    sys.send(&b);
+                }
+            }
+        }
+        let mut got_any = false;
+        while let Ok(n) = sys.nacks.recv(&mut buf) {
+            got_any = true;
+            let Ok(NackRepr::SketchColumn {
+                sketch_id,
+                switch,
+                epoch,
+                expected_column,
+            }) = NackRepr::parse(&buf[..n])
+            else {
+                panic!("not a sketch NACK: {:02x?}", &buf[..n]);
+            };
+            assert!((1..=EPOCHS).contains(&epoch), "a NACK for epoch {epoch}");
+            let i = (switch - 1000) as usize * 2 + (sketch_id != CM_ID) as usize;
+            let c = &mut cursors[epoch as usize - 1][i];
+            c.next = c.next.min(expected_column);
+        }
+        round += 1;
+        if !sent_any && !got_any {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    for epoch in 1..=EPOCHS {
+        let mut direct_cm = Sketch::new(cm_shape(r.hash));
+        let mut direct_hll = Sketch::new(hll_shape(r.hash));
+        for (cm, hll) in &sketches[epoch as usize - 1] {
+            direct_cm.merge(cm);
+            direct_hll.merge(hll);
+        }
+        let cm = sys.collector.store("cm").unwrap().sketch().unwrap();
+        let got = cm.read_epoch(epoch);
+        assert_eq!(got.sketch, direct_cm, "epoch {epoch}: merged Count-Min");
+        assert!(got.merged.iter().all(|&m| m == N as u16));
+        let hll = sys.collector.store("hll").unwrap().sketch().unwrap();
+        assert_eq!(
+            hll.read_epoch(epoch).sketch,
+            direct_hll,
+            "epoch {epoch}: HLL"
+        );
+    }
+    let want = EPOCHS as u64 * N as u64 * 2048;
+    sys.translator
+        .wait_for(Duration::from_secs(5), |c| c.sketch_columns_merged >= want);
+    let c = sys.translator.counters();
+    assert_eq!(c.sketch_columns_merged, want, "{c:?}");
+    assert_eq!(c.drop_sketch_late, 0, "{c:?}");
+    assert_eq!(c.rx_datagrams, c.translated + c.dropped(), "{c:?}");
+    sys.translator.shutdown();
+    sys.collector.shutdown();
 }

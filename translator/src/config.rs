@@ -581,6 +581,28 @@ pub struct SketchSection {
     /// Milliseconds after a merge into a batch not yet written at which what changed is
     /// written anyway and switches that have not sent their whole sketch are NACKed.
     pub flush_delay_ms: u64,
+    /// Switches expected in an epoch that must have sent the next epoch before the merge
+    /// moves on (1..=expected_switches; absent: a majority of expected_switches).
+    pub epoch_quorum: Option<u16>,
+    /// Epochs a switch not listed in `[[sketch.switch]]` may stay silent before it leaves the
+    /// switch table (1..=1000000).
+    pub idle_epochs: u32,
+    /// Epochs behind the merge a report counts as late (1..=1000); further behind, a report
+    /// of column 0 is the switch restarting its epoch counter.
+    pub late_epochs: u32,
+    /// Switches with a fixed NACK address (`[[sketch.switch]]`): always expected in an epoch,
+    /// never forgotten, and NACKed only there.
+    pub switch: Vec<SketchSwitchEntry>,
+}
+
+/// `[[sketch.switch]]`: a switch whose sketch-column NACKs go to a fixed address.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SketchSwitchEntry {
+    /// The switch ID its reports carry.
+    pub id: u32,
+    /// The IPv4 address its NACKs go to.
+    pub address: std::net::Ipv4Addr,
 }
 
 impl Default for SketchSection {
@@ -589,9 +611,17 @@ impl Default for SketchSection {
             expected_switches: 1,
             max_switches: 4096,
             flush_delay_ms: 10,
+            epoch_quorum: None,
+            idle_epochs: 4,
+            late_epochs: 2,
+            switch: Vec::new(),
         }
     }
 }
+
+/// The smallest `[reliability] max_outstanding_psns`: room for the most frames one report
+/// needs, many times over.
+pub const MIN_OUTSTANDING_PSNS: u32 = 64;
 
 /// `[reliability]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -611,6 +641,12 @@ pub struct ReliabilitySection {
     /// without any ACK or NAK while one was due. Must exceed the longest pause expected from
     /// a busy collector.
     pub broken_after_ms: u64,
+    /// PSNs each QP may have taken and not yet seen confirmed (64..=4194304, and at least
+    /// 2 × `ack_every`). PSNs are compared in a 24-bit circle, so a requester must never have
+    /// 2^23 outstanding: a QP whose collector stopped answering stops here, and its reports
+    /// are dropped (`drop_qp_queue_full`) until the collector confirms frames again. The
+    /// default, 1048576, is a tenth of a second at 10 million frames a second.
+    pub max_outstanding_psns: u32,
 }
 
 impl Default for ReliabilitySection {
@@ -621,6 +657,7 @@ impl Default for ReliabilitySection {
             rto_min_us: 2_000,
             rto_max_us: 1_000_000,
             broken_after_ms: 5_000,
+            max_outstanding_psns: crate::datapath::qp::DEFAULT_MAX_OUTSTANDING,
         }
     }
 }
@@ -912,6 +949,45 @@ impl TranslatorConfig {
         if !(1..=60_000).contains(&sk.flush_delay_ms) {
             return Err("sketch.flush_delay_ms must be 1..=60000".into());
         }
+        if let Some(q) = sk.epoch_quorum {
+            if q == 0 || q > sk.expected_switches {
+                return Err(format!(
+                    "sketch.epoch_quorum must be 1..=sketch.expected_switches ({}), not {q}",
+                    sk.expected_switches
+                ));
+            }
+        }
+        if !(1..=1_000_000).contains(&sk.idle_epochs) {
+            return Err(format!(
+                "sketch.idle_epochs must be 1..=1000000, not {}",
+                sk.idle_epochs
+            ));
+        }
+        if !(1..=1000).contains(&sk.late_epochs) {
+            return Err(format!(
+                "sketch.late_epochs must be 1..=1000, not {}",
+                sk.late_epochs
+            ));
+        }
+        if sk.switch.len() > sk.max_switches as usize {
+            return Err(format!(
+                "sketch.switch: {} switches listed, above sketch.max_switches ({})",
+                sk.switch.len(),
+                sk.max_switches
+            ));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for w in &sk.switch {
+            if !ids.insert(w.id) {
+                return Err(format!("sketch.switch: id {} is listed twice", w.id));
+            }
+            if w.address.is_unspecified() || w.address.is_broadcast() || w.address.is_multicast() {
+                return Err(format!(
+                    "sketch.switch: id {}: address {} is not a unicast address",
+                    w.id, w.address
+                ));
+            }
+        }
         if !self.postcard.cache_slots.is_power_of_two() {
             return Err("postcard.cache_slots must be a power of two".into());
         }
@@ -931,6 +1007,21 @@ impl TranslatorConfig {
         }
         if r.broken_after_ms == 0 || r.broken_after_ms.saturating_mul(1000) < r.rto_max_us {
             return Err("reliability.broken_after_ms must be at least rto_max_us".into());
+        }
+        let max = crate::datapath::qp::MAX_OUTSTANDING;
+        if !(MIN_OUTSTANDING_PSNS..=max).contains(&r.max_outstanding_psns) {
+            return Err(format!(
+                "reliability.max_outstanding_psns must be {MIN_OUTSTANDING_PSNS}..={max}, not {} \
+                 (PSNs compare correctly only while fewer than 2^23 are outstanding)",
+                r.max_outstanding_psns
+            ));
+        }
+        if u64::from(r.max_outstanding_psns) < 2 * u64::from(r.ack_every) {
+            return Err(format!(
+                "reliability.max_outstanding_psns ({}) must be at least 2 × reliability.ack_every \
+                 ({}): a QP at its cap must have a frame in flight that asks for an ACK",
+                r.max_outstanding_psns, r.ack_every
+            ));
         }
         let o = &self.overload;
         if !(0.0..1.0).contains(&o.low_reserve)
@@ -1035,6 +1126,10 @@ mod tests {
         let d = TranslatorConfig::default();
         assert_eq!(c.translator.max_redundancy, d.translator.max_redundancy);
         assert_eq!(c.reliability.ack_timeout_us, d.reliability.ack_timeout_us);
+        assert_eq!(
+            c.reliability.max_outstanding_psns,
+            d.reliability.max_outstanding_psns
+        );
         assert_eq!(c.postcard.cache_slots, d.postcard.cache_slots);
         assert_eq!(c.postcard.redundancy, None, "the stores' N applies");
         assert_eq!(c.collectors[0].ports, vec![1337, 1338, 1339, 1340]);
@@ -1099,6 +1194,45 @@ mod tests {
             p.translator.capture.as_deref(),
             Some(std::path::Path::new("/tmp/x.pcap"))
         );
+    }
+
+    #[test]
+    fn sketch_keys_parse_and_are_checked() {
+        let c = parse(
+            "[sketch]\nexpected_switches = 5\nepoch_quorum = 4\nidle_epochs = 9\nlate_epochs = 3\n\
+             [[sketch.switch]]\nid = 7\naddress = \"10.0.0.7\"\n\
+             [[sketch.switch]]\nid = 8\naddress = \"10.0.0.8\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.sketch.epoch_quorum, Some(4));
+        assert_eq!((c.sketch.idle_epochs, c.sketch.late_epochs), (9, 3));
+        assert_eq!(
+            c.sketch.switch[1].address,
+            std::net::Ipv4Addr::new(10, 0, 0, 8)
+        );
+        let d = TranslatorConfig::default().sketch;
+        assert_eq!((d.epoch_quorum, d.idle_epochs, d.late_epochs), (None, 4, 2));
+        for (bad, want) in [
+            ("expected_switches = 3\nepoch_quorum = 4", "sketch.epoch_quorum"),
+            ("epoch_quorum = 0", "sketch.epoch_quorum"),
+            ("idle_epochs = 0", "sketch.idle_epochs"),
+            ("late_epochs = 0", "sketch.late_epochs"),
+            ("late_epochs = 1001", "sketch.late_epochs"),
+            (
+                "[[sketch.switch]]\nid = 1\naddress = \"10.0.0.1\"\n[[sketch.switch]]\nid = 1\naddress = \"10.0.0.2\"",
+                "id 1 is listed twice",
+            ),
+            (
+                "[[sketch.switch]]\nid = 1\naddress = \"255.255.255.255\"",
+                "not a unicast address",
+            ),
+            ("[[sketch.switch]]\nid = 1\naddress = \"nope\"", "address"),
+            ("[[sketch.switch]]\nid = 1\naddr = \"10.0.0.1\"", "addr"),
+            ("quorum = 2", "quorum"),
+        ] {
+            let e = parse(&format!("[sketch]\n{bad}\n")).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -1195,6 +1329,26 @@ mod tests {
         assert!(parse("[postcard]\nredundancy = 0")
             .unwrap_err()
             .contains("postcard.redundancy"));
+        // The PSN cap: below 2^23 outstanding, room for a report, an AckReq'd frame in flight.
+        for bad in ["0", "63", "4194305", "8388608"] {
+            let e = parse(&format!("[reliability]\nmax_outstanding_psns = {bad}")).unwrap_err();
+            assert!(
+                e.contains("reliability.max_outstanding_psns must be 64..=4194304"),
+                "{e}"
+            );
+        }
+        let e = parse("[reliability]\nack_every = 1024\nmax_outstanding_psns = 2000").unwrap_err();
+        assert!(e.contains("at least 2 × reliability.ack_every"), "{e}");
+        for (ack_every, good) in [(32, 64), (64, 2048), (64, 4194304)] {
+            let c = parse(&format!(
+                "[reliability]\nack_every = {ack_every}\nmax_outstanding_psns = {good}"
+            ))
+            .unwrap();
+            assert_eq!(c.reliability.max_outstanding_psns, good);
+        }
+        assert!(parse("[reliability]\nmax_outstanding_psns = -1")
+            .unwrap_err()
+            .contains("max_outstanding_psns"));
         assert_eq!(
             parse("[postcard]\nredundancy = 2")
                 .unwrap()

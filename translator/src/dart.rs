@@ -256,9 +256,11 @@ impl DartFleet {
     pub fn write(&mut self, r: usize, report: &Report, wait: Duration) {
         let i = r % self.reporters.len();
         // A broken QP never makes room: its reports are dropped at once (`drop_qp_broken`).
-        if !self.reporters[i].can_take() && self.reporters[i].broken_stores().next().is_none() {
+        if !self.reporters[i].can_take(self.now())
+            && self.reporters[i].broken_stores().next().is_none()
+        {
             let t0 = Instant::now();
-            while !self.reporters[i].can_take() && t0.elapsed() < wait {
+            while !self.reporters[i].can_take(self.now()) && t0.elapsed() < wait {
                 self.full_waits += 1;
                 self.last_timer_poll = 0;
                 self.poll(Duration::from_micros(100));

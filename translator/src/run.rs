@@ -1077,6 +1077,7 @@ pub fn pipeline_for(
             rto_max_ns: cfg.reliability.rto_max_us * 1000,
             broken_after_ns: cfg.reliability.broken_after_ms * 1_000_000,
             retransmit_window: t.retransmit_window,
+            max_outstanding: cfg.reliability.max_outstanding_psns,
         },
         rate,
         backlog: cfg.overload.backlog,
@@ -1088,6 +1089,18 @@ pub fn pipeline_for(
             expected_switches: cfg.sketch.expected_switches,
             max_switches: cfg.sketch.max_switches,
             flush_ns: cfg.sketch.flush_delay_ms * 1_000_000,
+            epoch_quorum: cfg.sketch.epoch_quorum.unwrap_or(0),
+            idle_epochs: cfg.sketch.idle_epochs,
+            late_epochs: cfg.sketch.late_epochs,
+            switches: cfg
+                .sketch
+                .switch
+                .iter()
+                .map(|w| crate::datapath::primitive::SketchSwitch {
+                    id: w.id,
+                    addr: w.address,
+                })
+                .collect(),
         },
     };
     check_postcard_redundancy(cfg, collectors)?;

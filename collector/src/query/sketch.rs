@@ -6,11 +6,37 @@
 //! used the slot, or a column no switch has sent yet) reads as an empty column: cells 0,
 //! merged by 0 switches. Which epoch: the caller's, or the newest any record of the store
 //! names ([`SketchView::latest_epoch`]).
+//!
+//! A record is read whole or not at all (`PROTOCOL.md` §9): its tail, then its cells, then its
+//! head, accepted when head and tail agree. A record the translator is writing while it is read
+//! is re-read up to [`READ_TRIES`] times; one still torn after that is *in transition*: read as
+//! an empty column and named in the answer ([`EpochSketch::in_transition`],
+//! [`Completeness::in_transition`], [`SketchView::point_read`]), never as a mix of two epochs
+//! or two merges.
 
-use dta_proto::sketch::{epoch_after, point_query, Sketch, SketchKind, SketchLayout, MAX_ROWS};
+use std::sync::atomic::{fence, Ordering};
+
+use dta_proto::sketch::{
+    epoch_after, point_query, RecordHead, Sketch, SketchKind, SketchLayout, MAX_ROWS,
+    RECORD_HEAD_LEN, RECORD_TAIL_LEN,
+};
 use dta_proto::Key;
 
 use crate::memory::Region;
+
+/// Reads of one record before it is reported in transition.
+pub const READ_TRIES: u32 = 8;
+
+/// One column record as a reader found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnRead {
+    /// Read whole: its head (the cells were filled in).
+    Whole(RecordHead),
+    /// Head and tail differed on every try: a WRITE was landing.
+    InTransition,
+    /// Outside the region (a layout that does not fit it).
+    Unreadable,
+}
 
 /// A Sketch store as the query engine sees it.
 pub struct SketchView<'a> {
@@ -34,6 +60,8 @@ pub struct EpochSketch {
     /// The switch count the translator expected (the largest any column of the epoch names;
     /// 0 if none does).
     pub expected: u16,
+    /// Columns whose record was being written on every read: read as empty.
+    pub in_transition: Vec<u32>,
 }
 
 /// How complete an epoch is.
@@ -55,6 +83,8 @@ pub struct Completeness {
     pub expected: u16,
     /// Switch-column contributions merged over all columns.
     pub contributions: u64,
+    /// Columns in transition (being written while read; counted as not written).
+    pub in_transition: u32,
 }
 
 impl Completeness {
@@ -78,6 +108,7 @@ impl EpochSketch {
             max_merged: 0,
             expected,
             contributions: 0,
+            in_transition: self.in_transition.len() as u32,
         };
         for &m in &self.merged {
             c.written += (m > 0) as u32;
@@ -96,6 +127,16 @@ impl EpochSketch {
     /// median); `None` for HyperLogLog.
     pub fn point(&self, key: &Key) -> Option<i64> {
         self.sketch.point(key)
+    }
+
+    /// Whether a column `key`'s point estimate reads was in transition (read as empty).
+    pub fn touches_transition(&self, key: &Key) -> bool {
+        if self.in_transition.is_empty() {
+            return false;
+        }
+        let shape = self.sketch.shape();
+        let h = self.sketch.hasher();
+        (0..shape.rows).any(|r| self.in_transition.binary_search(&h.column(key, r)).is_ok())
     }
 
     /// Cardinality estimate (HyperLogLog); `None` for the other kinds.
@@ -188,7 +229,44 @@ impl SketchView<'_> {
         self.epochs().first().copied()
     }
 
-    /// Reads epoch `epoch` out of memory (one pass over its slot).
+    /// Reads column `c`'s record in `epoch`'s slot whole into `rec` (`column_stride` bytes)
+    /// and its cells into `cells`: tail, then cells, then head (each later read ordered after
+    /// the earlier by an acquire fence, as a seqlock's reader), re-read while head and tail
+    /// differ, at most [`READ_TRIES`] times.
+    pub fn read_record(&self, epoch: u32, c: u32, rec: &mut [u8], cells: &mut [u32]) -> ColumnRead {
+        let at = self.layout.column_offset(epoch, c);
+        let stride = self.layout.column_stride() as usize;
+        let tail_at = stride - RECORD_TAIL_LEN;
+        for _ in 0..READ_TRIES {
+            let ok = self
+                .region
+                .read(at + tail_at as u64, &mut rec[tail_at..stride])
+                .is_ok()
+                && {
+                    fence(Ordering::Acquire);
+                    self.region
+                        .read(
+                            at + RECORD_HEAD_LEN as u64,
+                            &mut rec[RECORD_HEAD_LEN..tail_at],
+                        )
+                        .is_ok()
+                }
+                && {
+                    fence(Ordering::Acquire);
+                    self.region.read(at, &mut rec[..RECORD_HEAD_LEN]).is_ok()
+                };
+            if !ok {
+                return ColumnRead::Unreadable;
+            }
+            if let Some(head) = self.layout.decode_whole(&rec[..stride], cells) {
+                return ColumnRead::Whole(head);
+            }
+            std::hint::spin_loop();
+        }
+        ColumnRead::InTransition
+    }
+
+    /// Reads epoch `epoch` out of memory (each column record whole, [`Self::read_record`]).
     pub fn read_epoch(&self, epoch: u32) -> EpochSketch {
         let shape = self.layout.shape();
         let rows = shape.rows as usize;
@@ -196,22 +274,20 @@ impl SketchView<'_> {
         let mut sketch = Sketch::new(shape);
         let mut merged = vec![0u16; shape.columns as usize];
         let mut expected = 0u16;
-        let mut slot = vec![0u8; self.layout.slot_len() as usize];
-        if self
-            .region
-            .read(self.layout.slot_offset(epoch), &mut slot)
-            .is_ok()
-        {
-            let mut col = [0u32; MAX_ROWS as usize];
-            let cells = sketch.cells_mut();
-            for (c, rec) in slot.chunks_exact(stride).enumerate() {
-                let (e, m, x) = self.layout.decode_record(rec, &mut col);
-                if e != epoch {
-                    continue;
+        let mut in_transition = Vec::new();
+        let mut rec = vec![0u8; stride];
+        let mut col = [0u32; MAX_ROWS as usize];
+        let cells = sketch.cells_mut();
+        for c in 0..shape.columns {
+            match self.read_record(epoch, c, &mut rec, &mut col) {
+                ColumnRead::Whole(h) if h.epoch == epoch => {
+                    let c = c as usize;
+                    cells[c * rows..(c + 1) * rows].copy_from_slice(&col[..rows]);
+                    merged[c] = h.merged;
+                    expected = expected.max(h.expected);
                 }
-                cells[c * rows..(c + 1) * rows].copy_from_slice(&col[..rows]);
-                merged[c] = m;
-                expected = expected.max(x);
+                ColumnRead::InTransition => in_transition.push(c),
+                _ => {}
             }
         }
         EpochSketch {
@@ -219,40 +295,41 @@ impl SketchView<'_> {
             sketch,
             merged,
             expected,
+            in_transition,
         }
     }
 
-    /// Point estimate of `key` in `epoch`, reading only its rows' cells.
+    /// Point estimate of `key` in `epoch`, reading only its rows' records.
     pub fn point(&self, key: &Key, epoch: u32) -> Option<i64> {
+        self.point_read(key, epoch).0
+    }
+
+    /// Point estimate of `key` in `epoch`, and whether a record it read was in transition
+    /// (read as an empty column: the estimate may then be low).
+    pub fn point_read(&self, key: &Key, epoch: u32) -> (Option<i64>, bool) {
         let shape = self.layout.shape();
         let h = dta_proto::sketch::SketchHasher::new(shape);
-        let w = shape.width.bytes();
-        point_query(shape.kind, &h, shape.rows, key, |r, c| {
-            let at = self.layout.column_offset(epoch, c);
-            let mut head = [0u8; 4];
-            let mut cell = [0u8; 4];
-            let ok = self.region.read(at, &mut head).is_ok()
-                && u32::from_le_bytes(head) == epoch
-                && self
-                    .region
-                    .read(
-                        at + (dta_proto::sketch::RECORD_HEAD_LEN + r as usize * w) as u64,
-                        &mut cell[..w],
-                    )
-                    .is_ok();
-            if ok {
-                u32::from_le_bytes(cell)
-            } else {
-                0
+        let mut rec = vec![0u8; self.layout.column_stride() as usize];
+        let mut torn = false;
+        let est = point_query(shape.kind, &h, shape.rows, key, |r, c| {
+            let mut col = [0u32; MAX_ROWS as usize];
+            match self.read_record(epoch, c, &mut rec, &mut col) {
+                ColumnRead::Whole(h) if h.epoch == epoch => col[r as usize],
+                ColumnRead::InTransition => {
+                    torn = true;
+                    0
+                }
+                _ => 0,
             }
-        })
+        });
+        (est, torn)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dta_proto::sketch::SketchShape;
+    use dta_proto::sketch::{SketchHasher, SketchShape};
 
     fn view_with(
         region: &Region,
@@ -320,10 +397,109 @@ mod tests {
         assert_eq!(v.point(&keys[0], 4), v.read_epoch(4).point(&keys[0]));
     }
 
+    /// Issue 28: a WRITE of epoch 6 into the slot epoch 4 used, caught half landed (the
+    /// record's head is epoch 6's, the rest still epoch 4's), read as epoch 6 with epoch 4's
+    /// cells.
+    #[test]
+    fn a_record_caught_mid_write_is_read_as_neither_epoch() {
+        let shape = SketchShape::new(SketchKind::CountMin, 3, 256, 4).unwrap();
+        let layout = SketchLayout::new(shape, 16, 2).unwrap();
+        let region = Region::anonymous(layout.region_len() as usize, false).unwrap();
+        let mut s = Sketch::new(shape);
+        let key = Key::new(&7u32.to_be_bytes()).unwrap();
+        s.update(&key, 1000);
+        view_with(&region, layout, 4, &s, 3, 256);
+        // Epoch 6's record of the key's row-0 column, its first 8 bytes landed.
+        let col = dta_proto::sketch::SketchHasher::new(shape).column(&key, 0);
+        let mut rec = vec![0u8; layout.column_stride() as usize];
+        layout.encode_record(6, 3, 3, &[0, 0, 0], &mut rec);
+        region
+            .write(layout.column_offset(6, col), &rec[..8])
+            .unwrap();
+        let v = SketchView {
+            region: &region,
+            layout,
+            sketch_id: 1,
+        };
+        let e6 = v.read_epoch(6);
+        assert_eq!(e6.merged[col as usize], 0, "column {col} read as epoch 6's");
+        assert_eq!(v.read_epoch(4).merged[col as usize], 0);
+        assert_eq!(e6.in_transition, vec![col]);
+        assert_eq!(e6.completeness().in_transition, 1);
+        assert_eq!(v.read_epoch(4).in_transition, vec![col]);
+        assert_eq!(v.point_read(&key, 6), (Some(0), true));
+        assert!(v.point_read(&key, 4).1);
+        // A newer merge of the same epoch, its head landed: in transition too.
+        let other = SketchHasher::new(shape).column(&key, 1);
+        layout.encode_record(4, 4, 3, &[9, 9, 9], &mut rec);
+        region
+            .write(layout.column_offset(4, other), &rec[..8])
+            .unwrap();
+        assert!(v.read_epoch(4).in_transition.contains(&other));
+        // The WRITE lands whole: read as it is.
+        layout.encode_record(6, 3, 3, &[0, 0, 0], &mut rec);
+        region.write(layout.column_offset(6, col), &rec).unwrap();
+        let e6 = v.read_epoch(6);
+        assert_eq!(
+            e6.in_transition,
+            vec![other],
+            "only the other column is still torn"
+        );
+        assert_eq!(e6.merged[col as usize], 3);
+    }
+
+    /// A writer racing the reader (the software RNIC's WRITE, in address order, from another
+    /// thread): every column the reader accepts is one version whole (its cells all equal the
+    /// value its head names), never a mix.
+    #[test]
+    fn racing_reads_see_whole_versions_or_a_transition() {
+        let shape = SketchShape::new(SketchKind::CountMin, 8, 64, 4).unwrap();
+        let layout = SketchLayout::new(shape, 1, 1).unwrap();
+        let region = Region::anonymous(layout.region_len() as usize, false).unwrap();
+        let v = SketchView {
+            region: &region,
+            layout,
+            sketch_id: 1,
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut rec = vec![0u8; layout.column_stride() as usize];
+                for m in 1..20_000u32 {
+                    let merged = (m % 60_000) as u16;
+                    layout.encode_record(1, merged, 1, &[merged as u32; 8], &mut rec);
+                    region.write(layout.column_offset(1, 5), &rec).unwrap();
+                }
+                stop.store(true, Ordering::Relaxed);
+            });
+            let mut rec = vec![0u8; layout.column_stride() as usize];
+            let mut col = [0u32; MAX_ROWS as usize];
+            let mut whole = 0;
+            let mut torn = 0;
+            loop {
+                let done = stop.load(Ordering::Relaxed);
+                match v.read_record(1, 5, &mut rec, &mut col) {
+                    ColumnRead::Whole(h) => {
+                        assert!(col.iter().all(|&x| x == h.merged as u32), "{h:?} {col:?}");
+                        whole += 1;
+                    }
+                    ColumnRead::InTransition => torn += 1,
+                    ColumnRead::Unreadable => panic!("in the region"),
+                }
+                if done {
+                    break;
+                }
+            }
+            // The writer has stopped: the last read was whole, the last version.
+            assert!(whole > 0, "{torn} torn reads");
+            assert_eq!(col[0], 19_999);
+        });
+    }
+
     #[test]
     fn hyperloglog_cardinality() {
         let shape = SketchShape::new(SketchKind::HyperLogLog, 1, 1024, 1).unwrap();
-        let layout = SketchLayout::new(shape, 64, 1).unwrap();
+        let layout = SketchLayout::new(shape, 32, 1).unwrap();
         let region = Region::anonymous(layout.region_len() as usize, false).unwrap();
         let mut s = Sketch::new(shape);
         for i in 0..20_000u32 {

@@ -282,6 +282,11 @@ pub fn render() -> String {
         "column record: epoch u32, merged u16, expected u16 (LE)",
     );
     o.define(
+        "SK_RECORD_TAIL_LEN",
+        dta_proto::sketch::RECORD_TAIL_LEN as u64,
+        "column record tail: a copy of the head, after the cells (layout version 2)",
+    );
+    o.define(
         "SK_MAX_EPOCHS",
         dta_proto::sketch::MAX_EPOCHS as u64,
         "most epoch slots",

@@ -816,6 +816,10 @@ struct Model {
     sketch_rollover_writes: usize,
     /// Merged reports that carried more than one column (the Tofino program takes one).
     sketch_multi_column: usize,
+    /// Sketch reports the epoch rules of `PROTOCOL.md` §3.4 treat otherwise than the Tofino
+    /// program (which moves the epoch on at the first report of a newer one): the next
+    /// epoch held while the current one still merges, a far-ahead vote, a restart.
+    sketch_epoch_rules: usize,
 }
 
 enum Op<'a> {
@@ -1430,6 +1434,7 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         sketch_expected: spec.sketch_expected,
         sketch_rollover_writes: 0,
         sketch_multi_column: 0,
+        sketch_epoch_rules: 0,
     };
     let mut reports = Vec::new();
     let mut responses = Vec::new();
@@ -1471,6 +1476,14 @@ fn model(spec: Spec) -> Result<Modelled, String> {
         behaviour.push(format!(
             "{} Sketch-Merge report(s) of several columns (the program takes one per report)",
             m.sketch_multi_column
+        ));
+    }
+    if m.sketch_epoch_rules > 0 {
+        behaviour.push(format!(
+            "{} Sketch-Merge report(s) under the epoch rules the program does not have (an epoch \
+             moved on by a quorum while the current one still merges, a far-ahead vote, a \
+             restarted switch): the program moves on at the first report of a newer epoch",
+            m.sketch_epoch_rules
         ));
     }
     if m.sketch_rollover_writes > 0 {

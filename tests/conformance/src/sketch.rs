@@ -18,9 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use dta_collector::config::StoreKindConfig;
 use dta_proto::consts::DTA_NACK_PORT;
-use dta_proto::sketch::{
-    epoch_after, merge_one, MergeOp, Sketch, SketchKind, SketchLayout, SketchShape,
-};
+use dta_proto::sketch::{merge_one, MergeOp, Sketch, SketchKind, SketchLayout, SketchShape};
 use dta_proto::wire::ethernet::{EthernetFrame, EthernetRepr, MacAddr, ETHERTYPE_IPV4};
 use dta_proto::wire::ipv4::{Ipv4Packet, Ipv4Repr, PROTO_UDP};
 use dta_proto::wire::nack::NackRepr;
@@ -54,14 +52,50 @@ pub struct SketchSwitches {
 
 /// Switches tracked at most per sketch in every case (the translator's default).
 const MAX_SWITCHES: u32 = 4096;
+/// `[sketch] idle_epochs` and `late_epochs` (the translator's defaults).
+const IDLE_EPOCHS: u32 = 4;
+const LATE_EPOCHS: u32 = 2;
 
-/// What the model knows about one switch of one sketch.
-#[derive(Debug, Clone, Copy)]
+/// What the model knows about one switch of one sketch (`PROTOCOL.md` §3.4, "Epochs").
+#[derive(Debug, Clone, Copy, Default)]
 struct Owed {
-    epoch: u32,
+    /// Where its NACKs go: the source of its first merged report.
+    addr: Option<Ipv4Addr>,
+    /// Added to the epochs it names (set when it restarts).
+    offset: u32,
+    /// The merge epoch it last merged into.
+    last_active: u32,
+    /// Expected in the current epoch.
+    member: bool,
+    /// The next column it owes in the current epoch, and the column its last gap NACK named.
     next: u32,
-    /// The column its last gap NACK named in `epoch`.
     nacked: Option<u32>,
+    /// The same in the held next epoch.
+    held_next: u32,
+    held_nacked: Option<u32>,
+    /// Has sent the next epoch (a member's vote).
+    voted: bool,
+    /// The far-ahead epoch it voted for.
+    far: Option<u32>,
+}
+
+/// One epoch's merge.
+#[derive(Clone)]
+struct Merge {
+    cells: Vec<u32>,
+    merged: Vec<u16>,
+    /// Batches changed since their last WRITE.
+    dirty: Vec<bool>,
+}
+
+impl Merge {
+    fn new(layout: &SketchLayout) -> Merge {
+        Merge {
+            cells: vec![0; layout.shape().cells()],
+            merged: vec![0; layout.shape().columns as usize],
+            dirty: vec![false; layout.batches() as usize],
+        }
+    }
 }
 
 /// One Sketch store's merge.
@@ -69,37 +103,320 @@ pub(crate) struct SketchModel {
     pub(crate) layout: SketchLayout,
     pub(crate) sketch_id: u16,
     epoch: Option<u32>,
-    cells: Vec<u32>,
-    merged: Vec<u16>,
-    /// Batches changed since their last WRITE.
-    dirty: Vec<bool>,
+    cur: Merge,
+    /// The next epoch, held until the switches agree to move on.
+    held: Merge,
     switches: BTreeMap<u32, Owed>,
+    /// Far-ahead epochs and their members' votes (at most 4 at once).
+    far: Vec<(u32, u16)>,
+}
+
+/// What a report makes the translator send.
+enum Out {
+    /// A batch's column records at a region offset (`rollover`: written because the merge
+    /// moved on before the batch was complete).
+    Write {
+        off: u64,
+        payload: Vec<u8>,
+        rollover: bool,
+    },
+    Nack(Vec<u8>),
 }
 
 impl SketchModel {
     pub(crate) fn new(layout: SketchLayout, sketch_id: u16) -> SketchModel {
-        let shape = layout.shape();
         SketchModel {
             layout,
             sketch_id,
             epoch: None,
-            cells: vec![0; shape.cells()],
-            merged: vec![0; shape.columns as usize],
-            dirty: vec![false; layout.batches() as usize],
+            cur: Merge::new(&layout),
+            held: Merge::new(&layout),
             switches: BTreeMap::new(),
+            far: Vec::new(),
         }
     }
 
-    fn start(&mut self, epoch: u32) {
-        self.epoch = Some(epoch);
-        self.cells.fill(0);
-        self.merged.fill(0);
-        self.dirty.fill(false);
+    fn columns(&self) -> u32 {
+        self.layout.shape().columns
     }
 
-    /// Batch `b`'s column records in the current epoch: (region offset, bytes).
-    fn records(&self, b: u32, expected: u16) -> (u64, Vec<u8>) {
-        let epoch = self.epoch.expect("a written batch belongs to an epoch");
+    fn members(&self) -> usize {
+        self.switches.values().filter(|s| s.member).count()
+    }
+
+    /// Members part-way through the current epoch (not finished, not voted).
+    fn pending(&self) -> usize {
+        let cols = self.columns();
+        self.switches
+            .values()
+            .filter(|s| s.member && !s.voted && s.next < cols)
+            .count()
+    }
+
+    fn votes(&self) -> usize {
+        self.switches.values().filter(|s| s.voted).count()
+    }
+
+    /// The quorum in force: a majority of `expected`, capped at the members, at least 1.
+    fn quorum(&self, expected: u16) -> usize {
+        ((expected / 2 + 1) as usize).min(self.members()).max(1)
+    }
+
+    /// A fresh merge of `epoch` (first report, or a jump): those that voted for it are its
+    /// members.
+    fn start(&mut self, epoch: u32) {
+        self.epoch = Some(epoch);
+        self.cur = Merge::new(&self.layout);
+        self.held = Merge::new(&self.layout);
+        for sw in self.switches.values_mut() {
+            sw.member = sw.far == Some(epoch);
+            if sw.member {
+                sw.last_active = epoch;
+            }
+            sw.next = 0;
+            sw.nacked = None;
+            sw.held_next = 0;
+            sw.held_nacked = None;
+            sw.voted = false;
+            sw.far = None;
+        }
+        self.far.clear();
+    }
+
+    /// Writes batch `b` of the current (or held) merge now and marks it clean.
+    fn emit(&mut self, held: bool, b: u32, expected: u16, rollover: bool, out: &mut Vec<Out>) {
+        let (off, payload) = self.records(held, b, expected);
+        if held {
+            self.held.dirty[b as usize] = false;
+        } else {
+            self.cur.dirty[b as usize] = false;
+        }
+        out.push(Out::Write {
+            off,
+            payload,
+            rollover,
+        });
+    }
+
+    /// Writes every changed batch of the current (or held) merge, in batch order.
+    fn emit_dirty(&mut self, held: bool, expected: u16, rollover: bool, out: &mut Vec<Out>) {
+        let n = if held { &self.held } else { &self.cur }.dirty.len() as u32;
+        for b in 0..n {
+            if if held { &self.held } else { &self.cur }.dirty[b as usize] {
+                self.emit(held, b, expected, rollover, out);
+            }
+        }
+    }
+
+    /// Moves on to the next epoch: the old epoch's changed batches, then the new one's complete
+    /// batches, are written (in batch order); idle switches are forgotten.
+    fn advance(&mut self, expected: u16, out: &mut Vec<Out>) {
+        let old = self.epoch.expect("an epoch is being merged");
+        self.emit_dirty(false, expected, true, out);
+        let new = old.wrapping_add(1);
+        self.epoch = Some(new);
+        self.cur = std::mem::replace(&mut self.held, Merge::new(&self.layout));
+        self.switches
+            .retain(|_, sw| new.wrapping_sub(sw.last_active) <= IDLE_EPOCHS);
+        for sw in self.switches.values_mut() {
+            sw.next = sw.held_next;
+            sw.nacked = sw.held_nacked;
+            sw.held_next = 0;
+            sw.held_nacked = None;
+            sw.voted = false;
+            sw.far = None;
+            sw.member = new.wrapping_sub(sw.last_active) <= 1;
+        }
+        self.far.clear();
+        let batch = self.layout.batch() as usize;
+        for b in 0..self.cur.dirty.len() {
+            let cols = &self.cur.merged[b * batch..(b + 1) * batch];
+            if self.cur.dirty[b] && cols.iter().all(|&n| n >= expected) {
+                self.emit(false, b as u32, expected, false, out);
+            }
+        }
+    }
+
+    /// One valid report of this sketch from `src`: what it makes the translator send, and
+    /// whether the Tofino program (which moves the epoch on at the first report of a newer
+    /// one and has no held merge, restart or jump vote) would do otherwise.
+    fn report(
+        &mut self,
+        r: &SketchReportRepr<'_>,
+        src: Ipv4Addr,
+        expected: u16,
+        out: &mut Vec<Out>,
+    ) -> bool {
+        let end = r.column + r.columns as u32;
+        let mut p4_differs = false;
+        let mut cur = match self.epoch {
+            Some(e) => e,
+            None => {
+                self.start(r.epoch);
+                r.epoch
+            }
+        };
+        // An unknown switch enters the table only with a report that merges (column 0).
+        let known = self.switches.get(&r.switch).copied();
+        let sw = known.unwrap_or_default();
+        let mut ahead = r.epoch.wrapping_add(sw.offset).wrapping_sub(cur) as i32;
+        let mut rebase = None;
+        if r.column == 0
+            && ((ahead < 0 && ahead.unsigned_abs() > LATE_EPOCHS) || (ahead > 1 && sw.offset != 0))
+        {
+            // A restart: re-based onto the current epoch, or the next if it merged in this one.
+            let onto = if sw.next == 0 {
+                cur
+            } else {
+                cur.wrapping_add(1)
+            };
+            rebase = Some(onto.wrapping_sub(r.epoch));
+            ahead = onto.wrapping_sub(cur) as i32;
+            p4_differs = true;
+        }
+        let held = match ahead {
+            0 => false,
+            1 => true,
+            a if a < 0 => return p4_differs, // late
+            _ => {
+                // A vote for a jump (members only); dropped unless it completes the quorum.
+                p4_differs = true;
+                let f = r.epoch.wrapping_add(sw.offset);
+                if known.is_none() || !sw.member || sw.far == Some(f) {
+                    return p4_differs;
+                }
+                if let Some(old) = sw.far {
+                    if let Some(t) = self.far.iter_mut().find(|t| t.0 == old && t.1 > 0) {
+                        t.1 -= 1;
+                    }
+                    self.far.retain(|t| t.1 > 0);
+                    self.switches.get_mut(&r.switch).expect("present").far = None;
+                }
+                if !self.far.iter().any(|t| t.0 == f) {
+                    if self.far.len() >= 4 {
+                        return p4_differs;
+                    }
+                    self.far.push((f, 0));
+                }
+                self.switches.get_mut(&r.switch).expect("present").far = Some(f);
+                let t = self.far.iter_mut().find(|t| t.0 == f).expect("tallied");
+                t.1 += 1;
+                if (t.1 as usize) < self.quorum(expected) {
+                    return p4_differs;
+                }
+                self.emit_dirty(false, expected, true, out);
+                if self.layout.epochs() > 1 {
+                    self.emit_dirty(true, expected, true, out);
+                }
+                self.start(f);
+                cur = f;
+                false
+            }
+        };
+        // A report of the current epoch while the next one is held: the Tofino program would
+        // have moved on and dropped it as late.
+        p4_differs |= !held && self.held.merged.iter().any(|&n| n > 0);
+        if known.is_none() {
+            if r.column > 0 {
+                return p4_differs; // a gap from an ID never merged: no NACK address
+            }
+            if self.switches.len() as u32 >= MAX_SWITCHES {
+                return p4_differs;
+            }
+            self.switches.insert(
+                r.switch,
+                Owed {
+                    last_active: cur,
+                    ..Owed::default()
+                },
+            );
+        }
+        if let Some(o) = rebase {
+            self.switches.get_mut(&r.switch).expect("present").offset = o;
+        }
+        let sw = self.switches.get_mut(&r.switch).expect("present");
+        let (next, nacked) = if held {
+            (&mut sw.held_next, &mut sw.held_nacked)
+        } else {
+            (&mut sw.next, &mut sw.nacked)
+        };
+        if r.column > *next {
+            if *nacked != Some(*next) {
+                if let Some(to) = sw.addr {
+                    *nacked = Some(*next);
+                    let nack = NackRepr::SketchColumn {
+                        sketch_id: r.sketch_id,
+                        switch: r.switch,
+                        epoch: r.epoch,
+                        expected_column: *next,
+                    };
+                    out.push(Out::Nack(nack_frame(&nack, to)));
+                }
+            }
+            return p4_differs;
+        }
+        if end <= *next {
+            return p4_differs; // every column already merged: a duplicate
+        }
+        let first = *next;
+        *next = end;
+        sw.addr.get_or_insert(src);
+        let shape = self.layout.shape();
+        let rows = shape.rows as usize;
+        let w = shape.width.bytes();
+        let cap = shape.width.max();
+        let op = shape.kind.merge_op();
+        if held {
+            sw.last_active = cur.wrapping_add(1);
+            sw.voted |= sw.member;
+        } else {
+            sw.last_active = cur;
+            sw.member = true;
+        }
+        let m = if held { &mut self.held } else { &mut self.cur };
+        for col in first..end {
+            let wire = &r.cells[(col - r.column) as usize * rows * w..];
+            for row in 0..rows {
+                let cell = &wire[row * w..(row + 1) * w];
+                let raw = cell.iter().fold(0u32, |a, &b| a << 8 | b as u32);
+                // A narrow signed cell is a two's-complement number: widen it with its sign.
+                let v = if op == MergeOp::SignedSum && w < 4 {
+                    let shift = 32 - 8 * w as u32;
+                    ((raw << shift) as i32 >> shift) as u32
+                } else {
+                    raw
+                };
+                let d = &mut m.cells[col as usize * rows + row];
+                *d = merge_one(op, cap, *d, v);
+            }
+            m.merged[col as usize] = m.merged[col as usize].saturating_add(1);
+        }
+        let batch = self.layout.batch();
+        for b in first / batch..=(end - 1) / batch {
+            m.dirty[b as usize] = true;
+        }
+        if !held {
+            for b in first / batch..=(end - 1) / batch {
+                let range = (b * batch) as usize..((b + 1) * batch) as usize;
+                if self.cur.merged[range].iter().all(|&n| n >= expected) {
+                    self.emit(false, b, expected, false, out);
+                }
+            }
+        }
+        if self.votes() > 0 && self.votes() >= self.quorum(expected) && self.pending() == 0 {
+            self.advance(expected, out);
+        }
+        p4_differs
+    }
+
+    /// Batch `b`'s column records of the current (or held) merge: (region offset, bytes).
+    fn records(&self, held: bool, b: u32, expected: u16) -> (u64, Vec<u8>) {
+        let cur = self.epoch.expect("a written batch belongs to an epoch");
+        let (epoch, m) = if held {
+            (cur.wrapping_add(1), &self.held)
+        } else {
+            (cur, &self.cur)
+        };
         let l = self.layout;
         let rows = l.shape().rows as usize;
         let stride = l.column_stride() as usize;
@@ -108,9 +425,9 @@ impl SketchModel {
             let col = b as usize * l.batch() as usize + i;
             l.encode_record(
                 epoch,
-                self.merged[col],
+                m.merged[col],
                 expected,
-                &self.cells[col * rows..(col + 1) * rows],
+                &m.cells[col * rows..(col + 1) * rows],
                 &mut out[i * stride..(i + 1) * stride],
             );
         }
@@ -153,130 +470,67 @@ impl Model {
         if r.rows != shape.rows || r.width != shape.width || r.op != shape.kind.merge_op() {
             return;
         }
-        let end = r.column as u64 + r.columns as u64;
-        if end > shape.columns as u64 {
+        if r.column as u64 + r.columns as u64 > shape.columns as u64 {
             return;
-        }
-        let end = end as u32;
-        match m.epoch {
-            Some(e) if e == r.epoch => {}
-            Some(e) if !epoch_after(r.epoch, e) => return, // late or replayed
-            Some(_) => {
-                let rolled = self.write_dirty(si);
-                if rolled > 0 {
-                    self.sketch_rollover_writes += rolled;
-                }
-                let State::Sketch(m) = &mut self.stores[si].state else {
-                    unreachable!()
-                };
-                m.start(r.epoch);
-            }
-            None => m.start(r.epoch),
         }
         if r.columns != 1 {
             self.sketch_multi_column += 1;
         }
-        let State::Sketch(m) = &mut self.stores[si].state else {
-            unreachable!()
-        };
-        if m.switches.len() as u32 >= MAX_SWITCHES && !m.switches.contains_key(&r.switch) {
-            return;
+        let mut out = Vec::new();
+        if m.report(&r, src, expected, &mut out) {
+            self.sketch_epoch_rules += 1;
         }
-        let sw = m.switches.entry(r.switch).or_insert(Owed {
-            epoch: r.epoch,
-            next: 0,
-            nacked: None,
-        });
-        if sw.epoch != r.epoch {
-            *sw = Owed {
-                epoch: r.epoch,
-                next: 0,
-                nacked: None,
-            };
-        }
-        if r.column > sw.next {
-            if sw.nacked != Some(sw.next) {
-                sw.nacked = Some(sw.next);
-                let nack = NackRepr::SketchColumn {
-                    sketch_id: r.sketch_id,
-                    switch: r.switch,
-                    epoch: r.epoch,
-                    expected_column: sw.next,
-                };
-                self.frames.push(nack_frame(&nack, src));
-            }
-            return;
-        }
-        if end <= sw.next {
-            return; // every column already merged: a duplicate
-        }
-        let first = sw.next;
-        sw.next = end;
-        let rows = shape.rows as usize;
-        let w = shape.width.bytes();
-        let cap = shape.width.max();
-        let op = shape.kind.merge_op();
-        for col in first..end {
-            let wire = &r.cells[(col - r.column) as usize * rows * w..];
-            for row in 0..rows {
-                let cell = &wire[row * w..(row + 1) * w];
-                let raw = cell.iter().fold(0u32, |a, &b| a << 8 | b as u32);
-                // A narrow signed cell is a two's-complement number: widen it with its sign.
-                let v = if op == MergeOp::SignedSum && w < 4 {
-                    let shift = 32 - 8 * w as u32;
-                    ((raw << shift) as i32 >> shift) as u32
-                } else {
-                    raw
-                };
-                let d = &mut m.cells[col as usize * rows + row];
-                *d = merge_one(op, cap, *d, v);
-            }
-            m.merged[col as usize] = m.merged[col as usize].saturating_add(1);
-        }
-        let batch = m.layout.batch();
-        for b in first / batch..=(end - 1) / batch {
-            let State::Sketch(m) = &mut self.stores[si].state else {
-                unreachable!()
-            };
-            m.dirty[b as usize] = true;
-            let cols = (b * batch) as usize..((b + 1) * batch) as usize;
-            if m.merged[cols].iter().all(|&n| n >= expected) {
-                self.write_batch(si, b);
+        for o in out {
+            match o {
+                Out::Nack(f) => self.frames.push(f),
+                Out::Write {
+                    off,
+                    payload,
+                    rollover,
+                } => {
+                    self.sketch_rollover_writes += rollover as usize;
+                    let va = self.stores[si].qp.addr + off;
+                    self.send(
+                        si,
+                        Op::Write {
+                            va,
+                            payload: &payload,
+                            imm: None,
+                        },
+                    );
+                }
             }
         }
     }
 
-    /// Writes batch `b` of sketch store `si`'s current epoch.
-    fn write_batch(&mut self, si: usize, b: u32) {
+    /// Writes every changed batch of sketch store `si` (the current merge, then the held
+    /// next epoch into its own slot when there are two or more), in batch order; returns how
+    /// many.
+    pub(crate) fn write_dirty(&mut self, si: usize) -> usize {
         let expected = self.sketch_expected;
         let State::Sketch(m) = &mut self.stores[si].state else {
-            unreachable!()
-        };
-        m.dirty[b as usize] = false;
-        let (off, payload) = m.records(b, expected);
-        let va = self.stores[si].qp.addr + off;
-        self.send(
-            si,
-            Op::Write {
-                va,
-                payload: &payload,
-                imm: None,
-            },
-        );
-    }
-
-    /// Writes every changed batch of sketch store `si`, in batch order; returns how many.
-    pub(crate) fn write_dirty(&mut self, si: usize) -> usize {
-        let State::Sketch(m) = &self.stores[si].state else {
             return 0;
         };
-        let dirty: Vec<u32> = (0..m.dirty.len() as u32)
-            .filter(|&b| m.dirty[b as usize])
-            .collect();
-        for &b in &dirty {
-            self.write_batch(si, b);
+        let mut out = Vec::new();
+        m.emit_dirty(false, expected, false, &mut out);
+        if m.layout.epochs() > 1 && m.epoch.is_some() {
+            m.emit_dirty(true, expected, false, &mut out);
         }
-        dirty.len()
+        let n = out.len();
+        for o in out {
+            if let Out::Write { off, payload, .. } = o {
+                let va = self.stores[si].qp.addr + off;
+                self.send(
+                    si,
+                    Op::Write {
+                        va,
+                        payload: &payload,
+                        imm: None,
+                    },
+                );
+            }
+        }
+        n
     }
 }
 
@@ -542,9 +796,10 @@ pub(crate) fn specs(rng: &mut Rng, base: &dyn Fn(String, String) -> Spec) -> Vec
     {
         let mut s = base(
             "sketch_epoch_change".into(),
-            "Sketch-Merge, Count-Min 4x8, batch 1, 2 epoch slots, 2 expected switches: epochs \
-             1, 2 and 3 each complete (epoch 3 reuses epoch 1's slot); a late epoch-1 report \
-             after epoch 2 started and a replayed epoch-2 report in epoch 3 are dropped"
+            "Sketch-Merge, Count-Min 4x8, batch 1, 2 epoch slots, 2 expected switches (quorum \
+             2): epochs 1, 2 and 3 each complete (epoch 3 reuses epoch 1's slot); each epoch \
+             starts when both switches have sent its first column; a late epoch-1 report after \
+             epoch 2 started and a replayed epoch-2 report in epoch 3 are dropped"
                 .into(),
         );
         s.stores.push(cm("cm", 7));
@@ -566,7 +821,7 @@ pub(crate) fn specs(rng: &mut Rng, base: &dyn Fn(String, String) -> Spec) -> Vec
                 };
                 let mut stale = stale;
                 stale[20..24].copy_from_slice(&(epoch - 1).to_be_bytes());
-                e.insert(1, stale);
+                e.insert(2, stale); // after both switches' first column: the epoch moved on
             }
             r.extend(e);
         }
@@ -740,6 +995,57 @@ pub(crate) fn specs(rng: &mut Rng, base: &dyn Fn(String, String) -> Spec) -> Vec
         s.sketch_reports = r;
         out.push(s);
     }
+    // Issue 28: the epoch moves on by agreement; nothing of a skewed boundary is lost.
+    {
+        let mut s = base(
+            "sketch_epoch_agreement".into(),
+            "Sketch-Merge, Count-Min 4x8, batch 1, 4 epoch slots, 3 expected switches (quorum \
+             2): switch 1 finishes epoch 10 and sends half of epoch 11 (held: one vote) \
+             while switches 2 and 3 still send epoch 10; a spoofed report naming switch 2 in \
+             epoch 50 is dropped (one vote for a jump); once switch 2 sends epoch 11 and switch \
+             3 has finished epoch 10 the merge moves on; switch 3 then reboots and sends its \
+             epoch 0 (re-based onto epoch 11); epoch 11 ends complete"
+                .into(),
+        );
+        s.stores
+            .push(sketch_store("cm", 7, SketchKind::CountMin, 4, 8, 1, 4));
+        s.sketch_expected = 3;
+        let shape = shape_of_store(&s.stores[0]);
+        let one: Vec<Sketch> = (0..3).map(|_| traffic(shape, rng, 30)).collect();
+        let two: Vec<Sketch> = (0..3).map(|_| traffic(shape, rng, 30)).collect();
+        let (w1, w2, w3) = (switches[0], switches[1], switches[2]);
+        let mut r = Vec::new();
+        for c in 0..4 {
+            for (i, &w) in switches.iter().enumerate() {
+                r.push(col(&one[i], 7, w, 10, c));
+            }
+        }
+        for c in 4..8 {
+            r.push(col(&one[0], 7, w1, 10, c));
+        }
+        for c in 0..4 {
+            r.push(col(&two[0], 7, w1, 11, c)); // held
+            r.push(col(&one[1], 7, w2, 10, c + 4));
+            if c == 1 {
+                r.push(col(&one[0], 7, w2, 50, 0)); // spoofed, far ahead
+            }
+        }
+        r.push(col(&two[1], 7, w2, 11, 0)); // a second vote; switch 3 is still in epoch 10
+        for c in 4..8 {
+            r.push(col(&one[2], 7, w3, 10, c)); // the merge moves on after the last one
+        }
+        for c in 1..8 {
+            r.push(col(&two[1], 7, w2, 11, c));
+        }
+        for c in 4..8 {
+            r.push(col(&two[0], 7, w1, 11, c));
+        }
+        for c in 0..8 {
+            r.push(col(&two[2], 7, w3, 0, c)); // rebooted: its epoch 0 is the merge's 11
+        }
+        s.sketch_reports = r;
+        out.push(s);
+    }
     out
 }
 
@@ -789,7 +1095,15 @@ mod tests {
                                 .fold(0u32, |a, &b| a << 8 | b as u32)
                         })
                         .collect();
-                    seen.entry(r.epoch)
+                    // The rebooted switch of sketch_epoch_agreement: its epoch 0 is the merge's 11.
+                    let rebooted =
+                        c.case.name == "sketch_epoch_agreement" && r.switch == 0x0A00_0003;
+                    let epoch = if rebooted && r.epoch == 0 {
+                        11
+                    } else {
+                        r.epoch
+                    };
+                    seen.entry(epoch)
                         .or_default()
                         .entry(r.switch)
                         .or_default()
@@ -845,6 +1159,10 @@ mod tests {
         ] {
             assert_eq!(checked[name], want, "{name}: {checked:?}");
         }
+        // Epoch 10 from its three switches' sketches although switch 1 sent half of epoch 11
+        // before the others had finished; epoch 11 complete from switches 1, 2 and the
+        // rebooted switch 3's epoch 0.
+        assert_eq!(checked["sketch_epoch_agreement"], 2, "{checked:?}");
     }
 
     #[test]
@@ -875,10 +1193,10 @@ mod tests {
                 }
             }
         }
-        let cs: Vec<i32> = mixed.memory[2][64 + 8 * 24..64 + 16 * 24] // epoch 1: slot 1
-            .chunks_exact(24)
+        let cs: Vec<i32> = mixed.memory[2][64 + 8 * 32..64 + 16 * 32] // epoch 1: slot 1
+            .chunks_exact(32)
             .flat_map(|rec| {
-                rec[8..]
+                rec[8..24]
                     .chunks_exact(4)
                     .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
             })

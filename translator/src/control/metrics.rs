@@ -85,6 +85,16 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
         ],
     },
     CounterGroup {
+        family: "sketch_switch_events",
+        help: "Sketch switches whose epoch counter restarted (re-based onto the merge's \
+               epoch), or that left the switch table after sketch.idle_epochs silent epochs.",
+        label: "event",
+        members: &[
+            ("sketch_switch_restarts", "restart"),
+            ("sketch_switches_forgotten", "forgotten"),
+        ],
+    },
+    CounterGroup {
         family: "drops",
         help: "Reports dropped, by reason (each dropped report counted once; the reasons are \
                listed in translator/README.md).",
@@ -115,6 +125,19 @@ pub const COUNTER_GROUPS: &[CounterGroup] = &[
             ("drop_sketch_duplicate", "sketch_duplicate"),
             ("drop_sketch_late", "sketch_late"),
             ("drop_sketch_switches_full", "sketch_switches_full"),
+            ("drop_sketch_epoch_ahead", "sketch_epoch_ahead"),
+        ],
+    },
+    CounterGroup {
+        family: "frames_dropped",
+        help: "RoCEv2 frames not built because their QP could not take them, by reason \
+               (queue_full, qp_broken, out_of_region). Frames, not reports: the reports they \
+               carried count once each in drops_total.",
+        label: "reason",
+        members: &[
+            ("frames_dropped_queue_full", "queue_full"),
+            ("frames_dropped_qp_broken", "qp_broken"),
+            ("frames_dropped_out_of_region", "out_of_region"),
         ],
     },
     CounterGroup {
@@ -632,7 +655,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("dta_translator_drops_total{worker=\"0\""))
             .count();
-        assert_eq!(drops, 25, "one series per drop reason");
+        assert_eq!(drops, 26, "one series per drop reason");
         for line in m.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(

@@ -269,7 +269,7 @@ impl Pipeline {
             postcard_flush_ns: cfg.postcard_flush_ns,
             postcard_cache_slots: cfg.postcard_cache_slots,
             postcard_redundancy: cfg.postcard_redundancy,
-            sketch: cfg.sketch,
+            sketch: cfg.sketch.clone(),
             nack: NackOut {
                 local: cfg.local,
                 mac: cfg.local_mac,
@@ -632,7 +632,7 @@ impl Pipeline {
             self.counters.drop_qp_broken += 1;
             return;
         }
-        if !sender.can_take(self.max_frames_per_report) {
+        if !sender.can_take(now, self.max_frames_per_report, tx) {
             self.counters.drop_qp_queue_full += 1;
             return;
         }
@@ -712,9 +712,11 @@ impl Pipeline {
             self.counters.drop_qp_broken += 1;
             return;
         }
-        if !store.sender.can_take(self.max_frames_per_report) {
+        if !store.sender.can_take(now, self.max_frames_per_report, tx) {
             // The QP's ring is full of frames it could not send yet (a stalled collector, a
-            // closed window): a report now would overwrite one of them.
+            // closed window): a report now would overwrite one of them. Or it has as many PSNs
+            // unconfirmed as it may (a silent collector), or no ring and no room in `tx`. The
+            // report is refused whole, before any of its frames is taken.
             self.counters.drop_qp_queue_full += 1;
             return;
         }
@@ -869,7 +871,7 @@ impl Pipeline {
                 self.counters.drop_qp_broken += 1;
                 continue;
             }
-            if !s.sender.can_take(self.max_frames_per_report) {
+            if !s.sender.can_take(now, self.max_frames_per_report, tx) {
                 return;
             }
             let n = match r.primitive {
@@ -898,7 +900,12 @@ impl Pipeline {
                 min(d);
             }
             if let Some(d) = dispatch!(&s.prim, p => p.next_deadline()) {
-                min(d);
+                // A primitive's timer writes: it is due once its QP has room again (polling it
+                // before would spin; the QP's own deadline, or an answer, comes first).
+                let frames = s.prim.frames_per_report(self.cfg.max_redundancy);
+                if let Some(room) = s.sender.qp.room_at(frames) {
+                    min(d.max(room));
+                }
             }
         }
         if !self.backlog.is_empty() {
@@ -909,13 +916,16 @@ impl Pipeline {
         t
     }
 
-    /// True if every store's QP can take a report now (its ring has room for the most frames
-    /// one report needs): a caller that can wait (the DART fleet, a paced generator) waits
-    /// instead of having the report dropped as `drop_qp_queue_full`.
-    pub fn can_take(&self) -> bool {
-        self.stores
-            .iter()
-            .all(|s| s.sender.can_take(self.max_frames_per_report))
+    /// True if every store's QP can take a report at `now` (its ring has room for the most
+    /// frames one report needs and its PSN cap allows them; room in the caller's transmit
+    /// batch is the caller's to provide): a caller that can wait (the DART fleet, a paced
+    /// generator) waits instead of having the report dropped as `drop_qp_queue_full`.
+    pub fn can_take(&self, now: u64) -> bool {
+        self.stores.iter().all(|s| {
+            s.sender
+                .qp
+                .can_take(now, self.max_frames_per_report, usize::MAX)
+        })
     }
 
     /// Frames sent or queued and not yet confirmed by the collectors, on QPs that are not
@@ -1237,6 +1247,52 @@ mod tests {
                 .unwrap();
             assert!(e.0.contains("max_redundancy"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_timer_whose_qp_cannot_take_a_frame_is_not_due() {
+        use dta_proto::layout::AppendFormat;
+        use dta_proto::wire::ib::{NakCode, Syndrome};
+        let mut p = single_store_pipeline(StoreKind::Append {
+            lists: 4,
+            first_list: 0,
+            capacity: 64,
+            entry_size: 4,
+            batch: 16,
+            format: AppendFormat::Sequenced,
+            list_stride: 4096,
+        });
+        let r = Report {
+            header: HDR,
+            primitive: Primitive::Append {
+                list: 1,
+                value: Value::new(&[1; 4]).unwrap(),
+            },
+        };
+        feed(&mut p, &burst_of(&[r]));
+        assert_eq!(p.pending_reports(), 1);
+        // The batch's flush delay (1 ms) is the only timer.
+        assert_eq!(p.next_deadline(), Some(1 + 1_000_000));
+        // The QP breaks: the batch cannot be written until it is replaced, so its timer is
+        // not due (a worker would otherwise poll it in a loop: the deadline stays in the past).
+        let qp = &mut p.stores[0].sender.qp;
+        let psn = qp.next_psn();
+        qp.on_response(2, Syndrome::Nak(NakCode::RemoteAccessError), psn);
+        assert_eq!(p.next_deadline(), None);
+        let mut tx = TxBatch::new(64, 2048);
+        p.poll(5_000_000, &mut tx);
+        assert_eq!((p.pending_reports(), tx.len()), (1, 0));
+        // A new QP: due again, and the batch is written.
+        let qpb = QpBinding {
+            local_qpn: Qpn::new(0x200),
+            remote_qpn: Qpn::new(0x22),
+            start_psn: Psn::new(100),
+        };
+        assert!(p.rebind("s", qpb, None));
+        assert_eq!(p.next_deadline(), Some(1 + 1_000_000));
+        p.poll(5_000_000, &mut tx);
+        assert_eq!((p.pending_reports(), tx.len()), (0, 1));
+        assert_eq!(p.counters().translated, 1);
     }
 
     #[test]

@@ -15,6 +15,15 @@
 //! (a window overrun) is replaced on the wire by a zero-length WRITE at its PSN, and counted as
 //! lost (`psn_skipped`).
 //!
+//! PSNs are compared as signed distances in the 24-bit circle, which is only meaningful while
+//! fewer than 2^23 are outstanding (InfiniBand requires it of a requester). So `next − acked`
+//! never exceeds [`QpTuning::max_outstanding`] (at most [`MAX_OUTSTANDING`], half of 2^23):
+//! [`QpTx::can_take`] refuses a report whose frames would pass it, and a timeout that would
+//! ask with a probe on a fresh PSN resends the oldest unconfirmed frame instead. This holds
+//! with or without a ring, whatever the window: a collector that stops answering (paused,
+//! descheduled) stops the QP at the cap; once it answers again, every comparison still reads
+//! the right way round.
+//!
 //! # Transmission
 //! A new frame goes straight into the caller's transmit batch when nothing is queued ahead of
 //! it, the window is open and the batch has room ([`Take::Direct`]); otherwise it is built in
@@ -83,7 +92,19 @@ pub struct QpTuning {
     /// Frames kept per QP for retransmission and queueing (rounded up to a power of two;
     /// 0 = none: lost frames cannot be resent and nothing can be queued).
     pub retransmit_window: u32,
+    /// PSNs taken and not yet confirmed, at most (1..=[`MAX_OUTSTANDING`]; values above are
+    /// taken as [`MAX_OUTSTANDING`]): reports that would pass it are refused.
+    pub max_outstanding: u32,
 }
+
+/// The largest [`QpTuning::max_outstanding`]: half of the 2^23 PSNs a requester may have
+/// outstanding, so a few probes and a responder's re-ACK of the PSN before its expected one
+/// stay far inside the half-circle.
+pub const MAX_OUTSTANDING: u32 = 1 << 22;
+
+/// The default [`QpTuning::max_outstanding`]: 2^20 frames, a tenth of a second at 10 million
+/// frames a second (no collector's receive queue holds more).
+pub const DEFAULT_MAX_OUTSTANDING: u32 = 1 << 20;
 
 impl Default for QpTuning {
     fn default() -> Self {
@@ -94,6 +115,7 @@ impl Default for QpTuning {
             rto_max_ns: 1_000_000_000,
             broken_after_ns: 5_000_000_000,
             retransmit_window: 1024,
+            max_outstanding: DEFAULT_MAX_OUTSTANDING,
         }
     }
 }
@@ -229,6 +251,14 @@ pub struct QpTx {
     /// The responder's QPN.
     pub remote_qpn: Qpn,
     tuning: QpTuning,
+    /// [`QpTuning::max_outstanding`], clamped to 1..=[`MAX_OUTSTANDING`].
+    max_outstanding: u32,
+    /// `acked + max_outstanding`: `next` never passes it (kept with `acked`, so the check per
+    /// report is one subtraction).
+    limit: Psn,
+    /// The ring's capacity in frames (0: no ring), kept out of the `Option` for the check per
+    /// report.
+    ring_capacity: usize,
     next: Psn,
     send: Psn,
     high: Psn,
@@ -269,7 +299,8 @@ pub struct QpTx {
     /// Shutdown: ask about an unconfirmed tail at once, every frame with AckReq.
     confirm_now: bool,
     /// Nonzero while anything takes new frames off the fast path (broken, a probe wanted,
-    /// confirming promptly, a loss window, an RNR pause): one load instead of five per frame.
+    /// confirming promptly, a loss window, a go-back-N pass, an RNR pause): one load instead
+    /// of six per frame.
     /// Recomputed by [`QpTx::regate`] wherever one of them changes.
     gate: bool,
     /// Counters.
@@ -287,11 +318,14 @@ impl QpTx {
         tuning: QpTuning,
         max_frame_len: usize,
     ) -> QpTx {
-        QpTx {
+        let mut q = QpTx {
             local_qpn,
             remote_qpn,
-            ring: RetxRing::new(tuning.retransmit_window, max_frame_len, start_psn),
+            ring: None,
+            ring_capacity: 0,
             rtt: RttEstimator::new(tuning.ack_timeout_ns, tuning.rto_min_ns, tuning.rto_max_ns),
+            max_outstanding: tuning.max_outstanding.clamp(1, MAX_OUTSTANDING),
+            limit: start_psn.add(tuning.max_outstanding.clamp(1, MAX_OUTSTANDING)),
             tuning,
             next: start_psn,
             send: start_psn,
@@ -317,7 +351,10 @@ impl QpTx {
             confirm_now: false,
             gate: false,
             stats: QpStats::default(),
-        }
+        };
+        q.ring = RetxRing::new(tuning.retransmit_window, max_frame_len, start_psn);
+        q.ring_capacity = q.ring.as_ref().map_or(0, |r| r.capacity());
+        q
     }
 
     /// The PSN the next new frame takes.
@@ -351,6 +388,7 @@ impl QpTx {
             || self.probe_wanted
             || self.confirm_now
             || self.window != UNLIMITED
+            || matches!(self.recovery, Recovery::GoBackN { .. })
             || self.timers.get(Timer::Pause).is_some();
     }
 
@@ -360,28 +398,71 @@ impl QpTx {
         self.window == UNLIMITED || (psn.diff(self.acked) as u32) < self.window
     }
 
-    /// True if a report needing up to `frames` new frames can be taken now (straight to an
-    /// output with room, or queued in the ring without overwriting a frame not yet sent).
+    /// PSNs taken and not yet confirmed (`next − acked`, never above the cap).
     #[inline(always)]
-    pub fn can_take(&self, frames: usize) -> bool {
-        // Nothing waits to be sent and no loss is being recovered: frames go out at once.
-        if self.send == self.next
-            && self.window == UNLIMITED
-            && !self.broken
-            && !matches!(self.recovery, Recovery::GoBackN { .. })
-        {
-            return self.ring.as_ref().is_none_or(|r| frames <= r.capacity());
+    fn outstanding(&self) -> u32 {
+        // `acked` never passes `next`: the masked difference is the distance.
+        self.next.value().wrapping_sub(self.acked.value()) & 0xFF_FFFF
+    }
+
+    /// True if a report needing up to `frames` new frames can be taken now, at `now`, by a
+    /// caller whose transmit batch has room for `tx_room` more frames: every one of them will
+    /// go straight to that batch or wait in the ring without overwriting a frame not yet
+    /// sent, and `next − acked` stays within [`QpTuning::max_outstanding`]. Without a ring a
+    /// frame cannot wait, so all of them must fit in the batch now. A report is refused
+    /// whole, before any of its frames is taken.
+    #[inline(always)]
+    pub fn can_take(&self, now: u64, frames: usize, tx_room: usize) -> bool {
+        // Nothing waits to be sent and nothing special is going on (no loss being recovered,
+        // not broken, no pause): frames go out at once, or wait in the ring without
+        // overwriting anything unsent; without a ring they must fit in the batch.
+        if self.send == self.next && !self.gate {
+            let queue = if self.ring_capacity != 0 {
+                self.ring_capacity
+            } else {
+                tx_room
+            };
+            return frames <= queue.min(self.psn_room());
         }
-        self.can_take_slow(frames)
+        self.can_take_slow(now, frames, tx_room)
+    }
+
+    /// PSNs that may still be taken before `next − acked` reaches the cap.
+    #[inline(always)]
+    fn psn_room(&self) -> usize {
+        // `next` never passes `limit`: the masked difference is the room left.
+        (self.limit.value().wrapping_sub(self.next.value()) & 0xFF_FFFF) as usize
+    }
+
+    /// When `frames` new frames can next be taken, room in the caller's transmit batch aside:
+    /// `Some(0)`, the end of an RNR pause (without a ring nothing waits out a pause), or
+    /// `None` until the responder answers or the QP is replaced (a ring full of frames not yet
+    /// sent, the PSN cap, a go-back-N pass without a ring, a broken QP). A timer that writes
+    /// (an Append batch's flush delay) is not due before then: polling it earlier would spin.
+    pub fn room_at(&self, frames: usize) -> Option<u64> {
+        if !self.can_take(u64::MAX, frames, usize::MAX) {
+            return None;
+        }
+        Some(match self.ring {
+            Some(_) => 0,
+            None => self.timers.get(Timer::Pause).unwrap_or(0),
+        })
     }
 
     #[inline(never)]
-    fn can_take_slow(&self, frames: usize) -> bool {
-        if self.broken {
+    fn can_take_slow(&self, now: u64, frames: usize, tx_room: usize) -> bool {
+        if self.broken || frames > self.psn_room() {
             return false;
         }
         match &self.ring {
-            None => true,
+            // Frames go to the batch or nowhere (see `take_slow`).
+            None => {
+                self.send == self.next
+                    && self.in_window(self.next)
+                    && !self.probe_wanted
+                    && !self.is_paused(now)
+                    && frames <= tx_room
+            }
             Some(r) => {
                 // Frames not yet sent are never overwritten. While a known loss is being
                 // recovered (a go-back-N pass, or the window still reduced after one) neither
@@ -403,7 +484,8 @@ impl QpTx {
 
     /// Takes the PSN of a new frame: [`Take::Direct`] when it may go straight to a transmit
     /// batch that has room (`tx_room`), else [`Take::Queued`]. `None` when it can go nowhere:
-    /// the QP is broken, or it has no ring and no room (check [`QpTx::can_take`] first).
+    /// the QP is broken, or it has no ring and no room (check [`QpTx::can_take`] first: it
+    /// also keeps `next − acked` within the cap, which this does not check per frame).
     /// Only AckReq'd frames are awaited (an atomic is answered anyway, but an AckReq'd frame
     /// after it, or the tail probe, covers it).
     #[inline(always)]
@@ -473,7 +555,7 @@ impl QpTx {
 
     /// Frames sent or queued and not yet confirmed.
     pub fn unconfirmed(&self) -> usize {
-        self.next.diff(self.acked).max(0) as usize
+        self.outstanding() as usize
     }
 
     /// Frames waiting to be sent.
@@ -729,6 +811,7 @@ impl QpTx {
             return;
         }
         self.acked = to;
+        self.limit = to.add(self.max_outstanding);
         if let Some(r) = &mut self.ring {
             r.release_through(to.sub(1));
         }
@@ -801,6 +884,7 @@ impl QpTx {
         self.recovery = Recovery::GoBackN {
             end: self.high.sub(1),
         };
+        self.regate();
         self.resend_oldest = false;
         self.stats.retransmit_events += 1;
         if !self.ring.as_ref().is_some_and(|r| r.holds_from(from)) {
@@ -816,6 +900,7 @@ impl QpTx {
 
     fn finish_recovery(&mut self, now: u64) {
         self.recovery = Recovery::Open;
+        self.regate();
         self.resend_oldest = false;
         if let Some(t) = self.loss_since.take() {
             let d = now.saturating_sub(t);
@@ -1005,7 +1090,10 @@ impl QpTx {
             // A fresh frame needs the cursor at the newest PSN sent (not rewound for a pass).
             _ => (self.send != self.high, false),
         };
-        if oldest || self.send != self.high {
+        // At the cap a probe would take one PSN too many (and a queued frame is fresh only
+        // if one waits): the oldest unconfirmed frame asks instead.
+        let capped = self.send == self.next && self.outstanding() >= self.max_outstanding;
+        if oldest || capped || self.send != self.high {
             self.resend_oldest = true;
             self.stats.retransmit_events += 1;
             let marker = match self.recovery {
@@ -1036,6 +1124,7 @@ impl QpTx {
                 answered,
             };
         }
+        self.regate();
         // What was due stays due (its answer may still come); the question is timed too.
         self.timers.set(Timer::Rto, now + self.rtt.timeout());
         if !self.timers.is_set(Timer::Silence) {
@@ -1142,6 +1231,7 @@ mod tests {
             rto_max_ns: 64_000,
             broken_after_ns: 1_000_000,
             retransmit_window: window,
+            max_outstanding: MAX_OUTSTANDING,
         }
     }
 
@@ -1233,6 +1323,104 @@ mod tests {
                 (r.psn(), r.ack_req())
             })
             .collect()
+    }
+
+    /// A QP of `window` ring frames that takes at most `cap` PSNs unconfirmed.
+    fn capped(window: u32, cap: u32) -> QpTx {
+        QpTx::new(
+            Qpn::new(0x100),
+            Qpn::new(0x11),
+            Psn::new(START),
+            QpTuning {
+                max_outstanding: cap,
+                ..tuning(window)
+            },
+            tmpl(8).frame_len(),
+        )
+    }
+
+    /// Takes one-frame reports while the QP lets them (a report of `per` frames is asked
+    /// for), at most `limit`; returns how many frames were taken.
+    fn fill(q: &mut QpTx, now: u64, per: usize, limit: usize) -> usize {
+        let mut tx = TxBatch::new(4096, 256);
+        let mut n = 0;
+        while n < limit && q.can_take(now, per, tx.remaining()) {
+            send(q, now, &mut tx, 1);
+            n += 1;
+            if tx.is_full() {
+                tx.clear();
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn outstanding_psns_stop_at_the_cap_with_or_without_a_ring() {
+        for window in [0, 64] {
+            let mut q = capped(window, 1000);
+            let s = Psn::new(START);
+            // The PSNs wrap past 0 on the way; reports of 4 frames stop 4 short of the cap.
+            assert_eq!(fill(&mut q, 0, 4, 5000), 997, "window {window}");
+            assert_eq!(fill(&mut q, 0, 1, 5000), 3, "window {window}");
+            assert_eq!((q.unconfirmed(), q.next_psn()), (1000, s.add(1000)));
+            assert!(!q.can_take(0, 1, usize::MAX));
+            // An ACK makes room for exactly what it confirmed.
+            ack(&mut q, 10, s.add(99));
+            assert_eq!(fill(&mut q, 10, 1, 5000), 100, "window {window}");
+            assert_eq!(q.unconfirmed(), 1000);
+        }
+    }
+
+    #[test]
+    fn the_default_cap_keeps_a_silent_collectors_qp_below_2_23_psns() {
+        // Without loss the window is unlimited: only the cap stops a QP whose collector is
+        // silent. Past 2^23 PSNs `unconfirmed` read 0 and every answer looked stale.
+        let mut q = QpTx::new(
+            Qpn::new(0x100),
+            Qpn::new(0x11),
+            Psn::new(START),
+            QpTuning {
+                retransmit_window: 0,
+                ..QpTuning::default()
+            },
+            tmpl(8).frame_len(),
+        );
+        let taken = fill(&mut q, 0, 1, (1 << 23) + 16);
+        assert_eq!(taken, DEFAULT_MAX_OUTSTANDING as usize);
+        assert_eq!(q.unconfirmed(), taken);
+        // The collector answers the newest frame: taken, everything confirmed.
+        let newest = q.next_psn().sub(1);
+        assert_eq!(ack(&mut q, 1, newest), QpEvent::None);
+        assert_eq!((q.unconfirmed(), q.stats.stale_responses), (0, 0));
+        // A cap beyond MAX_OUTSTANDING is taken as MAX_OUTSTANDING.
+        let q = capped(0, u32::MAX);
+        assert_eq!(q.max_outstanding, MAX_OUTSTANDING);
+    }
+
+    #[test]
+    fn a_timeout_at_the_cap_resends_the_oldest_instead_of_taking_a_psn() {
+        for window in [0, 64] {
+            let mut q = capped(window, 64);
+            let s = Psn::new(START);
+            assert_eq!(fill(&mut q, 0, 1, 1000), 64);
+            // Silence: every timeout asks with the oldest frame, never with a probe on a
+            // fresh PSN, however long it lasts.
+            let mut t = 0;
+            for _ in 0..6 {
+                t = q.next_deadline().unwrap().max(t + 1);
+                q.poll_timeout(t);
+                assert!(!q.wants_probe(), "window {window}");
+                let got = transmit(&mut q, t, 8);
+                assert_eq!(got.len(), 1, "window {window}");
+                assert_eq!((got[0].0, got[0].1), (s, true), "window {window}");
+                assert_eq!(q.next_psn(), s.add(64), "window {window}");
+            }
+            assert_eq!(q.unconfirmed(), 64);
+            // The responder executes it: one PSN of room, and the next question may take it.
+            ack(&mut q, t + 1, s);
+            assert_eq!(q.unconfirmed(), 63);
+            assert!(q.can_take(t + 1, 1, 8) && !q.can_take(t + 1, 2, 8));
+        }
     }
 
     #[test]
@@ -1541,7 +1729,7 @@ mod tests {
         assert_eq!(q.queued(), 3);
         // The ring keeps 8: 5 taken, 3 not yet sent; a report of 6 more frames does not fit
         // without overwriting one of those.
-        assert!(q.can_take(5) && !q.can_take(6));
+        assert!(q.can_take(0, 5, 0) && !q.can_take(0, 6, 0));
         let got = transmit(&mut q, 1, 64);
         assert_eq!(got.iter().map(|g| g.2).collect::<Vec<_>>(), [2, 3, 4]);
         assert!(

@@ -6,6 +6,12 @@
 //! [`QpSender::poll_transmit`] (see [`QpTx`]). Every address is checked against the region
 //! the collector published, so no frame can target bytes outside it. Frames are written only
 //! through `dta_proto`'s typed emitters.
+//!
+//! Two units are counted apart. A frame the QP does not take is counted here, in frames
+//! (`frames_dropped_*`, by [`FrameRefusal`]); the reports it carried are counted by their
+//! primitive, once each, under the matching `drop_*` reason ([`Emitted`]). The pipeline asks
+//! [`QpSender::can_take`] for room for a report's frames before any is emitted, so a refusal
+//! here is the exception (a batch written by a timer, a Sketch-Merge epoch's last writes).
 
 use std::net::SocketAddrV4;
 
@@ -17,6 +23,74 @@ use dta_proto::wire::roce::{FrameTemplate, RoceEndpoint, L2L4_LEN};
 use super::pipeline::QpBinding;
 use super::qp::{QpEvent, QpTuning, QpTx, Take};
 use super::stats::TranslatorCounters;
+
+/// Why a QP did not take a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameRefusal {
+    /// No room: the QP has no ring, and the transmit batch is full or the QP is in an RNR
+    /// pause, a go-back-N pass or owes a probe (with a ring the frame would wait there).
+    QueueFull,
+    /// The QP is broken (awaiting reconnection).
+    QpBroken,
+    /// The frame would address bytes outside the store's region (never expected: geometry is
+    /// validated when the pipeline is built), or a FETCH_ADD to a store that takes none.
+    OutOfRegion,
+}
+
+impl FrameRefusal {
+    /// Counts `reports` reports whose data the refused frame carried under the matching
+    /// `drop_*` reason.
+    #[inline]
+    pub fn count_reports(self, reports: u64, c: &mut TranslatorCounters) {
+        match self {
+            FrameRefusal::QueueFull => c.drop_qp_queue_full += reports,
+            FrameRefusal::QpBroken => c.drop_qp_broken += reports,
+            FrameRefusal::OutOfRegion => c.drop_out_of_region += reports,
+        }
+    }
+
+    /// Counts one refused frame (`frames_dropped_*`).
+    #[inline(never)]
+    fn count_frame(self, c: &mut TranslatorCounters) {
+        match self {
+            FrameRefusal::QueueFull => c.frames_dropped_queue_full += 1,
+            FrameRefusal::QpBroken => c.frames_dropped_qp_broken += 1,
+            FrameRefusal::OutOfRegion => c.frames_dropped_out_of_region += 1,
+        }
+    }
+}
+
+/// What became of the frames carrying some reports' data: the reports are `translated` if
+/// every frame was taken (sent, or queued in the QP's ring), else dropped under the reason of
+/// the first frame refused. Either way each report is counted once.
+#[derive(Debug, Clone, Copy, Default)]
+#[must_use = "the reports must be counted (Emitted::account)"]
+pub struct Emitted(Option<FrameRefusal>);
+
+impl Emitted {
+    /// Notes one frame's outcome.
+    #[inline(always)]
+    pub fn note(&mut self, r: Result<(), FrameRefusal>) {
+        if let Err(e) = r {
+            self.0.get_or_insert(e);
+        }
+    }
+
+    /// The outcome of a single frame.
+    #[inline(always)]
+    pub fn of(r: Result<(), FrameRefusal>) -> Emitted {
+        Emitted(r.err())
+    }
+
+    /// Counts `reports` reports: `translated`, or dropped under the first refusal's reason.
+    #[inline(always)]
+    pub fn account(self, reports: u64, c: &mut TranslatorCounters) {
+        match self.0 {
+            None => c.translated += reports,
+            Some(e) => e.count_reports(reports, c),
+        }
+    }
+}
 
 /// Precomputed frames of one QP.
 struct Templates {
@@ -137,10 +211,23 @@ impl QpSender {
         lost
     }
 
-    /// True if a report needing up to `frames` frames can be written now or queued.
-    #[inline]
-    pub fn can_take(&self, frames: usize) -> bool {
-        self.qp.can_take(frames)
+    /// True if a report needing up to `frames` frames can be written now (into `tx`) or
+    /// queued, and the QP's unconfirmed PSNs stay within its cap ([`QpTx::can_take`]).
+    #[inline(always)]
+    pub fn can_take(&self, now: u64, frames: usize, tx: &TxBatch) -> bool {
+        self.qp.can_take(now, frames, tx.remaining())
+    }
+
+    /// A refused frame, counted (`frames_dropped_*`).
+    #[cold]
+    fn refuse(&self, why: FrameRefusal, c: &mut TranslatorCounters) -> Result<(), FrameRefusal> {
+        let why = if why == FrameRefusal::QueueFull && self.qp.is_broken() {
+            FrameRefusal::QpBroken
+        } else {
+            why
+        };
+        why.count_frame(c);
+        Err(why)
     }
 
     /// The RETH for `len` bytes at region offset `offset`; `None` if that is outside the region.
@@ -154,8 +241,8 @@ impl QpSender {
         })
     }
 
-    /// Writes `payload` (the store's WRITE payload length) at region offset `offset`. False
-    /// (counted) if the address is outside the region or the QP cannot take a frame.
+    /// Writes `payload` (the store's WRITE payload length) at region offset `offset`. Refused
+    /// (the frame counted) if the address is outside the region or the QP cannot take a frame.
     #[inline(always)]
     pub fn write(
         &mut self,
@@ -164,7 +251,7 @@ impl QpSender {
         offset: u64,
         payload: &[u8],
         c: &mut TranslatorCounters,
-    ) -> bool {
+    ) -> Result<(), FrameRefusal> {
         self.emit(now, tx, offset, payload, None, c)
     }
 
@@ -179,9 +266,10 @@ impl QpSender {
         payload: &[u8],
         imm: u32,
         c: &mut TranslatorCounters,
-    ) -> bool {
-        c.frames_imm += 1;
-        self.emit(now, tx, offset, payload, Some(imm), c)
+    ) -> Result<(), FrameRefusal> {
+        let r = self.emit(now, tx, offset, payload, Some(imm), c);
+        c.frames_imm += r.is_ok() as u64;
+        r
     }
 
     #[inline(always)]
@@ -193,14 +281,12 @@ impl QpSender {
         payload: &[u8],
         imm: Option<u32>,
         c: &mut TranslatorCounters,
-    ) -> bool {
+    ) -> Result<(), FrameRefusal> {
         let Some(reth) = self.reth(offset, payload.len()) else {
-            c.drop_out_of_region += 1;
-            return false;
+            return self.refuse(FrameRefusal::OutOfRegion, c);
         };
         let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
-            c.drop_qp_queue_full += 1;
-            return false;
+            return self.refuse(FrameRefusal::QueueFull, c);
         };
         let t = match (imm, payload.is_empty()) {
             (None, false) => &self.tmpl.write,
@@ -223,7 +309,7 @@ impl QpSender {
                 t.emit_write(slot, psn, false, &reth, imm, payload);
             }
         }
-        true
+        Ok(())
     }
 
     /// Adds `delta` to the 8-byte counter at region offset `offset` (FETCH_ADD).
@@ -235,17 +321,12 @@ impl QpSender {
         offset: u64,
         delta: u64,
         c: &mut TranslatorCounters,
-    ) -> bool {
-        let Some(reth) = self.reth(offset, 8) else {
-            c.drop_out_of_region += 1;
-            return false;
-        };
-        let Some(t) = self.tmpl.atomic.as_ref() else {
-            return false;
+    ) -> Result<(), FrameRefusal> {
+        let (Some(reth), Some(t)) = (self.reth(offset, 8), self.tmpl.atomic.as_ref()) else {
+            return self.refuse(FrameRefusal::OutOfRegion, c);
         };
         let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
-            c.drop_qp_queue_full += 1;
-            return false;
+            return self.refuse(FrameRefusal::QueueFull, c);
         };
         let atomic = AtomicEthRepr {
             va: reth.va,
@@ -269,7 +350,7 @@ impl QpSender {
             }
         }
         c.frames_atomic += 1;
-        true
+        Ok(())
     }
 
     /// Fires the QP's timers; queues the probe a timeout asked for.

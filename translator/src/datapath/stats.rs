@@ -1,8 +1,37 @@
 //! Per-worker translator counters.
 //!
-//! Accounting identity (checked by tests): every report received is, at any moment, either
-//! `translated`, dropped under exactly one `drop_*` reason, or pending (in an Append batch, a
-//! postcard cache entry, the high-priority backlog or a hand-off ring).
+//! # Two units
+//! Report counters (`rx_datagrams`, `reports_*`, `translated`, `drop_*`, the INT-derived
+//! reports) count reports; frame counters (`frames*`, `frames_dropped_*`,
+//! `frames_unconfirmed_at_reconnect`) count RoCEv2 frames. No counter mixes them: a report
+//! whose frames were refused is one `drop_*`, however many frames it needed, and a frame that
+//! carried many reports (an Append batch, a postcard chunk) is one frame.
+//!
+//! # The accounting identity
+//! Every report received is, at any moment, exactly one of: `translated`, dropped under one
+//! `drop_*` reason, or pending (an Append batch, a postcard cache entry, the high-priority
+//! backlog; with several workers also a hand-off to its owner, counted `handoffs_out` by the
+//! sender and translated, pending or dropped by the owner). For one worker:
+//!
+//! ```text
+//! rx_datagrams + int_derived() == translated + dropped() + pending
+//! ```
+//!
+//! summed over workers, `handoffs_out` adds to the right-hand side and hand-offs in flight to
+//! the pending. When a report counts as `translated`, per primitive:
+//! - Key-Write, Key-Increment: when its QP took every one of its frames (sent, or queued in
+//!   the ring to be sent by `poll_transmit`);
+//! - Append: when its batch's WRITE was taken (full, flush delay, shutdown); until then pending;
+//! - Postcard: when its flow's chunk (every copy) was taken (path complete, eviction, age,
+//!   shutdown); until then pending;
+//! - Sketch-Merge: when its columns are merged into the epoch's sketch (a batch of merged
+//!   columns is written, and written again when it changes, by the merge; a batch whose
+//!   WRITE is refused stays to be written and counts in `frames_dropped_*`).
+//!
+//! A frame refused when a batch or chunk is written (no room in a ring-less QP's transmit
+//! batch, a broken QP) makes its reports `drop_qp_queue_full` (or `drop_qp_broken`,
+//! `drop_out_of_region`) and counts one `frames_dropped_*`. The property test
+//! `tests/tests/counter_identity.rs` checks the identity after every burst on every path.
 
 dta_proto::define_counters!(
     /// Counters of one translator worker.
@@ -35,7 +64,19 @@ dta_proto::define_counters!(
         sketch_batches_partial,
         /// Sketch epochs started.
         sketch_epochs,
-        /// Reports whose data went out in an RDMA frame.
+        /// Sketch epochs the merge moved more than one ahead, by agreement of the switches.
+        sketch_epoch_jumps,
+        /// Sketch columns merged into the next epoch before the merge moved on to it (held).
+        sketch_columns_held,
+        /// Sketch switches whose epoch counter restarted (re-based onto the merge's epoch).
+        sketch_switch_restarts,
+        /// Sketch switches that left the table after `sketch.idle_epochs` silent epochs.
+        sketch_switches_forgotten,
+        /// Sketch-column NACKs not sent: the switch has no address on record (it is not
+        /// configured and no report of it was ever merged).
+        sketch_nacks_withheld,
+        /// Reports whose data went out in RDMA frames their QP took (sent, or queued in its
+        /// ring); Sketch-Merge reports when merged (see the module docs).
         translated,
         /// RoCEv2 frames emitted (all kinds).
         frames,
@@ -43,6 +84,16 @@ dta_proto::define_counters!(
         frames_imm,
         /// FETCH_ADD frames emitted.
         frames_atomic,
+        /// Frames not built because their QP could not take them (no ring and no room in the
+        /// transmit batch); their reports count as `drop_qp_queue_full` (a Sketch-Merge batch
+        /// stays to be written again).
+        frames_dropped_queue_full,
+        /// Frames not built because their QP was broken; their reports count as
+        /// `drop_qp_broken`.
+        frames_dropped_qp_broken,
+        /// Frames not built because they would have addressed bytes outside the store's
+        /// region (never expected); their reports count as `drop_out_of_region`.
+        frames_dropped_out_of_region,
         /// Append batches written full.
         append_batches,
         /// Append batches written partially because their flush delay expired (or at shutdown).
@@ -99,8 +150,10 @@ dta_proto::define_counters!(
         drop_backlog_full,
         /// Dropped: the store's queue pair is broken (awaiting reconnection).
         drop_qp_broken,
-        /// Dropped: the store's queue pair holds as many frames not yet sent as its ring can
-        /// keep (a stalled collector, a window closed by loss, an RNR pause).
+        /// Dropped: the store's queue pair could not take the report's frames: its ring holds
+        /// as many frames not yet sent as it can keep (a stalled collector, a window closed by
+        /// loss, an RNR pause), it has `max_outstanding_psns` PSNs unconfirmed (a silent
+        /// collector), or it has no ring and the transmit batch has no room.
         drop_qp_queue_full,
         /// Dropped: a frame would have addressed bytes outside the store's region (never
         /// expected: store geometry is validated when the pipeline is built).
@@ -122,6 +175,9 @@ dta_proto::define_counters!(
         drop_sketch_late,
         /// Dropped: a sketch report from a new switch when `sketch.max_switches` are tracked.
         drop_sketch_switches_full,
+        /// Dropped: a sketch report more than one epoch ahead of the merge (it counts as the
+        /// switch's vote for that epoch; the merge jumps only when enough switches agree).
+        drop_sketch_epoch_ahead,
         /// RoCEv2 frames still unconfirmed when a reconnection replaced their QP: the old QP
         /// may or may not have delivered them, and they are not resent on the new one.
         frames_unconfirmed_at_reconnect,
@@ -201,6 +257,7 @@ impl TranslatorCounters {
             + self.drop_sketch_duplicate
             + self.drop_sketch_late
             + self.drop_sketch_switches_full
+            + self.drop_sketch_epoch_ahead
     }
 
     /// DTA reports derived from INT Telemetry Reports (each then translated, dropped under a
@@ -266,6 +323,7 @@ mod tests {
             drop_sketch_duplicate: 1 << 22,
             drop_sketch_late: 1 << 23,
             drop_sketch_switches_full: 1 << 24,
+            drop_sketch_epoch_ahead: 1 << 25,
             translated: 1 << 30,
             rx_datagrams: 1 << 31,
             ..TranslatorCounters::default()
@@ -276,8 +334,8 @@ mod tests {
             .map(|(_, v)| v)
             .collect();
         // A new drop_* counter must be added to `dropped` (and here).
-        assert_eq!(drops.len(), 25, "drop counters changed");
+        assert_eq!(drops.len(), 26, "drop counters changed");
         assert_eq!(c.dropped(), drops.iter().sum::<u64>());
-        assert_eq!(c.dropped(), (1 << 25) - 1);
+        assert_eq!(c.dropped(), (1 << 26) - 1);
     }
 }

@@ -13,7 +13,7 @@ use dta_proto::wire::report::{Primitive, Report};
 use dta_proto::MAX_VALUE_LEN;
 
 use super::{PrimitiveConfig, Refusal, Shard, StorePrimitive};
-use crate::datapath::sender::QpSender;
+use crate::datapath::sender::{Emitted, QpSender};
 use crate::datapath::stats::TranslatorCounters;
 
 /// Largest single RDMA payload a batch may need (16 entries of 32 bytes and the trailer).
@@ -106,7 +106,9 @@ impl Append {
         moved
     }
 
-    /// Writes list `li`'s pending batch.
+    /// Writes list `li`'s pending batch: its reports are `translated`, or (the QP refused the
+    /// WRITE) dropped; either way the batch's sequence number is used, so a reader sees the
+    /// gap.
     fn flush_list(
         &mut self,
         li: usize,
@@ -140,11 +142,11 @@ impl Append {
             AppendFormat::Reference => bsz,
         };
         let batch = &self.buf[start..start + len];
-        match imm {
+        let sent = match imm {
             Some(list) => out.write_imm(now, tx, offset, batch, list, c),
             None => out.write(now, tx, offset, batch, c),
         };
-        c.translated += count as u64;
+        Emitted::of(sent).account(count as u64, c);
     }
 }
 
@@ -216,7 +218,7 @@ impl StorePrimitive for Append {
 
     fn poll(&mut self, now: u64, out: &mut QpSender, tx: &mut TxBatch, c: &mut TranslatorCounters) {
         while let Some(&(deadline, li, gen)) = self.deadlines.front() {
-            if deadline > now || !out.can_take(1) {
+            if deadline > now || !out.can_take(now, 1, tx) {
                 return;
             }
             self.deadlines.pop_front();
@@ -247,7 +249,7 @@ impl StorePrimitive for Append {
             if self.list[li].pending == 0 {
                 continue;
             }
-            if !out.can_take(1) {
+            if !out.can_take(now, 1, tx) {
                 return false;
             }
             self.flush_list(li, now, out, tx, c);

@@ -8,7 +8,7 @@ use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::{Primitive, Report};
 
 use super::{Refusal, StorePrimitive};
-use crate::datapath::sender::QpSender;
+use crate::datapath::sender::{Emitted, QpSender};
 use crate::datapath::stats::TranslatorCounters;
 
 /// A Key-Increment store's translation state (stateless beyond its geometry).
@@ -81,15 +81,16 @@ impl StorePrimitive for KeyIncrement {
         let n = *redundancy as usize;
         let mut slots = [0u32; MAX_REDUNDANCY];
         self.hasher.slots(key, n, &mut slots);
+        let mut sent = Emitted::default();
         for &slot in &slots[..n] {
-            out.fetch_add(now, tx, self.layout.slot_offset(slot), *delta, c);
+            sent.note(out.fetch_add(now, tx, self.layout.slot_offset(slot), *delta, c));
         }
         if r.header.immediate {
             // A zero-length WRITE with Immediate tells the collector's CPU which key changed.
             let checksum = self.hasher.checksum(key);
-            out.write_imm(now, tx, 0, &[], checksum, c);
+            sent.note(out.write_imm(now, tx, 0, &[], checksum, c));
         }
-        c.translated += 1;
+        sent.account(1, c);
     }
 
     fn poll(&mut self, _: u64, _: &mut QpSender, _: &mut TxBatch, _: &mut TranslatorCounters) {}

@@ -24,7 +24,7 @@ pub use append::Append;
 pub use keyincrement::KeyIncrement;
 pub use keywrite::KeyWrite;
 pub use postcard::Postcarding;
-pub use sketch::{SketchMerge, SketchSettings};
+pub use sketch::{SketchMerge, SketchSettings, SketchSwitch};
 
 /// Why a store refused a report (each a `drop_*` counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +140,7 @@ macro_rules! dispatch {
 pub use dispatch;
 
 /// Settings a primitive takes from the pipeline's configuration.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PrimitiveConfig {
     /// This worker and the number of workers.
     pub shard: Shard,

@@ -14,7 +14,7 @@ use dta_proto::wire::report::{Primitive, Report};
 use dta_proto::Key;
 
 use super::{PrimitiveConfig, Refusal, Shard, StorePrimitive};
-use crate::datapath::sender::QpSender;
+use crate::datapath::sender::{Emitted, QpSender};
 use crate::datapath::stats::TranslatorCounters;
 
 /// No precomputed cache index.
@@ -91,7 +91,8 @@ impl Postcarding {
         self.redundancy = n.clamp(1, MAX_REDUNDANCY as u8);
     }
 
-    /// Writes cache entry `idx` to its flow's chunk(s) and frees the entry.
+    /// Writes cache entry `idx` to its flow's chunk(s) and frees the entry: its postcards are
+    /// `translated` if every copy was taken, else dropped.
     fn emit_chunk(
         &mut self,
         idx: usize,
@@ -127,15 +128,16 @@ impl Postcarding {
         }
         let cs = self.layout.chunk_size() as usize;
         let imm = e.immediate.then_some(d.chunk[0]);
-        let translated = e.count as u64;
+        let reports = e.count as u64;
+        let mut sent = Emitted::default();
         for (j, &chunk_idx) in d.chunk[..n].iter().enumerate() {
             let offset = self.layout.chunk_offset(chunk_idx);
-            match imm.filter(|_| j == 0) {
+            sent.note(match imm.filter(|_| j == 0) {
                 Some(v) => out.write_imm(now, tx, offset, &chunk[..cs], v, c),
                 None => out.write(now, tx, offset, &chunk[..cs], c),
-            };
+            });
         }
-        c.translated += translated;
+        sent.account(reports, c);
     }
 }
 
@@ -243,7 +245,7 @@ impl StorePrimitive for Postcarding {
     fn poll(&mut self, now: u64, out: &mut QpSender, tx: &mut TxBatch, c: &mut TranslatorCounters) {
         let need = self.redundancy as usize;
         while let Some(&(deadline, idx, gen)) = self.deadlines.front() {
-            if deadline > now || !out.can_take(need) {
+            if deadline > now || !out.can_take(now, need, tx) {
                 return;
             }
             self.deadlines.pop_front();
@@ -278,7 +280,7 @@ impl StorePrimitive for Postcarding {
             if !self.cache[i].occupied {
                 continue;
             }
-            if !out.can_take(self.redundancy as usize) {
+            if !out.can_take(now, self.redundancy as usize, tx) {
                 return false;
             }
             self.emit_chunk(i, now, out, tx, c);
