@@ -35,7 +35,7 @@
 //! `emit` functions panic only if handed a buffer shorter than the `buffer_len()` they report,
 //! which is a programming error.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod analysis;

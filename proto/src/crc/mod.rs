@@ -13,6 +13,8 @@
 //! The API exposes the raw register (`update`) so callers can precompute the CRC of a constant
 //! prefix once (per connection) and resume from it per packet.
 
+pub mod fold;
+
 /// A reflected CRC-32 engine for one polynomial (given in normal, MSB-first form).
 pub struct Crc32 {
     table: [[u32; 256]; 16],

@@ -1,0 +1,285 @@
+//! Reflected CRC-32 by carry-less multiplication: folding 16 bytes at a time and a Barrett
+//! reduction, for any polynomial (the ICRC's IEEE one and the hash profiles' own).
+//!
+//! # The arithmetic
+//! A reflected CRC register `r` stands for the polynomial `R(x) = Σ r_j x^(31-j)`; after a
+//! message `M` from a zero register it holds `M(x)·x^32 mod P(x)`. Write `rev_w(A)` for the
+//! `w`-bit integer whose bit `i` is the coefficient of `x^(w-1-i)` in `A`: a message block
+//! loaded little-endian is `rev_128` of its polynomial, and a carry-less product of two
+//! `rev_64` operands is `rev_128(A·B·x)` (the product has 127 bits, so it comes out one place
+//! short). Every constant below is chosen with that extra `x` in mind:
+//!
+//! - **fold** (16 bytes across 16 bytes): `X·x^128 ≡ X_a·(x^191 mod P)·x + X_b·(x^127 mod P)·x`,
+//!   where `X_a` is the block's first eight bytes (the higher powers) and `X_b` the last eight;
+//! - **reduce** a 128-bit `X` to the register `X·x^32 mod P`: `X_a·(x^95 mod P)·x + X_b·x^32`
+//!   (96 bits), then its top 32 bits times `(x^63 mod P)·x` onto its low 64 (64 bits), then
+//!   Barrett with `μ = ⌊x^64 / P⌋`, exact for a remainder of degree < 64.
+//!
+//! [`Fold::reduce`] of a 16-byte block is thus the CRC register of those 16 bytes from zero,
+//! which is also how a key of at most 16 bytes, right-aligned behind zeros, is hashed: leading
+//! zeros leave a zero register unchanged.
+//!
+//! # Two implementations, chosen at run time
+//! [`Clmul::detect`] picks the CPU's carry-less multiply (PCLMULQDQ on x86-64) when it has one,
+//! else a portable bit-serial multiply; both compute the same products, so every function here
+//! gives the same result either way (checked by the property tests against the table-driven
+//! engine). The portable multiply is slow (64 steps); callers that have a table-driven path
+//! keep using it when [`Clmul::is_native`] is false.
+
+/// Constants of one polynomial (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoldKeys {
+    /// `rev_64(x^191 mod P)`, `rev_64(x^127 mod P)`: a 16-byte fold.
+    fold: [u64; 2],
+    /// `rev_64(x^95 mod P)`.
+    k95: u64,
+    /// `rev_64(x^63 mod P)`.
+    k63: u64,
+    /// `rev_64(⌊x^64 / P⌋)`.
+    mu: u64,
+    /// `rev_64(P)`, with its `x^32` term.
+    p: u64,
+}
+
+/// `x^n mod P` (normal form: bit i is the coefficient of x^i; `poly` without its x^32 term).
+const fn xpow_mod(n: u32, poly: u32) -> u64 {
+    let p33 = (1u64 << 32) | poly as u64;
+    let mut r = 1u64;
+    let mut i = 0;
+    while i < n {
+        r <<= 1;
+        if r & (1 << 32) != 0 {
+            r ^= p33;
+        }
+        i += 1;
+    }
+    r
+}
+
+/// `⌊x^64 / P⌋` (degree 32).
+const fn barrett_mu(poly: u32) -> u64 {
+    let p33 = (1u128 << 32) | poly as u128;
+    let mut rem = 1u128 << 64;
+    let mut q = 0u64;
+    let mut i = 64;
+    while i >= 32 {
+        if rem & (1u128 << i) != 0 {
+            q |= 1 << (i - 32);
+            rem ^= p33 << (i - 32);
+        }
+        i -= 1;
+    }
+    q
+}
+
+impl FoldKeys {
+    /// The constants of `poly` (normal form, x^32 implied).
+    pub const fn new(poly: u32) -> FoldKeys {
+        FoldKeys {
+            fold: [
+                xpow_mod(191, poly).reverse_bits(),
+                xpow_mod(127, poly).reverse_bits(),
+            ],
+            k95: xpow_mod(95, poly).reverse_bits(),
+            k63: xpow_mod(63, poly).reverse_bits(),
+            mu: barrett_mu(poly).reverse_bits(),
+            p: ((1u64 << 32) | poly as u64).reverse_bits(),
+        }
+    }
+}
+
+/// A carry-less multiplier: the CPU's instruction or the portable loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clmul {
+    native: bool,
+}
+
+impl Clmul {
+    /// The CPU's carry-less multiply if it has one (cached by the standard library's feature
+    /// detection), else the portable one.
+    #[inline]
+    pub fn detect() -> Clmul {
+        Clmul {
+            native: native_available(),
+        }
+    }
+
+    /// The portable multiply, whatever the CPU has (tests, and the reference the native path
+    /// is checked against).
+    pub const fn portable() -> Clmul {
+        Clmul { native: false }
+    }
+
+    /// True if this uses the CPU's instruction.
+    #[inline]
+    pub fn is_native(self) -> bool {
+        self.native
+    }
+
+    /// The carry-less product of `a` and `b`.
+    #[inline(always)]
+    fn mul(self, a: u64, b: u64) -> u128 {
+        if self.native {
+            native::mul(a, b)
+        } else {
+            portable_mul(a, b)
+        }
+    }
+
+    /// The CRC register `X·x^32 mod P` of the 128-bit block `x` (a message block loaded
+    /// little-endian), i.e. the register after those 16 bytes from zero.
+    #[inline]
+    pub fn reduce(self, k: &FoldKeys, x: u128) -> u32 {
+        // 128 → 96 bits: X_a·(x^95 mod P)·x + X_b·x^32.
+        let z = self.mul(x as u64, k.k95) ^ (((x >> 64) as u64 as u128) << 32);
+        // 96 → 64 bits: the top 32 bits (z's bits 32..64) times (x^63 mod P)·x.
+        let v = (self.mul(z as u64, k.k63) >> 64) as u64 ^ (z >> 64) as u64;
+        // Barrett: q = ⌊⌊V / x^32⌋·μ / x^32⌋, R = (V + q·P) mod x^32.
+        let t = self.mul((v & 0xFFFF_FFFF) << 32, k.mu);
+        let q = ((t >> 31) as u64) & 0xFFFF_FFFF_0000_0000;
+        let s = self.mul(q, k.p);
+        (v >> 32) as u32 ^ (s >> 95) as u32
+    }
+
+    /// `x·x^128 mod P` as a 128-bit block (the accumulator moved past one more block).
+    #[inline(always)]
+    fn fold(self, k: &FoldKeys, x: u128) -> u128 {
+        self.mul(x as u64, k.fold[0]) ^ self.mul((x >> 64) as u64, k.fold[1])
+    }
+
+    /// Feeds the whole 16-byte blocks of `data` into the raw register `state`; returns the
+    /// register and the bytes left over (fewer than 16). With fewer than 16 bytes, nothing is
+    /// consumed.
+    #[inline]
+    pub fn update_blocks<'d>(self, k: &FoldKeys, state: u32, data: &'d [u8]) -> (u32, &'d [u8]) {
+        let mut blocks = data.chunks_exact(16);
+        let Some(first) = blocks.next() else {
+            return (state, data);
+        };
+        let mut x = load(first) ^ state as u128;
+        for b in &mut blocks {
+            x = self.fold(k, x) ^ load(b);
+        }
+        (self.reduce(k, x), blocks.remainder())
+    }
+}
+
+#[inline(always)]
+fn load(b: &[u8]) -> u128 {
+    u128::from_le_bytes(b.try_into().expect("a 16-byte block"))
+}
+
+/// Carry-less multiplication, one bit at a time.
+#[inline]
+const fn portable_mul(a: u64, b: u64) -> u128 {
+    let mut r = 0u128;
+    let mut i = 0;
+    while i < 64 {
+        if (b >> i) & 1 != 0 {
+            r ^= (a as u128) << i;
+        }
+        i += 1;
+    }
+    r
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn native_available() -> bool {
+    std::arch::is_x86_feature_detected!("pclmulqdq") && std::arch::is_x86_feature_detected!("sse4.1")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn native_available() -> bool {
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod native {
+    use core::arch::x86_64::{
+        __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_extract_epi64,
+    };
+
+    /// PCLMULQDQ on two 64-bit operands.
+    #[inline(always)]
+    pub(super) fn mul(a: u64, b: u64) -> u128 {
+        // SAFETY: `Clmul` holds `native: true` only when `native_available()` saw PCLMULQDQ and
+        // SSE4.1 on this CPU, and this is reached only through such a `Clmul`.
+        unsafe { mul_pclmul(a, b) }
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn mul_pclmul(a: u64, b: u64) -> u128 {
+        let p: __m128i =
+            _mm_clmulepi64_si128::<0x00>(_mm_cvtsi64_si128(a as i64), _mm_cvtsi64_si128(b as i64));
+        let lo = _mm_cvtsi128_si64(p) as u64;
+        let hi = _mm_extract_epi64::<1>(p) as u64;
+        lo as u128 | (hi as u128) << 64
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod native {
+    #[inline(always)]
+    pub(super) fn mul(a: u64, b: u64) -> u128 {
+        super::portable_mul(a, b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crc::{Crc32, CRC_INIT, IEEE};
+    use proptest::prelude::*;
+
+    const POLYS: [u32; 4] = [0x04C1_1DB7, 0x5D9E_2BB1, 0x1EDC_6F41, 0x1E12_A700];
+
+    #[test]
+    fn products_agree() {
+        let n = Clmul::detect();
+        let p = Clmul::portable();
+        let mut s = 0x0123_4567_89AB_CDEFu64;
+        for _ in 0..1000 {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let t = s.rotate_left(17) ^ 0x5555;
+            assert_eq!(n.mul(s, t), p.mul(s, t));
+        }
+    }
+
+    #[test]
+    fn a_block_reduces_to_its_register() {
+        let data: Vec<u8> = (0..16u32).map(|i| (i * 73 + 9) as u8).collect();
+        for poly in POLYS {
+            let c = Crc32::new(poly);
+            let k = FoldKeys::new(poly);
+            for m in [Clmul::portable(), Clmul::detect()] {
+                assert_eq!(m.reduce(&k, load(&data)), c.update(0, &data), "{poly:#x}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn blocks_match_the_tables(data in proptest::collection::vec(any::<u8>(), 0..300),
+                                   state in any::<u32>(), pi in 0usize..4) {
+            let poly = POLYS[pi];
+            let c = Crc32::new(poly);
+            let k = FoldKeys::new(poly);
+            for m in [Clmul::portable(), Clmul::detect()] {
+                let (r, rest) = m.update_blocks(&k, state, &data);
+                prop_assert_eq!(rest.len(), if data.len() < 16 { data.len() } else { data.len() % 16 });
+                prop_assert_eq!(c.update(r, rest), c.update(state, &data));
+            }
+        }
+    }
+
+    #[test]
+    fn ieee_check_value_by_folding() {
+        let k = FoldKeys::new(0x04C1_1DB7);
+        let data = b"123456789abcdefg123456789";
+        let (r, rest) = Clmul::detect().update_blocks(&k, CRC_INIT, data);
+        assert_eq!(IEEE.update(r, rest), IEEE.update(CRC_INIT, data));
+    }
+}
