@@ -152,15 +152,22 @@ impl Clmul {
     /// consumed.
     #[inline]
     pub fn update_blocks<'d>(self, k: &FoldKeys, state: u32, data: &'d [u8]) -> (u32, &'d [u8]) {
-        let mut blocks = data.chunks_exact(16);
-        let Some(first) = blocks.next() else {
+        if data.len() < 16 {
             return (state, data);
-        };
-        let mut x = load(first) ^ state as u128;
+        }
+        let rest = &data[data.len() - data.len() % 16..];
+        if self.native {
+            return (native::update_blocks(k, state, data), rest);
+        }
+        let mut blocks = data.chunks_exact(16);
+        let mut x = state as u128;
+        if let Some(first) = blocks.next() {
+            x ^= load(first);
+        }
         for b in &mut blocks {
             x = self.fold(k, x) ^ load(b);
         }
-        (self.reduce(k, x), blocks.remainder())
+        (self.reduce(k, x), rest)
     }
 }
 
@@ -186,7 +193,8 @@ const fn portable_mul(a: u64, b: u64) -> u128 {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn native_available() -> bool {
-    std::arch::is_x86_feature_detected!("pclmulqdq") && std::arch::is_x86_feature_detected!("sse4.1")
+    std::arch::is_x86_feature_detected!("pclmulqdq")
+        && std::arch::is_x86_feature_detected!("sse4.1")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -199,8 +207,12 @@ fn native_available() -> bool {
 #[allow(unsafe_code)]
 mod native {
     use core::arch::x86_64::{
-        __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_extract_epi64,
+        __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
+        _mm_extract_epi64, _mm_loadu_si128, _mm_set_epi64x, _mm_slli_si128, _mm_srli_si128,
+        _mm_xor_si128,
     };
+
+    use super::FoldKeys;
 
     /// PCLMULQDQ on two 64-bit operands.
     #[inline(always)]
@@ -218,13 +230,66 @@ mod native {
         let hi = _mm_extract_epi64::<1>(p) as u64;
         lo as u128 | (hi as u128) << 64
     }
+
+    /// [`super::Clmul::update_blocks`] with the accumulator kept in a vector register: a
+    /// 16-byte block costs two multiplies and two XORs.
+    #[inline]
+    pub(super) fn update_blocks(k: &FoldKeys, state: u32, data: &[u8]) -> u32 {
+        // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and SSE4.1.
+        unsafe { update_blocks_pclmul(k, state, data) }
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn update_blocks_pclmul(k: &FoldKeys, state: u32, data: &[u8]) -> u32 {
+        let mut blocks = data.chunks_exact(16);
+        let load = |b: &[u8]| {
+            let b: &[u8; 16] = b.try_into().expect("a 16-byte block");
+            // SAFETY: `b` is 16 readable bytes; the load is unaligned.
+            unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+        };
+        let first = blocks.next().expect("at least one block");
+        let mut x = _mm_xor_si128(load(first), _mm_cvtsi32_si128(state as i32));
+        let fold = _mm_set_epi64x(k.fold[1] as i64, k.fold[0] as i64);
+        for b in &mut blocks {
+            let lo = _mm_clmulepi64_si128::<0x00>(x, fold);
+            let hi = _mm_clmulepi64_si128::<0x11>(x, fold);
+            x = _mm_xor_si128(_mm_xor_si128(lo, hi), load(b));
+        }
+        // 128 → 96 bits: X_a·(x^95 mod P)·x + X_b·x^32, then 96 → 64 (see `Clmul::reduce`).
+        let kk = _mm_set_epi64x(k.k63 as i64, k.k95 as i64);
+        let z = _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(x, kk),
+            _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)),
+        );
+        let v128 = _mm_xor_si128(_mm_clmulepi64_si128::<0x10>(z, kk), z);
+        let v = _mm_extract_epi64::<1>(v128) as u64;
+        // Barrett, as in `Clmul::reduce`.
+        let mu = _mm_cvtsi64_si128(k.mu as i64);
+        let t =
+            _mm_clmulepi64_si128::<0x00>(_mm_cvtsi64_si128(((v & 0xFFFF_FFFF) << 32) as i64), mu);
+        let t = (_mm_cvtsi128_si64(t) as u64 as u128)
+            | ((_mm_extract_epi64::<1>(t) as u64 as u128) << 64);
+        let q = ((t >> 31) as u64) & 0xFFFF_FFFF_0000_0000;
+        let s = _mm_clmulepi64_si128::<0x00>(
+            _mm_cvtsi64_si128(q as i64),
+            _mm_cvtsi64_si128(k.p as i64),
+        );
+        let s_hi = _mm_extract_epi64::<1>(s) as u64;
+        (v >> 32) as u32 ^ (s_hi >> 31) as u32
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 mod native {
+    use super::{Clmul, FoldKeys};
+
     #[inline(always)]
     pub(super) fn mul(a: u64, b: u64) -> u128 {
         super::portable_mul(a, b)
+    }
+
+    pub(super) fn update_blocks(k: &FoldKeys, state: u32, data: &[u8]) -> u32 {
+        Clmul::portable().update_blocks(k, state, data).0
     }
 }
 
@@ -242,7 +307,9 @@ mod tests {
         let p = Clmul::portable();
         let mut s = 0x0123_4567_89AB_CDEFu64;
         for _ in 0..1000 {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let t = s.rotate_left(17) ^ 0x5555;
             assert_eq!(n.mul(s, t), p.mul(s, t));
         }
