@@ -104,6 +104,73 @@ fn words_to_bytes(words: [[u8; 8]; 5]) -> [u8; 40] {
     buf
 }
 
+/// Bytes of a frame's per-frame window: the BTH word holding AckReq and the PSN, and the 8-byte
+/// virtual address that opens a RETH or an AtomicETH right after it.
+pub const WINDOW_LEN: usize = 12;
+
+/// Longest distance from a window to the end of the CRC'd bytes that [`WindowTables::get`]
+/// serves (frames up to about 4 KiB).
+pub const MAX_WINDOW_DISTANCE: usize = 4096;
+
+/// The CRC register shares of a frame's window bytes, for frames whose CRC'd bytes end
+/// `distance` bytes after the window.
+///
+/// The CRC register is linear in its input: a frame's register is that of the same frame with
+/// the window zeroed, XOR the register of the window alone followed by `distance` zero bytes,
+/// which is one table entry per window byte. With the rest of a frame's varying bytes at its
+/// end (a payload, an atomic operand) and its constant bytes folded into a base register once
+/// per template, an ICRC costs twelve table loads and the CRC of what actually changes.
+pub struct WindowTables {
+    t: [[u32; 256]; WINDOW_LEN],
+}
+
+static WINDOW_TABLES: [std::sync::OnceLock<Box<WindowTables>>; MAX_WINDOW_DISTANCE + 1] =
+    [const { std::sync::OnceLock::new() }; MAX_WINDOW_DISTANCE + 1];
+
+impl WindowTables {
+    /// The tables for `distance` (built on first use, then shared by every template with that
+    /// distance); `None` beyond [`MAX_WINDOW_DISTANCE`].
+    pub fn get(distance: usize) -> Option<&'static WindowTables> {
+        let cell = WINDOW_TABLES.get(distance)?;
+        Some(cell.get_or_init(|| Box::new(WindowTables::build(distance))))
+    }
+
+    fn build(distance: usize) -> WindowTables {
+        let mut t = [[0u32; 256]; WINDOW_LEN];
+        for b in 0..256 {
+            // A byte `b` at window position j is followed by WINDOW_LEN - 1 - j window bytes
+            // and `distance` more: its share is the register after b and that many zeros.
+            let mut reg = IEEE.update_byte(0, b as u8);
+            for _ in 0..distance {
+                reg = IEEE.update_byte(reg, 0);
+            }
+            for row in t.iter_mut().rev() {
+                row[b] = reg;
+                reg = IEEE.update_byte(reg, 0);
+            }
+        }
+        WindowTables { t }
+    }
+
+    /// The register share of `window` (the PSN word and the virtual address, as on the wire).
+    #[inline(always)]
+    pub fn share(&self, window: &[u8; WINDOW_LEN]) -> u32 {
+        let t = &self.t;
+        let (mut a, mut b) = (0u32, 0u32);
+        for j in (0..WINDOW_LEN).step_by(2) {
+            a ^= t[j][window[j] as usize];
+            b ^= t[j + 1][window[j + 1] as usize];
+        }
+        a ^ b
+    }
+}
+
+impl core::fmt::Debug for WindowTables {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("WindowTables")
+    }
+}
+
 /// Whether a full Ethernet frame is an IPv4/UDP packet whose trailing ICRC is correct.
 ///
 /// False for anything else: non-IPv4, IPv4 options (rxe assumes a 20-byte header too), non-UDP,

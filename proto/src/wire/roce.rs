@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 use super::ethernet::{self, EthernetFrame, EthernetRepr, MacAddr};
 use super::ib::{
     opcode_info, Aeth, AethRepr, AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr, Bth,
-    BthRepr, Deth, DethRepr, ImmDt, Psn, Qpn, Reth, RethRepr, AETH_LEN, ATOMIC_ACK_ETH_LEN,
+    BthRepr, Deth, DethRepr, ImmDt, Psn, Qpn, Reth, RethRepr, Rkey, AETH_LEN, ATOMIC_ACK_ETH_LEN,
     ATOMIC_ETH_LEN, BTH_LEN, DETH_LEN, ICRC_LEN, IMMDT_LEN, RETH_LEN,
 };
 use super::ipv4::{self, Ipv4Packet, Ipv4Repr};
@@ -662,6 +662,250 @@ impl FrameTemplate {
     }
 }
 
+/// Longest head an [`RdmaTemplate`] copies: the headers through the BTH and an AtomicETH. It
+/// copies this many bytes whatever its own head, so buffers it emits into are at least this long.
+pub const RDMA_HEAD_MAX: usize = HEADERS_WITH_BTH + ATOMIC_ETH_LEN;
+
+/// Which request an [`RdmaTemplate`] builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RdmaKind {
+    /// RDMA WRITE Only: RETH, payload.
+    Write,
+    /// RDMA WRITE Only with Immediate: RETH, ImmDt, payload.
+    WriteImm,
+    /// FETCH_ADD or COMPARE_SWAP: AtomicETH.
+    Atomic,
+}
+
+/// The translator's per-frame hot path: a frame template for the RDMA requests of one queue
+/// pair into one region (RDMA WRITE Only, with or without Immediate, of one payload length;
+/// FETCH_ADD; COMPARE_SWAP), with the R_Key and DMA length already in place and the ICRC
+/// computed by linearity.
+///
+/// A frame differs from its template in the BTH word holding AckReq and the PSN, the virtual
+/// address, and its tail (the immediate and payload, or the atomic operands). The ICRC register
+/// is the template's register with those zero ([`RdmaTemplate`] keeps it), XOR the share of the
+/// PSN word and address (twelve table loads, [`icrc::WindowTables`]), XOR the register of the
+/// tail from zero ([`RdmaTemplate::tail_reg`]), which the caller computes once for all the
+/// frames that carry the same tail (a Key-Write's N replicas, a Key-Increment's N counters).
+/// So a frame costs one copy of its head, a few stores and twelve table loads, whatever its
+/// headers, and the CRC of its tail once per report. [`FrameTemplate`] computes the same bytes
+/// the direct way (checked by the tests).
+#[derive(Clone, Debug)]
+pub struct RdmaTemplate {
+    head: [u8; RDMA_HEAD_MAX],
+    head_len: usize,
+    payload_len: usize,
+    frame_len: usize,
+    kind: RdmaKind,
+    /// The ICRC register of the frame with its PSN word, address and tail all zero.
+    base: u32,
+    window: &'static icrc::WindowTables,
+}
+
+impl RdmaTemplate {
+    /// A template for `opcode` (RC RDMA WRITE Only, WRITE Only with Immediate, FETCH_ADD or
+    /// COMPARE_SWAP) towards `dest_qp`, into the region of `rkey`, with `payload_len`-byte
+    /// payloads (0 for atomics). `None` for another opcode, a payload on an atomic, or a frame
+    /// longer than the linear ICRC serves ([`icrc::MAX_WINDOW_DISTANCE`]): use
+    /// [`FrameTemplate`] then.
+    pub fn new(
+        ep: &RoceEndpoint,
+        opcode: u8,
+        dest_qp: Qpn,
+        rkey: Rkey,
+        payload_len: usize,
+    ) -> Option<RdmaTemplate> {
+        let kind = match opcode {
+            super::ib::opcode::RC_RDMA_WRITE_ONLY => RdmaKind::Write,
+            super::ib::opcode::RC_RDMA_WRITE_ONLY_IMM => RdmaKind::WriteImm,
+            super::ib::opcode::RC_FETCH_ADD | super::ib::opcode::RC_COMPARE_SWAP
+                if payload_len == 0 =>
+            {
+                RdmaKind::Atomic
+            }
+            _ => return None,
+        };
+        let t = FrameTemplate::new(ep, opcode, dest_qp, payload_len);
+        let frame_len = t.frame_len();
+        let head_len = HEADERS_WITH_BTH + t.ext_len();
+        let crc_end = frame_len - ICRC_LEN;
+        let window = icrc::WindowTables::get(crc_end - (PSN_WORD_OFFSET + icrc::WINDOW_LEN))?;
+        // The frame with every per-frame field zero: its head is what every frame copies, and
+        // its ICRC register is the base the shares are added to.
+        let mut zero = vec![0u8; frame_len];
+        let ext = &mut zero[HEADERS_WITH_BTH..head_len];
+        match kind {
+            RdmaKind::Write | RdmaKind::WriteImm => RethRepr {
+                va: 0,
+                rkey,
+                dma_len: payload_len as u32,
+            }
+            .emit(&mut Reth::new_unchecked(&mut ext[..RETH_LEN])),
+            RdmaKind::Atomic => AtomicEthRepr {
+                va: 0,
+                rkey,
+                swap_add: 0,
+                compare: 0,
+            }
+            .emit(&mut AtomicEth::new_unchecked(ext)),
+        }
+        zero[..HEADERS_WITH_BTH].copy_from_slice(&t.headers);
+        let base = IEEE.update(t.prefix_state, &zero[PSN_WORD_OFFSET..crc_end]);
+        let mut head = [0u8; RDMA_HEAD_MAX];
+        head[..head_len].copy_from_slice(&zero[..head_len]);
+        Some(RdmaTemplate {
+            head,
+            head_len,
+            payload_len,
+            frame_len,
+            kind,
+            base,
+            window,
+        })
+    }
+
+    /// Length of every frame this template emits.
+    #[inline]
+    pub fn frame_len(&self) -> usize {
+        self.frame_len
+    }
+
+    /// Payload length (without pad).
+    #[inline]
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    /// The register share of a WRITE's tail: the immediate (WRITE with Immediate only), the
+    /// payload and the pad. Compute it once for frames that carry the same tail.
+    ///
+    /// Panics if `payload` is not `payload_len()` bytes, or `imm` is given to a plain WRITE
+    /// template or missing from a WRITE with Immediate one (programming errors).
+    #[inline]
+    pub fn tail_reg(&self, imm: Option<u32>, payload: &[u8]) -> u32 {
+        assert!(
+            payload.len() == self.payload_len
+                && imm.is_some() == (self.kind == RdmaKind::WriteImm)
+                && self.kind != RdmaKind::Atomic
+        );
+        let mut reg = match imm {
+            Some(v) => IEEE.update(0, &v.to_be_bytes()),
+            None => 0,
+        };
+        reg = IEEE.update(reg, payload);
+        for _ in 0..pad_len(payload.len()) {
+            reg = IEEE.update_byte(reg, 0);
+        }
+        reg
+    }
+
+    /// The register share of an atomic's operands (swap or add, compare).
+    #[inline]
+    pub fn atomic_tail_reg(&self, swap_add: u64, compare: u64) -> u32 {
+        assert!(self.kind == RdmaKind::Atomic);
+        let ops = ((swap_add as u128) << 64 | compare as u128).to_be_bytes();
+        IEEE.update(0, &ops)
+    }
+
+    /// The frame's ICRC from its PSN word, address and tail share.
+    #[inline(always)]
+    fn icrc(&self, word: [u8; 4], va: u64, tail_reg: u32) -> [u8; ICRC_LEN] {
+        let mut w = [0u8; icrc::WINDOW_LEN];
+        w[..4].copy_from_slice(&word);
+        w[4..].copy_from_slice(&va.to_be_bytes());
+        (!(self.base ^ self.window.share(&w) ^ tail_reg)).to_le_bytes()
+    }
+
+    /// Writes the head, PSN word and address into `b`.
+    #[inline(always)]
+    fn put_head(&self, b: &mut [u8], word: [u8; 4], va: u64) {
+        b[..RDMA_HEAD_MAX].copy_from_slice(&self.head);
+        b[PSN_WORD_OFFSET..PSN_WORD_OFFSET + 4].copy_from_slice(&word);
+        b[PSN_WORD_OFFSET + 4..PSN_WORD_OFFSET + 12].copy_from_slice(&va.to_be_bytes());
+    }
+
+    /// Emits a WRITE of `payload` to address `va` into `out`, and the same bytes into `copy`
+    /// when given (the requester's retransmission copy). `tail_reg` is
+    /// [`RdmaTemplate::tail_reg`]`(imm, payload)`. Returns the frame's length.
+    ///
+    /// Panics if `out` (or `copy`) is shorter than the longest head ([`RdmaTemplate`] copies
+    /// its head whole) or than [`frame_len`](Self::frame_len), or on a payload of the wrong
+    /// length.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn emit_write(
+        &self,
+        out: &mut [u8],
+        copy: Option<&mut [u8]>,
+        psn: Psn,
+        ack_req: bool,
+        va: u64,
+        imm: Option<u32>,
+        payload: &[u8],
+        tail_reg: u32,
+    ) -> usize {
+        assert!(payload.len() == self.payload_len && self.kind != RdmaKind::Atomic);
+        let len = self.frame_len;
+        let word = ((ack_req as u32) << 31 | psn.value()).to_be_bytes();
+        let crc = self.icrc(word, va, tail_reg);
+        let body = self.head_len;
+        let end = body + payload.len();
+        let put = |b: &mut [u8]| {
+            let b = &mut b[..len.max(RDMA_HEAD_MAX)];
+            self.put_head(b, word, va);
+            if let Some(v) = imm {
+                b[body - IMMDT_LEN..body].copy_from_slice(&v.to_be_bytes());
+            }
+            b[body..end].copy_from_slice(payload);
+            // Pad and ICRC together are at least 4 bytes: one fixed-size store clears the pad
+            // (the ICRC overwrites the rest).
+            b[end..end + 4].copy_from_slice(&[0; 4]);
+            b[len - ICRC_LEN..len].copy_from_slice(&crc);
+        };
+        put(out);
+        if let Some(c) = copy {
+            put(c);
+        }
+        len
+    }
+
+    /// Emits an atomic (FETCH_ADD or COMPARE_SWAP, as the template) at address `va` into
+    /// `out`, and into `copy` when given. `tail_reg` is
+    /// [`RdmaTemplate::atomic_tail_reg`]`(swap_add, compare)`. Returns the frame's length.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn emit_atomic(
+        &self,
+        out: &mut [u8],
+        copy: Option<&mut [u8]>,
+        psn: Psn,
+        ack_req: bool,
+        va: u64,
+        swap_add: u64,
+        compare: u64,
+        tail_reg: u32,
+    ) -> usize {
+        assert!(self.kind == RdmaKind::Atomic);
+        let len = self.frame_len;
+        let word = ((ack_req as u32) << 31 | psn.value()).to_be_bytes();
+        let crc = self.icrc(word, va, tail_reg);
+        let ops = ((swap_add as u128) << 64 | compare as u128).to_be_bytes();
+        let at = self.head_len - 16;
+        let put = |b: &mut [u8]| {
+            let b = &mut b[..len.max(RDMA_HEAD_MAX)];
+            self.put_head(b, word, va);
+            b[at..at + 16].copy_from_slice(&ops);
+            b[len - ICRC_LEN..len].copy_from_slice(&crc);
+        };
+        put(out);
+        if let Some(c) = copy {
+            put(c);
+        }
+        len
+    }
+}
+
 /// A view of a complete RoCEv2 frame this host built (Ethernet, a 20-byte IPv4 header, UDP,
 /// BTH, ...): what a requester needs to hold frames for retransmission without storing their
 /// lengths, and to ask for an ACK on a frame it already sealed.
@@ -761,7 +1005,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RoceFrame<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::ib::{opcode, Rkey, Syndrome};
+    use crate::wire::ib::{opcode, opcode as op, Rkey, Syndrome};
     use proptest::prelude::*;
 
     fn ep() -> RoceEndpoint {
@@ -933,6 +1177,60 @@ mod tests {
             prop_assert_eq!(p.emit(&mut out), t.len());
             prop_assert_eq!(&out, &t);
             prop_assert_eq!(RocePacket::parse(&out).unwrap(), p);
+        }
+
+        #[test]
+        fn rdma_template_matches_the_direct_way(
+            which in 0usize..4, qp in 0u32..(1 << 24), rkey in any::<u32>(),
+            payload in proptest::collection::vec(any::<u8>(), 0..1100),
+            psn in 0u32..(1 << 24), ack in any::<bool>(), va in any::<u64>(), imm in any::<u32>(),
+            swap in any::<u64>(), compare in any::<u64>(), ident in any::<u16>(),
+            garbage in any::<u8>()) {
+            let e = RoceEndpoint { ident, ..ep() };
+            let op = [op::RC_RDMA_WRITE_ONLY, op::RC_RDMA_WRITE_ONLY_IMM, op::RC_FETCH_ADD,
+                      op::RC_COMPARE_SWAP][which];
+            let atomic = which >= 2;
+            let payload: &[u8] = if atomic { &[] } else { &payload };
+            let t = RdmaTemplate::new(&e, op, Qpn::new(qp), Rkey(rkey), payload.len()).unwrap();
+            let direct = FrameTemplate::new(&e, op, Qpn::new(qp), payload.len());
+            prop_assert_eq!(t.frame_len(), direct.frame_len());
+            let len = t.frame_len().max(RDMA_HEAD_MAX);
+            let (mut a, mut a2, mut b) = (vec![garbage; len], vec![!garbage; len], vec![0u8; len]);
+            let psn = Psn::new(psn);
+            let n = if atomic {
+                let r = t.atomic_tail_reg(swap, compare);
+                let atom = AtomicEthRepr { va, rkey: Rkey(rkey), swap_add: swap, compare };
+                direct.emit_atomic(&mut b, psn, ack, &atom);
+                t.emit_atomic(&mut a, Some(&mut a2), psn, ack, va, swap, compare, r)
+            } else {
+                let imm = (which == 1).then_some(imm);
+                let r = t.tail_reg(imm, payload);
+                let reth = RethRepr { va, rkey: Rkey(rkey), dma_len: payload.len() as u32 };
+                direct.emit_write(&mut b, psn, ack, &reth, imm, payload);
+                t.emit_write(&mut a, Some(&mut a2), psn, ack, va, imm, payload, r)
+            };
+            prop_assert_eq!(n, direct.frame_len());
+            prop_assert_eq!(&a[..n], &b[..n]);
+            prop_assert_eq!(&a2[..n], &b[..n]);
+            // The ICRC by a bit-serial CRC that shares no code with either fast path.
+            let f = parse_frame(&a[..n]).unwrap();
+            let mut masked = vec![0xFFu8; 8];
+            masked.extend_from_slice(&a[ethernet::HEADER_LEN..n - ICRC_LEN]);
+            for i in [1, 8, 10, 11] {
+                masked[8 + i] = 0xFF;
+            }
+            masked[8 + 20 + 6] = 0xFF;
+            masked[8 + 20 + 7] = 0xFF;
+            masked[8 + 28 + 4] = 0xFF;
+            let mut reg = 0xFFFF_FFFFu32;
+            for &byte in &masked {
+                reg ^= byte as u32;
+                for _ in 0..8 {
+                    reg = if reg & 1 != 0 { (reg >> 1) ^ 0xEDB8_8320 } else { reg >> 1 };
+                }
+            }
+            prop_assert_eq!(!reg, u32::from_le_bytes(a[n - 4..n].try_into().unwrap()));
+            prop_assert_eq!(f.roce.bth.psn, psn);
         }
 
         #[test]
