@@ -244,15 +244,16 @@ impl KeyHasher {
                 self.reference_slots(IEEE.update(CRC_INIT, bytes), n, out);
             }
             HashProfile::Independent => {
-                self.independent(bytes, n, out);
+                self.independent(key, n, out);
             }
         }
     }
 
     /// Independent profile: the replicas' slots, and the checksum (lane 0 of the one pass).
     #[inline]
-    fn independent(&self, bytes: &[u8], n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
-        let lanes = KEY_LANES.checksums(bytes);
+    fn independent(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
+        let lanes = KEY_LANES.checksums_padded(key.padded(), key.len());
+        let bytes = key.as_bytes();
         for (r, o) in out[..n].iter_mut().enumerate() {
             *o = if r < KEY_LANE_REPLICAS {
                 lanes[1 + r]
@@ -287,7 +288,7 @@ impl KeyHasher {
             }
             HashProfile::Independent => {
                 assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
-                self.independent(key.as_bytes(), n, out)
+                self.independent(key, n, out)
             }
         }
     }
@@ -431,7 +432,7 @@ impl PostcardHasher {
         };
         match self.profile {
             HashProfile::Reference => {
-                let lanes = REFERENCE_POSTCARD_LANES.checksums(key.as_bytes());
+                let lanes = REFERENCE_POSTCARD_LANES.checksums_padded(key.padded(), key.len());
                 d.hop[..hops].copy_from_slice(&lanes[1..1 + hops]);
                 let reg = !lanes[0];
                 for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
@@ -445,7 +446,7 @@ impl PostcardHasher {
             HashProfile::Independent
                 if hops <= POSTCARD_LANE_HOPS && replicas <= POSTCARD_LANE_REPLICAS =>
             {
-                let lanes = POSTCARD_LANES.checksums(key.as_bytes());
+                let lanes = POSTCARD_LANES.checksums_padded(key.padded(), key.len());
                 for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
                     *c = lanes[r] & self.chunk_mask;
                 }
