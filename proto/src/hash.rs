@@ -122,9 +122,10 @@ static REFERENCE_HOP_ENGINES: [Crc32; 5] = engines(&REFERENCE_HOP_POLYNOMIALS);
 /// Key-Write / Key-Increment (independent profile), one pass: lane 0 the checksum, lane 1 + r
 /// replica r's slot function (r < 3; further replicas use their own engines). Four lanes keep
 /// a table row at 16 bytes, one vector XOR per key byte.
-static KEY_LANES: LazyLock<MultiCrc<KEY_LANE_COUNT>> = LazyLock::new(|| {
-    MultiCrc::new(&POLYNOMIALS[CHECKSUM_POLY_INDEX..CHECKSUM_POLY_INDEX + KEY_LANE_COUNT])
-});
+static KEY_LANES: LazyLock<MultiCrc<KEY_LANE_COUNT, { KEY_LANE_COUNT / 2 }>> =
+    LazyLock::new(|| {
+        MultiCrc::new(&POLYNOMIALS[CHECKSUM_POLY_INDEX..CHECKSUM_POLY_INDEX + KEY_LANE_COUNT])
+    });
 const KEY_LANE_COUNT: usize = 4;
 /// Replicas [`KEY_LANES`] covers.
 const KEY_LANE_REPLICAS: usize = KEY_LANE_COUNT - 1;

@@ -162,12 +162,13 @@ pub const MULTI_MAX_LEN: usize = 16;
 /// A CRC register is linear in the input: after `L` bytes it is `A^L(init) ^ Σ A^(L-1-i)(T[b_i])`
 /// with `A` the one-byte register shift and `T` the byte table. Tabulating `A^d(T[b])` by the
 /// byte's distance `d` from the end, for every lane side by side, turns the checksums of a key
-/// under eight polynomials into one table row XOR per key byte (the rows are 32 bytes, so the
-/// compiler uses vector XORs), instead of eight table-driven passes over the key. Tables are
-/// 128 KiB, built once.
-pub struct MultiCrc<const L: usize = LANES> {
-    rows: Box<[Row<L>; MULTI_MAX_LEN]>,
-    base: [[u32; L]; MULTI_MAX_LEN + 1],
+/// under eight polynomials into one table row XOR per key byte, instead of eight table-driven
+/// passes over the key. A row entry holds two lanes per 64-bit word (`W = L / 2` words), so a
+/// key byte costs `W` word XORs whatever the compiler makes of the lanes (left to itself it
+/// split the 32-bit lanes apart and spilled them). Tables are 128 KiB for eight lanes, built once.
+pub struct MultiCrc<const L: usize = LANES, const W: usize = { LANES / 2 }> {
+    rows: Box<[Row<W>; MULTI_MAX_LEN]>,
+    base: [[u64; W]; MULTI_MAX_LEN + 1],
 }
 
 /// One key position's table, followed by a cache line of padding: a row is a multiple of
@@ -176,25 +177,34 @@ pub struct MultiCrc<const L: usize = LANES> {
 /// one 8-way set on every report.
 #[derive(Clone)]
 #[repr(C)]
-struct Row<const L: usize> {
-    t: [[u32; L]; 256],
+struct Row<const W: usize> {
+    t: [[u64; W]; 256],
     _pad: [u8; 64],
 }
 
-impl<const L: usize> MultiCrc<L> {
+/// Sets lane `lane` of a word-packed entry (lanes `2i` and `2i + 1` share word `i`).
+#[inline]
+fn set_lane<const W: usize>(e: &mut [u64; W], lane: usize, v: u32) {
+    let shift = 32 * (lane % 2);
+    let w = &mut e[lane / 2];
+    *w = (*w & !(0xFFFF_FFFFu64 << shift)) | (v as u64) << shift;
+}
+
+impl<const L: usize, const W: usize> MultiCrc<L, W> {
     /// Lanes for `polys` (at most `L`; unused lanes compute nothing useful).
     ///
     /// # Panics
-    /// If more than `L` polynomials are given.
-    pub fn new(polys: &[u32]) -> MultiCrc<L> {
+    /// If more than `L` polynomials are given, or `W` is not `L / 2` with `L` even.
+    pub fn new(polys: &[u32]) -> MultiCrc<L, W> {
+        assert!(L % 2 == 0 && W * 2 == L, "two lanes per word");
         assert!(polys.len() <= L, "too many lanes");
         let empty = Row {
-            t: [[0u32; L]; 256],
+            t: [[0u64; W]; 256],
             _pad: [0; 64],
         };
-        let rows: Box<[Row<L>]> = vec![empty; MULTI_MAX_LEN].into_boxed_slice();
-        let mut rows: Box<[Row<L>; MULTI_MAX_LEN]> = rows.try_into().ok().expect("sixteen rows");
-        let mut base = [[0u32; L]; MULTI_MAX_LEN + 1];
+        let rows: Box<[Row<W>]> = vec![empty; MULTI_MAX_LEN].into_boxed_slice();
+        let mut rows: Box<[Row<W>; MULTI_MAX_LEN]> = rows.try_into().ok().expect("sixteen rows");
+        let mut base = [[0u64; W]; MULTI_MAX_LEN + 1];
         let r = &mut *rows;
         for (lane, &poly) in polys.iter().enumerate() {
             let c = Crc32::new(poly);
@@ -203,17 +213,23 @@ impl<const L: usize> MultiCrc<L> {
                 // Row k serves a byte at distance MULTI_MAX_LEN - 1 - k from the end, so a
                 // `len`-byte input uses rows `MULTI_MAX_LEN - len..` in input order.
                 for row in r.iter_mut().rev() {
-                    row.t[b][lane] = reg;
+                    set_lane(&mut row.t[b], lane, reg);
                     reg = c.update_byte(reg, 0);
                 }
             }
             let mut reg = CRC_INIT;
             for len_base in base.iter_mut() {
-                len_base[lane] = !reg;
+                set_lane(len_base, lane, !reg);
                 reg = c.update_byte(reg, 0);
             }
         }
         MultiCrc { rows, base }
+    }
+
+    /// Unpacks the word-packed lanes.
+    #[inline(always)]
+    fn lanes(acc: [u64; W]) -> [u32; L] {
+        core::array::from_fn(|i| (acc[i / 2] >> (32 * (i % 2))) as u32)
     }
 
     /// The checksum of `data` under every lane's polynomial.
@@ -227,16 +243,16 @@ impl<const L: usize> MultiCrc<L> {
         let rows = &self.rows[MULTI_MAX_LEN - len..];
         for (&b, row) in data.iter().zip(rows) {
             let t = &row.t[b as usize];
-            for l in 0..L {
-                acc[l] ^= t[l];
+            for w in 0..W {
+                acc[w] ^= t[w];
             }
         }
-        acc
+        Self::lanes(acc)
     }
 
     /// [`MultiCrc::checksums`] of `block[16 - len..]`, whose leading bytes are zero (a
-    /// [`crate::Key`]'s padded block): always sixteen rows, so the loop has no length to test
-    /// and unrolls into one vector XOR per byte; the zeros add nothing.
+    /// [`crate::Key`]'s padded block): always sixteen rows, so there is no length to loop on;
+    /// the zeros add nothing.
     ///
     /// # Panics
     /// If `len` is above 16.
@@ -244,17 +260,18 @@ impl<const L: usize> MultiCrc<L> {
     pub fn checksums_padded(&self, block: &[u8; MULTI_MAX_LEN], len: usize) -> [u32; L] {
         debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
         let mut acc = self.base[len];
-        for (&b, row) in block.iter().zip(self.rows.iter()) {
-            let t = &row.t[b as usize];
-            for l in 0..L {
-                acc[l] ^= t[l];
+        let rows = &*self.rows;
+        for j in 0..MULTI_MAX_LEN {
+            let t = &rows[j].t[block[j] as usize];
+            for w in 0..W {
+                acc[w] ^= t[w];
             }
         }
-        acc
+        Self::lanes(acc)
     }
 }
 
-impl<const L: usize> core::fmt::Debug for MultiCrc<L> {
+impl<const L: usize, const W: usize> core::fmt::Debug for MultiCrc<L, W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("MultiCrc")
     }
@@ -383,7 +400,7 @@ mod tests {
             0x741B_8CD7,
             0x32583499,
         ];
-        let m = MultiCrc::<8>::new(&polys);
+        let m = MultiCrc::<8, 4>::new(&polys);
         let data: Vec<u8> = (0..16u32).map(|i| (i * 97 + 5) as u8).collect();
         for len in 0..=MULTI_MAX_LEN {
             let got = m.checksums(&data[..len]);
