@@ -152,17 +152,30 @@ impl Clmul {
     /// consumed.
     #[inline]
     pub fn update_blocks<'d>(self, k: &FoldKeys, state: u32, data: &'d [u8]) -> (u32, &'d [u8]) {
+        self.update_blocks_or(k, state, data, 0)
+    }
+
+    /// [`Clmul::update_blocks`] with `first_or` ORed into the first block (a little-endian
+    /// 128-bit mask): the ICRC's masked BTH byte without a copy of the header.
+    #[inline]
+    pub fn update_blocks_or<'d>(
+        self,
+        k: &FoldKeys,
+        state: u32,
+        data: &'d [u8],
+        first_or: u128,
+    ) -> (u32, &'d [u8]) {
         if data.len() < 16 {
             return (state, data);
         }
         let rest = &data[data.len() - data.len() % 16..];
         if self.native {
-            return (native::update_blocks(k, state, data), rest);
+            return (native::update_blocks(k, state, data, first_or), rest);
         }
         let mut blocks = data.chunks_exact(16);
         let mut x = state as u128;
         if let Some(first) = blocks.next() {
-            x ^= load(first);
+            x ^= load(first) | first_or;
         }
         for b in &mut blocks {
             x = self.fold(k, x) ^ load(b);
@@ -208,8 +221,8 @@ fn native_available() -> bool {
 mod native {
     use core::arch::x86_64::{
         __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
-        _mm_extract_epi64, _mm_loadu_si128, _mm_set_epi64x, _mm_slli_si128, _mm_srli_si128,
-        _mm_xor_si128,
+        _mm_extract_epi64, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_slli_si128,
+        _mm_srli_si128, _mm_xor_si128,
     };
 
     use super::FoldKeys;
@@ -234,13 +247,13 @@ mod native {
     /// [`super::Clmul::update_blocks`] with the accumulator kept in a vector register: a
     /// 16-byte block costs two multiplies and two XORs.
     #[inline]
-    pub(super) fn update_blocks(k: &FoldKeys, state: u32, data: &[u8]) -> u32 {
+    pub(super) fn update_blocks(k: &FoldKeys, state: u32, data: &[u8], first_or: u128) -> u32 {
         // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and SSE4.1.
-        unsafe { update_blocks_pclmul(k, state, data) }
+        unsafe { update_blocks_pclmul(k, state, data, first_or) }
     }
 
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    fn update_blocks_pclmul(k: &FoldKeys, state: u32, data: &[u8]) -> u32 {
+    fn update_blocks_pclmul(k: &FoldKeys, state: u32, data: &[u8], first_or: u128) -> u32 {
         let mut blocks = data.chunks_exact(16);
         let load = |b: &[u8]| {
             let b: &[u8; 16] = b.try_into().expect("a 16-byte block");
@@ -248,7 +261,11 @@ mod native {
             unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
         };
         let first = blocks.next().expect("at least one block");
-        let mut x = _mm_xor_si128(load(first), _mm_cvtsi32_si128(state as i32));
+        let or = _mm_set_epi64x((first_or >> 64) as i64, first_or as i64);
+        let mut x = _mm_xor_si128(
+            _mm_or_si128(load(first), or),
+            _mm_cvtsi32_si128(state as i32),
+        );
         let fold = _mm_set_epi64x(k.fold[1] as i64, k.fold[0] as i64);
         for b in &mut blocks {
             let lo = _mm_clmulepi64_si128::<0x00>(x, fold);
@@ -288,8 +305,10 @@ mod native {
         super::portable_mul(a, b)
     }
 
-    pub(super) fn update_blocks(k: &FoldKeys, state: u32, data: &[u8]) -> u32 {
-        Clmul::portable().update_blocks(k, state, data).0
+    pub(super) fn update_blocks(k: &FoldKeys, state: u32, data: &[u8], first_or: u128) -> u32 {
+        Clmul::portable()
+            .update_blocks_or(k, state, data, first_or)
+            .0
     }
 }
 
@@ -338,6 +357,22 @@ mod tests {
                 let (r, rest) = m.update_blocks(&k, state, &data);
                 prop_assert_eq!(rest.len(), if data.len() < 16 { data.len() } else { data.len() % 16 });
                 prop_assert_eq!(c.update(r, rest), c.update(state, &data));
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_masked_first_block_is_the_masked_message(
+            data in proptest::collection::vec(any::<u8>(), 16..100), mask in any::<u128>()) {
+            let k = FoldKeys::new(0x04C1_1DB7);
+            let mut masked = data.clone();
+            for (b, m) in masked[..16].iter_mut().zip(mask.to_le_bytes()) {
+                *b |= m;
+            }
+            for m in [Clmul::portable(), Clmul::detect()] {
+                let (r, rest) = m.update_blocks_or(&k, CRC_INIT, &data, mask);
+                prop_assert_eq!(IEEE.update(r, rest), IEEE.update(CRC_INIT, &masked));
             }
         }
     }

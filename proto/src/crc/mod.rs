@@ -81,6 +81,25 @@ impl Crc32 {
         self.update_tables(state, data)
     }
 
+    /// [`Crc32::update`] of `data` with `first_or` ORed into its first 16 bytes (a
+    /// little-endian mask), without copying it: masked header bytes, as the ICRC's.
+    ///
+    /// # Panics
+    /// If `data` is shorter than 16 bytes.
+    #[inline]
+    pub fn update_or_first(&self, state: u32, data: &[u8], first_or: u128) -> u32 {
+        if data.len() >= FOLD_MIN_LEN {
+            let m = fold::Clmul::detect();
+            if m.is_native() {
+                let (reg, rest) = m.update_blocks_or(&self.keys, state, data, first_or);
+                return self.update_tables(reg, rest);
+            }
+        }
+        let (head, rest) = data.split_first_chunk::<16>().expect("16 bytes or more");
+        let head = (u128::from_le_bytes(*head) | first_or).to_le_bytes();
+        self.update_tables(self.update_tables(state, &head), rest)
+    }
+
     /// [`Crc32::update`] by the slicing-by-16 tables alone.
     #[inline]
     pub fn update_tables(&self, mut state: u32, data: &[u8]) -> u32 {
