@@ -17,8 +17,8 @@ use std::net::SocketAddrV4;
 
 use dta_proto::batch::TxBatch;
 use dta_proto::meta::StoreMeta;
-use dta_proto::wire::ib::{opcode as op, AtomicEthRepr, Qpn, RethRepr, Rkey};
-use dta_proto::wire::roce::{FrameTemplate, RoceEndpoint, L2L4_LEN};
+use dta_proto::wire::ib::{opcode as op, Qpn, RethRepr, Rkey};
+use dta_proto::wire::roce::{FrameTemplate, RdmaTemplate, RoceEndpoint, L2L4_LEN, RDMA_HEAD_MAX};
 
 use super::pipeline::QpBinding;
 use super::qp::{QpEvent, QpTuning, QpTx, Take};
@@ -94,35 +94,54 @@ impl Emitted {
 
 /// Precomputed frames of one QP.
 struct Templates {
-    write: FrameTemplate,
-    write_imm: FrameTemplate,
+    /// WRITE of the store's payload length, ICRC by linearity (the hot path).
+    write: RdmaTemplate,
+    /// The same with Immediate.
+    write_imm: RdmaTemplate,
     /// Zero-length WRITE (probes, and the no-op that stands in for a frame lost to an overrun).
     probe: FrameTemplate,
     /// Zero-length WRITE with Immediate (notifications without data).
     imm0: FrameTemplate,
     /// FETCH_ADD (Key-Increment stores only).
-    atomic: Option<FrameTemplate>,
+    atomic: Option<RdmaTemplate>,
 }
 
 impl Templates {
-    fn new(ep: &RoceEndpoint, remote: Qpn, payload_len: usize, atomic: bool) -> Templates {
+    fn new(
+        ep: &RoceEndpoint,
+        remote: Qpn,
+        rkey: Rkey,
+        payload_len: usize,
+        atomic: bool,
+    ) -> Templates {
+        let rdma = |opcode| {
+            RdmaTemplate::new(ep, opcode, remote, rkey, payload_len).expect("a WRITE payload fits")
+        };
         Templates {
-            write: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, payload_len),
-            write_imm: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, payload_len),
+            write: rdma(op::RC_RDMA_WRITE_ONLY),
+            write_imm: rdma(op::RC_RDMA_WRITE_ONLY_IMM),
             probe: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, 0),
             imm0: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, 0),
-            atomic: atomic.then(|| FrameTemplate::new(ep, op::RC_FETCH_ADD, remote, 0)),
+            atomic: atomic.then(|| {
+                RdmaTemplate::new(ep, op::RC_FETCH_ADD, remote, rkey, 0).expect("an atomic")
+            }),
         }
     }
 
-    /// The longest frame these templates emit (the ring's slot size).
+    /// The ring's slot size: the longest frame these templates emit, and at least the head an
+    /// [`RdmaTemplate`] copies whole.
     fn max_frame_len(&self) -> usize {
-        [&self.write, &self.write_imm, &self.probe, &self.imm0]
-            .into_iter()
-            .chain(self.atomic.as_ref())
-            .map(FrameTemplate::frame_len)
-            .max()
-            .unwrap_or(0)
+        [
+            self.write.frame_len(),
+            self.write_imm.frame_len(),
+            self.probe.frame_len(),
+            self.imm0.frame_len(),
+            self.atomic.as_ref().map_or(0, RdmaTemplate::frame_len),
+            RDMA_HEAD_MAX,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
     }
 }
 
@@ -173,6 +192,7 @@ impl QpSender {
         let tmpl = Templates::new(
             spec.ep,
             spec.binding.remote_qpn,
+            Rkey(spec.meta.rkey),
             spec.payload_len,
             spec.atomic,
         );
@@ -203,6 +223,7 @@ impl QpSender {
         self.tmpl = Templates::new(
             &self.ep,
             qpb.remote_qpn,
+            self.rkey,
             self.payload_len,
             self.tmpl.atomic.is_some(),
         );
@@ -230,15 +251,12 @@ impl QpSender {
         Err(why)
     }
 
-    /// The RETH for `len` bytes at region offset `offset`; `None` if that is outside the region.
+    /// The address of `len` bytes at region offset `offset`; `None` if that is outside the
+    /// region.
     #[inline]
-    fn reth(&self, offset: u64, len: usize) -> Option<RethRepr> {
+    fn va(&self, offset: u64, len: usize) -> Option<u64> {
         let end = offset.checked_add(len as u64)?;
-        (end <= self.region_len).then_some(RethRepr {
-            va: self.base + offset,
-            rkey: self.rkey,
-            dma_len: len as u32,
-        })
+        (end <= self.region_len).then_some(self.base + offset)
     }
 
     /// Writes `payload` (the store's WRITE payload length) at region offset `offset`. Refused
@@ -252,7 +270,35 @@ impl QpSender {
         payload: &[u8],
         c: &mut TranslatorCounters,
     ) -> Result<(), FrameRefusal> {
-        self.emit(now, tx, offset, payload, None, c)
+        if payload.is_empty() {
+            return self.emit_empty(now, tx, offset, None, c);
+        }
+        let tail = self.tmpl.write.tail_reg(None, payload);
+        self.emit_rdma(now, tx, offset, payload.len(), None, payload, tail, c)
+    }
+
+    /// [`QpSender::write`] of the same `payload` at each of `offsets` (a key's or a flow's
+    /// replicas), the first as WRITE with Immediate `imm` when given. The payload's share of
+    /// the ICRC is computed once for all of them. Returns what became of the frames.
+    #[inline(always)]
+    pub fn write_replicas(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offsets: &[u64],
+        payload: &[u8],
+        imm: Option<u32>,
+        c: &mut TranslatorCounters,
+    ) -> Emitted {
+        let mut sent = Emitted::default();
+        let tail = self.tmpl.write.tail_reg(None, payload);
+        for (i, &offset) in offsets.iter().enumerate() {
+            sent.note(match imm.filter(|_| i == 0) {
+                Some(v) => self.write_imm(now, tx, offset, payload, v, c),
+                None => self.emit_rdma(now, tx, offset, payload.len(), None, payload, tail, c),
+            });
+        }
+        sent
     }
 
     /// [`QpSender::write`] as WRITE with Immediate `imm` (an empty `payload`: a notification
@@ -267,46 +313,97 @@ impl QpSender {
         imm: u32,
         c: &mut TranslatorCounters,
     ) -> Result<(), FrameRefusal> {
-        let r = self.emit(now, tx, offset, payload, Some(imm), c);
+        let r = if payload.is_empty() {
+            self.emit_empty(now, tx, offset, Some(imm), c)
+        } else {
+            let tail = self.tmpl.write_imm.tail_reg(Some(imm), payload);
+            self.emit_rdma(now, tx, offset, payload.len(), Some(imm), payload, tail, c)
+        };
         c.frames_imm += r.is_ok() as u64;
         r
     }
 
+    /// Emits a WRITE (with Immediate when `imm` is given) of `payload`, whose share of the
+    /// ICRC is `tail`, or a FETCH_ADD of `delta` (`payload` empty, `tail` its share).
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn emit(
+    fn emit_rdma(
         &mut self,
         now: u64,
         tx: &mut TxBatch,
         offset: u64,
-        payload: &[u8],
+        len: usize,
         imm: Option<u32>,
+        payload: &[u8],
+        tail: u32,
         c: &mut TranslatorCounters,
     ) -> Result<(), FrameRefusal> {
-        let Some(reth) = self.reth(offset, payload.len()) else {
+        let Some(va) = self.va(offset, len) else {
             return self.refuse(FrameRefusal::OutOfRegion, c);
         };
         let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
             return self.refuse(FrameRefusal::QueueFull, c);
         };
-        let t = match (imm, payload.is_empty()) {
-            (None, false) => &self.tmpl.write,
-            (Some(_), false) => &self.tmpl.write_imm,
-            (Some(_), true) => &self.tmpl.imm0,
-            (None, true) => &self.tmpl.probe,
+        let t = match imm {
+            None => &self.tmpl.write,
+            Some(_) => &self.tmpl.write_imm,
         };
         match take {
             Take::Direct { psn, ack_req } => {
                 let qp = &mut self.qp;
-                let ok = tx.push_with(self.dest, self.off, |buf| match qp.direct_slot(psn) {
-                    Some(copy) => t.emit_write_twice(buf, copy, psn, ack_req, &reth, imm, payload),
-                    None => t.emit_write(buf, psn, ack_req, &reth, imm, payload),
+                let ok = tx.push_with(self.dest, self.off, |buf| {
+                    let copy = qp.direct_slot(psn);
+                    t.emit_write(buf, copy, psn, ack_req, va, imm, payload, tail)
                 });
                 debug_assert!(ok, "room was checked");
                 c.frames += 1;
             }
             Take::Queued { psn } => {
                 let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
-                t.emit_write(slot, psn, false, &reth, imm, payload);
+                t.emit_write(slot, None, psn, false, va, imm, payload, tail);
+            }
+        }
+        Ok(())
+    }
+
+    /// A zero-length WRITE (with Immediate when given): no payload, no memory access.
+    #[cold]
+    fn emit_empty(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        imm: Option<u32>,
+        c: &mut TranslatorCounters,
+    ) -> Result<(), FrameRefusal> {
+        let Some(va) = self.va(offset, 0) else {
+            return self.refuse(FrameRefusal::OutOfRegion, c);
+        };
+        let reth = RethRepr {
+            va,
+            rkey: self.rkey,
+            dma_len: 0,
+        };
+        let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
+            return self.refuse(FrameRefusal::QueueFull, c);
+        };
+        let t = match imm {
+            None => &self.tmpl.probe,
+            Some(_) => &self.tmpl.imm0,
+        };
+        match take {
+            Take::Direct { psn, ack_req } => {
+                let qp = &mut self.qp;
+                let ok = tx.push_with(self.dest, self.off, |buf| match qp.direct_slot(psn) {
+                    Some(copy) => t.emit_write_twice(buf, copy, psn, ack_req, &reth, imm, &[]),
+                    None => t.emit_write(buf, psn, ack_req, &reth, imm, &[]),
+                });
+                debug_assert!(ok, "room was checked");
+                c.frames += 1;
+            }
+            Take::Queued { psn } => {
+                let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
+                t.emit_write(slot, psn, false, &reth, imm, &[]);
             }
         }
         Ok(())
@@ -322,31 +419,71 @@ impl QpSender {
         delta: u64,
         c: &mut TranslatorCounters,
     ) -> Result<(), FrameRefusal> {
-        let (Some(reth), Some(t)) = (self.reth(offset, 8), self.tmpl.atomic.as_ref()) else {
+        let Some(t) = self.tmpl.atomic.as_ref() else {
+            return self.refuse(FrameRefusal::OutOfRegion, c);
+        };
+        let tail = t.atomic_tail_reg(delta, 0);
+        self.emit_fetch_add(now, tx, offset, delta, tail, c)
+    }
+
+    /// [`QpSender::fetch_add`] of the same `delta` at each of `offsets` (a key's replicas),
+    /// the operand's share of the ICRC computed once.
+    #[inline(always)]
+    pub fn fetch_add_replicas(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offsets: &[u64],
+        delta: u64,
+        c: &mut TranslatorCounters,
+    ) -> Emitted {
+        let mut sent = Emitted::default();
+        let Some(tail) = self
+            .tmpl
+            .atomic
+            .as_ref()
+            .map(|t| t.atomic_tail_reg(delta, 0))
+        else {
+            for _ in offsets {
+                sent.note(self.refuse(FrameRefusal::OutOfRegion, c));
+            }
+            return sent;
+        };
+        for &offset in offsets {
+            sent.note(self.emit_fetch_add(now, tx, offset, delta, tail, c));
+        }
+        sent
+    }
+
+    #[inline(always)]
+    fn emit_fetch_add(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        delta: u64,
+        tail: u32,
+        c: &mut TranslatorCounters,
+    ) -> Result<(), FrameRefusal> {
+        let (Some(va), Some(t)) = (self.va(offset, 8), self.tmpl.atomic.as_ref()) else {
             return self.refuse(FrameRefusal::OutOfRegion, c);
         };
         let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
             return self.refuse(FrameRefusal::QueueFull, c);
         };
-        let atomic = AtomicEthRepr {
-            va: reth.va,
-            rkey: reth.rkey,
-            swap_add: delta,
-            compare: 0,
-        };
         match take {
             Take::Direct { psn, ack_req } => {
                 let qp = &mut self.qp;
-                let ok = tx.push_with(self.dest, self.off, |buf| match qp.direct_slot(psn) {
-                    Some(copy) => t.emit_atomic_twice(buf, copy, psn, ack_req, &atomic),
-                    None => t.emit_atomic(buf, psn, ack_req, &atomic),
+                let ok = tx.push_with(self.dest, self.off, |buf| {
+                    let copy = qp.direct_slot(psn);
+                    t.emit_atomic(buf, copy, psn, ack_req, va, delta, 0, tail)
                 });
                 debug_assert!(ok, "room was checked");
                 c.frames += 1;
             }
             Take::Queued { psn } => {
                 let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
-                t.emit_atomic(slot, psn, false, &atomic);
+                t.emit_atomic(slot, None, psn, false, va, delta, 0, tail);
             }
         }
         c.frames_atomic += 1;

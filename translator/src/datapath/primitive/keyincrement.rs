@@ -8,7 +8,7 @@ use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::{Primitive, Report};
 
 use super::{Refusal, StorePrimitive};
-use crate::datapath::sender::{Emitted, QpSender};
+use crate::datapath::sender::QpSender;
 use crate::datapath::stats::TranslatorCounters;
 
 /// A Key-Increment store's translation state (stateless beyond its geometry).
@@ -81,10 +81,11 @@ impl StorePrimitive for KeyIncrement {
         let n = *redundancy as usize;
         let mut slots = [0u32; MAX_REDUNDANCY];
         self.hasher.slots(key, n, &mut slots);
-        let mut sent = Emitted::default();
-        for &slot in &slots[..n] {
-            sent.note(out.fetch_add(now, tx, self.layout.slot_offset(slot), *delta, c));
+        let mut offsets = [0u64; MAX_REDUNDANCY];
+        for (o, &slot) in offsets.iter_mut().zip(&slots[..n]) {
+            *o = self.layout.slot_offset(slot);
         }
+        let mut sent = out.fetch_add_replicas(now, tx, &offsets[..n], *delta, c);
         if r.header.immediate {
             // A zero-length WRITE with Immediate tells the collector's CPU which key changed.
             let checksum = self.hasher.checksum(key);

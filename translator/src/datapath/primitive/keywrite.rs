@@ -8,7 +8,7 @@ use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::{Primitive, Report};
 
 use super::{Refusal, StorePrimitive};
-use crate::datapath::sender::{Emitted, QpSender};
+use crate::datapath::sender::QpSender;
 use crate::datapath::stats::TranslatorCounters;
 
 /// A Key-Write store's translation state (stateless beyond its geometry).
@@ -92,16 +92,13 @@ impl StorePrimitive for KeyWrite {
         let mut payload = [0u8; 64];
         self.layout
             .encode_slot(checksum, value.as_bytes(), &mut payload[..ss]);
-        let mut sent = Emitted::default();
-        for (i, &slot) in slots[..n].iter().enumerate() {
-            let offset = self.layout.slot_offset(slot);
-            sent.note(if imm && i == 0 {
-                out.write_imm(now, tx, offset, &payload[..ss], checksum, c)
-            } else {
-                out.write(now, tx, offset, &payload[..ss], c)
-            });
+        let mut offsets = [0u64; MAX_REDUNDANCY];
+        for (o, &slot) in offsets.iter_mut().zip(&slots[..n]) {
+            *o = self.layout.slot_offset(slot);
         }
-        sent.account(1, c);
+        let imm = imm.then_some(checksum);
+        out.write_replicas(now, tx, &offsets[..n], &payload[..ss], imm, c)
+            .account(1, c);
     }
 
     fn poll(&mut self, _: u64, _: &mut QpSender, _: &mut TxBatch, _: &mut TranslatorCounters) {}

@@ -14,7 +14,7 @@ use dta_proto::wire::report::{Primitive, Report};
 use dta_proto::Key;
 
 use super::{PrimitiveConfig, Refusal, Shard, StorePrimitive};
-use crate::datapath::sender::{Emitted, QpSender};
+use crate::datapath::sender::QpSender;
 use crate::datapath::stats::TranslatorCounters;
 
 /// No precomputed cache index.
@@ -129,15 +129,12 @@ impl Postcarding {
         let cs = self.layout.chunk_size() as usize;
         let imm = e.immediate.then_some(d.chunk[0]);
         let reports = e.count as u64;
-        let mut sent = Emitted::default();
-        for (j, &chunk_idx) in d.chunk[..n].iter().enumerate() {
-            let offset = self.layout.chunk_offset(chunk_idx);
-            sent.note(match imm.filter(|_| j == 0) {
-                Some(v) => out.write_imm(now, tx, offset, &chunk[..cs], v, c),
-                None => out.write(now, tx, offset, &chunk[..cs], c),
-            });
+        let mut offsets = [0u64; MAX_REDUNDANCY];
+        for (o, &chunk_idx) in offsets.iter_mut().zip(&d.chunk[..n]) {
+            *o = self.layout.chunk_offset(chunk_idx);
         }
-        sent.account(reports, c);
+        out.write_replicas(now, tx, &offsets[..n], &chunk[..cs], imm, c)
+            .account(reports, c);
     }
 }
 
