@@ -662,9 +662,19 @@ impl FrameTemplate {
     }
 }
 
-/// Longest head an [`RdmaTemplate`] copies: the headers through the BTH and an AtomicETH. It
-/// copies this many bytes whatever its own head, so buffers it emits into are at least this long.
-pub const RDMA_HEAD_MAX: usize = HEADERS_WITH_BTH + ATOMIC_ETH_LEN;
+/// The head an [`RdmaTemplate`] copies, whatever its own: the headers through the BTH and the
+/// longest extension headers (an AtomicETH), rounded up to whole 16-byte moves. Buffers it
+/// emits into are at least this long.
+pub const RDMA_HEAD_MAX: usize = (HEADERS_WITH_BTH + ATOMIC_ETH_LEN).next_multiple_of(16);
+
+/// Largest payload [`RdmaTemplate::emit_write_padded`] takes: a Key-Write slot or a Postcarding
+/// chunk, copied as one fixed-size block.
+pub const PADDED_PAYLOAD: usize = 64;
+
+/// Room [`RdmaTemplate::emit_write_padded`] needs in a buffer: it stores whole fixed-size blocks
+/// (the head, then the padded payload) and copies the frame in 32-byte moves.
+pub const RDMA_PADDED_ROOM: usize =
+    (HEADERS_WITH_BTH + RETH_LEN + IMMDT_LEN + PADDED_PAYLOAD).next_multiple_of(32);
 
 /// Which request an [`RdmaTemplate`] builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -868,6 +878,78 @@ impl RdmaTemplate {
             put(c);
         }
         len
+    }
+
+    /// [`RdmaTemplate::emit_write`] of a payload of at most [`PADDED_PAYLOAD`] bytes held at
+    /// the start of a zero-filled block (`payload[payload_len()..]` must be zero: they become
+    /// the pad), with fixed-size moves only: the head, the block and, into `copy`, the frame.
+    /// `tail_reg` is [`RdmaTemplate::padded_tail_reg`]. Both buffers need
+    /// [`RDMA_PADDED_ROOM`] bytes; what lies past the frame in them is unspecified.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn emit_write_padded(
+        &self,
+        out: &mut [u8],
+        copy: Option<&mut [u8]>,
+        psn: Psn,
+        ack_req: bool,
+        va: u64,
+        imm: Option<u32>,
+        payload: &[u8; PADDED_PAYLOAD],
+        tail_reg: u32,
+    ) -> usize {
+        assert!(self.payload_len <= PADDED_PAYLOAD && self.kind != RdmaKind::Atomic);
+        debug_assert!(payload[self.payload_len..].iter().all(|&b| b == 0));
+        let len = self.frame_len;
+        let word = ((ack_req as u32) << 31 | psn.value()).to_be_bytes();
+        let crc = self.icrc(word, va, tail_reg);
+        let b: &mut [u8; RDMA_PADDED_ROOM] = (&mut out[..RDMA_PADDED_ROOM])
+            .try_into()
+            .expect("room for a padded frame");
+        self.put_head(b, word, va);
+        let body = self.head_len;
+        if let Some(v) = imm {
+            b[body - IMMDT_LEN..body].copy_from_slice(&v.to_be_bytes());
+        }
+        let block: &mut [u8; PADDED_PAYLOAD] = (&mut b[body..body + PADDED_PAYLOAD])
+            .try_into()
+            .expect("within the room");
+        *block = *payload;
+        b[len - ICRC_LEN..len].copy_from_slice(&crc);
+        if let Some(c) = copy {
+            let c: &mut [u8; RDMA_PADDED_ROOM] = (&mut c[..RDMA_PADDED_ROOM])
+                .try_into()
+                .expect("room for a padded frame");
+            // Whole 32-byte moves up to the frame's end.
+            for (d, s) in c
+                .chunks_exact_mut(32)
+                .zip(b.chunks_exact(32))
+                .take(len.div_ceil(32))
+            {
+                let d: &mut [u8; 32] = d.try_into().expect("32 bytes");
+                *d = s.try_into().expect("32 bytes");
+            }
+        }
+        len
+    }
+
+    /// [`RdmaTemplate::tail_reg`] of a payload held at the start of a zero-filled block
+    /// ([`RdmaTemplate::emit_write_padded`]): its pad comes from the block.
+    #[inline]
+    pub fn padded_tail_reg(&self, imm: Option<u32>, payload: &[u8; PADDED_PAYLOAD]) -> u32 {
+        assert!(
+            self.payload_len <= PADDED_PAYLOAD
+                && imm.is_some() == (self.kind == RdmaKind::WriteImm)
+                && self.kind != RdmaKind::Atomic
+        );
+        let reg = match imm {
+            Some(v) => IEEE.update(0, &v.to_be_bytes()),
+            None => 0,
+        };
+        IEEE.update(
+            reg,
+            &payload[..self.payload_len + pad_len(self.payload_len)],
+        )
     }
 
     /// Emits an atomic (FETCH_ADD or COMPARE_SWAP, as the template) at address `va` into
@@ -1212,6 +1294,18 @@ mod tests {
             prop_assert_eq!(n, direct.frame_len());
             prop_assert_eq!(&a[..n], &b[..n]);
             prop_assert_eq!(&a2[..n], &b[..n]);
+            if !atomic && payload.len() <= PADDED_PAYLOAD {
+                let mut block = [0u8; PADDED_PAYLOAD];
+                block[..payload.len()].copy_from_slice(payload);
+                let imm = (which == 1).then_some(imm);
+                let r = t.padded_tail_reg(imm, &block);
+                prop_assert_eq!(r, t.tail_reg(imm, payload));
+                let (mut p, mut p2) = (vec![garbage; RDMA_PADDED_ROOM], vec![!garbage; RDMA_PADDED_ROOM]);
+                let m = t.emit_write_padded(&mut p, Some(&mut p2), psn, ack, va, imm, &block, r);
+                prop_assert_eq!(m, n);
+                prop_assert_eq!(&p[..n], &b[..n]);
+                prop_assert_eq!(&p2[..n], &b[..n]);
+            }
             // The ICRC by a bit-serial CRC that shares no code with either fast path.
             let f = parse_frame(&a[..n]).unwrap();
             let mut masked = vec![0xFFu8; 8];

@@ -18,7 +18,9 @@ use std::net::SocketAddrV4;
 use dta_proto::batch::TxBatch;
 use dta_proto::meta::StoreMeta;
 use dta_proto::wire::ib::{opcode as op, Qpn, RethRepr, Rkey};
-use dta_proto::wire::roce::{FrameTemplate, RdmaTemplate, RoceEndpoint, L2L4_LEN, RDMA_HEAD_MAX};
+use dta_proto::wire::roce::{
+    FrameTemplate, RdmaTemplate, RoceEndpoint, L2L4_LEN, PADDED_PAYLOAD, RDMA_PADDED_ROOM,
+};
 
 use super::pipeline::QpBinding;
 use super::qp::{QpEvent, QpTuning, QpTx, Take};
@@ -128,8 +130,8 @@ impl Templates {
         }
     }
 
-    /// The ring's slot size: the longest frame these templates emit, and at least the head an
-    /// [`RdmaTemplate`] copies whole.
+    /// The ring's slot size: the longest frame these templates emit, and at least the room an
+    /// [`RdmaTemplate`] stores whole blocks into.
     fn max_frame_len(&self) -> usize {
         [
             self.write.frame_len(),
@@ -137,7 +139,7 @@ impl Templates {
             self.probe.frame_len(),
             self.imm0.frame_len(),
             self.atomic.as_ref().map_or(0, RdmaTemplate::frame_len),
-            RDMA_HEAD_MAX,
+            RDMA_PADDED_ROOM,
         ]
         .into_iter()
         .max()
@@ -277,28 +279,77 @@ impl QpSender {
         self.emit_rdma(now, tx, offset, payload.len(), None, payload, tail, c)
     }
 
-    /// [`QpSender::write`] of the same `payload` at each of `offsets` (a key's or a flow's
-    /// replicas), the first as WRITE with Immediate `imm` when given. The payload's share of
-    /// the ICRC is computed once for all of them. Returns what became of the frames.
+    /// [`QpSender::write`] of the same payload at each of `offsets` (a key's or a flow's
+    /// replicas), the first as WRITE with Immediate `imm` when given. The payload is the
+    /// store's payload length at the start of a zero-filled block (a Key-Write slot, a
+    /// Postcarding chunk; the store's payload is at most [`PADDED_PAYLOAD`] bytes): frames are
+    /// built with fixed-size moves, and the payload's share of the ICRC is computed once for
+    /// all of them. Returns what became of the frames.
     #[inline(always)]
     pub fn write_replicas(
         &mut self,
         now: u64,
         tx: &mut TxBatch,
         offsets: &[u64],
-        payload: &[u8],
+        payload: &[u8; PADDED_PAYLOAD],
         imm: Option<u32>,
         c: &mut TranslatorCounters,
     ) -> Emitted {
         let mut sent = Emitted::default();
-        let tail = self.tmpl.write.tail_reg(None, payload);
+        let tail = self.tmpl.write.padded_tail_reg(None, payload);
         for (i, &offset) in offsets.iter().enumerate() {
             sent.note(match imm.filter(|_| i == 0) {
-                Some(v) => self.write_imm(now, tx, offset, payload, v, c),
-                None => self.emit_rdma(now, tx, offset, payload.len(), None, payload, tail, c),
+                Some(v) => {
+                    let tail = self.tmpl.write_imm.padded_tail_reg(Some(v), payload);
+                    let r = self.emit_padded(now, tx, offset, Some(v), payload, tail, c);
+                    c.frames_imm += r.is_ok() as u64;
+                    r
+                }
+                None => self.emit_padded(now, tx, offset, None, payload, tail, c),
             });
         }
         sent
+    }
+
+    /// [`QpSender::emit_rdma`] of a padded payload ([`QpSender::write_replicas`]).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn emit_padded(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offset: u64,
+        imm: Option<u32>,
+        payload: &[u8; PADDED_PAYLOAD],
+        tail: u32,
+        c: &mut TranslatorCounters,
+    ) -> Result<(), FrameRefusal> {
+        let Some(va) = self.va(offset, self.payload_len) else {
+            return self.refuse(FrameRefusal::OutOfRegion, c);
+        };
+        let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
+            return self.refuse(FrameRefusal::QueueFull, c);
+        };
+        let t = match imm {
+            None => &self.tmpl.write,
+            Some(_) => &self.tmpl.write_imm,
+        };
+        match take {
+            Take::Direct { psn, ack_req } => {
+                let qp = &mut self.qp;
+                let ok = tx.push_with(self.dest, self.off, |buf| {
+                    let copy = qp.direct_slot(psn);
+                    t.emit_write_padded(buf, copy, psn, ack_req, va, imm, payload, tail)
+                });
+                debug_assert!(ok, "room was checked");
+                c.frames += 1;
+            }
+            Take::Queued { psn } => {
+                let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
+                t.emit_write_padded(slot, None, psn, false, va, imm, payload, tail);
+            }
+        }
+        Ok(())
     }
 
     /// [`QpSender::write`] as WRITE with Immediate `imm` (an empty `payload`: a notification

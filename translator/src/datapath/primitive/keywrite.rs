@@ -97,7 +97,7 @@ impl StorePrimitive for KeyWrite {
             *o = self.layout.slot_offset(slot);
         }
         let imm = imm.then_some(checksum);
-        out.write_replicas(now, tx, &offsets[..n], &payload[..ss], imm, c)
+        out.write_replicas(now, tx, &offsets[..n], &payload, imm, c)
             .account(1, c);
     }
 

@@ -126,14 +126,13 @@ impl Postcarding {
             };
             word.copy_from_slice(&w);
         }
-        let cs = self.layout.chunk_size() as usize;
         let imm = e.immediate.then_some(d.chunk[0]);
         let reports = e.count as u64;
         let mut offsets = [0u64; MAX_REDUNDANCY];
         for (o, &chunk_idx) in offsets.iter_mut().zip(&d.chunk[..n]) {
             *o = self.layout.chunk_offset(chunk_idx);
         }
-        out.write_replicas(now, tx, &offsets[..n], &chunk[..cs], imm, c)
+        out.write_replicas(now, tx, &offsets[..n], &chunk, imm, c)
             .account(reports, c);
     }
 }
