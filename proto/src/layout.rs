@@ -136,6 +136,27 @@ impl KeyWriteLayout {
         pad.fill(0);
     }
 
+    /// [`KeyWriteLayout::encode_slot`] into a zero-filled 64-byte block, with fixed-size moves
+    /// (the value's own zero-padded block lands after the checksum; what passes the slot is
+    /// zero, since the value is no wider than the slot): the block
+    /// `QpSender::write_replicas` takes.
+    ///
+    /// # Panics
+    /// If `value` is longer than [`KeyWriteLayout::value_width`].
+    #[inline]
+    pub fn encode_slot_padded(&self, checksum: u32, value: &crate::Value, out: &mut [u8; 64]) {
+        assert!(
+            value.len() <= self.value_width(),
+            "value wider than the slot"
+        );
+        out[..Self::CHECKSUM_LEN].copy_from_slice(&checksum.to_le_bytes());
+        let v: &mut [u8; crate::MAX_VALUE_LEN] = (&mut out
+            [Self::CHECKSUM_LEN..Self::CHECKSUM_LEN + crate::MAX_VALUE_LEN])
+            .try_into()
+            .expect("32 bytes");
+        *v = *value.padded();
+    }
+
     /// Splits one slot's bytes into its checksum and its value bytes (`value_width` long).
     ///
     /// # Panics

@@ -88,10 +88,9 @@ impl StorePrimitive for KeyWrite {
         let n = *redundancy as usize;
         let mut slots = [0u32; MAX_REDUNDANCY];
         let checksum = self.hasher.checksum_and_slots(key, n, &mut slots);
-        let ss = self.layout.slot_size() as usize;
         let mut payload = [0u8; 64];
         self.layout
-            .encode_slot(checksum, value.as_bytes(), &mut payload[..ss]);
+            .encode_slot_padded(checksum, value, &mut payload);
         let mut offsets = [0u64; MAX_REDUNDANCY];
         for (o, &slot) in offsets.iter_mut().zip(&slots[..n]) {
             *o = self.layout.slot_offset(slot);
