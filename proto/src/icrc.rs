@@ -152,6 +152,25 @@ impl WindowTables {
         WindowTables { t }
     }
 
+    /// The register share of a window holding the PSN word `word` and an address whose XOR
+    /// with the template's address is `dva`. With `narrow`, `dva` is known to fit its low four
+    /// bytes (the region lies within one 4 GiB-aligned span of addresses, as every region
+    /// below 4 GiB does) and the other four, zero, are not looked up.
+    #[inline(always)]
+    pub fn share_word_va(&self, word: u32, dva: u64, narrow: bool) -> u32 {
+        let t = &self.t;
+        let w = word.to_be_bytes();
+        let v = dva.to_be_bytes();
+        let a = t[0][w[0] as usize] ^ t[1][w[1] as usize] ^ t[2][w[2] as usize];
+        let b = t[3][w[3] as usize] ^ t[8][v[4] as usize] ^ t[9][v[5] as usize];
+        let c = t[10][v[6] as usize] ^ t[11][v[7] as usize];
+        if narrow {
+            return a ^ b ^ c;
+        }
+        let d = t[4][v[0] as usize] ^ t[5][v[1] as usize] ^ t[6][v[2] as usize];
+        a ^ b ^ c ^ d ^ t[7][v[3] as usize]
+    }
+
     /// The register share of `window` (the PSN word and the virtual address, as on the wire).
     #[inline(always)]
     pub fn share(&self, window: &[u8; WINDOW_LEN]) -> u32 {

@@ -19,7 +19,8 @@ use dta_proto::batch::TxBatch;
 use dta_proto::meta::StoreMeta;
 use dta_proto::wire::ib::{opcode as op, Qpn, RethRepr, Rkey};
 use dta_proto::wire::roce::{
-    FrameTemplate, RdmaTemplate, RoceEndpoint, L2L4_LEN, PADDED_PAYLOAD, RDMA_PADDED_ROOM,
+    FrameTemplate, RdmaRegion, RdmaTemplate, RoceEndpoint, L2L4_LEN, PADDED_PAYLOAD,
+    RDMA_PADDED_ROOM,
 };
 
 use super::pipeline::QpBinding;
@@ -112,12 +113,13 @@ impl Templates {
     fn new(
         ep: &RoceEndpoint,
         remote: Qpn,
-        rkey: Rkey,
+        region: RdmaRegion,
         payload_len: usize,
         atomic: bool,
     ) -> Templates {
         let rdma = |opcode| {
-            RdmaTemplate::new(ep, opcode, remote, rkey, payload_len).expect("a WRITE payload fits")
+            RdmaTemplate::new(ep, opcode, remote, region, payload_len)
+                .expect("a WRITE payload fits")
         };
         Templates {
             write: rdma(op::RC_RDMA_WRITE_ONLY),
@@ -125,7 +127,7 @@ impl Templates {
             probe: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, 0),
             imm0: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY_IMM, remote, 0),
             atomic: atomic.then(|| {
-                RdmaTemplate::new(ep, op::RC_FETCH_ADD, remote, rkey, 0).expect("an atomic")
+                RdmaTemplate::new(ep, op::RC_FETCH_ADD, remote, region, 0).expect("an atomic")
             }),
         }
     }
@@ -194,7 +196,11 @@ impl QpSender {
         let tmpl = Templates::new(
             spec.ep,
             spec.binding.remote_qpn,
-            Rkey(spec.meta.rkey),
+            RdmaRegion {
+                va: spec.meta.addr,
+                len: spec.meta.len,
+                rkey: Rkey(spec.meta.rkey),
+            },
             spec.payload_len,
             spec.atomic,
         );
@@ -225,7 +231,11 @@ impl QpSender {
         self.tmpl = Templates::new(
             &self.ep,
             qpb.remote_qpn,
-            self.rkey,
+            RdmaRegion {
+                va: self.base,
+                len: self.region_len,
+                rkey: self.rkey,
+            },
             self.payload_len,
             self.tmpl.atomic.is_some(),
         );
