@@ -71,8 +71,9 @@ impl Crc32 {
     /// Start from [`CRC_INIT`]; the final CRC is `!state` (see [`Crc32::finish`]).
     #[inline]
     pub fn update(&self, state: u32, data: &[u8]) -> u32 {
-        if data.len() >= FOLD_MIN_LEN && fold::Clmul::detect().is_native() {
-            let (reg, rest) = fold::Clmul::detect().update_blocks(&self.keys, state, data);
+        let m = fold::Clmul::detect();
+        if data.len() >= FOLD_MIN_LEN && m.is_native() {
+            let (reg, rest) = m.update_blocks(&self.keys, state, data);
             return if rest.is_empty() {
                 reg
             } else {
