@@ -42,6 +42,7 @@ pub mod analysis;
 pub mod batch;
 pub mod cluster;
 pub mod consts;
+pub mod cpu;
 pub mod crc;
 pub mod geometry;
 pub mod hash;

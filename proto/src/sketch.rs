@@ -254,27 +254,10 @@ pub fn merge_wire_cells(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]
         4 => {
             let n = dst.len().min(cells.len() / 4);
             let (dst, cells) = (&mut dst[..n], &cells[..n * 4]);
-            // One loop per op, each a lane-wise byte swap and a vector op.
-            match op {
-                MergeOp::Sum => {
-                    for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
-                        let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-                        *d = d.saturating_add(s);
-                    }
-                }
-                MergeOp::Max => {
-                    for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
-                        let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-                        *d = (*d).max(s);
-                    }
-                }
-                MergeOp::SignedSum => {
-                    for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
-                        let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-                        *d = d.wrapping_add(s);
-                    }
-                }
+            if wide::merge_words(op, dst, cells) {
+                return;
             }
+            merge_words(op, dst, cells);
         }
         2 => {
             for (d, c) in dst.iter_mut().zip(cells.chunks_exact(2)) {
@@ -297,6 +280,60 @@ pub fn merge_wire_cells(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]
                 *d = merge_one(op, cap, *d, s);
             }
         }
+    }
+}
+
+/// The 4-byte merge: one loop per op, each a lane-wise byte swap and a vector op (the
+/// compiler vectorizes them; [`wide`] compiles the same loops for AVX2).
+#[inline(always)]
+fn merge_words(op: MergeOp, dst: &mut [u32], cells: &[u8]) {
+    match op {
+        MergeOp::Sum => {
+            for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
+                let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                *d = d.saturating_add(s);
+            }
+        }
+        MergeOp::Max => {
+            for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
+                let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                *d = (*d).max(s);
+            }
+        }
+        MergeOp::SignedSum => {
+            for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
+                let s = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                *d = d.wrapping_add(s);
+            }
+        }
+    }
+}
+
+/// [`merge_words`] compiled for AVX2 (eight lanes per instruction, byte swaps by shuffle),
+/// chosen at run time when the CPU has it ([`crate::cpu`]); the portable loops otherwise.
+mod wide {
+    use super::MergeOp;
+
+    /// Merges with the AVX2 build of the loops; false (nothing done) without AVX2.
+    #[inline(always)]
+    pub(super) fn merge_words(op: MergeOp, dst: &mut [u32], cells: &[u8]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if crate::cpu::has_avx2() {
+            #[allow(unsafe_code)]
+            // SAFETY: `has_avx2` saw AVX2 on this CPU.
+            unsafe {
+                merge_avx2(op, dst, cells)
+            };
+            return true;
+        }
+        let _ = (op, dst, cells);
+        false
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn merge_avx2(op: MergeOp, dst: &mut [u32], cells: &[u8]) {
+        super::merge_words(op, dst, cells)
     }
 }
 
@@ -1023,6 +1060,22 @@ pub fn epoch_after(a: u32, b: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    proptest::proptest! {
+        #[test]
+        fn the_avx2_merge_equals_the_portable_one(
+            dst in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..300),
+            cells in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1200),
+            which in 0usize..3) {
+            let op = [MergeOp::Sum, MergeOp::Max, MergeOp::SignedSum][which];
+            let n = dst.len().min(cells.len() / 4);
+            let (mut a, mut b) = (dst[..n].to_vec(), dst[..n].to_vec());
+            merge_words(op, &mut a, &cells[..n * 4]);
+            if wide::merge_words(op, &mut b, &cells[..n * 4]) {
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
+    }
     use super::*;
 
     fn cm() -> SketchShape {

@@ -34,6 +34,9 @@ fn main() {
         header: hdr,
         primitive,
     };
+    if what == "sketch" {
+        return sketch(n);
+    }
     let (kind, profile, reports): (StoreKind, Profile, Vec<Report>) = match what.as_str() {
         "keywrite" => (
             StoreKind::KeyWrite {
@@ -214,5 +217,87 @@ fn main() {
         "{what}: {done} reports in {dt:.3} s = {:.2} M reports/s; translated {}",
         done as f64 / dt / 1e6,
         p.counters().translated
+    );
+}
+
+/// `sketch`: Sketch-Merge of a Count-Min of 4 rows × 4,096 4-byte columns from 4 switches,
+/// 64 columns per report (256 counters), epoch after epoch; prints the counters merged, the
+/// unit the issue measures Sketch-Merge in (instructions ÷ merged 32-bit counters).
+fn sketch(n: u32) {
+    use dta_proto::sketch::{Sketch, SketchKind, SketchShape};
+    use dta_translator::datapath::primitive::SketchSettings;
+    const SWITCHES: u32 = 4;
+    const COLUMNS: u32 = 4096;
+    const PER_REPORT: u32 = 64;
+    let kind = StoreKind::Sketch {
+        sketch_id: 7,
+        sketch: SketchKind::CountMin,
+        rows: 4,
+        columns: COLUMNS,
+        cell_width: 4,
+        batch: 16,
+        epochs: 2,
+        hash: Default::default(),
+    };
+    let mut p = dta_translator::datapath::pipeline::single_store_pipeline_with(kind, |c| {
+        c.sketch = SketchSettings {
+            expected_switches: SWITCHES as u16,
+            ..SketchSettings::default()
+        };
+    });
+    let shape = SketchShape::new(SketchKind::CountMin, 4, COLUMNS, 4).unwrap();
+    let mut sketches: Vec<Sketch> = (0..SWITCHES).map(|_| Sketch::new(shape)).collect();
+    for (s, sk) in sketches.iter_mut().enumerate() {
+        for k in 0..2000u32 {
+            let key = (k * 7 + s as u32).to_be_bytes();
+            sk.update(&Key::new(&key).unwrap(), 1 + k % 5);
+        }
+    }
+    // One epoch's reports, switch after switch; the epoch number is patched per round.
+    let per_epoch = SWITCHES * COLUMNS / PER_REPORT;
+    let mut tx = TxBatch::new(1024, 2048);
+    let mut now = 0u64;
+    let (mut done, mut epoch) = (0u32, 1u32);
+    let src = |s: u32| SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, s as u8 + 1), 5000);
+    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+    let t0 = std::time::Instant::now();
+    while done < n {
+        let bufs: Vec<(u32, Vec<u8>)> = (0..SWITCHES)
+            .flat_map(|s| {
+                let sk = &sketches[s as usize];
+                (0..COLUMNS / PER_REPORT).map(move |i| {
+                    let r = sk
+                        .column_report(7, s + 1, epoch, i * PER_REPORT, PER_REPORT)
+                        .unwrap();
+                    (s, r)
+                })
+            })
+            .collect();
+        let dgrams: Vec<Datagram<'_>> = bufs
+            .iter()
+            .map(|(s, b)| Datagram {
+                src: src(*s),
+                dst,
+                ip: None,
+                payload: b,
+            })
+            .collect();
+        for burst in dgrams.chunks(32) {
+            now += 1000;
+            if p.next_deadline().is_some_and(|d| d <= now) {
+                p.poll(now, &mut tx);
+            }
+            p.handle_reports(now, burst, &mut tx);
+            tx.clear();
+        }
+        done += per_epoch;
+        epoch += 1;
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let c = p.counters();
+    eprintln!(
+        "sketch: {done} reports, {} counters merged in {dt:.3} s; epochs {}",
+        c.sketch_columns_merged * 4,
+        c.sketch_epochs
     );
 }

@@ -203,32 +203,9 @@ const fn portable_mul(a: u64, b: u64) -> u128 {
     r
 }
 
-/// 0: not looked up yet; 1: the CPU has PCLMULQDQ and SSE4.1; 2: it has not.
-#[cfg(target_arch = "x86_64")]
-static NATIVE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Whether the CPU has what the native path needs: one relaxed load once looked up (the
-/// standard library's detection costs two cache checks per call, on every CRC).
-#[cfg(target_arch = "x86_64")]
 #[inline]
 fn native_available() -> bool {
-    use std::sync::atomic::Ordering;
-    match NATIVE.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let yes = std::arch::is_x86_feature_detected!("pclmulqdq")
-                && std::arch::is_x86_feature_detected!("sse4.1");
-            NATIVE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
-            yes
-        }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline]
-fn native_available() -> bool {
-    false
+    crate::cpu::has_pclmul()
 }
 
 #[cfg(target_arch = "x86_64")]
