@@ -634,9 +634,27 @@ impl SketchLayout {
         out[stride - RECORD_TAIL_LEN..stride].copy_from_slice(&head);
         let w = self.shape.width.bytes();
         let body = &mut out[RECORD_HEAD_LEN..stride - RECORD_TAIL_LEN];
-        body.fill(0);
-        for (dst, &v) in body.chunks_exact_mut(w).zip(cells) {
-            dst.copy_from_slice(&v.to_le_bytes()[..w]);
+        let rows = self.shape.rows as usize;
+        let (used, pad) = body.split_at_mut(rows * w);
+        pad.fill(0);
+        // One loop per width, each with fixed-size stores (a copy of a runtime width per cell
+        // was a library call per cell).
+        match w {
+            4 => {
+                for (dst, &v) in used.chunks_exact_mut(4).zip(cells) {
+                    dst.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            2 => {
+                for (dst, &v) in used.chunks_exact_mut(2).zip(cells) {
+                    dst.copy_from_slice(&(v as u16).to_le_bytes());
+                }
+            }
+            _ => {
+                for (dst, &v) in used.iter_mut().zip(cells) {
+                    *dst = v as u8;
+                }
+            }
         }
     }
 
