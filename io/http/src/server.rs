@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::auth::{strip_scheme, AuthError};
+use crate::auth::{strip_scheme, AuthError, AuthThrottle};
 use crate::{site, Access, Handler, Request, Response, ServerOptions};
 
 /// The answer to a connection beyond `max_connections` (plain HTTP only), written without
@@ -33,6 +33,9 @@ too many connections, try again\r\n";
 
 /// Unit of the body budget (`max_body_bytes_total` is counted in these).
 const BUDGET_UNIT: usize = 1024;
+
+/// Uncached bcrypt checks that may wait for the one check slot; beyond, 429 at once.
+const AUTH_WAITING: usize = 16;
 
 #[derive(Default)]
 struct Counters {
@@ -46,6 +49,8 @@ struct Counters {
     busy: AtomicU64,
     tls_failures: AtomicU64,
     handler_panics: AtomicU64,
+    auth_checks: AtomicU64,
+    auth_throttled: AtomicU64,
 }
 
 /// A server's counters.
@@ -73,6 +78,11 @@ pub struct ServerStats {
     pub tls_handshake_failures: u64,
     /// Handlers that panicked (500).
     pub handler_panics: u64,
+    /// bcrypt checks of basic credentials run (those not answered from the caches).
+    pub auth_checks: u64,
+    /// Basic-auth attempts answered 429 without a check: the peer had a check running or
+    /// had spent its share, or too many checks were waiting.
+    pub auth_throttled: u64,
 }
 
 struct Shared {
@@ -83,6 +93,12 @@ struct Shared {
     conns: Arc<Semaphore>,
     /// One permit per [`BUDGET_UNIT`] of buffered request bodies.
     bodies: Arc<Semaphore>,
+    /// The one bcrypt check running at a time (on a blocking thread of its own).
+    auth_slot: Arc<Semaphore>,
+    /// Checks waiting for `auth_slot`.
+    auth_waiting: std::sync::atomic::AtomicUsize,
+    /// Per-peer bounds on checks.
+    throttle: AuthThrottle,
 }
 
 /// A running server; [`Server::stop`] or dropping it closes every connection.
@@ -113,10 +129,12 @@ impl Server {
             .map_err(|e| format!("{addr}: {e}"))?;
         let local = listener.local_addr().map_err(|e| format!("{addr}: {e}"))?;
         let l = &opts.limits;
+        // The handler threads, and one more for the (single) bcrypt check that may run: a
+        // flood of wrong passwords never takes a thread from the handlers.
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
-            .max_blocking_threads(l.handler_threads.max(1))
+            .max_blocking_threads(l.handler_threads.max(1) + 1)
             .thread_name(format!("{name}-handler"))
             .build()
             .map_err(|e| format!("{name}: cannot start its runtime: {e}"))?;
@@ -128,6 +146,9 @@ impl Server {
         let shared = Arc::new(Shared {
             conns: Arc::new(Semaphore::new(l.max_connections.max(1))),
             bodies: Arc::new(Semaphore::new(budget)),
+            auth_slot: Arc::new(Semaphore::new(1)),
+            auth_waiting: std::sync::atomic::AtomicUsize::new(0),
+            throttle: AuthThrottle::default(),
             opts,
             handler,
             counters: Counters::default(),
@@ -181,6 +202,8 @@ impl Server {
             busy: g(&c.busy),
             tls_handshake_failures: g(&c.tls_failures),
             handler_panics: g(&c.handler_panics),
+            auth_checks: g(&c.auth_checks),
+            auth_throttled: g(&c.auth_throttled),
         }
     }
 
@@ -344,7 +367,7 @@ async fn respond(
         log::debug!("{}: {peer}: {msg}", o.name);
         return plain(403, &msg, &[]);
     }
-    let access = match authenticate(&sh, &parts.headers).await {
+    let access = match authenticate(&sh, &parts.headers, peer).await {
         Ok(a) => a,
         Err(r) => {
             c.unauthorized.fetch_add(1, Ordering::Relaxed);
@@ -378,7 +401,11 @@ async fn respond(
     }
 }
 
-async fn authenticate(sh: &Shared, headers: &hyper::HeaderMap) -> Result<Access, HyperResponse> {
+async fn authenticate(
+    sh: &Shared,
+    headers: &hyper::HeaderMap,
+    peer: SocketAddr,
+) -> Result<Access, HyperResponse> {
     let www = HeaderName::from_static("www-authenticate");
     let authz = match headers.get(AUTHORIZATION).map(|v| v.to_str()) {
         None => None,
@@ -411,11 +438,92 @@ async fn authenticate(sh: &Shared, headers: &hyper::HeaderMap) -> Result<Access,
     let Some(a) = authz else {
         return Err(plain(401, "authentication required", &challenge));
     };
-    match tokio::task::spawn_blocking(move || basic.check(&a)).await {
-        Ok(Ok(user)) => Ok(Access::User(user)),
-        Ok(Err(AuthError::Missing)) => Err(plain(401, "authentication required", &challenge)),
-        Ok(Err(AuthError::Wrong(m))) => Err(plain(401, m, &challenge)),
+    let refused = |e: AuthError| match e {
+        AuthError::Missing => plain(401, "authentication required", &challenge),
+        AuthError::Wrong(m) => plain(401, m, &challenge),
+    };
+    // Parsing and the caches are cheap: answered here, on the I/O thread. Only a check no
+    // cache answers costs a bcrypt run, and those are bounded per peer and in total.
+    let creds = basic.parse(&a).map_err(refused)?;
+    if let Some(r) = basic.cached(&creds) {
+        return r.map(Access::User).map_err(refused);
+    }
+    let c = &sh.counters;
+    let throttled = || {
+        c.auth_throttled.fetch_add(1, Ordering::Relaxed);
+        plain(
+            429,
+            "too many authentication attempts, try again later",
+            &[(HeaderName::from_static("retry-after"), "1")],
+        )
+    };
+    // Both undone on every way out, also when the peer goes away while its check waits.
+    let waiting = Waiting::enter(&sh.auth_waiting);
+    if waiting.ahead >= AUTH_WAITING {
+        return Err(throttled());
+    }
+    let Some(mut admission) = Admission::new(&sh.throttle, peer.ip()) else {
+        return Err(throttled());
+    };
+    let Ok(slot) = sh.auth_slot.clone().acquire_owned().await else {
+        return Err(plain(500, "internal error", &[]));
+    };
+    drop(waiting);
+    c.auth_checks.fetch_add(1, Ordering::Relaxed);
+    let r = tokio::task::spawn_blocking(move || {
+        let r = basic.verify(&creds);
+        drop(slot);
+        r
+    })
+    .await;
+    admission.succeeded = matches!(r, Ok(Ok(_)));
+    drop(admission);
+    match r {
+        Ok(r) => r.map(Access::User).map_err(refused),
         Err(_) => Err(plain(500, "internal error", &[])),
+    }
+}
+
+/// A check counted among those waiting for the check slot while it lives.
+struct Waiting<'a> {
+    count: &'a std::sync::atomic::AtomicUsize,
+    /// Checks that were waiting before this one.
+    ahead: usize,
+}
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Waiting<'a> {
+        let ahead = count.fetch_add(1, Ordering::Relaxed);
+        Waiting { count, ahead }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A check the throttle admitted, finished when dropped.
+struct Admission<'a> {
+    throttle: &'a AuthThrottle,
+    peer: std::net::IpAddr,
+    succeeded: bool,
+}
+
+impl<'a> Admission<'a> {
+    fn new(throttle: &'a AuthThrottle, peer: std::net::IpAddr) -> Option<Admission<'a>> {
+        throttle.admit(peer, Instant::now()).then_some(Admission {
+            throttle,
+            peer,
+            succeeded: false,
+        })
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.throttle.finish(self.peer, self.succeeded);
     }
 }
 
