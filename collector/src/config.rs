@@ -229,6 +229,9 @@ pub struct DeviceSection {
     /// Host names the control API answers to besides IP literals and `localhost` (the Host
     /// header is checked against DNS rebinding).
     pub control_hostnames: Vec<String>,
+    /// A named `GET /tail` consumer not asked for this many seconds is forgotten (its cursor
+    /// and its `/metrics` series).
+    pub tail_consumer_idle_secs: u64,
     /// The software RNIC's packet I/O, read from the top-level `[rnic]`, `[af_xdp]` and
     /// `[dpdk]` tables (not a key of `[collector]`).
     #[serde(skip)]
@@ -256,10 +259,16 @@ impl Default for DeviceSection {
             admin_token_file: None,
             web_config_file: None,
             control_hostnames: Vec::new(),
+            tail_consumer_idle_secs: DEFAULT_TAIL_CONSUMER_IDLE_SECS,
             rnic: RnicIo::default(),
         }
     }
 }
+
+/// `[collector] tail_consumer_idle_secs` unless set: ten minutes.
+pub const DEFAULT_TAIL_CONSUMER_IDLE_SECS: u64 = 600;
+/// The longest `tail_consumer_idle_secs` (a day).
+pub const MAX_TAIL_CONSUMER_IDLE_SECS: u64 = 86_400;
 
 /// `[collector] backend`: which RNIC serves the stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -675,6 +684,13 @@ impl CollectorConfig {
                  with Immediate and SEND each need one)"
                     .into(),
             );
+        }
+        if !(1..=MAX_TAIL_CONSUMER_IDLE_SECS).contains(&d.tail_consumer_idle_secs) {
+            return Err(format!(
+                "[collector] tail_consumer_idle_secs: {} must be 1..={MAX_TAIL_CONSUMER_IDLE_SECS} \
+                 (seconds a named /tail consumer may stay unused before it is forgotten)",
+                d.tail_consumer_idle_secs
+            ));
         }
         if d.rnic.rx_coalesce_us > MAX_RX_COALESCE_US {
             return Err(format!(
@@ -1215,6 +1231,11 @@ values = [[1, 100], [200, 300]]
             ("\"counts\"", "\"a/b?c\"", "store \"a/b?c\": name: use 1..=64"),
             ("roce = ", "mac = \"zz:00\"\nroce = ", "[collector] mac: \"zz:00\" is not a MAC"),
             ("roce = ", "recv_credits = 0\nroce = ", "[collector] recv_credits: must be at least 1"),
+            (
+                "roce = ",
+                "tail_consumer_idle_secs = 0\nroce = ",
+                "[collector] tail_consumer_idle_secs: 0 must be 1..=86400",
+            ),
             ("roce = ", "max_redundancy = 9\nroce = ", "[collector] max_redundancy: must be 1..=8"),
             ("roce = ", "pmtu = 1500\nroce = ", "[collector] pmtu"),
             (

@@ -328,9 +328,12 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
         }
     }
     sketch_families(w, state);
-    let consumers: Vec<(String, String, String, [u64; 3])> = {
-        let m = state.consumers.lock().expect("consumers lock");
-        m.iter()
+    let (consumers, kept, evicted): (Vec<(String, String, String, [u64; 3])>, usize, u64) = {
+        let mut m = state.consumers.lock().expect("consumers lock");
+        // Idle consumers go before they are exported: the series stay bounded.
+        m.sweep(std::time::Instant::now());
+        let list = m
+            .iter()
             .filter_map(|((st, l, c), r)| {
                 let s = state.stores.iter().find(|s| s.name() == st)?;
                 Some((
@@ -340,8 +343,22 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
                     [r.lag(&s.region), r.lost_batches, r.delivered],
                 ))
             })
-            .collect()
+            .collect();
+        (list, m.len(), m.evicted)
     };
+    w.single(
+        PromKind::Gauge,
+        "dta_collector_append_consumers",
+        "Named /tail consumers kept (at most 256; one unused for tail_consumer_idle_secs is \
+         forgotten).",
+        kept as f64,
+    );
+    w.single(
+        PromKind::Counter,
+        "dta_collector_append_consumers_evicted",
+        "Named /tail consumers forgotten for being unused longer than tail_consumer_idle_secs.",
+        evicted as f64,
+    );
     for (i, (name, kind, help)) in [
         (
             "append_reader_lag_batches",
@@ -411,9 +428,9 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
 #[cfg(test)]
 mod tests {
     use dta_http::Access;
-    use std::collections::HashMap;
     use std::sync::atomic::AtomicU64;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
     use std::time::Instant;
 
     use super::*;
@@ -503,7 +520,7 @@ columns = 64
             roce: "127.0.0.1:4791".parse().unwrap(),
             started: Instant::now(),
             requests: AtomicU64::new(9),
-            consumers: Mutex::new(HashMap::new()),
+            consumers: Mutex::new(crate::http::Consumers::new(Duration::from_secs(600))),
             admin_enabled: true,
             pull: None,
         };
@@ -545,6 +562,8 @@ columns = 64
             .status,
             200
         );
+        // As if three other consumers had gone unused past tail_consumer_idle_secs.
+        st.consumers.lock().unwrap().evicted = 3;
         assert_eq!(
             handle(&st, "POST", "/epoch/counts", &Access::Admin, &[]).status,
             200

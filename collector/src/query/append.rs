@@ -25,7 +25,8 @@ pub enum Start {
     Oldest,
     /// After the newest batch (only data written from now on).
     Newest,
-    /// At a given batch sequence number (1-based).
+    /// At a given batch sequence number (1-based); on a `reference` list, at a given entry
+    /// position (0-based, counted from the ring's start and on across laps).
     Seq(u64),
 }
 
@@ -72,14 +73,20 @@ impl ListReader {
                 let slots = layout.batch_slots() as u64;
                 r.next_seq = newest.saturating_sub(slots) + 1;
             }
+            (AppendFormat::Reference, Start::Seq(p)) => r.ref_tail = p,
+            // A plain ring has no sequence numbers: the oldest and newest entry are unknown.
             (AppendFormat::Reference, _) => {}
         }
         r
     }
 
-    /// The sequence number of the next batch this reader will deliver.
+    /// The sequence number of the next batch this reader will deliver; on a `reference` list,
+    /// the position of the next entry (what [`Start::Seq`] resumes at).
     pub fn next_seq(&self) -> u64 {
-        self.next_seq
+        match self.layout.format() {
+            AppendFormat::Sequenced => self.next_seq,
+            AppendFormat::Reference => self.ref_tail,
+        }
     }
 
     fn trailer(&self, region: &Region, slot: u32) -> Option<(u64, u16)> {
