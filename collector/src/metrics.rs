@@ -328,7 +328,9 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
         }
     }
     sketch_families(w, state);
-    let (consumers, kept, evicted): (Vec<(String, String, String, [u64; 3])>, usize, u64) = {
+    // (store, list, consumer, [lag, lost, delivered]) of each named consumer.
+    type ConsumerRow = (String, String, String, [u64; 3]);
+    let (consumers, kept, evicted): (Vec<ConsumerRow>, usize, u64) = {
         let mut m = state.consumers.lock().expect("consumers lock");
         // Idle consumers go before they are exported: the series stay bounded.
         m.sweep(std::time::Instant::now());
