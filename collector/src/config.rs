@@ -219,16 +219,12 @@ pub struct DeviceSection {
     /// Source networks (CIDRs) that may open RDMA_CM connections to the stores, unless a store
     /// has its own `cm_allow`. Absent: the `[[static_peer]]` addresses and 127.0.0.0/8.
     pub cm_allow: Option<Vec<Cidr>>,
-    /// A file holding the bearer token of the control API's admin endpoints (`POST /epoch`,
-    /// the stores' RDMA coordinates). It must not be readable or writable by others. Absent:
-    /// the admin endpoints answer 403.
-    pub admin_token_file: Option<PathBuf>,
-    /// A Prometheus-style web configuration (TOML: `[tls_server_config] cert_file, key_file`,
-    /// `[basic_auth_users] name = "bcrypt hash"`) for the control API.
-    pub web_config_file: Option<PathBuf>,
-    /// Host names the control API answers to besides IP literals and `localhost` (the Host
-    /// header is checked against DNS rebinding).
-    pub control_hostnames: Vec<String>,
+    /// The control API's web settings, keys of `[collector]` (the translator and the agent
+    /// take the same ones): `admin_token_file` (the bearer token of the admin endpoints,
+    /// `POST /epoch` and the stores' RDMA coordinates; absent, they answer 403),
+    /// `web_config_file` (TLS, `basic_auth_users`) and `control_hostnames`.
+    #[serde(flatten)]
+    pub web: dta_http::WebSettings,
     /// A named `GET /tail` consumer not asked for this many seconds is forgotten (its cursor
     /// and its `/metrics` series).
     pub tail_consumer_idle_secs: u64,
@@ -256,9 +252,7 @@ impl Default for DeviceSection {
             max_redundancy: 4,
             recv_credits: 4096,
             cm_allow: None,
-            admin_token_file: None,
-            web_config_file: None,
-            control_hostnames: Vec::new(),
+            web: dta_http::WebSettings::default(),
             tail_consumer_idle_secs: DEFAULT_TAIL_CONSUMER_IDLE_SECS,
             rnic: RnicIo::default(),
         }

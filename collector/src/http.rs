@@ -90,6 +90,8 @@ pub struct ControlState {
     pub(crate) requests: AtomicU64,
     /// Named consumers' cursors.
     pub(crate) consumers: Mutex<Consumers>,
+    /// The HTTP server's own counters (for `/metrics`).
+    pub(crate) http: dta_http::StatsHandle,
     /// Whether an admin token is configured (without one the admin endpoints are off).
     pub(crate) admin_enabled: bool,
     /// The `[pull]` puller's results and counters.
@@ -254,6 +256,7 @@ pub fn spawn(
         consumers: Mutex::new(Consumers::new(Duration::from_secs(
             config.collector.tail_consumer_idle_secs,
         ))),
+        http: opts.stats.clone(),
         admin_enabled: opts.admin_token.is_some(),
         pull,
     });
@@ -282,21 +285,14 @@ pub fn spawn(
 }
 
 /// The control server's settings from `[collector]`: limits, the admin token, the web
-/// configuration (TLS, basic auth) and the host names it answers to.
+/// configuration (TLS, basic auth) and the host names it answers to
+/// ([`dta_http::WebSettings`], which the translator and the agent share).
 pub fn server_options(config: &CollectorConfig) -> Result<dta_http::ServerOptions, String> {
-    let c = &config.collector;
-    let mut opts = dta_http::ServerOptions {
-        name: "dta-http".into(),
-        hosts: dta_http::HostPolicy::Checked(c.control_hostnames.clone()),
-        ..Default::default()
-    };
-    if let Some(p) = &c.admin_token_file {
-        opts.admin_token = Some(dta_http::AdminToken::from_file(p)?);
-    }
-    if let Some(p) = &c.web_config_file {
-        opts = opts.with_web_config(&dta_http::WebConfig::load(p)?)?;
-    }
-    Ok(opts)
+    config
+        .collector
+        .web
+        .server_options("dta-http")
+        .map_err(|e| format!("[collector] {e}"))
 }
 
 /// An HTTP answer before it is put on the wire.
@@ -1208,6 +1204,7 @@ values = [[1, 9]]
             started: Instant::now(),
             requests: AtomicU64::new(0),
             consumers: Mutex::new(Consumers::new(Duration::from_secs(600))),
+            http: dta_http::StatsHandle::default(),
             admin_enabled: true,
             pull: None,
         }

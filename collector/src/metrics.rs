@@ -190,6 +190,14 @@ fn render(state: &ControlState, process: Option<&ProcessStats>) -> String {
         "Control API requests served.",
         state.requests.load(Ordering::Relaxed) as f64,
     );
+    for (name, counter, help, v) in state.http.get().families() {
+        let kind = if counter {
+            PromKind::Counter
+        } else {
+            PromKind::Gauge
+        };
+        w.single(kind, &format!("dta_collector_{name}"), help, v as f64);
+    }
     w.single(
         PromKind::Gauge,
         "dta_collector_uptime_seconds",
@@ -523,6 +531,21 @@ columns = 64
             started: Instant::now(),
             requests: AtomicU64::new(9),
             consumers: Mutex::new(crate::http::Consumers::new(Duration::from_secs(600))),
+            http: dta_http::StatsHandle::from(dta_http::ServerStats {
+                connections_open: 1,
+                connections_accepted: 2,
+                connections_refused: 3,
+                requests: 4,
+                forbidden: 5,
+                unauthorized: 6,
+                body_too_large: 7,
+                timeouts: 8,
+                busy: 9,
+                tls_handshake_failures: 10,
+                handler_panics: 11,
+                auth_checks: 12,
+                auth_throttled: 13,
+            }),
             admin_enabled: true,
             pull: None,
         };

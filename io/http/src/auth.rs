@@ -89,6 +89,60 @@ impl WebConfig {
     }
 }
 
+/// The web settings every `dta` HTTP server takes (the collector's control API, the
+/// translator's and the agent's metrics servers), as keys of the section that configures the
+/// server (`[collector]`, `[translator]`, the agent's file): one definition, so the same keys
+/// mean the same in all three.
+///
+/// ```toml
+/// web_config_file = "/etc/dta/web.toml"          # TLS and basic_auth_users (WebConfig)
+/// admin_token_file = "/etc/dta/admin.token"      # the admin bearer token (chmod 600)
+/// control_hostnames = ["collector.example"]      # Host names answered besides IPs, localhost
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct WebSettings {
+    /// A Prometheus-style web configuration ([`WebConfig`]: TLS, `basic_auth_users`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_config_file: Option<PathBuf>,
+    /// A file holding the admin bearer token; others may not read or write it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Host names answered besides IP literals and `localhost` (the `Host` header is checked
+    /// against DNS rebinding).
+    pub control_hostnames: Vec<String>,
+}
+
+impl WebSettings {
+    /// The server options these settings describe (host policy, admin token, TLS, basic
+    /// auth), for a server called `name`; the files are read and checked now, and an error
+    /// names the key.
+    pub fn server_options(&self, name: &str) -> Result<crate::ServerOptions, String> {
+        let mut opts = crate::ServerOptions {
+            name: name.to_string(),
+            hosts: crate::HostPolicy::Checked(self.control_hostnames.clone()),
+            ..Default::default()
+        };
+        if let Some(p) = &self.admin_token_file {
+            opts.admin_token =
+                Some(AdminToken::from_file(p).map_err(|e| format!("admin_token_file: {e}"))?);
+        }
+        if let Some(p) = &self.web_config_file {
+            let w = WebConfig::load(p).map_err(|e| format!("web_config_file: {e}"))?;
+            opts = opts
+                .with_web_config(&w)
+                .map_err(|e| format!("web_config_file {}: {e}", p.display()))?;
+        }
+        Ok(opts)
+    }
+
+    /// Whether anything is set (TLS, users or a token): the server then has something to
+    /// protect.
+    pub fn is_set(&self) -> bool {
+        self.web_config_file.is_some() || self.admin_token_file.is_some()
+    }
+}
+
 /// Shortest admin token accepted (bytes).
 pub const MIN_TOKEN_LEN: usize = 16;
 
@@ -512,6 +566,48 @@ mod tests {
             t.admit(v6("198.51.100.1"), t0),
             "idle full buckets make room"
         );
+    }
+
+    #[test]
+    fn web_settings_make_server_options_and_errors_name_the_key() {
+        let w = WebSettings {
+            control_hostnames: vec!["m.example".into()],
+            ..WebSettings::default()
+        };
+        let o = w.server_options("x").unwrap();
+        assert_eq!(
+            o.hosts,
+            crate::HostPolicy::Checked(vec!["m.example".into()])
+        );
+        assert!(o.tls.is_none() && o.basic_auth.is_none() && o.admin_token.is_none());
+        let w = WebSettings {
+            web_config_file: Some("/nonexistent/web.toml".into()),
+            ..WebSettings::default()
+        };
+        let e = w.server_options("x").err().unwrap();
+        assert!(e.starts_with("web_config_file:"), "{e}");
+        let w = WebSettings {
+            admin_token_file: Some("/nonexistent/token".into()),
+            ..WebSettings::default()
+        };
+        let e = w.server_options("x").err().unwrap();
+        assert!(e.starts_with("admin_token_file:"), "{e}");
+        // As keys of a section with keys of its own, unknown ones still refused.
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Section {
+            #[allow(dead_code)]
+            listen: String,
+            #[serde(flatten)]
+            web: WebSettings,
+        }
+        let s: Section = toml::from_str(
+            "listen = \"a\"\nweb_config_file = \"/w\"\ncontrol_hostnames = [\"h\"]\n",
+        )
+        .unwrap();
+        assert_eq!(s.web.web_config_file, Some(PathBuf::from("/w")));
+        let e = toml::from_str::<Section>("listen = \"a\"\nweb_config = \"/w\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `web_config`"), "{e}");
     }
 
     #[test]

@@ -42,8 +42,8 @@ mod server;
 pub mod site;
 pub mod tls;
 
-pub use auth::{Access, AdminToken, AuthThrottle, BasicAuth, WebConfig};
-pub use server::{Server, ServerStats};
+pub use auth::{Access, AdminToken, AuthThrottle, BasicAuth, WebConfig, WebSettings};
+pub use server::{Server, ServerStats, StatsHandle};
 pub use site::HostPolicy;
 
 use std::net::SocketAddr;
@@ -153,6 +153,8 @@ pub struct ServerOptions {
     pub admin_token: Option<AdminToken>,
     /// Which `Host` headers are answered (DNS rebinding).
     pub hosts: HostPolicy,
+    /// The server's counters; keep a clone to read them (`/metrics` of the server itself).
+    pub stats: StatsHandle,
 }
 
 impl ServerOptions {

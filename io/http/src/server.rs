@@ -38,7 +38,8 @@ const BUDGET_UNIT: usize = 1024;
 const AUTH_WAITING: usize = 16;
 
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
+    open: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
     requests: AtomicU64,
@@ -51,6 +52,62 @@ struct Counters {
     handler_panics: AtomicU64,
     auth_checks: AtomicU64,
     auth_throttled: AtomicU64,
+}
+
+/// A handle on a server's counters, readable from anywhere, e.g. by the handler that renders
+/// the server's own `/metrics`: put a clone in [`ServerOptions::stats`] before spawning.
+#[derive(Clone, Default)]
+pub struct StatsHandle(Arc<Counters>);
+
+impl std::fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl From<ServerStats> for StatsHandle {
+    /// A handle whose counters start at `s` (a page's renderer tested with every figure set).
+    fn from(s: ServerStats) -> StatsHandle {
+        let c = Counters::default();
+        let set = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        set(&c.open, s.connections_open);
+        set(&c.accepted, s.connections_accepted);
+        set(&c.refused, s.connections_refused);
+        set(&c.requests, s.requests);
+        set(&c.forbidden, s.forbidden);
+        set(&c.unauthorized, s.unauthorized);
+        set(&c.body_too_large, s.body_too_large);
+        set(&c.timeouts, s.timeouts);
+        set(&c.busy, s.busy);
+        set(&c.tls_failures, s.tls_handshake_failures);
+        set(&c.handler_panics, s.handler_panics);
+        set(&c.auth_checks, s.auth_checks);
+        set(&c.auth_throttled, s.auth_throttled);
+        StatsHandle(Arc::new(c))
+    }
+}
+
+impl StatsHandle {
+    /// The counters now.
+    pub fn get(&self) -> ServerStats {
+        let c = &self.0;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServerStats {
+            connections_open: g(&c.open),
+            connections_accepted: g(&c.accepted),
+            connections_refused: g(&c.refused),
+            requests: g(&c.requests),
+            forbidden: g(&c.forbidden),
+            unauthorized: g(&c.unauthorized),
+            body_too_large: g(&c.body_too_large),
+            timeouts: g(&c.timeouts),
+            busy: g(&c.busy),
+            tls_handshake_failures: g(&c.tls_failures),
+            handler_panics: g(&c.handler_panics),
+            auth_checks: g(&c.auth_checks),
+            auth_throttled: g(&c.auth_throttled),
+        }
+    }
 }
 
 /// A server's counters.
@@ -85,10 +142,67 @@ pub struct ServerStats {
     pub auth_throttled: u64,
 }
 
+impl ServerStats {
+    /// The counters as Prometheus families: (name after the page's prefix, counter or gauge,
+    /// help, value); a counter's name is given without `_total`. Every page that runs on this
+    /// server exports them as `<prefix>_http_<name>`.
+    pub fn families(&self) -> [(&'static str, bool, &'static str, u64); 12] {
+        [
+            ("http_connections_open", false, "HTTP connections open now.", self.connections_open),
+            ("http_connections_accepted", true, "HTTP connections accepted.", self.connections_accepted),
+            (
+                "http_connections_refused",
+                true,
+                "HTTP connections closed at once: the connection limit was reached.",
+                self.connections_refused,
+            ),
+            (
+                "http_forbidden",
+                true,
+                "HTTP requests refused by the site policy (Host, Origin; 403).",
+                self.forbidden,
+            ),
+            (
+                "http_unauthorized",
+                true,
+                "HTTP requests refused for missing or wrong credentials (401, or 429 when throttled).",
+                self.unauthorized,
+            ),
+            (
+                "http_auth_checks",
+                true,
+                "bcrypt checks of basic credentials run (not answered from the caches).",
+                self.auth_checks,
+            ),
+            (
+                "http_auth_throttled",
+                true,
+                "Basic-auth attempts answered 429 without a check (per-peer or total bound).",
+                self.auth_throttled,
+            ),
+            ("http_body_too_large", true, "HTTP request bodies over the limit (413).", self.body_too_large),
+            ("http_body_timeouts", true, "HTTP request bodies not received in time (408).", self.timeouts),
+            (
+                "http_busy",
+                true,
+                "HTTP request bodies refused: too many bytes of bodies buffered (503).",
+                self.busy,
+            ),
+            (
+                "http_tls_handshake_failures",
+                true,
+                "TLS handshakes that failed or timed out.",
+                self.tls_handshake_failures,
+            ),
+            ("http_handler_panics", true, "HTTP handlers that panicked (500).", self.handler_panics),
+        ]
+    }
+}
+
 struct Shared {
     opts: ServerOptions,
     handler: Handler,
-    counters: Counters,
+    counters: Arc<Counters>,
     /// One permit per open connection.
     conns: Arc<Semaphore>,
     /// One permit per [`BUDGET_UNIT`] of buffered request bodies.
@@ -149,9 +263,9 @@ impl Server {
             auth_slot: Arc::new(Semaphore::new(1)),
             auth_waiting: std::sync::atomic::AtomicUsize::new(0),
             throttle: AuthThrottle::default(),
+            counters: opts.stats.0.clone(),
             opts,
             handler,
-            counters: Counters::default(),
         });
         let shutdown = Arc::new(Notify::new());
         let thread = {
@@ -187,24 +301,7 @@ impl Server {
 
     /// Its counters.
     pub fn stats(&self) -> ServerStats {
-        let c = &self.shared.counters;
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ServerStats {
-            connections_open: (self.shared.opts.limits.max_connections.max(1)
-                - self.shared.conns.available_permits()) as u64,
-            connections_accepted: g(&c.accepted),
-            connections_refused: g(&c.refused),
-            requests: g(&c.requests),
-            forbidden: g(&c.forbidden),
-            unauthorized: g(&c.unauthorized),
-            body_too_large: g(&c.body_too_large),
-            timeouts: g(&c.timeouts),
-            busy: g(&c.busy),
-            tls_handshake_failures: g(&c.tls_failures),
-            handler_panics: g(&c.handler_panics),
-            auth_checks: g(&c.auth_checks),
-            auth_throttled: g(&c.auth_throttled),
-        }
+        self.shared.opts.stats.get()
     }
 
     /// Stops accepting, closes every connection and joins the thread.
@@ -256,12 +353,29 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, shutdown: Arc<N
     }
 }
 
+/// Counts a connection as open while it lives.
+struct OpenConnection(Arc<Counters>);
+
+impl OpenConnection {
+    fn new(c: &Arc<Counters>) -> OpenConnection {
+        c.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(c.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     _slot: OwnedSemaphorePermit,
     shared: Arc<Shared>,
 ) {
+    let _open = OpenConnection::new(&shared.counters);
     let _ = stream.set_nodelay(true);
     let limits = &shared.opts.limits;
     let io = WriteDeadline::new(stream, limits.write_timeout);
