@@ -1,7 +1,8 @@
 //! Issue 28, part 6: `GET /tail` cursors.
 //! - Anonymous reads share no server-side cursor: each reader carries its own position
 //!   (`from`, as `X-Dta-Next-Seq` gave it), also on a `reference`-format list, whose cursor
-//!   used to live on the server under the name `_http` for every anonymous reader at once.
+//!   used to live on the server under the name `_http` for every anonymous reader at once
+//!   (and `from` was ignored there).
 //! - Named consumers idle longer than `[collector] tail_consumer_idle_secs` are evicted (their
 //!   cursors and `/metrics` series with them), so names never run out for good, and the
 //!   per-consumer series stay bounded; a name in use keeps its cursor.
@@ -78,21 +79,27 @@ fn anonymous_reads_of_a_reference_list_share_no_cursor() {
     let (c, addr) = start("");
     put_ref(&c, 0, 0x11);
     put_ref(&c, 1, 0x12);
-    // Reader A takes the first two entries and remembers where it is.
+    // Reader A, with no position: the unread entries, and where it is now.
     let (got, next) = tail(&addr, "/tail/ref/0");
     assert_eq!(got, ["00000011", "00000012"]);
-    put_ref(&c, 2, 0x13);
-    put_ref(&c, 3, 0x14);
-    // Reader B, anonymous too, with no position: it does not continue A's cursor.
-    let (got_b, _) = tail(&addr, "/tail/ref/0");
-    assert!(
-        got_b.is_empty(),
-        "an anonymous reader took another's entries: {got_b:?}"
+    assert_eq!(next, "2");
+    for (pos, v) in [(2, 0x13), (3, 0x14), (4, 0x15), (5, 0x16)] {
+        put_ref(&c, pos, v);
+    }
+    // Reader C asks for what it wants from position 4 on, and gets exactly that.
+    let (got_c, _) = tail(&addr, "/tail/ref/0?from=4");
+    assert_eq!(
+        got_c,
+        ["00000015", "00000016"],
+        "an anonymous reader's position is its own"
     );
-    // A continues where it was.
+    // A continues where it was, untouched by C.
     let (got, next2) = tail(&addr, &format!("/tail/ref/0?from={next}"));
     assert_eq!(got, ["00000013", "00000014"], "after {next}");
-    assert_ne!(next, next2);
+    assert_eq!(next2, "4");
+    // A reader without a position finds nothing left unread.
+    let (got_b, _) = tail(&addr, "/tail/ref/0");
+    assert!(got_b.is_empty(), "{got_b:?}");
     // No anonymous reader became a named consumer (a label in /metrics).
     let m = request(&addr, "GET", "/metrics").unwrap().body;
     assert!(
