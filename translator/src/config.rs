@@ -1123,6 +1123,23 @@ mod tests {
         assert!(parse("[translator]\nbogus = 1")
             .unwrap_err()
             .contains("bogus"));
+        // The web settings are the collector's keys, and configure the metrics server only.
+        let e = parse("[translator]\nweb_config_file = \"/etc/dta/web.toml\"").unwrap_err();
+        assert!(
+            e.contains("web_config_file") && e.contains("translator.metrics"),
+            "{e}"
+        );
+        let c = parse(
+            "[translator]\nmetrics = \"127.0.0.1:0\"\ncontrol_hostnames = [\"m.example\"]\n\
+             admin_token_file = \"/t\"",
+        )
+        .unwrap();
+        assert_eq!(c.translator.web.control_hostnames, ["m.example"]);
+        assert!(
+            parse("[translator]\nmetrics = \"127.0.0.1:0\"\nweb_config = \"/w\"")
+                .unwrap_err()
+                .contains("web_config")
+        );
         assert!(TranslatorConfig::from_toml("[[collector]]\nname = \"x\"")
             .unwrap_err()
             .contains("exactly one"));
