@@ -1,14 +1,21 @@
 //! A minimal client for the control API (the CLI's `query`, `tail`, `stats` and `epoch`
-//! subcommands and the tests): one HTTP/1.0 request per connection, so a response is a status
-//! line, headers and the body up to the connection's end; over TLS and with credentials when
-//! the collector asks for them ([`Endpoint`]).
+//! subcommands, the cluster gateway, the exporter and the tests): one HTTP/1.0 request per
+//! connection, so a response is a status line, headers and the body up to its length or the
+//! connection's end; over TLS and with credentials when the collector asks for them
+//! ([`Endpoint`]). What it reads and how long it waits are bounded ([`Endpoint::limits`],
+//! `dta_http::client::fetch`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
-use dta_http::client::ClientTls;
+use dta_http::client::{ClientLimits, ClientTls};
+
+/// How long one request to the control API may take, all told.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest answer body taken (a bulk query of 100,000 keys answers about 15 MB).
+pub const MAX_BODY: usize = 64 << 20;
 
 /// A response.
 #[derive(Debug, Clone)]
@@ -33,7 +40,7 @@ impl Response {
 }
 
 /// Where the control API is and how to talk to it.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct Endpoint {
     /// `ip:port` (or `host:port`).
     pub addr: String,
@@ -43,6 +50,37 @@ pub struct Endpoint {
     pub token: Option<String>,
     /// Basic-auth user and password.
     pub basic: Option<(String, String)>,
+    /// What one request may take: [`TIMEOUT`] all told, 64 KiB of header, [`MAX_BODY`].
+    pub limits: ClientLimits,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token or the password.
+        f.debug_struct("Endpoint")
+            .field("addr", &self.addr)
+            .field("tls", &self.tls)
+            .field("token", &self.token.as_ref().map(|_| ".."))
+            .field("basic", &self.basic.as_ref().map(|(u, _)| u))
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl Default for Endpoint {
+    fn default() -> Endpoint {
+        Endpoint {
+            addr: String::new(),
+            tls: None,
+            token: None,
+            basic: None,
+            limits: ClientLimits {
+                timeout: TIMEOUT,
+                max_body_bytes: MAX_BODY,
+                ..ClientLimits::default()
+            },
+        }
+    }
 }
 
 impl Endpoint {
@@ -118,11 +156,16 @@ impl Endpoint {
         head.push_str("\r\n");
         let mut request = head.into_bytes();
         request.extend_from_slice(body);
-        let raw =
-            dta_http::client::exchange(sa, self.tls.as_ref(), &request, Duration::from_secs(30))
-                .map_err(|e| unreachable(&e))?;
-        let a = dta_http::client::parse_answer(&raw)
-            .ok_or_else(|| format!("{addr}: not an HTTP response"))?;
+        let a = dta_http::client::fetch(sa, self.tls.as_ref(), &request, &self.limits).map_err(
+            |e| match e.kind() {
+                std::io::ErrorKind::InvalidData => format!("{addr}: {e}"),
+                std::io::ErrorKind::TimedOut => format!(
+                    "{addr}: no complete answer within {:?}",
+                    self.limits.timeout
+                ),
+                _ => unreachable(&e),
+            },
+        )?;
         Ok(Response {
             status: a.status,
             headers: a.headers,

@@ -219,16 +219,15 @@ pub struct DeviceSection {
     /// Source networks (CIDRs) that may open RDMA_CM connections to the stores, unless a store
     /// has its own `cm_allow`. Absent: the `[[static_peer]]` addresses and 127.0.0.0/8.
     pub cm_allow: Option<Vec<Cidr>>,
-    /// A file holding the bearer token of the control API's admin endpoints (`POST /epoch`,
-    /// the stores' RDMA coordinates). It must not be readable or writable by others. Absent:
-    /// the admin endpoints answer 403.
-    pub admin_token_file: Option<PathBuf>,
-    /// A Prometheus-style web configuration (TOML: `[tls_server_config] cert_file, key_file`,
-    /// `[basic_auth_users] name = "bcrypt hash"`) for the control API.
-    pub web_config_file: Option<PathBuf>,
-    /// Host names the control API answers to besides IP literals and `localhost` (the Host
-    /// header is checked against DNS rebinding).
-    pub control_hostnames: Vec<String>,
+    /// The control API's web settings, keys of `[collector]` (the translator and the agent
+    /// take the same ones): `admin_token_file` (the bearer token of the admin endpoints,
+    /// `POST /epoch` and the stores' RDMA coordinates; absent, they answer 403),
+    /// `web_config_file` (TLS, `basic_auth_users`) and `control_hostnames`.
+    #[serde(flatten)]
+    pub web: dta_http::WebSettings,
+    /// A named `GET /tail` consumer not asked for this many seconds is forgotten (its cursor
+    /// and its `/metrics` series).
+    pub tail_consumer_idle_secs: u64,
     /// The software RNIC's packet I/O, read from the top-level `[rnic]`, `[af_xdp]` and
     /// `[dpdk]` tables (not a key of `[collector]`).
     #[serde(skip)]
@@ -253,13 +252,17 @@ impl Default for DeviceSection {
             max_redundancy: 4,
             recv_credits: 4096,
             cm_allow: None,
-            admin_token_file: None,
-            web_config_file: None,
-            control_hostnames: Vec::new(),
+            web: dta_http::WebSettings::default(),
+            tail_consumer_idle_secs: DEFAULT_TAIL_CONSUMER_IDLE_SECS,
             rnic: RnicIo::default(),
         }
     }
 }
+
+/// `[collector] tail_consumer_idle_secs` unless set: ten minutes.
+pub const DEFAULT_TAIL_CONSUMER_IDLE_SECS: u64 = 600;
+/// The longest `tail_consumer_idle_secs` (a day).
+pub const MAX_TAIL_CONSUMER_IDLE_SECS: u64 = 86_400;
 
 /// `[collector] backend`: which RNIC serves the stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -675,6 +678,13 @@ impl CollectorConfig {
                  with Immediate and SEND each need one)"
                     .into(),
             );
+        }
+        if !(1..=MAX_TAIL_CONSUMER_IDLE_SECS).contains(&d.tail_consumer_idle_secs) {
+            return Err(format!(
+                "[collector] tail_consumer_idle_secs: {} must be 1..={MAX_TAIL_CONSUMER_IDLE_SECS} \
+                 (seconds a named /tail consumer may stay unused before it is forgotten)",
+                d.tail_consumer_idle_secs
+            ));
         }
         if d.rnic.rx_coalesce_us > MAX_RX_COALESCE_US {
             return Err(format!(
@@ -1215,6 +1225,11 @@ values = [[1, 100], [200, 300]]
             ("\"counts\"", "\"a/b?c\"", "store \"a/b?c\": name: use 1..=64"),
             ("roce = ", "mac = \"zz:00\"\nroce = ", "[collector] mac: \"zz:00\" is not a MAC"),
             ("roce = ", "recv_credits = 0\nroce = ", "[collector] recv_credits: must be at least 1"),
+            (
+                "roce = ",
+                "tail_consumer_idle_secs = 0\nroce = ",
+                "[collector] tail_consumer_idle_secs: 0 must be 1..=86400",
+            ),
             ("roce = ", "max_redundancy = 9\nroce = ", "[collector] max_redundancy: must be 1..=8"),
             ("roce = ", "pmtu = 1500\nroce = ", "[collector] pmtu"),
             (

@@ -73,8 +73,10 @@ pub const MAX_BODY: usize = 16 << 20;
 /// Most keys in one bulk query; more are refused with 413. The answer is built in memory
 /// (about 150 bytes per key), so this bounds it to some 15 MB.
 pub const MAX_BULK_KEYS: usize = 100_000;
-/// Most named Append consumers the server keeps cursors for.
-const MAX_CONSUMERS: usize = 1024;
+/// Most named Append consumers the server keeps cursors for (and exports series of).
+pub const MAX_CONSUMERS: usize = 256;
+/// Longest consumer name (it is a `/metrics` label value).
+pub const MAX_CONSUMER_NAME: usize = 64;
 /// Most batches one `/tail` request returns.
 const MAX_TAIL_BATCHES: usize = 4096;
 
@@ -86,12 +88,91 @@ pub struct ControlState {
     pub(crate) roce: SocketAddrV4,
     pub(crate) started: Instant,
     pub(crate) requests: AtomicU64,
-    /// Named consumers' cursors, by (store, global list, consumer).
-    pub(crate) consumers: Mutex<HashMap<(String, u32, String), ListReader>>,
+    /// Named consumers' cursors.
+    pub(crate) consumers: Mutex<Consumers>,
+    /// The HTTP server's own counters (for `/metrics`).
+    pub(crate) http: dta_http::StatsHandle,
     /// Whether an admin token is configured (without one the admin endpoints are off).
     pub(crate) admin_enabled: bool,
     /// The `[pull]` puller's results and counters.
     pub(crate) pull: Option<crate::zero::puller::PullView>,
+}
+
+/// A named consumer's key: (store, global list, consumer name).
+pub(crate) type ConsumerKey = (String, u32, String);
+
+/// A named consumer: its cursor, and when it was last asked for.
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    pub(crate) reader: ListReader,
+    used: Instant,
+}
+
+/// The named `/tail` consumers: at most [`MAX_CONSUMERS`]; one not asked for in `idle` is
+/// forgotten (cursor and `/metrics` series), so names free up and the series stay bounded.
+#[derive(Debug)]
+pub(crate) struct Consumers {
+    map: HashMap<ConsumerKey, Consumer>,
+    idle: Duration,
+    /// Consumers forgotten for being idle.
+    pub(crate) evicted: u64,
+}
+
+impl Consumers {
+    pub(crate) fn new(idle: Duration) -> Consumers {
+        Consumers {
+            map: HashMap::new(),
+            idle,
+            evicted: 0,
+        }
+    }
+
+    /// Forgets every consumer idle for longer than the limit at `now`.
+    pub(crate) fn sweep(&mut self, now: Instant) {
+        let idle = self.idle;
+        let before = self.map.len();
+        self.map
+            .retain(|_, c| now.saturating_duration_since(c.used) <= idle);
+        self.evicted += (before - self.map.len()) as u64;
+    }
+
+    /// The consumer `key`, made with `make` if new; `None` if the table is full of consumers
+    /// in use.
+    pub(crate) fn get_or_insert(
+        &mut self,
+        key: ConsumerKey,
+        now: Instant,
+        make: impl FnOnce() -> ListReader,
+    ) -> Option<&mut ListReader> {
+        self.sweep(now);
+        if self.map.len() >= MAX_CONSUMERS && !self.map.contains_key(&key) {
+            return None;
+        }
+        let c = self.map.entry(key).or_insert_with(|| Consumer {
+            reader: make(),
+            used: now,
+        });
+        c.used = now;
+        Some(&mut c.reader)
+    }
+
+    /// Every consumer.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&ConsumerKey, &ListReader)> {
+        self.map.iter().map(|(k, c)| (k, &c.reader))
+    }
+
+    /// Consumers kept now.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Whether `name` may name a consumer: 1..=64 bytes of letters, digits, `_ . - :`.
+fn consumer_name_ok(name: &str) -> bool {
+    (1..=MAX_CONSUMER_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
 }
 
 /// The control-plane threads; dropping or [`ControlHandle::stop`] ends them.
@@ -172,7 +253,10 @@ pub fn spawn(
         roce,
         started: Instant::now(),
         requests: AtomicU64::new(0),
-        consumers: Mutex::new(HashMap::new()),
+        consumers: Mutex::new(Consumers::new(Duration::from_secs(
+            config.collector.tail_consumer_idle_secs,
+        ))),
+        http: opts.stats.clone(),
         admin_enabled: opts.admin_token.is_some(),
         pull,
     });
@@ -201,21 +285,14 @@ pub fn spawn(
 }
 
 /// The control server's settings from `[collector]`: limits, the admin token, the web
-/// configuration (TLS, basic auth) and the host names it answers to.
+/// configuration (TLS, basic auth) and the host names it answers to
+/// ([`dta_http::WebSettings`], which the translator and the agent share).
 pub fn server_options(config: &CollectorConfig) -> Result<dta_http::ServerOptions, String> {
-    let c = &config.collector;
-    let mut opts = dta_http::ServerOptions {
-        name: "dta-http".into(),
-        hosts: dta_http::HostPolicy::Checked(c.control_hostnames.clone()),
-        ..Default::default()
-    };
-    if let Some(p) = &c.admin_token_file {
-        opts.admin_token = Some(dta_http::AdminToken::from_file(p)?);
-    }
-    if let Some(p) = &c.web_config_file {
-        opts = opts.with_web_config(&dta_http::WebConfig::load(p)?)?;
-    }
-    Ok(opts)
+    config
+        .collector
+        .web
+        .server_options("dta-http")
+        .map_err(|e| format!("[collector] {e}"))
 }
 
 /// An HTTP answer before it is put on the wire.
@@ -873,10 +950,18 @@ fn tail(
             )
         })?),
     };
-    let consumer = p.get("consumer").cloned().or_else(|| {
-        // The reference format has no sequence numbers, so its cursor must live here.
-        (a.layout.format() == dta_proto::layout::AppendFormat::Reference).then(|| "_http".into())
-    });
+    let consumer = p.get("consumer").cloned();
+    if let Some(c) = &consumer {
+        if !consumer_name_ok(c) {
+            return Err(Reply::error(
+                400,
+                format!(
+                    "consumer {c:?}: use 1..={MAX_CONSUMER_NAME} letters, digits, '_', '.', \
+                     '-' or ':'"
+                ),
+            ));
+        }
+    }
     let mut body = String::new();
     let mut emit = |seq: u64, e: &[u8]| {
         let _ = writeln!(
@@ -889,19 +974,25 @@ fn tail(
         Some(c) => {
             let mut m = state.consumers.lock().expect("consumers lock");
             let k = (s.name().to_string(), id, c);
-            if m.len() >= MAX_CONSUMERS && !m.contains_key(&k) {
-                return Err(Reply::error(
-                    409,
-                    format!("too many named consumers (at most {MAX_CONSUMERS})"),
-                ));
-            }
             let r = m
-                .entry(k)
-                .or_insert_with(|| ListReader::new(&s.region, a.layout, base, start));
+                .get_or_insert(k, Instant::now(), || {
+                    ListReader::new(&s.region, a.layout, base, start)
+                })
+                .ok_or_else(|| {
+                    Reply::error(
+                        409,
+                        format!(
+                            "too many named consumers in use (at most {MAX_CONSUMERS}; one \
+                             unused for tail_consumer_idle_secs is forgotten)"
+                        ),
+                    )
+                })?;
             let st = r.poll(&s.region, max, &mut emit);
             (r.next_seq(), st.lost_batches, r.newest_seq(&s.region))
         }
         None => {
+            // Stateless: the reader starts where `from` says (a reference-format list's entry
+            // position, as its last X-Dta-Next-Seq gave it) and nothing is kept here.
             let mut r = ListReader::new(&s.region, a.layout, base, start);
             let st = r.poll(&s.region, max, &mut emit);
             (r.next_seq(), st.lost_batches, r.newest_seq(&s.region))
@@ -1116,10 +1207,44 @@ values = [[1, 9]]
             roce: "127.0.0.1:4791".parse().unwrap(),
             started: Instant::now(),
             requests: AtomicU64::new(0),
-            consumers: Mutex::new(HashMap::new()),
+            consumers: Mutex::new(Consumers::new(Duration::from_secs(600))),
+            http: dta_http::StatsHandle::default(),
             admin_enabled: true,
             pull: None,
         }
+    }
+
+    #[test]
+    fn consumers_are_bounded_and_the_idle_ones_forgotten() {
+        let st = state();
+        let s = &st.stores[2];
+        let a = s.append().unwrap();
+        let make = || ListReader::new(&s.region, a.layout, a.list_offset(0), Start::Oldest);
+        let mut c = Consumers::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let key = |n: usize| ("ap".to_string(), 0, format!("c{n}"));
+        for n in 0..MAX_CONSUMERS {
+            assert!(c.get_or_insert(key(n), t0, make).is_some());
+        }
+        assert!(
+            c.get_or_insert(key(MAX_CONSUMERS), t0, make).is_none(),
+            "full"
+        );
+        // c0 is asked for again at 6 s; at 12 s the others are idle past 10 s.
+        assert!(c
+            .get_or_insert(key(0), t0 + Duration::from_secs(6), make)
+            .is_some());
+        let t = t0 + Duration::from_secs(12);
+        assert!(c.get_or_insert(key(MAX_CONSUMERS), t, make).is_some());
+        assert_eq!((c.len(), c.evicted), (2, MAX_CONSUMERS as u64 - 1));
+        assert!(
+            c.iter().any(|(k, _)| k.2 == "c0"),
+            "a consumer in use is kept"
+        );
+        for bad in ["", "a b", "x\"y", "é", &"n".repeat(65)] {
+            assert!(!consumer_name_ok(bad), "{bad:?}");
+        }
+        assert!(consumer_name_ok("exporter-1.ops:tail_2"));
     }
 
     #[test]

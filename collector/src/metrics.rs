@@ -190,6 +190,14 @@ fn render(state: &ControlState, process: Option<&ProcessStats>) -> String {
         "Control API requests served.",
         state.requests.load(Ordering::Relaxed) as f64,
     );
+    for (name, counter, help, v) in state.http.get().families() {
+        let kind = if counter {
+            PromKind::Counter
+        } else {
+            PromKind::Gauge
+        };
+        w.single(kind, &format!("dta_collector_{name}"), help, v as f64);
+    }
     w.single(
         PromKind::Gauge,
         "dta_collector_uptime_seconds",
@@ -332,9 +340,14 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
         }
     }
     sketch_families(w, state);
-    let consumers: Vec<(String, String, String, [u64; 3])> = {
-        let m = state.consumers.lock().expect("consumers lock");
-        m.iter()
+    // (store, list, consumer, [lag, lost, delivered]) of each named consumer.
+    type ConsumerRow = (String, String, String, [u64; 3]);
+    let (consumers, kept, evicted): (Vec<ConsumerRow>, usize, u64) = {
+        let mut m = state.consumers.lock().expect("consumers lock");
+        // Idle consumers go before they are exported: the series stay bounded.
+        m.sweep(std::time::Instant::now());
+        let list = m
+            .iter()
             .filter_map(|((st, l, c), r)| {
                 let s = state.stores.iter().find(|s| s.name() == st)?;
                 Some((
@@ -344,8 +357,22 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
                     [r.lag(&s.region), r.lost_batches, r.delivered],
                 ))
             })
-            .collect()
+            .collect();
+        (list, m.len(), m.evicted)
     };
+    w.single(
+        PromKind::Gauge,
+        "dta_collector_append_consumers",
+        "Named /tail consumers kept (at most 256; one unused for tail_consumer_idle_secs is \
+         forgotten).",
+        kept as f64,
+    );
+    w.single(
+        PromKind::Counter,
+        "dta_collector_append_consumers_evicted",
+        "Named /tail consumers forgotten for being unused longer than tail_consumer_idle_secs.",
+        evicted as f64,
+    );
     for (i, (name, kind, help)) in [
         (
             "append_reader_lag_batches",
@@ -415,9 +442,9 @@ fn stores(w: &mut PromWriter, state: &ControlState) {
 #[cfg(test)]
 mod tests {
     use dta_http::Access;
-    use std::collections::HashMap;
     use std::sync::atomic::AtomicU64;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
     use std::time::Instant;
 
     use super::*;
@@ -507,7 +534,22 @@ columns = 64
             roce: "127.0.0.1:4791".parse().unwrap(),
             started: Instant::now(),
             requests: AtomicU64::new(9),
-            consumers: Mutex::new(HashMap::new()),
+            consumers: Mutex::new(crate::http::Consumers::new(Duration::from_secs(600))),
+            http: dta_http::StatsHandle::from(dta_http::ServerStats {
+                connections_open: 1,
+                connections_accepted: 2,
+                connections_refused: 3,
+                requests: 4,
+                forbidden: 5,
+                unauthorized: 6,
+                body_too_large: 7,
+                timeouts: 8,
+                busy: 9,
+                tls_handshake_failures: 10,
+                handler_panics: 11,
+                auth_checks: 12,
+                auth_throttled: 13,
+            }),
             admin_enabled: true,
             pull: None,
         };
@@ -549,6 +591,8 @@ columns = 64
             .status,
             200
         );
+        // As if three other consumers had gone unused past tail_consumer_idle_secs.
+        st.consumers.lock().unwrap().evicted = 3;
         assert_eq!(
             handle(&st, "POST", "/epoch/counts", &Access::Admin, &[]).status,
             200

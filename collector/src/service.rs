@@ -202,8 +202,8 @@ impl Collector {
         // The control API's credentials and TLS files are checked before anything starts: a
         // token file others can read, or a broken web config, refuses the start.
         if config.collector.control.is_some()
-            || config.collector.admin_token_file.is_some()
-            || config.collector.web_config_file.is_some()
+            || config.collector.web.admin_token_file.is_some()
+            || config.collector.web.web_config_file.is_some()
         {
             crate::http::server_options(&config)?;
         }

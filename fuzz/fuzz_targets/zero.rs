@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         let values: Vec<u64> = s.iter().collect();
         assert_eq!(values.len(), entries as usize);
         let mut out = vec![0u8; block_len(entries)];
-        encode_block(s.seq, &values, &mut out);
+        encode_block(s.seq, s.sampled_ns, &values, &mut out);
         assert_eq!(&out[..], &rest[..out.len()]);
     }
 });

@@ -21,7 +21,8 @@
 //! else by reason, and transmit whole Ethernet frames.
 //!
 //! Beside the backends, [`process`] reads this process's figures from `/proc` for the
-//! `process_*` metrics both `/metrics` pages end with.
+//! `process_*` metrics both `/metrics` pages end with, and [`private_file`] creates the files
+//! that hold secrets (captures, emitted connections) with mode 0600.
 
 #[cfg(feature = "af_xdp")]
 pub mod af_xdp;
@@ -32,6 +33,7 @@ pub mod dpdk;
 pub mod frame;
 pub mod netns;
 pub mod pcap;
+pub mod private_file;
 pub mod process;
 pub mod random;
 pub mod reuseport;

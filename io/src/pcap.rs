@@ -187,9 +187,13 @@ pub struct PcapCapture<W: Write> {
 pub const SNAPLEN: u32 = 65535;
 
 impl PcapCapture<BufWriter<File>> {
-    /// Creates (truncates) `path`.
+    /// Creates `path` anew, readable by its owner only ([`crate::private_file::create`]: a
+    /// capture of RoCEv2 frames holds R_Keys, addresses and PSNs).
     pub fn create(path: impl AsRef<Path>) -> io::Result<Self> {
-        PcapCapture::new(BufWriter::with_capacity(1 << 20, File::create(path)?))
+        PcapCapture::new(BufWriter::with_capacity(
+            1 << 20,
+            crate::private_file::create(path.as_ref())?,
+        ))
     }
 }
 
@@ -325,10 +329,12 @@ impl PcapBackend {
         self
     }
 
-    /// Opens `path` as the capture of transmitted frames.
+    /// Opens `path` as the capture of transmitted frames (mode 0600, see [`capture_file`]).
     pub fn capture_to(self, path: impl AsRef<Path>) -> io::Result<PcapBackend> {
-        let w: Box<dyn Write + Send> =
-            Box::new(BufWriter::with_capacity(1 << 20, File::create(path)?));
+        let w: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(
+            1 << 20,
+            crate::private_file::create(path.as_ref())?,
+        ));
         Ok(self.with_capture(PcapCapture::new(w)?))
     }
 
@@ -511,9 +517,13 @@ impl CaptureBackend {
     }
 }
 
-/// Opens a capture file for [`CaptureBackend`] (buffered, header written).
+/// Opens a capture file for [`CaptureBackend`] (buffered, header written), created anew with
+/// mode 0600 ([`crate::private_file::create`]): it will hold R_Keys, addresses and PSNs.
 pub fn capture_file(path: impl AsRef<Path>) -> io::Result<PcapCapture<Box<dyn Write + Send>>> {
-    let w: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, File::create(path)?));
+    let w: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(
+        1 << 20,
+        crate::private_file::create(path.as_ref())?,
+    ));
     PcapCapture::new(w)
 }
 
@@ -571,6 +581,34 @@ impl Drop for CaptureBackend {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// Issue 28: captures of transmitted frames hold R_Keys, addresses and PSNs: every way of
+    /// opening one makes a file only its owner can read, also when the path exists already
+    /// with a wider mode (the umask of the test process is the usual 022).
+    #[test]
+    fn captures_are_created_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("dta-pcap-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let (a, b, c) = (dir.join("a.pcap"), dir.join("b.pcap"), dir.join("c.pcap"));
+        // c exists already, readable by everyone, with old contents.
+        std::fs::write(&c, b"old capture").unwrap();
+        std::fs::set_permissions(&c, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(PcapCapture::create(&a).unwrap());
+        drop(capture_file(&b).unwrap());
+        let mut cap = capture_file(&c).unwrap();
+        cap.flush().unwrap();
+        for p in [&a, &b, &c] {
+            assert_eq!(mode(p), 0o600, "{} is mode {:03o}", p.display(), mode(p));
+        }
+        assert_eq!(
+            std::fs::metadata(&c).unwrap().len(),
+            24,
+            "truncated: header only"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn udp(dport: u16, tag: u8, ident: u16) -> Vec<u8> {
         let mut out = vec![0; 256];

@@ -10,7 +10,7 @@
 //! anywhere     metric blocks (8-byte aligned, inside the region, never overlapping the
 //!              control area or each other)
 //! ```
-//! Control header: magic `DTAZ`, version u8 = 1, reserved u8, blocks u16, generation u32
+//! Control header: magic `DTAZ`, version u8 = 2, reserved u8, blocks u16, generation u32
 //! (changes whenever the set of blocks changes: a reader holding an older generation re-reads
 //! the descriptors), region length u64, reserved to 64 bytes.
 //!
@@ -19,12 +19,25 @@
 //!
 //! # Metric blocks and torn reads
 //! ```text
-//! begin u64 | crc u32 | entries u32 | entries × u64 | end u64
+//! begin u64 | crc u32 | entries u32 | sampled_ns u64 | entries × u64 | end u64
 //! ```
 //! One writer (the agent) updates a block in this order: `begin` = s + 1 (odd: in progress);
-//! the values; `crc` = CRC-32C of (s + 2 as 8 LE bytes ‖ the entries count ‖ the values); `end`
-//! = s + 2; `begin` = s + 2. A reader takes a snapshot with one READ of the whole block and
-//! accepts it only if `begin == end`, it is even, and the CRC matches ([`verify_block`]).
+//! the sample time and the values; `crc` = CRC-32C of (s + 2 as 8 LE bytes ‖ the entries count
+//! ‖ the sample time ‖ the values); `end` = s + 2; `begin` = s + 2. A reader takes a snapshot
+//! with one READ of the whole block and accepts it only if `begin == end`, it is even, and the
+//! CRC matches ([`verify_block`]).
+//!
+//! # Sample time (version 2)
+//! `sampled_ns` is when the agent took the values, in nanoseconds of the agent's own monotonic
+//! clock (any origin, the same for every block of a region; 0: never sampled, the state a block
+//! is registered in). It is inside the sealed part, so a snapshot's values and its time always
+//! belong together. A reader derives a counter's rate from two snapshots of one block as
+//! Δvalue / Δsampled_ns, never from when its READs completed: the agent and the reader run on
+//! different clocks and schedules, and a READ that crosses a sample edge would otherwise halve
+//! or double the rate. Two snapshots with the same `sampled_ns` are the same sample (no rate);
+//! a `sampled_ns` of 0, or one not after the other's, gives no rate either. Version 1 blocks
+//! had no sample time (`begin | crc | entries | values | end`); a version-1 region is refused
+//! as [`ZeroError::BadMagic`].
 //!
 //! The sequence words alone would be a seqlock, which assumes the reader sees memory in
 //! address order. A READ's DMA gives no such promise (InfiniBand orders nothing within one
@@ -37,8 +50,10 @@ use crate::crc::Crc32;
 
 /// The control header's magic, ASCII `DTAZ`.
 pub const MAGIC: [u8; 4] = *b"DTAZ";
-/// Layout version.
-pub const VERSION: u8 = 1;
+/// Layout version (2: blocks carry their sample time).
+pub const VERSION: u8 = 2;
+/// Version of the [`RegionRecord`] (unchanged by the block format).
+pub const RECORD_VERSION: u8 = 1;
 /// Bytes of the control header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of one block descriptor.
@@ -49,8 +64,8 @@ pub const NAME_LEN: usize = 40;
 pub const MAX_BLOCKS: u16 = 4096;
 /// Most entries in one block (a 64 KiB READ).
 pub const MAX_ENTRIES: u32 = 8190;
-/// Bytes of a block before its values (begin, crc, entries).
-pub const BLOCK_HEAD_LEN: usize = 16;
+/// Bytes of a block before its values (begin, crc, entries, sampled_ns).
+pub const BLOCK_HEAD_LEN: usize = 24;
 /// Bytes of a block after its values (end).
 pub const BLOCK_TAIL_LEN: usize = 8;
 
@@ -258,26 +273,30 @@ pub fn check_placement(h: &ControlHeader, descs: &[BlockDesc]) -> Result<(), Zer
 }
 
 /// The CRC a block carries after an update to sequence `seq` (even): CRC-32C of `seq` (8 LE
-/// bytes), the entries count (4 LE bytes) and the values as stored (8 LE bytes each).
-pub fn block_crc(seq: u64, count: u32, value_bytes: &[u8]) -> u32 {
+/// bytes), the entries count (4 LE bytes), then `body`: the sample time (8 LE bytes) and the
+/// values as stored (8 LE bytes each), exactly as they lie in the block after its count.
+pub fn block_crc(seq: u64, count: u32, body: &[u8]) -> u32 {
     let mut r = crate::crc::CRC_INIT;
     r = CRC32C.update(r, &seq.to_le_bytes());
     r = CRC32C.update(r, &count.to_le_bytes());
-    !CRC32C.update(r, value_bytes)
+    !CRC32C.update(r, body)
 }
 
-/// The bytes of a block at rest after the update to `seq` (even): what a reader that does not
-/// race the writer sees. `out` must be [`block_len`]`(values.len())` bytes.
-pub fn encode_block(seq: u64, values: &[u64], out: &mut [u8]) {
+/// The bytes of a block at rest after the update to `seq` (even) of a sample taken at
+/// `sampled_ns`: what a reader that does not race the writer sees. `out` must be
+/// [`block_len`]`(values.len())` bytes.
+pub fn encode_block(seq: u64, sampled_ns: u64, values: &[u64], out: &mut [u8]) {
     let n = values.len();
+    let end = BLOCK_HEAD_LEN + 8 * n;
     out[0..8].copy_from_slice(&seq.to_le_bytes());
     out[12..16].copy_from_slice(&(n as u32).to_le_bytes());
-    for (c, v) in out[16..16 + 8 * n].chunks_exact_mut(8).zip(values) {
+    out[16..24].copy_from_slice(&sampled_ns.to_le_bytes());
+    for (c, v) in out[BLOCK_HEAD_LEN..end].chunks_exact_mut(8).zip(values) {
         c.copy_from_slice(&v.to_le_bytes());
     }
-    let crc = block_crc(seq, n as u32, &out[16..16 + 8 * n]);
+    let crc = block_crc(seq, n as u32, &out[16..end]);
     out[8..12].copy_from_slice(&crc.to_le_bytes());
-    out[16 + 8 * n..24 + 8 * n].copy_from_slice(&seq.to_le_bytes());
+    out[end..end + BLOCK_TAIL_LEN].copy_from_slice(&seq.to_le_bytes());
 }
 
 /// Bytes of a [`RegionRecord`].
@@ -319,7 +338,7 @@ impl RegionRecord {
     pub fn encode(&self) -> [u8; RECORD_LEN] {
         let mut r = [0u8; RECORD_LEN];
         r[0..4].copy_from_slice(&RECORD_MAGIC);
-        r[4] = VERSION;
+        r[4] = RECORD_VERSION;
         r[5] = self.verify_icrc as u8;
         r[8..16].copy_from_slice(&self.addr.to_le_bytes());
         r[16..24].copy_from_slice(&self.len.to_le_bytes());
@@ -333,7 +352,7 @@ impl RegionRecord {
     /// Reads a record back: magic, version, CRC, flags and reserved bytes are checked.
     pub fn decode(r: &[u8]) -> Result<RegionRecord, ZeroError> {
         let r = r.get(..RECORD_LEN).ok_or(ZeroError::Truncated)?;
-        if r[0..4] != RECORD_MAGIC || r[4] != VERSION {
+        if r[0..4] != RECORD_MAGIC || r[4] != RECORD_VERSION {
             return Err(ZeroError::BadMagic);
         }
         let crc = u32::from_le_bytes(r[60..64].try_into().expect("4 bytes"));
@@ -364,6 +383,8 @@ impl RegionRecord {
 pub struct Snapshot<'a> {
     /// The update it shows (the sequence word: 2 × updates).
     pub seq: u64,
+    /// When the agent took the values (ns of its own clock; 0: never sampled).
+    pub sampled_ns: u64,
     /// The values, 8 LE bytes each.
     pub values: &'a [u8],
 }
@@ -389,17 +410,21 @@ pub fn verify_block(b: &[u8], entries: u32) -> Result<Snapshot<'_>, ZeroError> {
     let n = entries as usize;
     let b = b.get(..block_len(entries)).ok_or(ZeroError::Truncated)?;
     let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-    let (begin, end) = (word(0), word(16 + 8 * n));
+    let values_end = BLOCK_HEAD_LEN + 8 * n;
+    let (begin, end) = (word(0), word(values_end));
     if begin != end || begin % 2 == 1 {
         return Err(ZeroError::InProgress);
     }
     let crc = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
     let count = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
-    let values = &b[16..16 + 8 * n];
-    if count != entries || block_crc(begin, count, values) != crc {
+    if count != entries || block_crc(begin, count, &b[16..values_end]) != crc {
         return Err(ZeroError::Torn);
     }
-    Ok(Snapshot { seq: begin, values })
+    Ok(Snapshot {
+        seq: begin,
+        sampled_ns: word(16),
+        values: &b[BLOCK_HEAD_LEN..values_end],
+    })
 }
 
 #[cfg(test)]
@@ -466,7 +491,7 @@ mod tests {
         assert_eq!(back, ds);
         assert_eq!(decode_control(&c[..100]), Err(ZeroError::Truncated));
         let mut bad = c.clone();
-        bad[4] = 2;
+        bad[4] = 3;
         assert_eq!(decode_control(&bad), Err(ZeroError::BadMagic));
         let place = |ds: &[BlockDesc]| decode_control(&control(ds, 4096)).err();
         // Unaligned, inside the control area, beyond the region, overlapping, overflowing.
@@ -508,8 +533,8 @@ mod tests {
         let new: Vec<u64> = (0..5).map(|i| 200 + i * 3).collect();
         let len = block_len(5);
         let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
-        encode_block(10, &old, &mut a);
-        encode_block(12, &new, &mut b);
+        encode_block(10, 5_000_000_000, &old, &mut a);
+        encode_block(12, 6_000_000_000, &new, &mut b);
         // The in-progress state: begin odd, values partly new.
         let words = len / 8;
         let mut accepted = 0;
@@ -523,8 +548,10 @@ mod tests {
                 Ok(s) => {
                     let v: Vec<u64> = s.iter().collect();
                     assert!(
-                        (s.seq == 10 && v == old) || (s.seq == 12 && v == new),
-                        "mask {mask:#x}: a mixed snapshot {v:?}"
+                        (s.seq == 10 && s.sampled_ns == 5_000_000_000 && v == old)
+                            || (s.seq == 12 && s.sampled_ns == 6_000_000_000 && v == new),
+                        "mask {mask:#x}: a mixed snapshot {v:?} at {}",
+                        s.sampled_ns
                     );
                     accepted += 1;
                 }
@@ -538,16 +565,63 @@ mod tests {
         assert_eq!(verify_block(&a[..len - 1], 5), Err(ZeroError::Truncated));
         let s = verify_block(&a, 5).unwrap();
         assert_eq!((s.value(4), s.value(5)), (Some(104), None));
-        // CRC-32C (check value of "123456789": 0xE3069283) over seq, count and values.
+        // CRC-32C (check value of "123456789": 0xE3069283) over seq, count, sample time and
+        // values.
         assert_eq!(CRC32C.checksum(b"123456789"), 0xE306_9283);
         let mut bytes = 12u64.to_le_bytes().to_vec();
         bytes.extend_from_slice(&5u32.to_le_bytes());
+        bytes.extend_from_slice(&6_000_000_000u64.to_le_bytes());
         new.iter()
             .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
         assert_eq!(block_crc(12, 5, &bytes[12..]), CRC32C.checksum(&bytes));
         // Both sequence words new but a value torn: the checksum catches it.
         let mut t = b.clone();
-        t[16..24].copy_from_slice(&a[16..24]);
+        t[24..32].copy_from_slice(&a[24..32]);
         assert_eq!(verify_block(&t, 5), Err(ZeroError::Torn));
+    }
+
+    /// A version-2 block written byte by byte from the layout in the module documentation:
+    /// the sample time sits after the entries count and is sealed by the CRC with the values,
+    /// so a snapshot cannot pair one sample's values with another's time.
+    #[test]
+    fn a_block_by_hand_carries_its_sealed_sample_time() {
+        let mut blk = Vec::new();
+        blk.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0]); // begin = 4
+        blk.extend_from_slice(&[0; 4]); // crc, below
+        blk.extend_from_slice(&[2, 0, 0, 0]); // entries = 2
+        blk.extend_from_slice(&[0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01]); // sampled_ns
+        blk.extend_from_slice(&[0x2a, 0, 0, 0, 0, 0, 0, 0]); // value 0 = 42
+        blk.extend_from_slice(&[0xff; 8]); // value 1 = u64::MAX
+        blk.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0]); // end = 4
+                                                          // CRC-32C of begin (8 LE bytes) ‖ entries ‖ sampled_ns ‖ values.
+        let mut sealed = blk[0..8].to_vec();
+        sealed.extend_from_slice(&blk[12..40]);
+        let crc = CRC32C.checksum(&sealed);
+        blk[8..12].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(blk.len(), block_len(2));
+        let s = verify_block(&blk, 2).unwrap();
+        assert_eq!(
+            (s.seq, s.sampled_ns, s.value(0), s.value(1)),
+            (4, 0x0102_0304_0506_0708, Some(42), Some(u64::MAX))
+        );
+        let mut out = vec![0u8; block_len(2)];
+        encode_block(4, 0x0102_0304_0506_0708, &[42, u64::MAX], &mut out);
+        assert_eq!(out, blk, "the encoder writes the same bytes");
+        // Any bit of the sample time changed: torn, never a snapshot at another time.
+        for bit in 0..64 {
+            let mut x = blk.clone();
+            x[16 + bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(verify_block(&x, 2), Err(ZeroError::Torn), "bit {bit}");
+        }
+        // A version-1 region (no sample times) is refused, not misread.
+        let mut h = ControlHeader {
+            blocks: 0,
+            generation: 1,
+            region_len: 4096,
+        }
+        .encode();
+        assert_eq!(h[4], 2);
+        h[4] = 1;
+        assert_eq!(ControlHeader::decode(&h), Err(ZeroError::BadMagic));
     }
 }

@@ -232,3 +232,123 @@ interval_ms = 20
     drop(c);
     drop(fleet);
 }
+
+/// Publishes `vals` as the sample the agent took at `agent_ns` on its own clock.
+fn publish_sample(w: &mut dta_agent::ArrayWriter, vals: &[u64], agent_ns: u64) {
+    w.publish_at(vals, agent_ns);
+}
+
+/// Issue 28, part 5: counter rates come from the agent's sample clock, not the collector's
+/// arrival times. The agent samples every 100 ms *of its own clock*, which runs 10 % slow
+/// against the puller's (100 agent-ms take 110 real ms, with ±15 ms of jitter) and starts
+/// 7.3 s off; the puller reads every 100 ms at whatever phase that gives. Each sample adds
+/// exactly 10 per agent-ms to entry 0 and 3 per agent-ms to entry 1, so every rate must be
+/// exactly 10,000/s and 3,000/s. On arrival times a read that crosses a sample edge gives
+/// about 2× or 0.5×, and every rate is ~10 % off.
+#[test]
+fn counter_rates_use_the_agents_sample_clock_through_offset_and_drift() {
+    use dta_agent::region::AgentRegion;
+    use dta_agent::server::{AgentOptions, AgentPoller, AgentServer};
+    use dta_collector::zero::puller::{AgentSpec, PullConfig};
+    use dta_proto::zero::MetricKind;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    let addr = SocketAddrV4::new(Ipv4Addr::new(127, 0, 61, 7), 4791);
+    let region = AgentRegion::new(64 << 10, 4).expect("region");
+    let mut w = region
+        .register_array("ctr", 2, MetricKind::Counter, 100)
+        .expect("block");
+    let opts = AgentOptions {
+        cm_port: 7700,
+        allow: dta_collector::allow::PeerAllowlist::any(),
+        ..AgentOptions::default()
+    };
+    let server = AgentServer::bind_with(addr, &region, &opts).expect("agent");
+    let stop = Arc::new(AtomicBool::new(false));
+    let serve = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut s = vec![server];
+            AgentPoller::new().run(&mut s, &stop).expect("agent poller");
+        })
+    };
+    // The agent's clock: 7.3 s ahead at its first sample; its samples 100 agent-ms apart
+    // give or take up to 15 agent-ms (a sampler woken late), each 1.1× as long in real time.
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut agent_ms: u64 = 7_300;
+            let mut k = 0u64;
+            let t0 = Instant::now();
+            let mut real_ms = 0f64;
+            while !stop.load(Ordering::Relaxed) {
+                publish_sample(&mut w, &[10 * agent_ms, 3 * agent_ms], agent_ms * 1_000_000);
+                k += 1;
+                let step = 100 + (k * 7919 % 31) - 15;
+                agent_ms += step;
+                real_ms += 1.1 * step as f64;
+                let due = t0 + Duration::from_micros((real_ms * 1000.0) as u64);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
+        })
+    };
+    let mut cfg = PullConfig::new(
+        SocketAddrV4::new(Ipv4Addr::new(127, 0, 61, 1), 0),
+        vec![AgentSpec {
+            name: "drifting".into(),
+            roce: addr,
+            cm_port: 7700,
+        }],
+        Duration::from_millis(100),
+    );
+    cfg.control_every = 1_000_000;
+    let p = Puller::start(cfg, None).expect("puller");
+    assert!(
+        wait_up(&p, 1, Duration::from_secs(20)),
+        "the agent connects"
+    );
+    // Every distinct (newest, previous) pair the store shows, with its rates.
+    let mut seen: Vec<(u64, u64, Vec<f64>)> = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(4000) {
+        p.store().with_agents(|a| {
+            let Some(b) = a[0].blocks.first() else {
+                return;
+            };
+            let (Some(last), Some(prev), Some(r)) = (&b.last, &b.prev, b.rates()) else {
+                return;
+            };
+            if seen
+                .last()
+                .is_none_or(|s| (s.0, s.1) != (last.seq, prev.seq))
+            {
+                seen.push((last.seq, prev.seq, r));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    let st = p.stop();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    serve.join().unwrap();
+    eprintln!("{} rates; {:?}", seen.len(), st.pull);
+    assert!(
+        seen.len() >= 20,
+        "about 36 samples in 4 s: {} rates seen",
+        seen.len()
+    );
+    let bad: Vec<_> = seen
+        .iter()
+        .filter(|(_, _, r)| {
+            (r[0] - 10_000.0).abs() > 1e-6 * 10_000.0 || (r[1] - 3_000.0).abs() > 1e-6 * 3_000.0
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} of {} rates are not 10000/s and 3000/s per agent-second, e.g. {:?}",
+        bad.len(),
+        seen.len(),
+        &bad[..bad.len().min(4)]
+    );
+}

@@ -378,6 +378,11 @@ pub struct Section {
     pub nack_port: u16,
     /// HTTP endpoint serving /metrics and /stats (none if absent).
     pub metrics: Option<SocketAddrV4>,
+    /// The metrics server's web settings, the collector's keys: `web_config_file` (TLS,
+    /// `basic_auth_users`), `admin_token_file`, `control_hostnames` (Host names answered
+    /// besides IP literals and `localhost`).
+    #[serde(flatten)]
+    pub web: dta_http::WebSettings,
     /// Reporters tracked for sequence gaps, per worker.
     pub max_reporters: usize,
     /// Frames each QP keeps for retransmission until the collector acknowledges them (go-back-N
@@ -490,6 +495,7 @@ impl Default for Section {
             max_redundancy: 4,
             nack_port: dta_proto::consts::DTA_NACK_PORT,
             metrics: None,
+            web: dta_http::WebSettings::default(),
             max_reporters: 4096,
             retransmit_window: 1024,
             socket_buffer: 16 << 20,
@@ -864,6 +870,13 @@ impl TranslatorConfig {
         }
         if t.workers == 0 || t.workers > 64 {
             return Err("translator.workers must be 1..=64".into());
+        }
+        if t.metrics.is_none() && (t.web != dta_http::WebSettings::default()) {
+            return Err(
+                "translator.web_config_file, admin_token_file and control_hostnames configure \
+                 the metrics server: set translator.metrics too (or remove them)"
+                    .into(),
+            );
         }
         if !(1..=1000).contains(&t.stats_interval_ms) {
             return Err("translator.stats_interval_ms must be 1..=1000".into());
@@ -1298,6 +1311,23 @@ mod tests {
         assert!(parse("[translator]\nbogus = 1")
             .unwrap_err()
             .contains("bogus"));
+        // The web settings are the collector's keys, and configure the metrics server only.
+        let e = parse("[translator]\nweb_config_file = \"/etc/dta/web.toml\"").unwrap_err();
+        assert!(
+            e.contains("web_config_file") && e.contains("translator.metrics"),
+            "{e}"
+        );
+        let c = parse(
+            "[translator]\nmetrics = \"127.0.0.1:0\"\ncontrol_hostnames = [\"m.example\"]\n\
+             admin_token_file = \"/t\"",
+        )
+        .unwrap();
+        assert_eq!(c.translator.web.control_hostnames, ["m.example"]);
+        assert!(
+            parse("[translator]\nmetrics = \"127.0.0.1:0\"\nweb_config = \"/w\"")
+                .unwrap_err()
+                .contains("web_config")
+        );
         assert!(TranslatorConfig::from_toml("[[collector]]\nname = \"x\"")
             .unwrap_err()
             .contains("exactly one"));

@@ -1536,9 +1536,10 @@ impl Translator {
             t.workers
         );
         let metrics = match t.metrics {
-            Some(a) => Some(crate::control::metrics::MetricsServer::spawn(
+            Some(a) => Some(crate::control::metrics::MetricsServer::spawn_with(
                 a,
                 snapshots.clone(),
+                &t.web,
             )?),
             None => None,
         };

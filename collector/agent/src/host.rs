@@ -251,20 +251,23 @@ impl HostSampler {
         self.counters.samples += 1;
         if let Some(p) = &self.config.net_dev {
             if read_into(p, &mut self.buf) {
-                self.publish_net_dev();
+                // The counters are as of the read: stamp them with its time.
+                let at = self.region.clock().now_ns();
+                self.publish_net_dev(at);
             } else {
                 self.counters.read_errors += 1;
             }
         }
         if let Some(p) = &self.config.proc_stat {
             if read_into(p, &mut self.buf) {
+                let at = self.region.clock().now_ns();
                 let s = parse_proc_stat(&String::from_utf8_lossy(&self.buf));
                 if let (Some(w), Some(cpu)) = (self.cpu.as_mut(), s.cpu) {
-                    w.publish(&cpu);
+                    w.publish_at(&cpu, at);
                     self.counters.publishes += 1;
                 }
                 if let Some(w) = self.stat.as_mut() {
-                    w.publish(&s.stat_values());
+                    w.publish_at(&s.stat_values(), at);
                     self.counters.publishes += 1;
                 }
             } else {
@@ -273,7 +276,7 @@ impl HostSampler {
         }
     }
 
-    fn publish_net_dev(&mut self) {
+    fn publish_net_dev(&mut self, at: u64) {
         let HostSampler {
             region,
             config,
@@ -286,7 +289,7 @@ impl HostSampler {
         let text = String::from_utf8_lossy(buf);
         let skipped = parse_net_dev(&text, |name, v| {
             if let Some(w) = ifaces.get_mut(name) {
-                w.publish(v);
+                w.publish_at(v, at);
                 counters.publishes += 1;
                 return;
             }
@@ -309,7 +312,7 @@ impl HostSampler {
             match r {
                 Ok(mut w) => {
                     log::info!("interface {name}: block {:?}", truncate_name(&block));
-                    w.publish(v);
+                    w.publish_at(v, at);
                     counters.publishes += 1;
                     ifaces.insert(name.to_string(), w);
                 }

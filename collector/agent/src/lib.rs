@@ -11,8 +11,10 @@
 //! ```
 //!
 //! - [`region`]: the region ([`AgentRegion`]) in [`dta_proto::zero`]'s layout, and the one
-//!   writer per block ([`ArrayWriter`]), which seals every update so a READ racing it is
-//!   refused by [`dta_proto::zero::verify_block`], never taken for data.
+//!   writer per block ([`ArrayWriter`]), which seals every update, with the time its values
+//!   were taken ([`AgentClock`]), so a READ racing it is refused by
+//!   [`dta_proto::zero::verify_block`], never taken for data, and rates are computed on the
+//!   agent's clock.
 //! - [`host`]: the host counters: pure parsers of the `/proc` files' text and the sampler that
 //!   publishes them.
 //! - [`server`]: [`AgentServer`], the software RNIC that registers the region READ-only and
@@ -30,5 +32,5 @@ pub mod region;
 pub mod server;
 
 pub use host::{HostSampler, SamplerConfig};
-pub use region::{AgentRegion, ArrayWriter, RegionError};
+pub use region::{AgentClock, AgentRegion, ArrayWriter, RegionError};
 pub use server::{AgentCounters, AgentOptions, AgentPoller, AgentServer};

@@ -15,6 +15,8 @@ pub struct Published {
     pub agent: AgentCounters,
     /// The sampler's counters.
     pub sampler: SamplerCounters,
+    /// The HTTP server's own counters (filled in by the server as it renders the page).
+    pub http: dta_http::ServerStats,
 }
 
 /// The `/metrics` page.
@@ -94,6 +96,14 @@ pub fn render(region: &AgentRegion, p: &Published) -> String {
         &[],
         &row(p.sampler.values()),
     );
+    for (name, counter, help, v) in p.http.families() {
+        let kind = if counter {
+            PromKind::Counter
+        } else {
+            PromKind::Gauge
+        };
+        w.single(kind, &format!("dta_agent_{name}"), help, v as f64);
+    }
     if let Ok(ps) = dta_io::process::ProcessStats::read() {
         ps.write_prom(&mut w);
     }
@@ -115,6 +125,7 @@ mod tests {
         assert!(page.contains("dta_agent_rnic_reads_total 3\n"));
         assert!(page.contains("dta_agent_cm_req_total 0\n"));
         assert!(page.contains("dta_agent_region_bytes 65536\n"));
+        assert!(page.contains("# TYPE dta_agent_http_auth_throttled_total counter\n"));
         match dta_io::process::promtool_check_metrics(&page) {
             None => eprintln!("SKIP: promtool not found"),
             Some(r) => assert_eq!(r, Ok(()), "{page}"),

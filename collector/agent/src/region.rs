@@ -31,18 +31,26 @@
 //! # Block updates
 //! One [`ArrayWriter`] per block (not `Clone`; [`ArrayWriter::publish`] takes `&mut self`) updates
 //! it in the documented order: `begin` = s + 1 (release store, then a release fence so no value
-//! store is seen before it), the values, `crc | entries`, `end` = s + 2 (release), `begin` =
-//! s + 2 (release). The values are encoded into a buffer the writer owns: nothing allocates per
-//! publish.
+//! store is seen before it), the sample time and the values, `crc | entries`, `end` = s + 2
+//! (release), `begin` = s + 2 (release). The sample time and values are encoded into a buffer
+//! the writer owns: nothing allocates per publish.
+//!
+//! # Sample times
+//! Every update carries when its values were taken, on the region's clock ([`AgentClock`]:
+//! nanoseconds since the region was made, monotonic, never 0). A pull collector computes rates
+//! from these stamps, not from when its READs arrive. [`ArrayWriter::publish`] stamps the
+//! update with the time of the call; a sampler that read its source earlier stamps it with that
+//! time ([`ArrayWriter::publish_at`], [`AgentRegion::clock`]).
 
 use std::io;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use dta_collector::memory::Region;
 use dta_proto::zero::{
-    block_crc, block_len, encode_block, BlockDesc, ControlHeader, MetricKind, DESC_LEN, HEADER_LEN,
-    MAX_BLOCKS, MAX_ENTRIES, NAME_LEN,
+    block_crc, block_len, encode_block, BlockDesc, ControlHeader, MetricKind, BLOCK_HEAD_LEN,
+    DESC_LEN, HEADER_LEN, MAX_BLOCKS, MAX_ENTRIES, NAME_LEN,
 };
 
 /// Alignment of every block (a cache line).
@@ -111,6 +119,26 @@ pub fn truncate_name(name: &str) -> &str {
     &name[..end]
 }
 
+/// The clock a region's samples are stamped with: nanoseconds since the region was made, on
+/// the monotonic clock. Never 0 (0 marks a block never sampled).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentClock {
+    epoch: Instant,
+}
+
+impl AgentClock {
+    fn new() -> AgentClock {
+        AgentClock {
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Now, in nanoseconds since the region was made (at least 1).
+    pub fn now_ns(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+}
+
 struct Layout {
     max_blocks: u16,
     blocks: Vec<BlockDesc>,
@@ -126,6 +154,7 @@ struct Layout {
 pub struct AgentRegion {
     region: Arc<Region>,
     layout: Arc<Mutex<Layout>>,
+    clock: AgentClock,
 }
 
 impl std::fmt::Debug for AgentRegion {
@@ -171,7 +200,13 @@ impl AgentRegion {
         Ok(AgentRegion {
             region,
             layout: Arc::new(Mutex::new(layout)),
+            clock: AgentClock::new(),
         })
+    }
+
+    /// The clock every block's samples are stamped with.
+    pub fn clock(&self) -> AgentClock {
+        self.clock
     }
 
     /// The memory (what the RNIC registers and a reader READs).
@@ -220,7 +255,8 @@ impl AgentRegion {
 
     /// Adds a block of `entries` values called `name` (at most 40 bytes: see
     /// [`truncate_name`]) and returns its only writer. The block reads as all zeros at
-    /// sequence 0 until the first publish. Readers see it after the next generation change.
+    /// sequence 0, sample time 0, until the first publish. Readers see it after the next
+    /// generation change.
     pub fn register_array(
         &self,
         name: &str,
@@ -259,7 +295,7 @@ impl AgentRegion {
             .ok_or_else(|| RegionError::BadName(name.to_string()))?;
         // 1. The block, sealed at sequence 0.
         let mut sealed = vec![0u8; len as usize];
-        encode_block(0, &vec![0u64; entries as usize], &mut sealed);
+        encode_block(0, 0, &vec![0u64; entries as usize], &mut sealed);
         self.region
             .write(offset, &sealed)
             .expect("the block lies inside the region (checked above)");
@@ -288,10 +324,11 @@ impl AgentRegion {
             .expect("the header fits the region");
         Ok(ArrayWriter {
             region: self.region.clone(),
+            clock: self.clock,
             offset,
             seq: 0,
             values: vec![0; entries as usize],
-            bytes: vec![0; 8 * entries as usize],
+            bytes: vec![0; 8 + 8 * entries as usize],
         })
     }
 }
@@ -300,11 +337,12 @@ impl AgentRegion {
 /// mix of two for data.
 pub struct ArrayWriter {
     region: Arc<Region>,
+    clock: AgentClock,
     offset: u64,
     /// Sequence of the last sealed update (even).
     seq: u64,
     values: Vec<u64>,
-    /// The values as stored (8 LE bytes each), reused by every publish.
+    /// The sample time and the values as stored (8 LE bytes each), reused by every publish.
     bytes: Vec<u8>,
 }
 
@@ -344,34 +382,53 @@ impl ArrayWriter {
         &self.values
     }
 
-    /// Publishes `values` as the block's next update.
+    /// Sample time of the last update (the region's clock, ns; 0 before the first).
+    pub fn sampled_ns(&self) -> u64 {
+        u64::from_le_bytes(self.bytes[..8].try_into().expect("8 bytes"))
+    }
+
+    /// Publishes `values` as the block's next update, sampled now.
     ///
     /// # Panics
     /// If `values.len()` is not the block's entry count.
     pub fn publish(&mut self, values: &[u64]) {
+        let now = self.clock.now_ns();
+        self.publish_at(values, now);
+    }
+
+    /// Publishes `values` as the block's next update, taken at `sampled_ns` on the region's
+    /// clock ([`AgentRegion::clock`]): the time the source was read, which a collector's rates
+    /// are computed from.
+    ///
+    /// # Panics
+    /// If `values.len()` is not the block's entry count.
+    pub fn publish_at(&mut self, values: &[u64], sampled_ns: u64) {
         assert_eq!(
             values.len(),
             self.values.len(),
             "a block's updates have its entry count"
         );
         self.values.copy_from_slice(values);
-        self.seal();
+        self.seal(sampled_ns);
     }
 
-    /// Lets `f` change the values in place, then publishes them.
+    /// Lets `f` change the values in place, then publishes them, sampled now.
     pub fn update(&mut self, f: impl FnOnce(&mut [u64])) {
         f(&mut self.values);
-        self.seal();
+        let now = self.clock.now_ns();
+        self.seal(now);
     }
 
-    /// Writes the current values as update `seq + 2`, in the documented order.
-    fn seal(&mut self) {
+    /// Writes the current values, taken at `sampled_ns`, as update `seq + 2`, in the
+    /// documented order.
+    fn seal(&mut self, sampled_ns: u64) {
         const INSIDE: &str = "the block lies inside the region (checked at registration)";
         let (s, off, n) = (self.seq, self.offset, self.values.len());
         self.region.store_u64_release(off, s + 1).expect(INSIDE);
         // No value store may be seen before `begin` turned odd.
         fence(Ordering::Release);
-        for (c, v) in self.bytes.chunks_exact_mut(8).zip(&self.values) {
+        self.bytes[..8].copy_from_slice(&sampled_ns.to_le_bytes());
+        for (c, v) in self.bytes[8..].chunks_exact_mut(8).zip(&self.values) {
             c.copy_from_slice(&v.to_le_bytes());
         }
         self.region.write(off + 16, &self.bytes).expect(INSIDE);
@@ -380,7 +437,7 @@ impl ArrayWriter {
         self.region
             .write(off + 8, &word.to_le_bytes())
             .expect(INSIDE);
-        let end = off + 16 + 8 * n as u64;
+        let end = off + (BLOCK_HEAD_LEN + 8 * n) as u64;
         self.region.store_u64_release(end, s + 2).expect(INSIDE);
         self.region.store_u64_release(off, s + 2).expect(INSIDE);
         self.seq = s + 2;
@@ -412,12 +469,26 @@ mod tests {
         // Sealed at 0 before the first publish.
         let b0 = read(&r, a.offset(), a.block_len());
         let s = verify_block(&b0, 3).unwrap();
-        assert_eq!((s.seq, s.iter().collect::<Vec<_>>()), (0, vec![0, 0, 0]));
+        assert_eq!(
+            (s.seq, s.sampled_ns, s.iter().collect::<Vec<_>>()),
+            (0, 0, vec![0, 0, 0])
+        );
+        let before = r.clock().now_ns();
         a.publish(&[1, 2, 3]);
         a.update(|v| v[2] += 10);
+        let after = r.clock().now_ns();
         let b1 = read(&r, a.offset(), a.block_len());
         let s = verify_block(&b1, 3).unwrap();
         assert_eq!((s.seq, s.iter().collect::<Vec<_>>()), (4, vec![1, 2, 13]));
+        assert!(
+            (before..=after).contains(&s.sampled_ns),
+            "stamped when published"
+        );
+        assert_eq!(a.sampled_ns(), s.sampled_ns);
+        a.publish_at(&[4, 5, 6], 123_456_789);
+        let b2 = read(&r, a.offset(), a.block_len());
+        let s = verify_block(&b2, 3).unwrap();
+        assert_eq!((s.seq, s.sampled_ns), (6, 123_456_789));
 
         let g = r.register_array("app/b", 1, MetricKind::Gauge, 5).unwrap();
         let c = read(&r, 0, r.control_len());

@@ -58,6 +58,15 @@ fn wrong_settings_are_refused_with_a_clear_message() {
         "listen = \"127.0.0.1\"\nallow = [\"10.0.0.1/8\"]\n",
     );
     let bad_type = file("type.toml", "listen = \"127.0.0.1\"\nnet_dev = \"maybe\"\n");
+    let web_alone = file(
+        "web-alone.toml",
+        "listen = \"127.0.0.1\"\ncontrol_hostnames = [\"agent.example\"]\n",
+    );
+    let web_missing = file(
+        "web-missing.toml",
+        "listen = \"127.0.0.1\"\nmetrics_listen = \"127.0.0.1:0\"\n\
+         web_config_file = \"/nonexistent/web.toml\"\n",
+    );
     let good = file(
         "good.toml",
         "listen = \"127.0.0.1:4791\"\ninterval_ms = 250\nallow = [\"10.0.0.0/8\"]\n",
@@ -66,6 +75,8 @@ fn wrong_settings_are_refused_with_a_clear_message() {
         (vec!["-c", &unknown], "unknown field `intervall_ms`"),
         (vec!["-c", &bad_cidr], "host bits set"),
         (vec!["-c", &bad_type], "net_dev"),
+        (vec!["-c", &web_alone], "set metrics_listen"),
+        (vec!["-c", &web_missing], "web_config_file"),
         (
             vec!["-c", "/nonexistent/agent.toml"],
             "/nonexistent/agent.toml",

@@ -463,7 +463,7 @@ fn export(control: &Control, check: bool) -> Result<(), String> {
             });
             let opts = dta_http::ServerOptions {
                 name: "dta-export-http".into(),
-                hosts: dta_http::HostPolicy::Checked(cfg.collector.control_hostnames.clone()),
+                hosts: dta_http::HostPolicy::Checked(cfg.collector.web.control_hostnames.clone()),
                 ..Default::default()
             };
             let s = dta_http::Server::spawn(std::net::SocketAddr::V4(addr), opts, handler)
@@ -532,7 +532,7 @@ fn endpoint(c: &Control) -> Result<client::Endpoint, String> {
     let mut ca = c.ca_file.clone();
     if let Some(w) = cfg
         .as_ref()
-        .and_then(|cfg| cfg.collector.web_config_file.as_ref())
+        .and_then(|cfg| cfg.collector.web.web_config_file.as_ref())
     {
         if let Some(t) = dta_http::WebConfig::load(w)?.tls_server_config {
             tls = true;
@@ -545,7 +545,7 @@ fn endpoint(c: &Control) -> Result<client::Endpoint, String> {
     }
     let token_file = c.token_file.clone().or_else(|| {
         cfg.as_ref()
-            .and_then(|cfg| cfg.collector.admin_token_file.clone())
+            .and_then(|cfg| cfg.collector.web.admin_token_file.clone())
     });
     if let Some(f) = token_file {
         // Readable only by the collector's operators; without it the read-only commands

@@ -1,16 +1,31 @@
 //! A small blocking client for ClickHouse's HTTP interface, and the RowBinary rows it inserts.
 //!
-//! One request per connection over HTTP/1.0 (`dta_http::client::exchange`): a statement is
-//! POSTed as the body; an INSERT puts `INSERT INTO t (cols) FORMAT RowBinary` in the `query`
-//! parameter and the rows in the body, with a `Content-Length`, so a connection cut short is a
-//! truncated body ClickHouse refuses instead of a partial insert. RowBinary (supported since
-//! long before 18.16) is the compact format: little-endian integers, strings as a LEB128
-//! length and the bytes, `DateTime` as seconds in a `UInt32`.
+//! One request per connection over HTTP/1.0 (`dta_http::client::fetch`), plain or over TLS
+//! (an https `url`; the server's certificate is verified against `ca_file` or the system's
+//! CAs, never accepted unchecked): a statement is POSTed as the body; an INSERT puts
+//! `INSERT INTO t (cols) FORMAT RowBinary` in the `query` parameter and the rows in the body,
+//! with a `Content-Length`, so a connection cut short is a truncated body ClickHouse refuses
+//! instead of a partial insert. RowBinary (supported since long before 18.16) is the compact
+//! format: little-endian integers, strings as a LEB128 length and the bytes, `DateTime` as
+//! seconds in a `UInt32`.
+//!
+//! Every request has one deadline (`timeout_secs`) and the answer is capped ([`MAX_ANSWER`]).
+//! The credentials travel only in the `Authorization` header: they are never part of a
+//! [`ChError`] (an answer that echoes them back has them replaced by `[redacted]`), of a
+//! `Debug` print, or of a log line.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use base64::Engine as _;
+use dta_http::client::{ClientLimits, ClientTls};
+
+/// The largest ClickHouse answer read (the exporter's queries answer a few rows per list).
+pub const MAX_ANSWER: usize = 16 << 20;
+/// The longest ClickHouse error message kept (and logged), in bytes.
+const MAX_MESSAGE: usize = 4096;
+/// What a credential in a message is replaced by.
+const REDACTED: &str = "[redacted]";
 
 /// What went wrong talking to ClickHouse.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +82,10 @@ pub struct ClickHouse {
     /// The database statements run in (`database=` parameter).
     pub database: String,
     auth: String,
-    timeout: Duration,
+    /// What must never appear in an error: the Basic token, `user:password`, the password.
+    secrets: Vec<String>,
+    tls: Option<ClientTls>,
+    limits: ClientLimits,
 }
 
 impl std::fmt::Debug for ClickHouse {
@@ -75,7 +93,8 @@ impl std::fmt::Debug for ClickHouse {
         f.debug_struct("ClickHouse")
             .field("addr", &self.addr)
             .field("database", &self.database)
-            .finish()
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
     }
 }
 
@@ -94,7 +113,8 @@ fn url_encode(s: &str) -> String {
 }
 
 impl ClickHouse {
-    /// A client of `addr` (`host:port`) as `user` with `password`, in `database`.
+    /// A client of `addr` (`host:port`, plain HTTP) as `user` with `password`, in `database`;
+    /// `timeout` bounds each request all told.
     pub fn new(
         addr: &str,
         database: &str,
@@ -102,21 +122,80 @@ impl ClickHouse {
         password: &str,
         timeout: Duration,
     ) -> ClickHouse {
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let pair = format!("{user}:{password}");
+        let auth = base64::engine::general_purpose::STANDARD.encode(&pair);
+        let mut secrets = vec![auth.clone(), pair];
+        // A short password would redact ordinary words; it is in the token and the pair.
+        if password.len() >= 4 {
+            secrets.push(password.to_string());
+        }
         ClickHouse {
             addr: addr.to_string(),
             database: database.to_string(),
             auth,
-            timeout,
+            secrets,
+            tls: None,
+            limits: ClientLimits {
+                timeout,
+                max_body_bytes: MAX_ANSWER,
+                ..ClientLimits::default()
+            },
         }
+    }
+
+    /// The same client over TLS.
+    pub fn with_tls(mut self, tls: ClientTls) -> ClickHouse {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The client `[export.clickhouse]` describes (url, database, user, password file,
+    /// timeout, TLS).
+    pub fn from_config(c: &super::config::ClickHouseExport) -> Result<ClickHouse, String> {
+        let password = c.password()?;
+        let ch = ClickHouse::new(
+            &c.host_port()?,
+            &c.database,
+            &c.user,
+            &password,
+            Duration::from_secs(c.timeout_secs),
+        );
+        Ok(match c.tls()? {
+            Some(t) => ch.with_tls(t),
+            None => ch,
+        })
+    }
+
+    /// `m` with every credential replaced, and cut to [`MAX_MESSAGE`] bytes.
+    fn scrub(&self, m: &str) -> String {
+        let mut out = m.to_string();
+        for s in &self.secrets {
+            if !s.is_empty() {
+                out = out.replace(s.as_str(), REDACTED);
+            }
+        }
+        if out.len() > MAX_MESSAGE {
+            let mut end = MAX_MESSAGE;
+            while !out.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.truncate(end);
+            out.push_str(" [...]");
+        }
+        out
+    }
+
+    fn transport(&self, e: &dyn std::fmt::Display) -> ChError {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        ChError::Transport(self.scrub(&format!("ClickHouse at {scheme}://{}: {e}", self.addr)))
     }
 
     fn resolve(&self) -> Result<SocketAddr, ChError> {
         self.addr
             .to_socket_addrs()
-            .map_err(|e| ChError::Transport(format!("ClickHouse at {}: {e}", self.addr)))?
+            .map_err(|e| self.transport(&e))?
             .next()
-            .ok_or_else(|| ChError::Transport(format!("ClickHouse at {}: no address", self.addr)))
+            .ok_or_else(|| self.transport(&"no address"))
     }
 
     /// POSTs `body` with the URL parameters `params`; the answer's body on 200.
@@ -136,15 +215,12 @@ impl ClickHouse {
         )
         .into_bytes();
         req.extend_from_slice(body);
-        let raw = dta_http::client::exchange(sa, None, &req, self.timeout)
-            .map_err(|e| ChError::Transport(format!("ClickHouse at {}: {e}", self.addr)))?;
-        let a = dta_http::client::parse_answer(&raw).ok_or_else(|| {
-            ChError::Transport(format!("ClickHouse at {}: not an HTTP answer", self.addr))
-        })?;
+        let a = dta_http::client::fetch(sa, self.tls.as_ref(), &req, &self.limits)
+            .map_err(|e| self.transport(&e))?;
         if a.status == 200 {
             return Ok(a.body);
         }
-        let message = String::from_utf8_lossy(&a.body).trim().to_string();
+        let message = self.scrub(String::from_utf8_lossy(&a.body).trim());
         let code = message
             .strip_prefix("Code: ")
             .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())

@@ -2,7 +2,9 @@
 //!
 //! ```toml
 //! [export.clickhouse]
-//! url = "http://127.0.0.1:8123"      # ClickHouse's HTTP interface (plain HTTP)
+//! url = "http://127.0.0.1:8123"      # ClickHouse's HTTP interface; https://host:8443 for TLS
+//! # ca_file = "/etc/dta/clickhouse-ca.pem"   # https: the CA (or certificate) trusted; default:
+//! #                                  # the system's bundle, /etc/ssl/certs/ca-certificates.crt
 //! database = "dta"                   # created with the tables when create_tables = true
 //! user = "dta"
 //! password_file = "/etc/dta/clickhouse.password"   # the password, one line; never inline
@@ -33,12 +35,21 @@ pub struct ExportSection {
     pub clickhouse: Option<ClickHouseExport>,
 }
 
+/// The certificates an https `url` is checked against when no `ca_file` is given: Debian's
+/// bundle of the system's trusted CAs (package `ca-certificates`).
+pub const SYSTEM_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 /// `[export.clickhouse]`: where and how the exporter writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClickHouseExport {
-    /// ClickHouse's HTTP interface, `http://host:port` (port 8123 by default).
+    /// ClickHouse's HTTP interface, `http://host:port` (port 8123 by default) or
+    /// `https://host:port` (port 8443 by default; the server's certificate is verified).
     pub url: String,
+    /// With an https `url`: the PEM certificates trusted to sign ClickHouse's certificate (a
+    /// CA, or the server's own self-signed certificate). Absent: [`SYSTEM_CA_FILE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     /// The database holding the tables.
     #[serde(default = "default_database")]
     pub database: String,
@@ -119,23 +130,34 @@ fn default_max_backoff_ms() -> u64 {
     30_000
 }
 
+/// Where ClickHouse is, from `url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClickHouseUrl {
+    /// https.
+    pub tls: bool,
+    /// The host (name or address literal, without brackets): what the certificate must name.
+    pub host: String,
+    /// `host:port` to connect to.
+    pub host_port: String,
+}
+
 impl ClickHouseExport {
-    /// `host:port` of `url`, or what is wrong with it.
-    pub fn host_port(&self) -> Result<String, String> {
+    /// Scheme, host and port of `url`, or what is wrong with it.
+    pub fn parse_url(&self) -> Result<ClickHouseUrl, String> {
         let at = "[export.clickhouse] url";
-        if self.url.starts_with("https://") {
-            return Err(format!(
-                "{at}: {:?}: https is not supported; use ClickHouse's plain HTTP port (8123) \
-                 on a trusted network or through a local TLS tunnel",
-                self.url
-            ));
-        }
-        let rest = self.url.strip_prefix("http://").ok_or_else(|| {
-            format!(
-                "{at}: {:?} must start with http:// (e.g. http://127.0.0.1:8123)",
-                self.url
-            )
-        })?;
+        let (tls, rest) = match (
+            self.url.strip_prefix("https://"),
+            self.url.strip_prefix("http://"),
+        ) {
+            (Some(r), _) => (true, r),
+            (None, Some(r)) => (false, r),
+            (None, None) => {
+                return Err(format!(
+                    "{at}: {:?} must start with http:// or https:// (e.g. http://127.0.0.1:8123)",
+                    self.url
+                ))
+            }
+        };
         let hp = rest.trim_end_matches('/');
         if hp.is_empty() || hp.contains('/') || hp.contains('?') || hp.contains('@') {
             return Err(format!(
@@ -144,16 +166,51 @@ impl ClickHouseExport {
                 self.url
             ));
         }
-        Ok(
-            if hp
-                .rsplit_once(':')
-                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-            {
-                hp.to_string()
-            } else {
-                format!("{hp}:8123")
-            },
-        )
+        let (host, port) = match hp.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(':') && p.parse::<u16>().is_ok() => (h, Some(p)),
+            _ => (hp, None),
+        };
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        if host.is_empty() {
+            return Err(format!("{at}: {:?} names no host", self.url));
+        }
+        let host_port = match port {
+            Some(_) => hp.to_string(),
+            None => format!("{hp}:{}", if tls { 8443 } else { 8123 }),
+        };
+        Ok(ClickHouseUrl {
+            tls,
+            host,
+            host_port,
+        })
+    }
+
+    /// `host:port` of `url`, or what is wrong with it.
+    pub fn host_port(&self) -> Result<String, String> {
+        self.parse_url().map(|u| u.host_port)
+    }
+
+    /// The TLS settings for an https `url` (`None` for http): trusting `ca_file`, or the
+    /// system's CAs, and nothing else.
+    pub fn tls(&self) -> Result<Option<dta_http::client::ClientTls>, String> {
+        let u = self.parse_url()?;
+        if !u.tls {
+            return Ok(None);
+        }
+        let ca = self
+            .ca_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(SYSTEM_CA_FILE));
+        let config = dta_http::tls::client_config(&ca).map_err(|e| {
+            format!("[export.clickhouse] ca_file: {e} (the certificates an https url is checked against)")
+        })?;
+        Ok(Some(dta_http::client::ClientTls {
+            config,
+            server_name: u.host,
+        }))
     }
 
     /// The password from `password_file` (empty without one).
@@ -187,7 +244,12 @@ pub fn validate(cfg: &CollectorConfig) -> Result<(), String> {
         return Ok(());
     };
     let at = "[export.clickhouse]";
-    c.host_port()?;
+    if !c.parse_url()?.tls && c.ca_file.is_some() {
+        return Err(format!(
+            "{at} ca_file: only an https url is checked against certificates; use https:// \
+             or remove ca_file"
+        ));
+    }
     if !identifier(&c.database) {
         return Err(format!(
             "{at} database: {:?}: letters, digits and _ only (it is spliced into SQL)",
@@ -317,6 +379,25 @@ format = "reference"
         let ch = c.export.clickhouse.unwrap();
         assert_eq!(ch.host_port().unwrap(), "db.example:8123");
         assert_eq!(ch.keys.len(), 1);
+        // https: port 8443 unless given; the host is what the certificate must name.
+        let c = parse("url = \"https://db.example\"\nstate_file = \"/tmp/x\"").unwrap();
+        let u = c.export.clickhouse.unwrap().parse_url().unwrap();
+        assert_eq!(
+            (u.tls, u.host.as_str(), u.host_port.as_str()),
+            (true, "db.example", "db.example:8443")
+        );
+        let c = parse("url = \"https://[::1]:9443\"\nstate_file = \"/tmp/x\"\nca_file = \"/c\"")
+            .unwrap();
+        let ch = c.export.clickhouse.unwrap();
+        let u = ch.parse_url().unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.host_port.as_str()),
+            ("::1", "[::1]:9443")
+        );
+        assert!(
+            ch.tls().unwrap_err().contains("ca_file"),
+            "a missing ca_file"
+        );
         // A configuration without the section has none.
         assert!(CollectorConfig::from_toml(BASE)
             .unwrap()
@@ -330,7 +411,7 @@ format = "reference"
         let sf = "state_file = \"/tmp/x\"\n";
         for (bad, want) in [
             ("url = \"127.0.0.1:8123\"", "must start with http://"),
-            ("url = \"https://h:8443\"", "https is not supported"),
+            ("url = \"http://h\"\nca_file = \"/ca.pem\"", "ca_file"),
             ("url = \"http://u:p@h:8123\"", "give only scheme"),
             ("url = \"http://h\"\ndatabase = \"a;drop\"", "database"),
             ("url = \"http://h\"\nbatch_rows = 0", "batch_rows"),

@@ -206,14 +206,7 @@ impl Exporter {
             "no [export.clickhouse] section in the configuration (see \
              collector/collector.example.toml)",
         )?;
-        let password = ch_cfg.password()?;
-        let ch = ClickHouse::new(
-            &ch_cfg.host_port()?,
-            &ch_cfg.database,
-            &ch_cfg.user,
-            &password,
-            Duration::from_secs(ch_cfg.timeout_secs),
-        );
+        let ch = ClickHouse::from_config(&ch_cfg)?;
         let mut appends = Vec::new();
         let mut snaps = Vec::new();
         for s in &cfg.stores {

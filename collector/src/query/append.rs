@@ -25,7 +25,8 @@ pub enum Start {
     Oldest,
     /// After the newest batch (only data written from now on).
     Newest,
-    /// At a given batch sequence number (1-based).
+    /// At a given batch sequence number (1-based); on a `reference` list, at a given entry
+    /// position (0-based, counted from the ring's start and on across laps).
     Seq(u64),
 }
 
@@ -72,14 +73,52 @@ impl ListReader {
                 let slots = layout.batch_slots() as u64;
                 r.next_seq = newest.saturating_sub(slots) + 1;
             }
-            (AppendFormat::Reference, _) => {}
+            (AppendFormat::Reference, Start::Seq(p)) => r.ref_tail = p,
+            // A plain ring has no sequence numbers; what is unread is the run of entries that
+            // are not zero (readers clear what they take).
+            (AppendFormat::Reference, Start::Oldest) => r.ref_tail = r.reference_edge(region, true),
+            (AppendFormat::Reference, Start::Newest) => {
+                r.ref_tail = r.reference_edge(region, false)
+            }
         }
         r
     }
 
-    /// The sequence number of the next batch this reader will deliver.
+    /// On a `reference` ring: the first entry that is not zero after one that is (`unread`:
+    /// where the unread entries begin), or the first zero entry after one that is not (where
+    /// the next write lands), scanning from the ring's start; 0 if the ring is all zero or all
+    /// written.
+    fn reference_edge(&self, region: &Region, unread: bool) -> u64 {
+        let es = self.layout.entry_size() as usize;
+        let cap = self.layout.capacity() as u64;
+        let mut e = [0u8; 64];
+        let mut written = |i: u64| -> Option<bool> {
+            let off = self.base + (i % cap) * es as u64;
+            region.read(off, &mut e[..es]).ok()?;
+            Some(e[..es].iter().any(|&b| b != 0))
+        };
+        let Some(mut prev) = written(cap - 1) else {
+            return 0;
+        };
+        for i in 0..cap {
+            let Some(here) = written(i) else {
+                return 0;
+            };
+            if here == unread && prev != unread {
+                return i;
+            }
+            prev = here;
+        }
+        0
+    }
+
+    /// The sequence number of the next batch this reader will deliver; on a `reference` list,
+    /// the position of the next entry (what [`Start::Seq`] resumes at).
     pub fn next_seq(&self) -> u64 {
-        self.next_seq
+        match self.layout.format() {
+            AppendFormat::Sequenced => self.next_seq,
+            AppendFormat::Reference => self.ref_tail,
+        }
     }
 
     fn trailer(&self, region: &Region, slot: u32) -> Option<(u64, u16)> {
@@ -399,5 +438,16 @@ mod tests {
         r.write(0, b"eeee").unwrap();
         let (got, _) = drain(&mut rd, &r);
         assert_eq!(got, vec![(0, *b"cccc"), (0, *b"dddd"), (0, *b"eeee")]);
+        // A new reader (no position) starts where the unread entries begin, after a lap too;
+        // `Newest` where the next write lands; a position is taken as given.
+        r.write(4, b"ffffgggg").unwrap();
+        let mut fresh = ListReader::new(&r, l, 0, Start::Oldest);
+        assert_eq!(fresh.next_seq(), 1);
+        assert_eq!(drain(&mut fresh, &r).0, vec![(0, *b"ffff"), (0, *b"gggg")]);
+        assert_eq!(fresh.next_seq(), 3);
+        r.write(12, b"hhhh").unwrap();
+        assert_eq!(ListReader::new(&r, l, 0, Start::Newest).next_seq(), 0);
+        assert_eq!(ListReader::new(&r, l, 0, Start::Oldest).next_seq(), 3);
+        assert_eq!(ListReader::new(&r, l, 0, Start::Seq(6)).next_seq(), 6);
     }
 }

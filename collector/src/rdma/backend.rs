@@ -23,7 +23,7 @@ use super::{Started, SOFTWARE_HINT};
 use crate::allow::PeerAllowlist;
 use crate::config::CollectorConfig;
 use crate::memory::Region;
-use crate::rnic::cm::{list_heads, CmCounters, NOT_ALLOWED_TEXT};
+use crate::rnic::cm::{beyond_peer_limit, list_heads, CmCounters, NOT_ALLOWED_TEXT};
 use crate::rnic::counters::RnicCounters;
 use crate::rnic::responder::Completion;
 use crate::service::{Published, QpOwner};
@@ -294,6 +294,8 @@ enum ConnState {
 struct Conn {
     store: usize,
     device: usize,
+    /// Accept order (for the per-peer bound: the oldest go first).
+    order: u64,
     peer: Option<SocketAddrV4>,
     peer_qpn: u32,
     qpn: u32,
@@ -382,6 +384,8 @@ struct Backend {
     stores: Vec<StoreSpec>,
     // Drop order: connections, devices (MRs, PDs), listeners, then the event channel.
     conns: HashMap<usize, Conn>,
+    /// Connections accepted so far (each one's `order`).
+    accepted: u64,
     devices: Vec<Device>,
     listeners: Vec<CmId>,
     channel: EventChannel,
@@ -390,6 +394,9 @@ struct Backend {
     own: RnicCounters,
     /// Refused peers already logged at `warn` (at most 256).
     refused_logged: std::collections::HashSet<Ipv4Addr>,
+    /// Peers whose connections were replaced for the per-peer bound, logged at `warn` (at most
+    /// 256; later ones go to `debug`, so a peer reconnecting in a loop cannot fill the log).
+    bounded_logged: std::collections::HashSet<Ipv4Addr>,
     /// Connection requests seen and refused (the software RNIC's names; the rest stay 0).
     cm: CmCounters,
 }
@@ -429,6 +436,7 @@ impl Backend {
         let mut b = Backend {
             stores,
             conns: HashMap::new(),
+            accepted: 0,
             devices: Vec::new(),
             listeners: Vec::new(),
             channel,
@@ -436,6 +444,7 @@ impl Backend {
             recent: VecDeque::new(),
             own: RnicCounters::default(),
             refused_logged: std::collections::HashSet::new(),
+            bounded_logged: std::collections::HashSet::new(),
             cm: CmCounters::default(),
         };
         for i in 0..b.stores.len() {
@@ -692,6 +701,33 @@ impl Backend {
                 );
             }
         }
+        // Each connection costs a file descriptor, a CQ and a QP of the NIC: as the software
+        // RNIC does, a peer keeps at most MAX_CONNS_PER_PEER per store, the oldest replaced.
+        let same_peer: Vec<(usize, u64)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.store == store && c.peer.map(|p| *p.ip()) == peer.map(|p| *p.ip()))
+            .map(|(k, c)| (*k, c.order))
+            .collect();
+        for k in beyond_peer_limit(same_peer) {
+            if let Some(c) = self.conns.remove(&k) {
+                self.cm.cm_replaced += 1;
+                let first = self.bounded_logged.len() < 256
+                    && peer.is_some_and(|p| self.bounded_logged.insert(*p.ip()));
+                log::log!(
+                    if first {
+                        log::Level::Warn
+                    } else {
+                        log::Level::Debug
+                    },
+                    "rdma: store {:?}: {} has {} connections; destroying its oldest, QP {:#x}",
+                    self.stores[store].name,
+                    fmt_peer(peer),
+                    crate::rnic::cm::MAX_CONNS_PER_PEER,
+                    c.qpn
+                );
+            }
+        }
         match self.accept(store, id, peer, peer_qpn, &e.conn) {
             Ok(key) => {
                 let c = &self.conns[&key];
@@ -775,9 +811,11 @@ impl Backend {
                 return Err(e);
             }
         };
+        self.accepted += 1;
         let conn = Conn {
             store,
             device,
+            order: self.accepted,
             peer,
             peer_qpn,
             qpn: id.qpn(),

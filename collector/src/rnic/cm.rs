@@ -82,7 +82,8 @@ dta_proto::define_counters!(
         cm_metadata_sent,
         /// List-head messages sent after a sequenced Append store's record.
         cm_list_heads_sent,
-        /// Connections replaced by a new REQ from the same peer (translator restarts).
+        /// Connections replaced by a new REQ from the same peer (translator restarts, or the
+        /// peer's oldest beyond `MAX_CONNS_PER_PEER`).
         cm_replaced,
         /// REQs naming a service ID (port) no store listens on.
         cm_unknown_service,
@@ -142,8 +143,22 @@ enum State {
     Established,
 }
 
-/// Live connections kept per (peer address, service); see the module documentation.
+/// Live connections kept per (peer address, service); see the module documentation. The
+/// real-RNIC backend (`crate::rdma`) keeps the same bound per (peer IP, store), where each
+/// connection also costs a file descriptor, a CQ and a QP of the NIC.
 pub const MAX_CONNS_PER_PEER: usize = 64;
+
+/// The connections a new one from the same peer replaces so that at most
+/// [`MAX_CONNS_PER_PEER`] stay: given the peer's live connections as (key, accept order), the
+/// oldest beyond `MAX_CONNS_PER_PEER - 1`, oldest first. Allocates only when there are some.
+pub fn beyond_peer_limit<K: Copy>(mut live: Vec<(K, u64)>) -> Vec<K> {
+    if live.len() < MAX_CONNS_PER_PEER {
+        return Vec::new();
+    }
+    live.sort_unstable_by_key(|&(_, order)| order);
+    let n = live.len() + 1 - MAX_CONNS_PER_PEER;
+    live[..n].iter().map(|&(k, _)| k).collect()
+}
 
 #[derive(Debug, Clone)]
 struct Conn {
@@ -522,6 +537,31 @@ impl CmResponder {
             }
             k += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod peer_limit_tests {
+    use super::*;
+
+    #[test]
+    fn a_peers_oldest_connections_make_room_for_a_new_one() {
+        // Fewer than the bound: nothing goes.
+        let live: Vec<(u32, u64)> = (0..MAX_CONNS_PER_PEER as u32 - 1)
+            .map(|k| (k, 100 + k as u64))
+            .collect();
+        assert!(beyond_peer_limit(live).is_empty());
+        // At the bound, out of order: the oldest one goes, so the new one makes the bound.
+        let mut live: Vec<(u32, u64)> = (0..MAX_CONNS_PER_PEER as u32)
+            .map(|k| (k, 1_000 - k as u64))
+            .collect();
+        live.reverse();
+        assert_eq!(beyond_peer_limit(live), vec![MAX_CONNS_PER_PEER as u32 - 1]);
+        // Far beyond (a bound lowered, a table inherited): the oldest, oldest first.
+        let live: Vec<(u32, u64)> = (0..MAX_CONNS_PER_PEER as u32 + 3)
+            .map(|k| (k, k as u64))
+            .collect();
+        assert_eq!(beyond_peer_limit(live), vec![0, 1, 2, 3]);
     }
 }
 

@@ -38,7 +38,7 @@ use dta_proto::zero::{
 use super::cm::{PullCm, PullCmCounters, PullCmEvent};
 use super::credit::CreditFc;
 use super::reader::{ReadCounters, ReadQp, ReadQpConfig};
-use super::store::{BlockInfo, BlockView, PullStore, Sample};
+use super::store::{BlockInfo, BlockView, PullStore};
 
 /// How a collecting thread waits for completions (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -341,6 +341,8 @@ struct Pulled {
     agent: u32,
     block: u32,
     seq: u64,
+    /// The agent's sample time (its clock).
+    sampled_ns: u64,
     at_ns: u64,
     /// Range in the batch's `values`.
     first: u32,
@@ -382,6 +384,8 @@ pub struct SnapshotRef<'a> {
     pub block: &'a BlockInfo,
     /// Its sequence word.
     pub seq: u64,
+    /// When the agent took it (ns on the agent's clock; 0: never sampled).
+    pub sampled_ns: u64,
     /// When it was pulled (ns since the puller started).
     pub at_ns: u64,
     /// The values.
@@ -586,24 +590,12 @@ fn process(
                         agent_name: &names[p.agent as usize],
                         block: &bv.info,
                         seq: p.seq,
+                        sampled_ns: p.sampled_ns,
                         at_ns: p.at_ns,
                         values: vals,
                     });
                 }
-                if bv.last.as_ref().is_some_and(|l| l.seq == p.seq) {
-                    continue;
-                }
-                // Keep the older sample's buffer for the newest one.
-                let mut s = bv.prev.take().unwrap_or(Sample {
-                    seq: 0,
-                    at_ns: 0,
-                    values: Vec::new(),
-                });
-                s.seq = p.seq;
-                s.at_ns = p.at_ns;
-                s.values.clear();
-                s.values.extend_from_slice(vals);
-                bv.prev = bv.last.replace(s);
+                bv.observe(p.seq, p.sampled_ns, p.at_ns, vals);
             }
         });
         b.clear();
@@ -1371,6 +1363,7 @@ impl CollectThread {
                     agent: self.global[i],
                     block: b,
                     seq: s.seq,
+                    sampled_ns: s.sampled_ns,
                     at_ns: now,
                     first,
                     count: d.entries,
@@ -1515,7 +1508,7 @@ mod tests {
                         vals.clear();
                         vals.extend((0..d.entries as usize).map(|i| value(b, seq, i)));
                         buf.resize(block_len(d.entries), 0);
-                        encode_block(seq, &vals, &mut buf);
+                        encode_block(seq, seq * 1_000, &vals, &mut buf);
                         region.store_u64_release(d.offset, seq - 1).unwrap();
                         region.write(d.offset + 8, &buf[8..]).unwrap();
                         region.store_u64_release(d.offset, seq).unwrap();

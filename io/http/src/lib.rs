@@ -12,7 +12,9 @@
 //!         ─▶ TLS handshake (web config; ≤ header_timeout)
 //!         ─▶ header (≤ max_header_bytes → 431; ≤ header_timeout, also between requests)
 //!         ─▶ site policy (Host, Origin, Sec-Fetch-Site, cross-site-capable POSTs → 403)
-//!         ─▶ authentication (basic_auth_users, admin bearer token → 401)
+//!         ─▶ authentication (basic_auth_users, admin bearer token → 401; a bcrypt check
+//!                  no cache answers: one at a time, ≤ 16 waiting, per peer one running
+//!                  and a few per second (`auth::AuthThrottle`), else 429)
 //!         ─▶ body (≤ max_body_bytes → 413; all bodies ≤ max_body_bytes_total → 503;
 //!                  ≤ body_timeout → 408)
 //!         ─▶ Handler(Request { method, target, access, body, .. }) on the blocking pool
@@ -23,7 +25,9 @@
 //! - Memory is bounded by the limits whatever the peers send: a connection buffers at most
 //!   about `max_header_bytes` of header and, only after authentication, at most
 //!   `max_body_bytes` of body; all bodies together at most `max_body_bytes_total`.
-//! - Threads are bounded: one runtime thread and `handler_threads`, however many connections.
+//! - Threads are bounded: one runtime thread, `handler_threads` and one thread for bcrypt
+//!   checks, however many connections. A flood of wrong passwords therefore never takes a
+//!   handler thread, and costs at most one core of bcrypt (far less per peer).
 //! - Time is bounded: no connection stays open idle, half-sent or unread longer than the
 //!   timeouts.
 //! - A handler sees only requests that passed the site policy and authentication, and
@@ -38,8 +42,8 @@ mod server;
 pub mod site;
 pub mod tls;
 
-pub use auth::{Access, AdminToken, BasicAuth, WebConfig};
-pub use server::{Server, ServerStats};
+pub use auth::{Access, AdminToken, AuthThrottle, BasicAuth, WebConfig, WebSettings};
+pub use server::{Server, ServerStats, StatsHandle};
 pub use site::HostPolicy;
 
 use std::net::SocketAddr;
@@ -65,7 +69,7 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// How long a response may wait for the peer to read it before the connection is dropped.
     pub write_timeout: Duration,
-    /// Threads that run handlers (and bcrypt checks).
+    /// Threads that run handlers (bcrypt checks have one more of their own).
     pub handler_threads: usize,
 }
 
@@ -149,6 +153,8 @@ pub struct ServerOptions {
     pub admin_token: Option<AdminToken>,
     /// Which `Host` headers are answered (DNS rebinding).
     pub hosts: HostPolicy,
+    /// The server's counters; keep a clone to read them (`/metrics` of the server itself).
+    pub stats: StatsHandle,
 }
 
 impl ServerOptions {

@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::auth::{strip_scheme, AuthError};
+use crate::auth::{strip_scheme, AuthError, AuthThrottle};
 use crate::{site, Access, Handler, Request, Response, ServerOptions};
 
 /// The answer to a connection beyond `max_connections` (plain HTTP only), written without
@@ -34,8 +34,12 @@ too many connections, try again\r\n";
 /// Unit of the body budget (`max_body_bytes_total` is counted in these).
 const BUDGET_UNIT: usize = 1024;
 
+/// Uncached bcrypt checks that may wait for the one check slot; beyond, 429 at once.
+const AUTH_WAITING: usize = 16;
+
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
+    open: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
     requests: AtomicU64,
@@ -46,6 +50,64 @@ struct Counters {
     busy: AtomicU64,
     tls_failures: AtomicU64,
     handler_panics: AtomicU64,
+    auth_checks: AtomicU64,
+    auth_throttled: AtomicU64,
+}
+
+/// A handle on a server's counters, readable from anywhere, e.g. by the handler that renders
+/// the server's own `/metrics`: put a clone in [`ServerOptions::stats`] before spawning.
+#[derive(Clone, Default)]
+pub struct StatsHandle(Arc<Counters>);
+
+impl std::fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl From<ServerStats> for StatsHandle {
+    /// A handle whose counters start at `s` (a page's renderer tested with every figure set).
+    fn from(s: ServerStats) -> StatsHandle {
+        let c = Counters::default();
+        let set = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        set(&c.open, s.connections_open);
+        set(&c.accepted, s.connections_accepted);
+        set(&c.refused, s.connections_refused);
+        set(&c.requests, s.requests);
+        set(&c.forbidden, s.forbidden);
+        set(&c.unauthorized, s.unauthorized);
+        set(&c.body_too_large, s.body_too_large);
+        set(&c.timeouts, s.timeouts);
+        set(&c.busy, s.busy);
+        set(&c.tls_failures, s.tls_handshake_failures);
+        set(&c.handler_panics, s.handler_panics);
+        set(&c.auth_checks, s.auth_checks);
+        set(&c.auth_throttled, s.auth_throttled);
+        StatsHandle(Arc::new(c))
+    }
+}
+
+impl StatsHandle {
+    /// The counters now.
+    pub fn get(&self) -> ServerStats {
+        let c = &self.0;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServerStats {
+            connections_open: g(&c.open),
+            connections_accepted: g(&c.accepted),
+            connections_refused: g(&c.refused),
+            requests: g(&c.requests),
+            forbidden: g(&c.forbidden),
+            unauthorized: g(&c.unauthorized),
+            body_too_large: g(&c.body_too_large),
+            timeouts: g(&c.timeouts),
+            busy: g(&c.busy),
+            tls_handshake_failures: g(&c.tls_failures),
+            handler_panics: g(&c.handler_panics),
+            auth_checks: g(&c.auth_checks),
+            auth_throttled: g(&c.auth_throttled),
+        }
+    }
 }
 
 /// A server's counters.
@@ -73,16 +135,84 @@ pub struct ServerStats {
     pub tls_handshake_failures: u64,
     /// Handlers that panicked (500).
     pub handler_panics: u64,
+    /// bcrypt checks of basic credentials run (those not answered from the caches).
+    pub auth_checks: u64,
+    /// Basic-auth attempts answered 429 without a check: the peer had a check running or
+    /// had spent its share, or too many checks were waiting.
+    pub auth_throttled: u64,
+}
+
+impl ServerStats {
+    /// The counters as Prometheus families: (name after the page's prefix, counter or gauge,
+    /// help, value); a counter's name is given without `_total`. Every page that runs on this
+    /// server exports them as `<prefix>_http_<name>`.
+    pub fn families(&self) -> [(&'static str, bool, &'static str, u64); 12] {
+        [
+            ("http_connections_open", false, "HTTP connections open now.", self.connections_open),
+            ("http_connections_accepted", true, "HTTP connections accepted.", self.connections_accepted),
+            (
+                "http_connections_refused",
+                true,
+                "HTTP connections closed at once: the connection limit was reached.",
+                self.connections_refused,
+            ),
+            (
+                "http_forbidden",
+                true,
+                "HTTP requests refused by the site policy (Host, Origin; 403).",
+                self.forbidden,
+            ),
+            (
+                "http_unauthorized",
+                true,
+                "HTTP requests refused for missing or wrong credentials (401, or 429 when throttled).",
+                self.unauthorized,
+            ),
+            (
+                "http_auth_checks",
+                true,
+                "bcrypt checks of basic credentials run (not answered from the caches).",
+                self.auth_checks,
+            ),
+            (
+                "http_auth_throttled",
+                true,
+                "Basic-auth attempts answered 429 without a check (per-peer or total bound).",
+                self.auth_throttled,
+            ),
+            ("http_body_too_large", true, "HTTP request bodies over the limit (413).", self.body_too_large),
+            ("http_body_timeouts", true, "HTTP request bodies not received in time (408).", self.timeouts),
+            (
+                "http_busy",
+                true,
+                "HTTP request bodies refused: too many bytes of bodies buffered (503).",
+                self.busy,
+            ),
+            (
+                "http_tls_handshake_failures",
+                true,
+                "TLS handshakes that failed or timed out.",
+                self.tls_handshake_failures,
+            ),
+            ("http_handler_panics", true, "HTTP handlers that panicked (500).", self.handler_panics),
+        ]
+    }
 }
 
 struct Shared {
     opts: ServerOptions,
     handler: Handler,
-    counters: Counters,
+    counters: Arc<Counters>,
     /// One permit per open connection.
     conns: Arc<Semaphore>,
     /// One permit per [`BUDGET_UNIT`] of buffered request bodies.
     bodies: Arc<Semaphore>,
+    /// The one bcrypt check running at a time (on a blocking thread of its own).
+    auth_slot: Arc<Semaphore>,
+    /// Checks waiting for `auth_slot`.
+    auth_waiting: std::sync::atomic::AtomicUsize,
+    /// Per-peer bounds on checks.
+    throttle: AuthThrottle,
 }
 
 /// A running server; [`Server::stop`] or dropping it closes every connection.
@@ -113,10 +243,12 @@ impl Server {
             .map_err(|e| format!("{addr}: {e}"))?;
         let local = listener.local_addr().map_err(|e| format!("{addr}: {e}"))?;
         let l = &opts.limits;
+        // The handler threads, and one more for the (single) bcrypt check that may run: a
+        // flood of wrong passwords never takes a thread from the handlers.
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
-            .max_blocking_threads(l.handler_threads.max(1))
+            .max_blocking_threads(l.handler_threads.max(1) + 1)
             .thread_name(format!("{name}-handler"))
             .build()
             .map_err(|e| format!("{name}: cannot start its runtime: {e}"))?;
@@ -128,9 +260,12 @@ impl Server {
         let shared = Arc::new(Shared {
             conns: Arc::new(Semaphore::new(l.max_connections.max(1))),
             bodies: Arc::new(Semaphore::new(budget)),
+            auth_slot: Arc::new(Semaphore::new(1)),
+            auth_waiting: std::sync::atomic::AtomicUsize::new(0),
+            throttle: AuthThrottle::default(),
+            counters: opts.stats.0.clone(),
             opts,
             handler,
-            counters: Counters::default(),
         });
         let shutdown = Arc::new(Notify::new());
         let thread = {
@@ -166,22 +301,7 @@ impl Server {
 
     /// Its counters.
     pub fn stats(&self) -> ServerStats {
-        let c = &self.shared.counters;
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ServerStats {
-            connections_open: (self.shared.opts.limits.max_connections.max(1)
-                - self.shared.conns.available_permits()) as u64,
-            connections_accepted: g(&c.accepted),
-            connections_refused: g(&c.refused),
-            requests: g(&c.requests),
-            forbidden: g(&c.forbidden),
-            unauthorized: g(&c.unauthorized),
-            body_too_large: g(&c.body_too_large),
-            timeouts: g(&c.timeouts),
-            busy: g(&c.busy),
-            tls_handshake_failures: g(&c.tls_failures),
-            handler_panics: g(&c.handler_panics),
-        }
+        self.shared.opts.stats.get()
     }
 
     /// Stops accepting, closes every connection and joins the thread.
@@ -233,12 +353,29 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, shutdown: Arc<N
     }
 }
 
+/// Counts a connection as open while it lives.
+struct OpenConnection(Arc<Counters>);
+
+impl OpenConnection {
+    fn new(c: &Arc<Counters>) -> OpenConnection {
+        c.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(c.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     _slot: OwnedSemaphorePermit,
     shared: Arc<Shared>,
 ) {
+    let _open = OpenConnection::new(&shared.counters);
     let _ = stream.set_nodelay(true);
     let limits = &shared.opts.limits;
     let io = WriteDeadline::new(stream, limits.write_timeout);
@@ -344,7 +481,7 @@ async fn respond(
         log::debug!("{}: {peer}: {msg}", o.name);
         return plain(403, &msg, &[]);
     }
-    let access = match authenticate(&sh, &parts.headers).await {
+    let access = match authenticate(&sh, &parts.headers, peer).await {
         Ok(a) => a,
         Err(r) => {
             c.unauthorized.fetch_add(1, Ordering::Relaxed);
@@ -378,7 +515,11 @@ async fn respond(
     }
 }
 
-async fn authenticate(sh: &Shared, headers: &hyper::HeaderMap) -> Result<Access, HyperResponse> {
+async fn authenticate(
+    sh: &Shared,
+    headers: &hyper::HeaderMap,
+    peer: SocketAddr,
+) -> Result<Access, HyperResponse> {
     let www = HeaderName::from_static("www-authenticate");
     let authz = match headers.get(AUTHORIZATION).map(|v| v.to_str()) {
         None => None,
@@ -411,11 +552,92 @@ async fn authenticate(sh: &Shared, headers: &hyper::HeaderMap) -> Result<Access,
     let Some(a) = authz else {
         return Err(plain(401, "authentication required", &challenge));
     };
-    match tokio::task::spawn_blocking(move || basic.check(&a)).await {
-        Ok(Ok(user)) => Ok(Access::User(user)),
-        Ok(Err(AuthError::Missing)) => Err(plain(401, "authentication required", &challenge)),
-        Ok(Err(AuthError::Wrong(m))) => Err(plain(401, m, &challenge)),
+    let refused = |e: AuthError| match e {
+        AuthError::Missing => plain(401, "authentication required", &challenge),
+        AuthError::Wrong(m) => plain(401, m, &challenge),
+    };
+    // Parsing and the caches are cheap: answered here, on the I/O thread. Only a check no
+    // cache answers costs a bcrypt run, and those are bounded per peer and in total.
+    let creds = basic.parse(&a).map_err(refused)?;
+    if let Some(r) = basic.cached(&creds) {
+        return r.map(Access::User).map_err(refused);
+    }
+    let c = &sh.counters;
+    let throttled = || {
+        c.auth_throttled.fetch_add(1, Ordering::Relaxed);
+        plain(
+            429,
+            "too many authentication attempts, try again later",
+            &[(HeaderName::from_static("retry-after"), "1")],
+        )
+    };
+    // Both undone on every way out, also when the peer goes away while its check waits.
+    let waiting = Waiting::enter(&sh.auth_waiting);
+    if waiting.ahead >= AUTH_WAITING {
+        return Err(throttled());
+    }
+    let Some(mut admission) = Admission::new(&sh.throttle, peer.ip()) else {
+        return Err(throttled());
+    };
+    let Ok(slot) = sh.auth_slot.clone().acquire_owned().await else {
+        return Err(plain(500, "internal error", &[]));
+    };
+    drop(waiting);
+    c.auth_checks.fetch_add(1, Ordering::Relaxed);
+    let r = tokio::task::spawn_blocking(move || {
+        let r = basic.verify(&creds);
+        drop(slot);
+        r
+    })
+    .await;
+    admission.succeeded = matches!(r, Ok(Ok(_)));
+    drop(admission);
+    match r {
+        Ok(r) => r.map(Access::User).map_err(refused),
         Err(_) => Err(plain(500, "internal error", &[])),
+    }
+}
+
+/// A check counted among those waiting for the check slot while it lives.
+struct Waiting<'a> {
+    count: &'a std::sync::atomic::AtomicUsize,
+    /// Checks that were waiting before this one.
+    ahead: usize,
+}
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Waiting<'a> {
+        let ahead = count.fetch_add(1, Ordering::Relaxed);
+        Waiting { count, ahead }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A check the throttle admitted, finished when dropped.
+struct Admission<'a> {
+    throttle: &'a AuthThrottle,
+    peer: std::net::IpAddr,
+    succeeded: bool,
+}
+
+impl<'a> Admission<'a> {
+    fn new(throttle: &'a AuthThrottle, peer: std::net::IpAddr) -> Option<Admission<'a>> {
+        throttle.admit(peer, Instant::now()).then_some(Admission {
+            throttle,
+            peer,
+            succeeded: false,
+        })
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.throttle.finish(self.peer, self.succeeded);
     }
 }
 

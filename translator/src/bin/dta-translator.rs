@@ -59,7 +59,8 @@ struct Cli {
     /// and exit without starting workers. The QPs stay connected.
     #[arg(long)]
     control_only: bool,
-    /// Where --control-only writes its JSON ("-" = stdout).
+    /// Where --control-only writes its JSON ("-" = stdout). The file holds every store's
+    /// address, R_Key, QPNs and PSNs: it is created anew, readable by its owner only (0600).
     #[arg(long, value_name = "FILE", default_value = "-")]
     emit_connections: String,
     /// Seconds between progress lines on stderr (0 = none).
@@ -113,7 +114,9 @@ fn main() {
                 let s = serde_json::to_string_pretty(&v).expect("JSON serialises");
                 if cli.emit_connections == "-" {
                     println!("{s}");
-                } else if let Err(e) = std::fs::write(&cli.emit_connections, s) {
+                } else if let Err(e) = dta_io::private_file::create(cli.emit_connections.as_ref())
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, s.as_bytes()))
+                {
                     eprintln!("dta-translator: {}: {e}", cli.emit_connections);
                     std::process::exit(1);
                 }

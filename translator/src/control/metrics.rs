@@ -395,12 +395,16 @@ const WORKER_FAMILIES: &[WorkerFamily] = &[
 /// Renders the Prometheus document for a set of worker snapshots, with this process's
 /// `process_*` figures.
 pub fn render(snaps: &[WorkerSnapshot]) -> String {
-    render_page(snaps, ProcessStats::read().ok().as_ref())
+    render_page(snaps, ProcessStats::read().ok().as_ref(), None)
 }
 
-/// Renders the Prometheus document: the workers' counters, their QPs, and `process` when
-/// `/proc` could be read.
-pub fn render_page(snaps: &[WorkerSnapshot], process: Option<&ProcessStats>) -> String {
+/// Renders the Prometheus document: the workers' counters, their QPs, the HTTP server's own
+/// counters (`http`, when served by one), and `process` when `/proc` could be read.
+pub fn render_page(
+    snaps: &[WorkerSnapshot],
+    process: Option<&ProcessStats>,
+    http: Option<&dta_http::ServerStats>,
+) -> String {
     let mut w = PromWriter::new();
     let workers: Vec<String> = (0..snaps.len()).map(|i| i.to_string()).collect();
     let rows = |values: fn(&WorkerSnapshot) -> Vec<u64>| -> Vec<PromRow<'_>> {
@@ -446,6 +450,16 @@ pub fn render_page(snaps: &[WorkerSnapshot], process: Option<&ProcessStats>) -> 
         &[],
         &rows(|s| s.cm.values()),
     );
+    if let Some(h) = http {
+        for (name, counter, help, v) in h.families() {
+            let kind = if counter {
+                PromKind::Counter
+            } else {
+                PromKind::Gauge
+            };
+            w.single(kind, &format!("dta_translator_{name}"), help, v as f64);
+        }
+    }
     if let Some(p) = process {
         p.write_prom(&mut w);
     }
@@ -501,11 +515,27 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    /// Serves `/metrics` and `/stats` on `addr` from `snapshots`.
+    /// Serves `/metrics` and `/stats` on `addr` from `snapshots`, plain HTTP, no credentials,
+    /// answering IP literals and `localhost` as `Host`.
     pub fn spawn(
         addr: SocketAddrV4,
         snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
     ) -> Result<MetricsServer, String> {
+        MetricsServer::spawn_with(addr, snapshots, &dta_http::WebSettings::default())
+    }
+
+    /// Serves `/metrics` and `/stats` on `addr` from `snapshots` with the web settings of
+    /// `[translator]` (`web_config_file`: TLS and basic-auth users, `admin_token_file`,
+    /// `control_hostnames`), the same keys as the collector's control API.
+    pub fn spawn_with(
+        addr: SocketAddrV4,
+        snapshots: Arc<Vec<Mutex<WorkerSnapshot>>>,
+        web: &dta_http::WebSettings,
+    ) -> Result<MetricsServer, String> {
+        let opts = web
+            .server_options("dta-metrics")
+            .map_err(|e| format!("[translator] {e}"))?;
+        let stats = opts.stats.clone();
         let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
             let path = req.target.split('?').next().unwrap_or("");
             if req.method != "GET" && req.method != "HEAD" {
@@ -518,7 +548,14 @@ impl MetricsServer {
                     .collect()
             };
             let (body, ctype) = match path {
-                "/metrics" => (render(&snaps()), "text/plain; version=0.0.4"),
+                "/metrics" => (
+                    render_page(
+                        &snaps(),
+                        ProcessStats::read().ok().as_ref(),
+                        Some(&stats.get()),
+                    ),
+                    "text/plain; version=0.0.4",
+                ),
                 "/stats" => (render_json(&snaps()), "application/json"),
                 _ => return dta_http::Response::text(404, "not found: try /metrics or /stats"),
             };
@@ -529,10 +566,6 @@ impl MetricsServer {
                 body: body.into_bytes(),
             }
         });
-        let opts = dta_http::ServerOptions {
-            name: "dta-metrics".into(),
-            ..Default::default()
-        };
         let server = dta_http::Server::spawn(std::net::SocketAddr::V4(addr), opts, handler)
             .map_err(|e| format!("cannot serve metrics: {e}"))?;
         let bound = match server.local_addr() {
@@ -618,7 +651,22 @@ mod tests {
             open_fds: 42,
             max_fds: Some(1024),
         };
-        render_page(&snapshots(), Some(&process))
+        let http = dta_http::ServerStats {
+            connections_open: 1,
+            connections_accepted: 2,
+            connections_refused: 3,
+            requests: 4,
+            forbidden: 5,
+            unauthorized: 6,
+            body_too_large: 7,
+            timeouts: 8,
+            busy: 9,
+            tls_handshake_failures: 10,
+            handler_panics: 11,
+            auth_checks: 12,
+            auth_throttled: 13,
+        };
+        render_page(&snapshots(), Some(&process), Some(&http))
     }
 
     #[test]

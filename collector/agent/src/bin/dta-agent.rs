@@ -121,6 +121,10 @@ struct FileConfig {
     pmtu: Option<u32>,
     verify_icrc: Option<bool>,
     backend: Option<Backend>,
+    /// The metrics server's web settings: the collector's keys (`web_config_file`,
+    /// `admin_token_file`, `control_hostnames`).
+    #[serde(flatten)]
+    web: dta_http::WebSettings,
 }
 
 /// Everything the daemon runs with.
@@ -130,6 +134,7 @@ struct Settings {
     options: AgentOptions,
     sampler: SamplerConfig,
     metrics_listen: Option<SocketAddr>,
+    web: dta_http::WebSettings,
     region_bytes: usize,
     max_blocks: u16,
     backend: Backend,
@@ -197,6 +202,16 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         None => PeerAllowlist::default_for([]),
     };
     let on = |cli: Option<bool>, file: Option<bool>| cli.or(file).unwrap_or(true);
+    let metrics_listen = cli.metrics_listen.or(file.metrics_listen);
+    if metrics_listen.is_none() && file.web != dta_http::WebSettings::default() {
+        return Err(
+            "web_config_file, admin_token_file and control_hostnames configure the metrics \
+             server: set metrics_listen (or --metrics-listen) too, or remove them"
+                .into(),
+        );
+    }
+    // Read and check the files now: a broken web configuration refuses the start.
+    file.web.server_options("dta-agent-http")?;
     Ok(Settings {
         listen,
         options: AgentOptions {
@@ -212,7 +227,8 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             interval_ms,
             max_interfaces,
         },
-        metrics_listen: cli.metrics_listen.or(file.metrics_listen),
+        metrics_listen,
+        web: file.web,
         region_bytes: file.region_bytes.unwrap_or(DEFAULT_CAPACITY),
         max_blocks,
         backend: cli.backend.or(file.backend).unwrap_or(Backend::Software),
@@ -347,13 +363,16 @@ fn metrics_server(
 ) -> Result<Option<dta_http::Server>, String> {
     Ok(match s.metrics_listen {
         Some(addr) => {
+            let opts = s.web.server_options("dta-agent-http")?;
+            let stats = opts.stats.clone();
             let (region, published) = (region.clone(), published.clone());
             let handler: dta_http::Handler = Arc::new(move |req: dta_http::Request| {
                 let path = req.target.split('?').next().unwrap_or("");
                 if req.method != "GET" || path != "/metrics" {
                     return dta_http::Response::text(404, "not found: GET /metrics");
                 }
-                let p = *published.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut p = *published.lock().unwrap_or_else(PoisonError::into_inner);
+                p.http = stats.get();
                 dta_http::Response {
                     status: 200,
                     content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
@@ -361,10 +380,6 @@ fn metrics_server(
                     body: render(&region, &p).into_bytes(),
                 }
             });
-            let opts = dta_http::ServerOptions {
-                name: "dta-agent-http".into(),
-                ..Default::default()
-            };
             Some(dta_http::Server::spawn(addr, opts, handler)?)
         }
         None => None,

@@ -1,6 +1,8 @@
 //! Helpers shared by the server's tests.
 #![allow(dead_code)]
 
+pub mod hostile;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
