@@ -81,7 +81,7 @@ pub fn machine() -> serde_json::Value {
 }
 
 /// Writes a figure's measurements (`NAME.json`) and draws its charts.
-fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
+pub(crate) fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let p = out.join(format!("{name}.json"));
     let s = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
@@ -93,6 +93,15 @@ fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
 /// touches `NAME.json`.
 pub fn draw(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
     let charts = charts(name, v);
+    if name == "collectors" {
+        // Three panels of one comparison: one document, readable on its own.
+        let p = out.join("collectors.svg");
+        let doc = crate::svg::stack(
+            "Storing the same telemetry: dta against the databases operators deploy",
+            &charts,
+        );
+        return std::fs::write(&p, doc).map_err(|e| format!("{}: {e}", p.display()));
+    }
     for (i, c) in charts.iter().enumerate() {
         let n = if i == 0 {
             format!("{name}.svg")
@@ -664,6 +673,7 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
         series,
         categories: Vec::new(),
         caption: cap.clone(),
+        value_labels: false,
     };
     let bars = |title: &str, cats: &[&str], y: &str, series: Vec<Series>| Chart {
         title: title.into(),
@@ -674,6 +684,7 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
         series,
         categories: cats.iter().map(|c| c.to_string()).collect(),
         caption: cap.clone(),
+        value_labels: false,
     };
     match name {
         "micro" => {
@@ -966,8 +977,103 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
                 ),
             ]
         }
+        "collectors" => collectors_charts(v, &cap),
         _ => Vec::new(),
     }
+}
+
+/// A contender's name under its bars: the product and its major.minor version.
+fn contender_label(r: &serde_json::Value) -> String {
+    match r["id"].as_str().unwrap_or("") {
+        "dta-sw-rnic" => "dta, software RNIC".into(),
+        "dta-real-rnic" => "dta, real RNIC".into(),
+        _ => {
+            let name = r["name"].as_str().unwrap_or("?");
+            match name.split_once(' ') {
+                Some((product, version)) => {
+                    let mm: Vec<&str> = version.split('.').take(2).collect();
+                    format!("{product} {}", mm.join("."))
+                }
+                None => name.to_string(),
+            }
+        }
+    }
+}
+
+/// `collectors`: CPU per report, memory per million entries and lookup latency, one panel
+/// each, every axis logarithmic (the contenders differ by orders of magnitude).
+fn collectors_charts(v: &serde_json::Value, cap: &str) -> Vec<Chart> {
+    let rows = v["rows"].as_array().unwrap_or(empty_rows());
+    let panel = |title: &str, y: &str, cats: Vec<String>, series: Vec<Series>| Chart {
+        title: title.into(),
+        x_label: String::new(),
+        y_label: y.into(),
+        log_x: false,
+        log_y: true,
+        series,
+        categories: cats,
+        caption: cap.to_string(),
+        value_labels: true,
+    };
+    let cats: Vec<String> = rows.iter().map(contender_label).collect();
+    let at = |key: &str, scale: f64| -> Vec<(f64, f64)> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| (i as f64 + 1.0, f(&r[key]) * scale))
+            .collect()
+    };
+    let cpu = panel(
+        "Collector-host CPU per stored report (lower is better; real RNIC: 0 by construction)",
+        "CPU ns per report (log scale)",
+        cats.clone(),
+        vec![
+            line("database server / dta RNIC thread", at("server_ns_per_report", 1.0), false),
+            line("ingest process (parse + client)", at("ingest_ns_per_report", 1.0), false),
+            line("total on the collector host", at("total_ns_per_report", 1.0), false),
+        ],
+    );
+    let mem: Vec<(f64, f64)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let b = f(&r["memory"]["bytes_per_million_entries"]);
+            (i as f64 + 1.0, b.max(0.0) / 1e6)
+        })
+        .collect();
+    let memory = panel(
+        "Memory per million entries (servers: resident memory growth; dta: its regions)",
+        "MB per 10^6 entries (log scale)",
+        cats,
+        vec![line("memory per million entries", mem, false)],
+    );
+    // Lookups: each contender's query interface; dta's also in process. The real RNIC's rows
+    // are the software RNIC's (same memory, same engine): drawn once.
+    let mut lcats = Vec::new();
+    let (mut p50, mut p99) = (Vec::new(), Vec::new());
+    for r in rows.iter().filter(|r| r["id"] != "dta-real-rnic") {
+        let mut add = |name: String, l: &serde_json::Value| {
+            if l.is_null() {
+                return;
+            }
+            lcats.push(name);
+            let x = lcats.len() as f64;
+            p50.push((x, f(&l["p50_us"])));
+            p99.push((x, f(&l["p99_us"])));
+        };
+        if r["id"] == "dta-sw-rnic" {
+            add("dta, HTTP API".into(), &r["lookup"]);
+            add("dta, in process".into(), &r["lookup_in_process"]);
+        } else {
+            add(contender_label(r), &r["lookup"]);
+        }
+    }
+    let lookups = panel(
+        "Key-Write point lookup latency, one request at a time (lower is better)",
+        "microseconds (log scale)",
+        lcats,
+        vec![line("p50", p50, false), line("p99", p99, false)],
+    );
+    vec![cpu, memory, lookups]
 }
 
 /// Redraws the SVGs of every `NAME.json` in `dir`.
@@ -982,6 +1088,7 @@ pub fn plot(dir: &Path) -> Result<usize, String> {
         "baselines",
         "dart",
         "zero",
+        "collectors",
     ] {
         let p = dir.join(format!("{name}.json"));
         let Ok(s) = std::fs::read_to_string(&p) else {

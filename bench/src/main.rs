@@ -233,6 +233,34 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "thread")]
         collector_rx: CollectorRx,
     },
+    /// Receive telemetry reports on a UDP socket, parse them and store them in Redis,
+    /// ClickHouse or InfluxDB with the database's batched native protocol: the ingest process
+    /// of `dta bench collectors`. Prints `LISTEN <addr>`, then `RECEIVED <n>` as reports arrive
+    /// and `DONE <json>` at the end; stops after `FINISH <n>` on standard input once n reports
+    /// arrived, or when standard input closes and no report came for 2 s.
+    Ingest {
+        /// The database.
+        #[arg(long, value_enum)]
+        db: DbArg,
+        /// Its address: Redis's port, or the HTTP port of ClickHouse or InfluxDB.
+        #[arg(long, value_name = "HOST:PORT")]
+        server: String,
+        /// Where to receive reports (port 0: a free one, printed).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddrV4,
+        /// The ClickHouse or InfluxDB database (created if missing).
+        #[arg(long, default_value = "dta")]
+        database: String,
+        /// Reports per batch (default: Redis 1000, ClickHouse 100000, InfluxDB 5000).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Longest a report waits in a batch, ms (default: Redis 10, the others 1000).
+        #[arg(long)]
+        flush_ms: Option<u64>,
+        /// Report profile.
+        #[arg(long, default_value = "extended")]
+        profile: ReportFormat,
+    },
     /// Run a benchmark sweep and write FIGURE.json and FIGURE.svg.
     Bench {
         /// Which figure.
@@ -259,7 +287,47 @@ enum Cmd {
         /// `zero`: the agent counts of the capacity measurement (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
         agents: Vec<usize>,
+        #[command(flatten)]
+        servers: ServerArgs,
     },
+}
+
+/// The database servers of `dta bench collectors` (`scripts/bench-collectors.sh` starts them
+/// and passes these).
+#[derive(Args, Debug, Clone)]
+struct ServerArgs {
+    /// `collectors`: Redis's address.
+    #[arg(long, value_name = "HOST:PORT", requires = "redis_pid")]
+    redis: Option<String>,
+    /// `collectors`: the Redis server's process ID.
+    #[arg(long, value_name = "PID")]
+    redis_pid: Option<u32>,
+    /// `collectors`: ClickHouse's HTTP address.
+    #[arg(long, value_name = "HOST:PORT", requires = "clickhouse_pid")]
+    clickhouse: Option<String>,
+    /// `collectors`: the ClickHouse server's process ID.
+    #[arg(long, value_name = "PID")]
+    clickhouse_pid: Option<u32>,
+    /// `collectors`: InfluxDB's HTTP address.
+    #[arg(long, value_name = "HOST:PORT", requires = "influxdb_pid")]
+    influxdb: Option<String>,
+    /// `collectors`: the InfluxDB server's process ID.
+    #[arg(long, value_name = "PID")]
+    influxdb_pid: Option<u32>,
+    /// `collectors`: Key-Write point lookups per contender.
+    #[arg(long, default_value_t = 1000)]
+    lookups: usize,
+    /// `collectors`: seconds after the last acknowledged report during which the servers'
+    /// CPU above their idle rate still counts (background merges, snapshots).
+    #[arg(long, default_value_t = 3)]
+    settle_secs: u64,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum DbArg {
+    Redis,
+    Clickhouse,
+    Influxdb,
 }
 
 /// Workload parameters shared by `gen` and `replay` (a pcap written by `gen` records them in
@@ -423,7 +491,12 @@ enum Figure {
     /// agent round as agents grow (--agents), READ latency under incast with and without
     /// Credit-FC.
     Zero,
-    /// Every figure above.
+    /// dta against Redis, ClickHouse and InfluxDB storing the same telemetry through an ingest
+    /// process: collector-host CPU per report, memory per million entries, point-lookup
+    /// latency (servers from --redis, --clickhouse, --influxdb; one command that installs and
+    /// starts them: scripts/bench-collectors.sh). Not part of `all`.
+    Collectors,
+    /// Every figure above but `collectors`.
     All,
     /// Redraw the SVGs from the JSON results in --out (no measurement).
     Plot,
@@ -833,7 +906,33 @@ fn bench_cmd(
     profile: ReportFormat,
     qps: &[u32],
     agents: &[usize],
+    servers: &ServerArgs,
 ) -> Result<(), String> {
+    if fig == Figure::Collectors {
+        use dta_bench::collectors::{self as cb, CollectorsOptions};
+        let server = |a: &Option<String>, p: Option<u32>| {
+            a.as_ref().map(|addr| cb::Server {
+                addr: addr.clone(),
+                pid: p.unwrap_or(0),
+            })
+        };
+        eprintln!("== collectors (dta vs Redis, ClickHouse, InfluxDB)");
+        cb::collectors(&CollectorsOptions {
+            reports: o.reports,
+            redis: server(&servers.redis, servers.redis_pid),
+            clickhouse: server(&servers.clickhouse, servers.clickhouse_pid),
+            influxdb: server(&servers.influxdb, servers.influxdb_pid),
+            exe: std::env::current_exe().map_err(|e| e.to_string())?,
+            lookups: servers.lookups,
+            counter_checks: 200,
+            settle: Duration::from_secs(servers.settle_secs),
+            window: 16384,
+            out: o.out.clone(),
+            verbose: o.verbose,
+        })?;
+        eprintln!("results in {}", o.out.display());
+        return Ok(());
+    }
     if fig == Figure::Plot {
         let n = figures::plot(&o.out)?;
         eprintln!("redrew {n} figure(s) in {}", o.out.display());
@@ -1087,6 +1186,45 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        Cmd::Ingest {
+            db,
+            server,
+            listen,
+            database,
+            batch,
+            flush_ms,
+            profile,
+        } => {
+            use dta_bench::collectors::ingest::{self, Db, IngestOptions};
+            let db = match db {
+                DbArg::Redis => Db::Redis,
+                DbArg::Clickhouse => Db::ClickHouse,
+                DbArg::Influxdb => Db::InfluxDb,
+            };
+            let mut o = IngestOptions::new(db, &server, &database);
+            if let Some(b) = batch {
+                o.batch = b.max(1);
+            }
+            if let Some(ms) = flush_ms {
+                o.flush = Duration::from_millis(ms);
+            }
+            o.parse = dta_bench::gen::Scenario {
+                profile,
+                ..Default::default()
+            }
+            .parse_config();
+            match ingest::command(&o, listen) {
+                Ok(st) => println!(
+                    "DONE {}",
+                    serde_json::to_string(&st).expect("stats serialise")
+                ),
+                Err(e) => {
+                    println!("ERROR {e}");
+                    eprintln!("dta ingest: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
         Cmd::Bench {
             figure,
             reports,
@@ -1096,6 +1234,7 @@ fn main() {
             profile,
             qps,
             agents,
+            servers,
         } => {
             let o = FigOptions {
                 reports,
@@ -1104,7 +1243,7 @@ fn main() {
                 pin: !no_pin,
                 verbose: true,
             };
-            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents) {
+            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents, &servers) {
                 eprintln!("dta bench: {e}");
                 std::process::exit(1);
             }
