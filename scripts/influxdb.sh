@@ -71,7 +71,10 @@ start() {
   dir=$(cd "$dir" && pwd)
   [ -n "$http" ] || http=$(free_port) || skip "no free port"
   rpc=$(free_port) || skip "no free port"
+  # Usage reporting off: Debian's build calls it reporting-enabled (default false), upstream
+  # reporting-disabled; both are set.
   cat >"$dir/influxdb.conf" <<CONF
+reporting-enabled = false
 reporting-disabled = true
 bind-address = "127.0.0.1:$rpc"
 

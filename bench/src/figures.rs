@@ -1027,9 +1027,21 @@ fn collectors_charts(v: &serde_json::Value, cap: &str) -> Vec<Chart> {
         "CPU ns per report (log scale)",
         cats.clone(),
         vec![
-            line("database server / dta RNIC thread", at("server_ns_per_report", 1.0), false),
-            line("ingest process (parse + client)", at("ingest_ns_per_report", 1.0), false),
-            line("total on the collector host", at("total_ns_per_report", 1.0), false),
+            line(
+                "database server / dta RNIC thread",
+                at("server_ns_per_report", 1.0),
+                false,
+            ),
+            line(
+                "ingest process (parse + client)",
+                at("ingest_ns_per_report", 1.0),
+                false,
+            ),
+            line(
+                "total on the collector host",
+                at("total_ns_per_report", 1.0),
+                false,
+            ),
         ],
     );
     let mem: Vec<(f64, f64)> = rows

@@ -254,11 +254,7 @@ impl Chart {
         let solid = self.series.iter().filter(|s| !s.dashed).count().max(1) as f64;
         let slot = (px(1.5) - px(0.5)) * 0.8;
         // Where bars start: the axis (on a log axis, its lowest decade).
-        let base = if self.log_y {
-            H - B
-        } else {
-            py(y0.max(0.0))
-        };
+        let base = if self.log_y { H - B } else { py(y0.max(0.0)) };
         let mut bar_i = 0.0;
         for (i, se) in self.series.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
@@ -509,7 +505,13 @@ mod tests {
         };
         let s = c.render();
         assert_eq!(s.matches("<rect x=").count(), 2);
-        for label in [">50</text>", ">5k</text>", ">0</text>", ">10</text>", ">10k</text>"] {
+        for label in [
+            ">50</text>",
+            ">5k</text>",
+            ">0</text>",
+            ">10</text>",
+            ">10k</text>",
+        ] {
             assert!(s.contains(label), "{label}");
         }
         for r in s.lines().filter(|l| l.starts_with("<rect x=")) {
@@ -517,7 +519,10 @@ mod tests {
                 let i = r.find(k).unwrap() + k.len();
                 r[i..].split('"').next().unwrap().parse().unwrap()
             };
-            assert!((num(" y=\"") + num("height=\"") - (H - B)).abs() < 0.2, "{r}");
+            assert!(
+                (num(" y=\"") + num("height=\"") - (H - B)).abs() < 0.2,
+                "{r}"
+            );
         }
         let st = stack("Both", &[c.clone(), c]);
         assert!(st.starts_with("<svg") && st.ends_with("</svg>\n"));

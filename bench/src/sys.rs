@@ -175,10 +175,7 @@ mod tests {
     fn stat_lines_parse() {
         let line = "4242 (redis (srv) x) S 1 4242 4242 0 -1 4194560 9000 0 0 0 250 50 7 3 20 0 \
                     5 0 12345 100000000 2000 18446744073709551615";
-        assert_eq!(
-            stat_cpu_ns(line, 100),
-            Some((3_000_000_000, 100_000_000))
-        );
+        assert_eq!(stat_cpu_ns(line, 100), Some((3_000_000_000, 100_000_000)));
         assert_eq!(stat_cpu_ns("4242 (x) S 1 2", 100), None);
     }
 }

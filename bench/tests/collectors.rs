@@ -39,7 +39,7 @@ impl Server {
             .output()
             .expect("bash runs");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let s = Server {
+        let mut s = Server {
             script,
             dir,
             addr: String::new(),
@@ -47,13 +47,14 @@ impl Server {
         match text.lines().find(|l| l.starts_with("READY ")) {
             Some(l) => {
                 let port = l.split_whitespace().nth(1).expect("READY <port> <pid>");
-                Some(Server {
-                    addr: format!("127.0.0.1:{port}"),
-                    ..s
-                })
+                s.addr = format!("127.0.0.1:{port}");
+                Some(s)
             }
             None => {
-                let why = text.lines().find(|l| l.starts_with("SKIP")).unwrap_or(&text);
+                let why = text
+                    .lines()
+                    .find(|l| l.starts_with("SKIP"))
+                    .unwrap_or(&text);
                 eprintln!("{script}: {why}");
                 None
             }
@@ -133,7 +134,8 @@ fn ingest_writes_what_it_parsed(db: Db, script: &'static str) {
     assert_eq!(st.stored(), truth.reports, "{st:?}");
     let keys = Truth::sample(&truth.paths, 200, 1);
     let ctr = Truth::sample(&truth.counters, 100, 2);
-    let (holds, lookups, name) = read_back(db, &server.addr, database, &truth, &keys, &ctr).unwrap();
+    let (holds, lookups, name) =
+        read_back(db, &server.addr, database, &truth, &keys, &ctr).unwrap();
     eprintln!(
         "{name}: {holds:?}, lookup p50 {:.1} us p99 {:.1} us",
         lookups.p50_us, lookups.p99_us

@@ -251,9 +251,13 @@ impl HttpConn {
             payload.len()
         );
         let s = self.stream.as_mut().expect("connected above");
-        let sent = s
-            .write_all(&self.head)
-            .and_then(|_| if payload.is_empty() { Ok(()) } else { s.write_all(payload) });
+        let sent = s.write_all(&self.head).and_then(|_| {
+            if payload.is_empty() {
+                Ok(())
+            } else {
+                s.write_all(payload)
+            }
+        });
         if let Err(e) = sent {
             self.stream = None;
             return Err((false, format!("{}: {e}", self.host)));
@@ -369,7 +373,10 @@ mod tests {
         let h = parse_head(b"HTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert_eq!((h.status, h.framing, h.keep_alive), (204, Framing::None, true));
+        assert_eq!(
+            (h.status, h.framing, h.keep_alive),
+            (204, Framing::None, true)
+        );
         let h = parse_head(
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
         )
@@ -378,9 +385,10 @@ mod tests {
         assert_eq!(h.framing, Framing::Chunked);
         let h = parse_head(b"HTTP/1.0 200 OK\r\n\r\nrest").unwrap().unwrap();
         assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
-        let h = parse_head(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n")
-            .unwrap()
-            .unwrap();
+        let h =
+            parse_head(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n")
+                .unwrap()
+                .unwrap();
         assert!(h.keep_alive);
         let h = parse_head(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
             .unwrap()
@@ -407,7 +415,11 @@ mod tests {
         // Incomplete at every cut: nothing is appended.
         for cut in 0..b.len() - 1 {
             let mut o = b"keep".to_vec();
-            assert_eq!(decode_chunked(&b[..cut], &mut o).unwrap(), None, "cut {cut}");
+            assert_eq!(
+                decode_chunked(&b[..cut], &mut o).unwrap(),
+                None,
+                "cut {cut}"
+            );
             assert_eq!(o, b"keep");
         }
         assert!(decode_chunked(b"zz\r\n", &mut out).is_err());
@@ -434,8 +446,10 @@ mod tests {
                 accepted += 1;
                 let mut got = Vec::new();
                 let mut b = [0u8; 4096];
+                // Two answers on the first connection, one on the second.
+                let want = if accepted == 1 { 2 } else { 1 };
                 let mut answered = 0;
-                while answered < 2 {
+                while answered < want {
                     let n = s.read(&mut b).unwrap();
                     if n == 0 {
                         break;

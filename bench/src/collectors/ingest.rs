@@ -350,7 +350,10 @@ impl Sink for ClickHouseSink {
             } else {
                 let a = &self.answer;
                 st.refuse(n, || {
-                    format!("ClickHouse answered {status}: {}", String::from_utf8_lossy(a).trim())
+                    format!(
+                        "ClickHouse answered {status}: {}",
+                        String::from_utf8_lossy(a).trim()
+                    )
                 });
             }
             self.rows[k].clear();
@@ -428,7 +431,10 @@ impl Sink for InfluxSink {
             let n = self.lines.points as u64;
             let a = &self.answer;
             st.refuse(n, || {
-                format!("InfluxDB answered {status}: {}", String::from_utf8_lossy(a).trim())
+                format!(
+                    "InfluxDB answered {status}: {}",
+                    String::from_utf8_lossy(a).trim()
+                )
             });
         }
         self.lines.clear();
@@ -467,7 +473,10 @@ pub fn clickhouse_query(http: &mut HttpConn, database: &str, sql: &str) -> Resul
     let status = http.request("POST", &t, "", b"", &mut body)?;
     let text = String::from_utf8_lossy(&body).into_owned();
     if status != 200 {
-        return Err(format!("ClickHouse answered {status} to {sql:?}: {}", text.trim()));
+        return Err(format!(
+            "ClickHouse answered {status} to {sql:?}: {}",
+            text.trim()
+        ));
     }
     Ok(text)
 }
@@ -517,7 +526,11 @@ pub fn prepare(db: Db, server: &str, database: &str, fresh: bool) -> Result<(), 
             if fresh {
                 clickhouse_query(&mut h, "", &format!("DROP DATABASE IF EXISTS {database}"))?;
             }
-            clickhouse_query(&mut h, "", &format!("CREATE DATABASE IF NOT EXISTS {database}"))?;
+            clickhouse_query(
+                &mut h,
+                "",
+                &format!("CREATE DATABASE IF NOT EXISTS {database}"),
+            )?;
             for s in CLICKHOUSE_SCHEMA {
                 clickhouse_query(&mut h, database, s)?;
             }
@@ -661,8 +674,7 @@ fn run(
         if sink.pending() > 0 && oldest.is_none() {
             oldest = Some(Instant::now());
         }
-        let due = sink.pending() >= o.batch
-            || oldest.is_some_and(|t| t.elapsed() >= o.flush);
+        let due = sink.pending() >= o.batch || oldest.is_some_and(|t| t.elapsed() >= o.flush);
         if due {
             sink.flush(&mut st)?;
             oldest = None;

@@ -173,7 +173,10 @@ mod tests {
             one(
                 "weather",
                 &[],
-                &[("temperature_str", Field::Str("too hot\\cold")), ("n", Field::Int(-3))],
+                &[
+                    ("temperature_str", Field::Str("too hot\\cold")),
+                    ("n", Field::Int(-3))
+                ],
                 Some(0)
             ),
             "weather temperature_str=\"too hot\\\\cold\",n=-3i 0\n"

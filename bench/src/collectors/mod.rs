@@ -126,8 +126,8 @@ impl Truth {
     pub fn of(trace: &Trace, parse: &ParseConfig) -> Result<Truth, String> {
         let mut t = Truth::default();
         for i in 0..trace.len() {
-            let r = parse_report(trace.payload(i), parse)
-                .map_err(|e| format!("report {i}: {e:?}"))?;
+            let r =
+                parse_report(trace.payload(i), parse).map_err(|e| format!("report {i}: {e:?}"))?;
             match r.primitive {
                 Primitive::KeyWrite { key, value, .. } => {
                     t.paths.insert(key, value);
@@ -202,7 +202,8 @@ pub struct Holds {
 impl Holds {
     /// True if everything sent is there and every check matched.
     pub fn complete(&self) -> bool {
-        self.keywrite_keys.is_none_or(|k| k == self.keywrite_expected)
+        self.keywrite_keys
+            .is_none_or(|k| k == self.keywrite_expected)
             && self.counter_keys.is_none_or(|k| k == self.counter_expected)
             && self.append_entries == self.append_expected
             && self.lists_off == 0
@@ -342,7 +343,8 @@ impl IngestChild {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(a) = line.strip_prefix("LISTEN ") {
-                    let _ = listen_tx.send(a.trim().parse::<SocketAddrV4>().map_err(|e| e.to_string()));
+                    let _ =
+                        listen_tx.send(a.trim().parse::<SocketAddrV4>().map_err(|e| e.to_string()));
                 } else if let Some(n) = line.strip_prefix("RECEIVED ") {
                     if let Ok(n) = n.trim().parse() {
                         rcv.store(n, Ordering::Relaxed);
@@ -418,7 +420,12 @@ impl Drop for IngestChild {
 }
 
 /// Sends `trace` to `dest`, never more than `window` ahead of `received()`; the count sent.
-fn send(trace: &Trace, dest: SocketAddrV4, window: u64, received: impl Fn() -> u64) -> Result<u64, String> {
+fn send(
+    trace: &Trace,
+    dest: SocketAddrV4,
+    window: u64,
+    received: impl Fn() -> u64,
+) -> Result<u64, String> {
     let mut s = PacedSender::new(dest, 0)?;
     s.set_window(window);
     for i in 0..trace.len() {
@@ -474,7 +481,12 @@ pub fn collectors(o: &CollectorsOptions) -> Result<serde_json::Value, String> {
             say(format!("  {}: not given, skipped", db.name()));
             continue;
         };
-        say(format!("== {} at {} (pid {})", db.name(), server.addr, server.pid));
+        say(format!(
+            "== {} at {} (pid {})",
+            db.name(),
+            server.addr,
+            server.pid
+        ));
         match run_db(o, db, server, &trace, &truth, &keys, &ctr_keys) {
             Ok(r) => {
                 say(line(&r));
@@ -727,7 +739,8 @@ pub fn read_back(
                 let t0 = Instant::now();
                 let v = c.call(&[b"GET", &k])?;
                 lat.push(t0.elapsed().as_nanos() as u64);
-                h.lookups_ok += u64::from(v.as_deref() == truth.paths.get(key).map(|v| v.as_bytes()));
+                h.lookups_ok +=
+                    u64::from(v.as_deref() == truth.paths.get(key).map(|v| v.as_bytes()));
             }
             for key in ctr_keys {
                 ingest::redis_keys::counter(key.as_bytes(), &mut k);
@@ -768,7 +781,10 @@ pub fn read_back(
                 let t0 = Instant::now();
                 let v = q(&sql)?;
                 lat.push(t0.elapsed().as_nanos() as u64);
-                let want = truth.paths.get(key).map(|v| hex(v.as_bytes(), &mut hx).to_ascii_uppercase());
+                let want = truth
+                    .paths
+                    .get(key)
+                    .map(|v| hex(v.as_bytes(), &mut hx).to_ascii_uppercase());
                 h.lookups_ok += u64::from(Some(v.trim().to_string()) == want);
             }
             for key in ctr_keys {
@@ -797,7 +813,9 @@ pub fn read_back(
             h.keywrite_keys = card(q("SHOW SERIES EXACT CARDINALITY FROM path")?);
             h.counter_keys = card(q("SHOW SERIES EXACT CARDINALITY FROM hostbytes")?);
             let count = |v: &serde_json::Value| -> u64 {
-                v["results"][0]["series"][0]["values"][0][1].as_u64().unwrap_or(0)
+                v["results"][0]["series"][0]["values"][0][1]
+                    .as_u64()
+                    .unwrap_or(0)
             };
             let rows = count(&q("SELECT count(hops) FROM path")?)
                 + count(&q("SELECT count(bytes) FROM hostbytes")?)
@@ -805,7 +823,11 @@ pub fn read_back(
             h.rows_held = Some(rows);
             let per_list = q("SELECT count(entry) FROM event GROUP BY list")?;
             let mut got: BTreeMap<u32, u64> = BTreeMap::new();
-            for s in per_list["results"][0]["series"].as_array().into_iter().flatten() {
+            for s in per_list["results"][0]["series"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 let list = s["tags"]["list"].as_str().and_then(|l| l.parse().ok());
                 let n = s["values"][0][1].as_u64();
                 if let (Some(l), Some(n)) = (list, n) {
@@ -822,8 +844,13 @@ pub fn read_back(
                 let t0 = Instant::now();
                 let v = q(&s)?;
                 lat.push(t0.elapsed().as_nanos() as u64);
-                let want = truth.paths.get(key).map(|v| hex(v.as_bytes(), &mut hx).to_string());
-                let got = v["results"][0]["series"][0]["values"][0][1].as_str().map(str::to_string);
+                let want = truth
+                    .paths
+                    .get(key)
+                    .map(|v| hex(v.as_bytes(), &mut hx).to_string());
+                let got = v["results"][0]["series"][0]["values"][0][1]
+                    .as_str()
+                    .map(str::to_string);
                 h.lookups_ok += u64::from(got.is_some() && got == want);
             }
             for key in ctr_keys {
@@ -833,7 +860,8 @@ pub fn read_back(
                 );
                 let v = q(&s)?;
                 let got = v["results"][0]["series"][0]["values"][0][1].as_u64();
-                h.counters_ok += u64::from(got.is_some() && got == truth.counters.get(key).copied());
+                h.counters_ok +=
+                    u64::from(got.is_some() && got == truth.counters.get(key).copied());
             }
         }
     }
@@ -851,10 +879,7 @@ fn influx_diag(v: &serde_json::Value, series: &str, column: &str) -> Option<Stri
 }
 
 fn lists_off(want: &BTreeMap<u32, u64>, got: &BTreeMap<u32, u64>) -> u64 {
-    let mut off = want
-        .iter()
-        .filter(|(l, n)| got.get(l) != Some(n))
-        .count() as u64;
+    let mut off = want.iter().filter(|(l, n)| got.get(l) != Some(n)).count() as u64;
     off += got.keys().filter(|l| !want.contains_key(l)).count() as u64;
     off
 }
@@ -865,7 +890,10 @@ fn redis_scan_count(c: &mut resp::Connection, pattern: &[u8]) -> Result<u64, Str
     let mut n = 0u64;
     loop {
         let mut cmd = Vec::new();
-        resp::encode(&mut cmd, &[b"SCAN", &cursor, b"MATCH", pattern, b"COUNT", b"10000"]);
+        resp::encode(
+            &mut cmd,
+            &[b"SCAN", &cursor, b"MATCH", pattern, b"COUNT", b"10000"],
+        );
         c.send(&cmd)?;
         let bad = || "Redis: SCAN did not answer [cursor, [keys]]".to_string();
         if c.read_reply(|r| r == resp::Reply::Array(Some(2)))? {
@@ -906,7 +934,10 @@ fn run_dta(
     // Size the stores for this data set: Key-Write and Key-Increment slots at least twice the
     // keys (load ≤ 0.5), Append rings that hold every entry of their busiest list.
     let keys_max = truth.paths.len().max(truth.counters.len()).max(1) as u64;
-    let slots_log2 = (2 * keys_max).next_power_of_two().trailing_zeros().clamp(10, 28);
+    let slots_log2 = (2 * keys_max)
+        .next_power_of_two()
+        .trailing_zeros()
+        .clamp(10, 28);
     let busiest = truth.lists.values().copied().max().unwrap_or(0);
     let batch = base.batch as u64;
     let capacity = busiest.div_ceil(batch).max(1) * batch;
@@ -975,8 +1006,7 @@ fn run_dta(
                 .map_err(|e| format!("dta query answered {status}: {e}"))?;
             let want = hex(truth.paths[k].as_bytes(), &mut hx).to_string();
             h.lookups_ok += u64::from(
-                v["result"] == "value"
-                    && v["value"].as_str().is_some_and(|s| s.starts_with(&want)),
+                v["result"] == "value" && v["value"].as_str().is_some_and(|s| s.starts_with(&want)),
             );
         }
         let http = LookupLatency::of(lat);
@@ -1011,9 +1041,9 @@ fn run_dta(
             let s = rig.collector.store(name).ok_or(name)?;
             let g = s.append().ok_or("not Append")?;
             let first = match s.config.kind {
-                dta_collector::config::StoreKindConfig::Append { first_list, lists, .. } => {
-                    first_list..first_list + lists
-                }
+                dta_collector::config::StoreKindConfig::Append {
+                    first_list, lists, ..
+                } => first_list..first_list + lists,
                 _ => return Err(format!("{name} is not Append")),
             };
             for list in first.clone() {
@@ -1121,13 +1151,19 @@ mod tests {
         d.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         d.dedup();
         assert_eq!(d.len(), 50, "distinct");
-        assert_eq!(Truth::sample(&tr.paths, usize::MAX, 1).len(), tr.paths.len());
+        assert_eq!(
+            Truth::sample(&tr.paths, usize::MAX, 1).len(),
+            tr.paths.len()
+        );
     }
 
     #[test]
     fn latency_quantiles() {
         let l = LookupLatency::of((1..=100).map(|i| i * 1000).collect());
-        assert_eq!((l.count, l.p50_us, l.p99_us, l.max_us), (100, 50.0, 99.0, 100.0));
+        assert_eq!(
+            (l.count, l.p50_us, l.p99_us, l.max_us),
+            (100, 50.0, 99.0, 100.0)
+        );
         assert_eq!(LookupLatency::of(Vec::new()).count, 0);
     }
 

@@ -81,7 +81,10 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ProtocolError> {
             if &buf[used + n..used + n + 2] != b"\r\n" {
                 return Err(ProtocolError);
             }
-            return Ok(Some((Reply::Bulk(Some(&buf[used..used + n])), used + n + 2)));
+            return Ok(Some((
+                Reply::Bulk(Some(&buf[used..used + n])),
+                used + n + 2,
+            )));
         }
         _ => return Err(ProtocolError),
     };
@@ -225,7 +228,9 @@ impl Connection {
 
     /// `call` for a command whose reply is an integer.
     pub fn call_int(&mut self, args: &[&[u8]]) -> Result<i64, String> {
-        let r = self.call(args)?.ok_or("Redis: nil where an integer was expected")?;
+        let r = self
+            .call(args)?
+            .ok_or("Redis: nil where an integer was expected")?;
         int(&r).map_err(|_| "Redis: not an integer".to_string())
     }
 }
@@ -283,7 +288,14 @@ mod tests {
 
     #[test]
     fn partial_and_broken_replies() {
-        for cut in [&b""[..], b"+OK", b"+OK\r", b"$5\r\nhel", b"$5\r\nhello", b"$5\r\nhello\r"] {
+        for cut in [
+            &b""[..],
+            b"+OK",
+            b"+OK\r",
+            b"$5\r\nhel",
+            b"$5\r\nhello",
+            b"$5\r\nhello\r",
+        ] {
             assert_eq!(parse(cut), Ok(None), "{cut:?}");
         }
         for bad in [
