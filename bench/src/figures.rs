@@ -1028,7 +1028,7 @@ fn collectors_charts(v: &serde_json::Value, cap: &str) -> Vec<Chart> {
         cats.clone(),
         vec![
             line(
-                "database server / dta RNIC thread",
+                "server (dta: RNIC thread)",
                 at("server_ns_per_report", 1.0),
                 false,
             ),
@@ -1085,7 +1085,34 @@ fn collectors_charts(v: &serde_json::Value, cap: &str) -> Vec<Chart> {
         lcats,
         vec![line("p50", p50, false), line("p99", p99, false)],
     );
-    vec![cpu, memory, lookups]
+    let mut out = vec![cpu, memory, lookups];
+    let prim = v["dta_per_primitive"].as_array().unwrap_or(empty_rows());
+    if !prim.is_empty() {
+        // Where the software RNIC's CPU goes: per frame, and frames per report by primitive.
+        let cats = prim
+            .iter()
+            .map(|p| {
+                let name = p["primitive"].as_str().unwrap_or("?");
+                name.split(" (").next().unwrap_or(name).to_string()
+            })
+            .collect();
+        let at = |key: &str| -> Vec<(f64, f64)> {
+            prim.iter()
+                .enumerate()
+                .map(|(i, p)| (i as f64 + 1.0, f(&p[key])))
+                .collect()
+        };
+        out.push(panel(
+            "dta's software RNIC, each primitive of the mix alone: CPU per report and per frame",
+            "CPU ns (log scale)",
+            cats,
+            vec![
+                line("per report", at("ns_per_report"), false),
+                line("per RoCEv2 frame", at("ns_per_frame"), false),
+            ],
+        ));
+    }
+    out
 }
 
 /// Redraws the SVGs of every `NAME.json` in `dir`.
@@ -1161,6 +1188,52 @@ mod tests {
         assert_eq!(c[0].series.len(), 3);
         assert_eq!(c[0].series[0].points, vec![(1.0, 2.0), (16.0, 9.0)]);
         assert!(charts("nothing", &v).is_empty());
+    }
+
+    /// The collectors figure: four log-scale panels in one document; the real RNIC's 0 is
+    /// written, not drawn; dta's lookups appear twice (HTTP, in process), the real RNIC's not.
+    #[test]
+    fn collectors_panels_redraw_from_json() {
+        let row = |id: &str, name: &str, server: f64, ingest: f64, mem: f64| {
+            json!({"id": id, "name": name, "server_ns_per_report": server,
+                   "ingest_ns_per_report": ingest, "total_ns_per_report": server + ingest,
+                   "memory": {"bytes_per_million_entries": mem},
+                   "lookup": {"p50_us": 20.0, "p99_us": 30.0},
+                   "lookup_in_process": if id.starts_with("dta") {
+                       json!({"p50_us": 0.2, "p99_us": 0.4}) } else { json!(null) }})
+        };
+        let v = json!({"rows": [
+            row("redis", "Redis 7.0.15", 1000.0, 1050.0, 61e6),
+            row("dta-sw-rnic", "dta, software RNIC", 2400.0, 0.0, 44e6),
+            row("dta-real-rnic", "dta, real RNIC", 0.0, 0.0, 44e6),
+        ], "dta_per_primitive": [
+            {"primitive": "Append, batch 16 (events)", "ns_per_report": 62.0, "ns_per_frame": 990.0},
+        ]});
+        let c = charts("collectors", &v);
+        assert_eq!(c.len(), 4);
+        assert!(c.iter().all(|c| c.log_y && c.value_labels));
+        assert_eq!(
+            c[0].categories,
+            vec!["Redis 7.0", "dta, software RNIC", "dta, real RNIC"]
+        );
+        assert_eq!(c[0].series[2].points[2], (3.0, 0.0));
+        assert_eq!(
+            c[2].categories,
+            vec!["Redis 7.0", "dta, HTTP API", "dta, in process"]
+        );
+        assert_eq!(c[3].categories, vec!["Append, batch 16"]);
+        let dir = std::env::temp_dir().join(format!("dta-coll-fig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        draw(&dir, "collectors", &v).unwrap();
+        let svg = std::fs::read_to_string(dir.join("collectors.svg")).unwrap();
+        assert_eq!(
+            svg.matches("<svg").count(),
+            5,
+            "one document of four panels"
+        );
+        assert!(svg.contains(">2.4k</text>") && svg.contains(">0</text>"));
+        assert!(!dir.join("collectors-2.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

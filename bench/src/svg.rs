@@ -80,6 +80,21 @@ pub fn short(v: f64) -> String {
     }
 }
 
+/// A bar's value label: three significant digits (0.19, 67, 92.8, 262), engineering form from
+/// 1,000 up.
+pub fn label(v: f64) -> String {
+    if v.abs() >= 1000.0 || v == 0.0 || !v.is_finite() {
+        return short(v);
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// An x tick label: powers of two as 2^k (superscript) on a base-2 axis.
 fn x_tick(v: f64, log2: bool) -> String {
     if log2 && v >= 1.0 && v.log2().fract() == 0.0 && v >= 64.0 {
@@ -304,7 +319,7 @@ impl Chart {
                                 s,
                                 r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#,
                                 py(y) - 4.0,
-                                short(y)
+                                label(y)
                             );
                         }
                     }
@@ -440,6 +455,12 @@ mod tests {
         assert!(s.contains("&lt;throughput&gt;"));
         assert_eq!(s.matches("<circle").count(), 3);
         assert_eq!(short(12_300_000.0), "12.3M");
+        assert_eq!(label(67.031), "67");
+        assert_eq!(label(92.798), "92.8");
+        assert_eq!(label(261.668), "262");
+        assert_eq!(label(0.19), "0.19");
+        assert_eq!(label(0.4), "0.4");
+        assert_eq!(label(2050.0), "2.05k");
         assert_eq!(short(0.05), "0.05");
         assert_eq!(short(2.0), "2");
         assert_eq!(nice_step(1.0), 0.2);

@@ -51,11 +51,11 @@ use serde::Serialize;
 
 use crate::gen::{Mix, Scenario};
 use crate::replay::rnic_saturated_then;
-use dta_collector::service::Collector;
 use crate::sender::PacedSender;
 use crate::sys;
 use crate::trace::Trace;
 use crate::workload::SplitMix64;
+use dta_collector::service::Collector;
 
 use self::http::HttpConn;
 use self::ingest::{Db, IngestStats};
@@ -505,6 +505,14 @@ pub fn collectors(o: &CollectorsOptions) -> Result<serde_json::Value, String> {
     say(line(&soft));
     rows.push(soft);
     rows.push(real);
+    say("== dta (software RNIC), each primitive alone".into());
+    let per_primitive = dta_per_primitive(&sized(&sc, &truth)?, &trace)?;
+    for p in &per_primitive {
+        say(format!(
+            "  {:<48} {:>8} reports {:>8} frames: {:>7.1} ns/report, {:>6.0} ns/frame (errors {})",
+            p.primitive, p.reports, p.frames, p.ns_per_report, p.ns_per_frame, p.rnic_errors
+        ));
+    }
     let v = serde_json::json!({
         "figure": "collectors",
         "machine": crate::figures::machine(),
@@ -521,6 +529,7 @@ pub fn collectors(o: &CollectorsOptions) -> Result<serde_json::Value, String> {
         "lookups": o.lookups,
         "settle_secs": o.settle.as_secs_f64(),
         "rows": rows,
+        "dta_per_primitive": per_primitive,
         "errors": errors,
     });
     crate::figures::write(&o.out, "collectors", &v)?;
@@ -923,16 +932,9 @@ fn redis_scan_count(c: &mut resp::Connection, pattern: &[u8]) -> Result<u64, Str
     }
 }
 
-/// `dta` on the software RNIC (measured) and on a real RNIC (by construction).
-fn run_dta(
-    base: &Scenario,
-    trace: &Trace,
-    truth: &Truth,
-    keys: &[Key],
-    ctr_keys: &[Key],
-) -> Result<(Contender, Contender), String> {
-    // Size the stores for this data set: Key-Write and Key-Increment slots at least twice the
-    // keys (load ≤ 0.5), Append rings that hold every entry of their busiest list.
+/// `base` with stores sized for the data set of `truth`: Key-Write and Key-Increment slots at
+/// least twice the keys (load ≤ 0.5), Append rings that hold every entry of their busiest list.
+fn sized(base: &Scenario, truth: &Truth) -> Result<Scenario, String> {
     let keys_max = truth.paths.len().max(truth.counters.len()).max(1) as u64;
     let slots_log2 = (2 * keys_max)
         .next_power_of_two()
@@ -948,6 +950,80 @@ fn run_dta(
         ..base.clone()
     };
     sc.validate()?;
+    Ok(sc)
+}
+
+/// The software RNIC's cost for one primitive of the mix alone.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrimitiveCost {
+    /// The primitive and what it carries.
+    pub primitive: String,
+    /// Reports of that primitive in the trace.
+    pub reports: u64,
+    /// RoCEv2 frames they became.
+    pub frames: u64,
+    /// RNIC drop and error counters, summed (must be 0).
+    pub rnic_errors: u64,
+    /// RNIC thread CPU per report (ns).
+    pub ns_per_report: f64,
+    /// RNIC thread CPU per frame (ns).
+    pub ns_per_frame: f64,
+}
+
+/// The software RNIC fed each primitive's reports of `trace` alone (translated ahead of time,
+/// at saturation): where its CPU per report comes from.
+pub fn dta_per_primitive(sc: &Scenario, trace: &Trace) -> Result<Vec<PrimitiveCost>, String> {
+    let parse = sc.parse_config();
+    type Is = fn(&Primitive) -> bool;
+    let kinds: [(String, Is); 3] = [
+        (
+            format!("Key-Write, N = {} (INT paths)", sc.redundancy),
+            |p| matches!(p, Primitive::KeyWrite { .. }),
+        ),
+        (
+            format!("Key-Increment, N = {} (host counters)", sc.redundancy),
+            |p| matches!(p, Primitive::KeyIncrement { .. }),
+        ),
+        (
+            format!("Append, batch {} (loss and congestion events)", sc.batch),
+            |p| matches!(p, Primitive::Append { .. }),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, is) in kinds {
+        let mut sub = Trace::with_capacity(trace.len() / 2);
+        for i in 0..trace.len() {
+            let d = trace.get(i);
+            if parse_report(d.payload, &parse).is_ok_and(|r| is(&r.primitive)) {
+                sub.push(d.src, d.dst, d.payload);
+            }
+        }
+        if sub.is_empty() {
+            continue;
+        }
+        let r = crate::replay::rnic_saturated(sc, &sub, 1)?;
+        out.push(PrimitiveCost {
+            primitive: name,
+            reports: r.reports,
+            frames: r.frames,
+            rnic_errors: r.rnic_errors,
+            ns_per_report: r.ns_per_report,
+            ns_per_frame: r.ns_per_frame,
+        });
+    }
+    Ok(out)
+}
+
+/// `dta` on the software RNIC (measured) and on a real RNIC (by construction).
+fn run_dta(
+    base: &Scenario,
+    trace: &Trace,
+    truth: &Truth,
+    keys: &[Key],
+    ctr_keys: &[Key],
+) -> Result<(Contender, Contender), String> {
+    let sc = sized(base, truth)?;
+    let (slots_log2, capacity) = (sc.slots_log2, sc.capacity);
     // The translator (on its own host in a deployment) translates the trace ahead of time;
     // its RoCEv2 frames then go to the collector's software RNIC over loopback UDP as fast as
     // the RNIC takes them (full receive bursts, as the ingest processes get).
