@@ -164,7 +164,17 @@ mod tests {
         // This thread's own task is found under its kernel TID.
         let tid = gettid();
         assert!(task_cpu_ns(tid).is_some());
+        // Process CPU time counts in clock ticks (10 ms): spin until the first one.
         let me = std::process::id();
+        let t = std::time::Instant::now();
+        while pid_cpu_ns(me).is_some_and(|(own, _)| own == 0)
+            && t.elapsed() < std::time::Duration::from_secs(5)
+        {
+            for i in 0..1_000_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+        }
         assert!(pid_cpu_ns(me).is_some_and(|(own, _)| own > 0));
         assert!(pid_rss_bytes(me).is_some_and(|b| b > 0));
     }
