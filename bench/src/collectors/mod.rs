@@ -894,10 +894,11 @@ fn lists_off(want: &BTreeMap<u32, u64>, got: &BTreeMap<u32, u64>) -> u64 {
     off
 }
 
-/// Counts the keys matching `pattern` with `SCAN` (never `KEYS`, which blocks the server).
+/// Counts the distinct keys matching `pattern` with `SCAN` (never `KEYS`, which blocks the
+/// server). `SCAN` may return a key twice (while the server rehashes): they are counted once.
 fn redis_scan_count(c: &mut resp::Connection, pattern: &[u8]) -> Result<u64, String> {
     let mut cursor = b"0".to_vec();
-    let mut n = 0u64;
+    let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
     loop {
         let mut cmd = Vec::new();
         resp::encode(
@@ -920,14 +921,18 @@ fn redis_scan_count(c: &mut resp::Connection, pattern: &[u8]) -> Result<u64, Str
                 })?
                 .ok_or_else(bad)?;
             for _ in 0..k {
-                c.read_reply(|_| ())?;
+                if let Some(key) = c.read_reply(|r| match r {
+                    resp::Reply::Bulk(Some(b)) => Some(b.to_vec()),
+                    _ => None,
+                })? {
+                    seen.insert(key);
+                }
             }
-            n += k as u64;
         } else {
             return Err(bad());
         }
         if cursor == b"0" {
-            return Ok(n);
+            return Ok(seen.len() as u64);
         }
     }
 }
