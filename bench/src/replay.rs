@@ -800,16 +800,6 @@ impl UdpRig {
         sc: &Scenario,
         capture: Option<&std::path::Path>,
     ) -> Result<UdpRig, String> {
-        UdpRig::start_with(sc, capture, false)
-    }
-
-    /// Starts both services; with `control`, the collector also serves its HTTP API (query
-    /// engine, `/metrics`) on a free loopback port ([`Collector::control_addr`]).
-    pub fn start_with(
-        sc: &Scenario,
-        capture: Option<&std::path::Path>,
-        control: bool,
-    ) -> Result<UdpRig, String> {
         let dir = std::env::temp_dir().join(format!(
             "dta-replay-{}-{}",
             std::process::id(),
@@ -829,7 +819,6 @@ impl UdpRig {
                 metadata_file: Some(meta_file.clone()),
                 // The scenario's stores are written with its N (up to 8).
                 max_redundancy: 8,
-                control: control.then_some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
                 ..DeviceSection::default()
             },
             static_peers: vec![StaticPeer {
