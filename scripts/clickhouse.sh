@@ -58,8 +58,8 @@ free_port() {
 ping_ok() {
   # HTTP/1.0 GET /ping with bash's /dev/tcp: the server answers "Ok.".
   local port=$1 reply
-  reply=$(exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /ping HTTP/1.0\r\n\r\n' >&3 \
-    && timeout 2 cat <&3) 2>/dev/null || return 1
+  reply=$({ exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /ping HTTP/1.0\r\n\r\n' >&3 \
+    && timeout 2 cat <&3; } 2>/dev/null) || return 1
   [[ "$reply" == *"Ok."* ]]
 }
 

@@ -81,7 +81,7 @@ pub fn machine() -> serde_json::Value {
 }
 
 /// Writes a figure's measurements (`NAME.json`) and draws its charts.
-fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
+pub(crate) fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let p = out.join(format!("{name}.json"));
     let s = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
@@ -90,15 +90,25 @@ fn write(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
 }
 
 /// Figures whose charts go one above the other into one `NAME.svg`.
-const STACKED: [&str; 1] = ["zero-interference"];
+/// The heading of a figure drawn as one stacked document (all its charts in `NAME.svg`).
+fn stacked_heading(name: &str) -> Option<&'static str> {
+    match name {
+        "zero-interference" => Some("Monitoring a Redis host: none, node_exporter, dta-agent"),
+        "collectors" => {
+            Some("Storing the same telemetry: dta against the databases operators deploy")
+        }
+        _ => None,
+    }
+}
 
-/// Draws a figure's charts (`NAME.svg`, `NAME-2.svg`, ...; the figures in [`STACKED`]: all in
+/// Draws a figure's charts (`NAME.svg`, `NAME-2.svg`, ...; the figures with a [`stacked_heading`]: all in
 /// `NAME.svg`) from its measurements; never touches `NAME.json`.
 pub fn draw(out: &Path, name: &str, v: &serde_json::Value) -> Result<(), String> {
     let charts = charts(name, v);
-    if STACKED.contains(&name) {
+    if let Some(heading) = stacked_heading(name) {
+        // Panels of one comparison: one document, readable on its own.
         let p = out.join(format!("{name}.svg"));
-        return std::fs::write(&p, crate::svg::stack(&charts))
+        return std::fs::write(&p, crate::svg::stack(heading, &charts))
             .map_err(|e| format!("{}: {e}", p.display()));
     }
     for (i, c) in charts.iter().enumerate() {
@@ -672,6 +682,7 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
         series,
         categories: Vec::new(),
         caption: cap.clone(),
+        value_labels: false,
     };
     let bars = |title: &str, cats: &[&str], y: &str, series: Vec<Series>| Chart {
         title: title.into(),
@@ -682,6 +693,7 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
         series,
         categories: cats.iter().map(|c| c.to_string()).collect(),
         caption: cap.clone(),
+        value_labels: false,
     };
     match name {
         "micro" => {
@@ -975,6 +987,7 @@ pub fn charts(name: &str, v: &serde_json::Value) -> Vec<Chart> {
             ]
         }
         "zero-interference" => zero_interference_charts(v),
+        "collectors" => collectors_charts(v, &cap),
         _ => Vec::new(),
     }
 }
@@ -1030,6 +1043,7 @@ fn zero_interference_charts(v: &serde_json::Value) -> Vec<Chart> {
         series,
         categories: cats.clone(),
         caption: cap.clone(),
+        value_labels: false,
     };
     vec![
         bars(
@@ -1076,6 +1090,139 @@ fn zero_interference_charts(v: &serde_json::Value) -> Vec<Chart> {
     ]
 }
 
+/// A contender's name under its bars: the product and its major.minor version.
+fn contender_label(r: &serde_json::Value) -> String {
+    match r["id"].as_str().unwrap_or("") {
+        "dta-sw-rnic" => "dta, software RNIC".into(),
+        "dta-real-rnic" => "dta, real RNIC".into(),
+        _ => {
+            let name = r["name"].as_str().unwrap_or("?");
+            match name.split_once(' ') {
+                Some((product, version)) => {
+                    let mm: Vec<&str> = version.split('.').take(2).collect();
+                    format!("{product} {}", mm.join("."))
+                }
+                None => name.to_string(),
+            }
+        }
+    }
+}
+
+/// `collectors`: CPU per report, memory per million entries and lookup latency, one panel
+/// each, every axis logarithmic (the contenders differ by orders of magnitude).
+fn collectors_charts(v: &serde_json::Value, cap: &str) -> Vec<Chart> {
+    let rows = v["rows"].as_array().unwrap_or(empty_rows());
+    let panel = |title: &str, y: &str, cats: Vec<String>, series: Vec<Series>| Chart {
+        title: title.into(),
+        x_label: String::new(),
+        y_label: y.into(),
+        log_x: false,
+        log_y: true,
+        series,
+        categories: cats,
+        caption: cap.to_string(),
+        value_labels: true,
+    };
+    let cats: Vec<String> = rows.iter().map(contender_label).collect();
+    let at = |key: &str, scale: f64| -> Vec<(f64, f64)> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| (i as f64 + 1.0, f(&r[key]) * scale))
+            .collect()
+    };
+    let cpu = panel(
+        "Collector-host CPU per stored report (lower is better; real RNIC: 0 by construction)",
+        "CPU ns per report (log scale)",
+        cats.clone(),
+        vec![
+            line(
+                "server (dta: RNIC thread)",
+                at("server_ns_per_report", 1.0),
+                false,
+            ),
+            line(
+                "ingest process (parse + client)",
+                at("ingest_ns_per_report", 1.0),
+                false,
+            ),
+            line(
+                "total on the collector host",
+                at("total_ns_per_report", 1.0),
+                false,
+            ),
+        ],
+    );
+    let mem: Vec<(f64, f64)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let b = f(&r["memory"]["bytes_per_million_entries"]);
+            (i as f64 + 1.0, b.max(0.0) / 1e6)
+        })
+        .collect();
+    let memory = panel(
+        "Memory per million entries (servers: resident memory growth; dta: its regions)",
+        "MB per 10^6 entries (log scale)",
+        cats,
+        vec![line("memory per million entries", mem, false)],
+    );
+    // Lookups: each contender's query interface; dta's also in process. The real RNIC's rows
+    // are the software RNIC's (same memory, same engine): drawn once.
+    let mut lcats = Vec::new();
+    let (mut p50, mut p99) = (Vec::new(), Vec::new());
+    for r in rows.iter().filter(|r| r["id"] != "dta-real-rnic") {
+        let mut add = |name: String, l: &serde_json::Value| {
+            if l.is_null() {
+                return;
+            }
+            lcats.push(name);
+            let x = lcats.len() as f64;
+            p50.push((x, f(&l["p50_us"])));
+            p99.push((x, f(&l["p99_us"])));
+        };
+        if r["id"] == "dta-sw-rnic" {
+            add("dta, HTTP API".into(), &r["lookup"]);
+            add("dta, in process".into(), &r["lookup_in_process"]);
+        } else {
+            add(contender_label(r), &r["lookup"]);
+        }
+    }
+    let lookups = panel(
+        "Key-Write point lookup latency, one request at a time (lower is better)",
+        "microseconds (log scale)",
+        lcats,
+        vec![line("p50", p50, false), line("p99", p99, false)],
+    );
+    let mut out = vec![cpu, memory, lookups];
+    let prim = v["dta_per_primitive"].as_array().unwrap_or(empty_rows());
+    if !prim.is_empty() {
+        // Where the software RNIC's CPU goes: per frame, and frames per report by primitive.
+        let cats = prim
+            .iter()
+            .map(|p| {
+                let name = p["primitive"].as_str().unwrap_or("?");
+                name.split(" (").next().unwrap_or(name).to_string()
+            })
+            .collect();
+        let at = |key: &str| -> Vec<(f64, f64)> {
+            prim.iter()
+                .enumerate()
+                .map(|(i, p)| (i as f64 + 1.0, f(&p[key])))
+                .collect()
+        };
+        out.push(panel(
+            "dta's software RNIC, each primitive of the mix alone: CPU per report and per frame",
+            "CPU ns (log scale)",
+            cats,
+            vec![
+                line("per report", at("ns_per_report"), false),
+                line("per RoCEv2 frame", at("ns_per_frame"), false),
+            ],
+        ));
+    }
+    out
+}
+
 /// Redraws the SVGs of every `NAME.json` in `dir`.
 pub fn plot(dir: &Path) -> Result<usize, String> {
     let mut n = 0;
@@ -1089,6 +1236,7 @@ pub fn plot(dir: &Path) -> Result<usize, String> {
         "dart",
         "zero",
         "zero-interference",
+        "collectors",
     ] {
         let p = dir.join(format!("{name}.json"));
         let Ok(s) = std::fs::read_to_string(&p) else {
@@ -1149,6 +1297,52 @@ mod tests {
         assert_eq!(c[0].series.len(), 3);
         assert_eq!(c[0].series[0].points, vec![(1.0, 2.0), (16.0, 9.0)]);
         assert!(charts("nothing", &v).is_empty());
+    }
+
+    /// The collectors figure: four log-scale panels in one document; the real RNIC's 0 is
+    /// written, not drawn; dta's lookups appear twice (HTTP, in process), the real RNIC's not.
+    #[test]
+    fn collectors_panels_redraw_from_json() {
+        let row = |id: &str, name: &str, server: f64, ingest: f64, mem: f64| {
+            json!({"id": id, "name": name, "server_ns_per_report": server,
+                   "ingest_ns_per_report": ingest, "total_ns_per_report": server + ingest,
+                   "memory": {"bytes_per_million_entries": mem},
+                   "lookup": {"p50_us": 20.0, "p99_us": 30.0},
+                   "lookup_in_process": if id.starts_with("dta") {
+                       json!({"p50_us": 0.2, "p99_us": 0.4}) } else { json!(null) }})
+        };
+        let v = json!({"rows": [
+            row("redis", "Redis 7.0.15", 1000.0, 1050.0, 61e6),
+            row("dta-sw-rnic", "dta, software RNIC", 2400.0, 0.0, 44e6),
+            row("dta-real-rnic", "dta, real RNIC", 0.0, 0.0, 44e6),
+        ], "dta_per_primitive": [
+            {"primitive": "Append, batch 16 (events)", "ns_per_report": 62.0, "ns_per_frame": 990.0},
+        ]});
+        let c = charts("collectors", &v);
+        assert_eq!(c.len(), 4);
+        assert!(c.iter().all(|c| c.log_y && c.value_labels));
+        assert_eq!(
+            c[0].categories,
+            vec!["Redis 7.0", "dta, software RNIC", "dta, real RNIC"]
+        );
+        assert_eq!(c[0].series[2].points[2], (3.0, 0.0));
+        assert_eq!(
+            c[2].categories,
+            vec!["Redis 7.0", "dta, HTTP API", "dta, in process"]
+        );
+        assert_eq!(c[3].categories, vec!["Append, batch 16"]);
+        let dir = std::env::temp_dir().join(format!("dta-coll-fig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        draw(&dir, "collectors", &v).unwrap();
+        let svg = std::fs::read_to_string(dir.join("collectors.svg")).unwrap();
+        assert_eq!(
+            svg.matches("<svg").count(),
+            5,
+            "one document of four panels"
+        );
+        assert!(svg.contains(">2.4k</text>") && svg.contains(">0</text>"));
+        assert!(!dir.join("collectors-2.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

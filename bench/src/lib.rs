@@ -3,13 +3,15 @@
 //!
 //! Data flows `gen` → `trace` (in memory or a pcap file) → `replay` (the production translator
 //! pipeline and software RNIC, in memory on pinned workers or over kernel UDP sockets), and the
-//! same trace → `baseline` (CPU collectors on a UDP socket). `figures` runs the sweeps that
-//! mirror the papers' figures and writes JSON and SVG. Everything measured per packet runs on
+//! same trace → `baseline` (CPU collectors on a UDP socket), and → `collectors` (the same
+//! telemetry stored in Redis, ClickHouse and InfluxDB by the `dta ingest` process). `figures`
+//! runs the sweeps that mirror the papers' figures and writes JSON and SVG. Everything measured per packet runs on
 //! preallocated buffers; clocks are read per burst.
 
 pub mod backend_replay;
 pub mod baseline;
 pub mod cluster;
+pub mod collectors;
 pub mod dartbench;
 pub mod demo;
 pub mod figures;

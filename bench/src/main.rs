@@ -237,6 +237,34 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "thread")]
         collector_rx: CollectorRx,
     },
+    /// Receive telemetry reports on a UDP socket, parse them and store them in Redis,
+    /// ClickHouse or InfluxDB with the database's batched native protocol: the ingest process
+    /// of `dta bench collectors`. Prints `LISTEN <addr>`, then `RECEIVED <n>` as reports arrive
+    /// and `DONE <json>` at the end; stops after `FINISH <n>` on standard input once n reports
+    /// arrived, or when standard input closes and no report came for 2 s.
+    Ingest {
+        /// The database.
+        #[arg(long, value_enum)]
+        db: DbArg,
+        /// Its address: Redis's port, or the HTTP port of ClickHouse or InfluxDB.
+        #[arg(long, value_name = "HOST:PORT")]
+        server: String,
+        /// Where to receive reports (port 0: a free one, printed).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddrV4,
+        /// The ClickHouse or InfluxDB database (created if missing).
+        #[arg(long, default_value = "dta")]
+        database: String,
+        /// Reports per batch (default: Redis 1000, ClickHouse 100000, InfluxDB 5000).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Longest a report waits in a batch, ms (default: Redis 10, the others 1000).
+        #[arg(long)]
+        flush_ms: Option<u64>,
+        /// Report profile.
+        #[arg(long, default_value = "extended")]
+        profile: ReportFormat,
+    },
     /// Run a benchmark sweep and write FIGURE.json and FIGURE.svg.
     Bench {
         /// Which figure.
@@ -265,6 +293,8 @@ enum Cmd {
         agents: Vec<usize>,
         #[command(flatten)]
         zi: ZeroInterferenceArgs,
+        #[command(flatten)]
+        servers: ServerArgs,
     },
 }
 
@@ -357,6 +387,44 @@ struct ZeroInterferenceArgs {
     /// `zero-interference`: where dta-agent and dta-collector are (default: next to `dta`).
     #[arg(long, value_name = "DIR")]
     bin_dir: Option<PathBuf>,
+}
+
+/// The database servers of `dta bench collectors` (`scripts/bench-collectors.sh` starts them
+/// and passes these).
+#[derive(Args, Debug, Clone)]
+struct ServerArgs {
+    /// `collectors`: Redis's address.
+    #[arg(long, value_name = "HOST:PORT", requires = "redis_pid")]
+    redis: Option<String>,
+    /// `collectors`: the Redis server's process ID.
+    #[arg(long, value_name = "PID")]
+    redis_pid: Option<u32>,
+    /// `collectors`: ClickHouse's HTTP address.
+    #[arg(long, value_name = "HOST:PORT", requires = "clickhouse_pid")]
+    clickhouse: Option<String>,
+    /// `collectors`: the ClickHouse server's process ID.
+    #[arg(long, value_name = "PID")]
+    clickhouse_pid: Option<u32>,
+    /// `collectors`: InfluxDB's HTTP address.
+    #[arg(long, value_name = "HOST:PORT", requires = "influxdb_pid")]
+    influxdb: Option<String>,
+    /// `collectors`: the InfluxDB server's process ID.
+    #[arg(long, value_name = "PID")]
+    influxdb_pid: Option<u32>,
+    /// `collectors`: Key-Write point lookups per contender.
+    #[arg(long, default_value_t = 1000)]
+    lookups: usize,
+    /// `collectors`: seconds after the last acknowledged report during which the servers'
+    /// CPU above their idle rate still counts (background merges, snapshots).
+    #[arg(long, default_value_t = 3)]
+    settle_secs: u64,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum DbArg {
+    Redis,
+    Clickhouse,
+    Influxdb,
 }
 
 /// Workload parameters shared by `gen` and `replay` (a pcap written by `gen` records them in
@@ -520,7 +588,12 @@ enum Figure {
     /// agent round as agents grow (--agents), READ latency under incast with and without
     /// Credit-FC.
     Zero,
-    /// Every figure above.
+    /// dta against Redis, ClickHouse and InfluxDB storing the same telemetry through an ingest
+    /// process: collector-host CPU per report, memory per million entries, point-lookup
+    /// latency (servers from --redis, --clickhouse, --influxdb; one command that installs and
+    /// starts them: scripts/bench-collectors.sh). Not part of `all`.
+    Collectors,
+    /// Every figure above but `collectors`.
     All,
     /// ZERO interference (not part of `all`: needs Debian's redis-server, redis-tools,
     /// prometheus and prometheus-node-exporter; scripts/bench-zero-interference.sh installs
@@ -1090,10 +1163,36 @@ fn bench_cmd(
     qps: &[u32],
     agents: &[usize],
     zi: &dta_bench::interference::InterferenceOptions,
+    servers: &ServerArgs,
 ) -> Result<(), String> {
     if fig == Figure::ZeroInterference {
         eprintln!("== zero-interference (Redis on a monitored core: no monitor, node_exporter, dta-agent)");
         return dta_bench::interference::zero_interference(zi);
+    }
+    if fig == Figure::Collectors {
+        use dta_bench::collectors::{self as cb, CollectorsOptions};
+        let server = |a: &Option<String>, p: Option<u32>| {
+            a.as_ref().map(|addr| cb::Server {
+                addr: addr.clone(),
+                pid: p.unwrap_or(0),
+            })
+        };
+        eprintln!("== collectors (dta vs Redis, ClickHouse, InfluxDB)");
+        cb::collectors(&CollectorsOptions {
+            reports: o.reports,
+            redis: server(&servers.redis, servers.redis_pid),
+            clickhouse: server(&servers.clickhouse, servers.clickhouse_pid),
+            influxdb: server(&servers.influxdb, servers.influxdb_pid),
+            exe: std::env::current_exe().map_err(|e| e.to_string())?,
+            lookups: servers.lookups,
+            counter_checks: 200,
+            settle: Duration::from_secs(servers.settle_secs),
+            window: 16384,
+            out: o.out.clone(),
+            verbose: o.verbose,
+        })?;
+        eprintln!("results in {}", o.out.display());
+        return Ok(());
     }
     if fig == Figure::Plot {
         let n = figures::plot(&o.out)?;
@@ -1350,6 +1449,45 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        Cmd::Ingest {
+            db,
+            server,
+            listen,
+            database,
+            batch,
+            flush_ms,
+            profile,
+        } => {
+            use dta_bench::collectors::ingest::{self, Db, IngestOptions};
+            let db = match db {
+                DbArg::Redis => Db::Redis,
+                DbArg::Clickhouse => Db::ClickHouse,
+                DbArg::Influxdb => Db::InfluxDb,
+            };
+            let mut o = IngestOptions::new(db, &server, &database);
+            if let Some(b) = batch {
+                o.batch = b.max(1);
+            }
+            if let Some(ms) = flush_ms {
+                o.flush = Duration::from_millis(ms);
+            }
+            o.parse = dta_bench::gen::Scenario {
+                profile,
+                ..Default::default()
+            }
+            .parse_config();
+            match ingest::command(&o, listen) {
+                Ok(st) => println!(
+                    "DONE {}",
+                    serde_json::to_string(&st).expect("stats serialise")
+                ),
+                Err(e) => {
+                    println!("ERROR {e}");
+                    eprintln!("dta ingest: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
         Cmd::Bench {
             figure,
             reports,
@@ -1360,6 +1498,7 @@ fn main() {
             qps,
             agents,
             zi,
+            servers,
         } => {
             let zi = dta_bench::interference::InterferenceOptions {
                 secs: zi.secs,
@@ -1385,7 +1524,7 @@ fn main() {
                 pin: !no_pin,
                 verbose: true,
             };
-            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents, &zi) {
+            if let Err(e) = bench_cmd(figure, &o, profile, &qps, &agents, &zi, &servers) {
                 eprintln!("dta bench: {e}");
                 std::process::exit(1);
             }

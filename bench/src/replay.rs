@@ -1065,6 +1065,19 @@ pub struct RnicSaturated {
 /// collector's queue pairs, then sends the frames to that collector's software RNIC over
 /// loopback UDP as fast as it takes them, and measures the RNIC thread's CPU.
 pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSaturated, String> {
+    rnic_saturated_then(sc, trace, loops, false, |_| Ok(())).map(|(r, ())| r)
+}
+
+/// [`rnic_saturated`], then `after` with the collector before it stops (to read back and
+/// query what it holds); with `control`, the collector also serves its HTTP API on a free
+/// loopback port.
+pub fn rnic_saturated_then<T>(
+    sc: &Scenario,
+    trace: &Trace,
+    loops: u32,
+    control: bool,
+    after: impl FnOnce(&Collector) -> Result<T, String>,
+) -> Result<(RnicSaturated, T), String> {
     use dta_io::udp::{UdpOptions, UdpSocket, MAX_BURST};
     use dta_translator::run::{load_collectors, pipeline_for};
     let dir = std::env::temp_dir().join(format!(
@@ -1084,6 +1097,7 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
             metadata_file: Some(meta_file.clone()),
             // The scenario's stores are written with its N (up to 8).
             max_redundancy: 8,
+            control: control.then_some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
             ..DeviceSection::default()
         },
         static_peers: vec![StaticPeer {
@@ -1096,7 +1110,7 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
         export: Default::default(),
         pull: None,
     })?;
-    let run = || -> Result<RnicSaturated, String> {
+    let run = || -> Result<(RnicSaturated, T), String> {
         let mut tcfg = TranslatorConfig::default();
         tcfg.translator.roce = roce_t;
         tcfg.translator.max_redundancy = 8;
@@ -1173,7 +1187,7 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
         let secs = t0.elapsed().as_secs_f64();
         let cpu_ns = cpu().saturating_sub(cpu0);
         let k = collector.counters();
-        Ok(RnicSaturated {
+        let r = RnicSaturated {
             reports,
             frames: frames.len() as u64,
             executed: (k.writes + k.atomics) - (k0.writes + k0.atomics),
@@ -1182,7 +1196,8 @@ pub fn rnic_saturated(sc: &Scenario, trace: &Trace, loops: u32) -> Result<RnicSa
             ns_per_report: cpu_ns as f64 / reports.max(1) as f64,
             ns_per_frame: cpu_ns as f64 / frames.len().max(1) as f64,
             secs,
-        })
+        };
+        Ok((r, after(&collector)?))
     };
     let r = run();
     collector.shutdown();

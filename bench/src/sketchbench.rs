@@ -295,6 +295,7 @@ fn accuracy() -> Result<(serde_json::Value, Chart), String> {
              HyperLogLog: merged {card:.0}, central identical, truth {distinct:.0}.",
             truth.len()
         ),
+        value_labels: false,
     };
     Ok((v, chart))
 }

@@ -35,6 +35,9 @@ pub struct Chart {
     pub categories: Vec<String>,
     /// Under the chart: runs, machine, date.
     pub caption: String,
+    /// Bars: print each bar's value over it; a bar a log axis cannot draw (0) is labelled `0`
+    /// on the axis.
+    pub value_labels: bool,
 }
 
 const W: f64 = 860.0;
@@ -74,6 +77,21 @@ pub fn short(v: f64) -> String {
         trim(format!("{v:.3}"))
     } else {
         format!("{v:.1e}")
+    }
+}
+
+/// A bar's value label: three significant digits (0.19, 67, 92.8, 262), engineering form from
+/// 1,000 up.
+pub fn label(v: f64) -> String {
+    if v.abs() >= 1000.0 || v == 0.0 || !v.is_finite() {
+        return short(v);
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
     }
 }
 
@@ -250,6 +268,8 @@ impl Chart {
         // Grouped bars: the solid series share each category's slot; dashed ones are markers.
         let solid = self.series.iter().filter(|s| !s.dashed).count().max(1) as f64;
         let slot = (px(1.5) - px(0.5)) * 0.8;
+        // Where bars start: the axis (on a log axis, its lowest decade).
+        let base = if self.log_y { H - B } else { py(y0.max(0.0)) };
         let mut bar_i = 0.0;
         for (i, se) in self.series.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
@@ -275,14 +295,33 @@ impl Chart {
                         );
                     } else {
                         let w = slot / solid;
+                        let cx = left + w * bar_i + w * 0.45;
+                        if self.log_y && y <= 0.0 {
+                            if self.value_labels {
+                                let _ = writeln!(
+                                    s,
+                                    r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="10">0</text>"#,
+                                    base - 4.0
+                                );
+                            }
+                            continue;
+                        }
                         let _ = writeln!(
                             s,
                             r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{c}"/>"#,
                             left + w * bar_i,
                             py(y),
                             w * 0.9,
-                            (py(y0.max(0.0)) - py(y)).max(0.0)
+                            (base - py(y)).max(0.0)
                         );
+                        if self.value_labels {
+                            let _ = writeln!(
+                                s,
+                                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#,
+                                py(y) - 4.0,
+                                label(y)
+                            );
+                        }
                     }
                 }
                 if !se.dashed {
@@ -358,18 +397,26 @@ impl Chart {
     }
 }
 
-/// Charts one above the other in one SVG document (a figure that must be read without the text
-/// around it, e.g. latency and CPU side by side).
-pub fn stack(charts: &[Chart]) -> String {
-    let h = H * charts.len().max(1) as f64;
-    let mut s = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}">"#
+/// Charts stacked into one SVG document, top to bottom, under a heading.
+pub fn stack(heading: &str, charts: &[Chart]) -> String {
+    const HEAD: f64 = 34.0;
+    let h = HEAD + H * charts.len() as f64;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
     );
-    s.push('\n');
+    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="24" text-anchor="middle" font-size="17" font-weight="bold">{}</text>"#,
+        W / 2.0,
+        esc(heading)
+    );
     for (i, c) in charts.iter().enumerate() {
-        let _ = writeln!(s, r#"<g transform="translate(0 {})">"#, H * i as f64);
-        s.push_str(&c.render());
-        s.push_str("</g>\n");
+        let one = c.render();
+        let at = format!(r#"<svg x="0" y="{}" "#, HEAD + H * i as f64);
+        s.push_str(&one.replacen("<svg ", &at, 1));
     }
     s.push_str("</svg>\n");
     s
@@ -401,12 +448,19 @@ mod tests {
             ],
             categories: Vec::new(),
             caption: "3 runs; test machine".into(),
+            value_labels: false,
         };
         let s = c.render();
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
         assert!(s.contains("&lt;throughput&gt;"));
         assert_eq!(s.matches("<circle").count(), 3);
         assert_eq!(short(12_300_000.0), "12.3M");
+        assert_eq!(label(67.031), "67");
+        assert_eq!(label(92.798), "92.8");
+        assert_eq!(label(261.668), "262");
+        assert_eq!(label(0.19), "0.19");
+        assert_eq!(label(0.4), "0.4");
+        assert_eq!(label(2050.0), "2.05k");
         assert_eq!(short(0.05), "0.05");
         assert_eq!(short(2.0), "2");
         assert_eq!(nice_step(1.0), 0.2);
@@ -443,6 +497,7 @@ mod tests {
             ],
             categories: vec!["Append".into(), "Key-Write".into()],
             caption: String::new(),
+            value_labels: false,
         };
         let s = c.render();
         assert_eq!(s.matches("<rect x=").count(), 4);
@@ -450,27 +505,50 @@ mod tests {
         assert!(!s.contains("<circle"));
     }
 
-    /// Stacked charts: one document, each chart in its own band.
+    /// On a log axis bars start at the axis, carry their values, and a 0 (which a log axis
+    /// cannot draw) is written as `0`; stacked charts nest in one document.
     #[test]
-    fn stacks_charts() {
+    fn log_bars_label_values_and_zeros() {
         let c = Chart {
-            title: "a".into(),
+            title: "CPU".into(),
             x_label: String::new(),
-            y_label: "ms".into(),
+            y_label: "ns".into(),
             log_x: false,
-            log_y: false,
+            log_y: true,
             series: vec![Series {
-                label: "p50".into(),
-                points: vec![(1.0, 2.0)],
+                label: "total".into(),
+                points: vec![(1.0, 50.0), (2.0, 5000.0), (3.0, 0.0)],
                 dashed: false,
             }],
-            categories: vec!["none".into()],
+            categories: vec!["a".into(), "b".into(), "c".into()],
             caption: String::new(),
+            value_labels: true,
         };
-        let s = stack(&[c.clone(), c]);
-        assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
-        assert_eq!(s.matches("<svg").count(), 3);
-        assert!(s.contains(&format!("height=\"{}\"", 2.0 * H)));
-        assert!(s.contains(&format!("translate(0 {H})")));
+        let s = c.render();
+        assert_eq!(s.matches("<rect x=").count(), 2);
+        for label in [
+            ">50</text>",
+            ">5k</text>",
+            ">0</text>",
+            ">10</text>",
+            ">10k</text>",
+        ] {
+            assert!(s.contains(label), "{label}");
+        }
+        for r in s.lines().filter(|l| l.starts_with("<rect x=")) {
+            let num = |k: &str| -> f64 {
+                let i = r.find(k).unwrap() + k.len();
+                r[i..].split('"').next().unwrap().parse().unwrap()
+            };
+            assert!(
+                (num(" y=\"") + num("height=\"") - (H - B)).abs() < 0.2,
+                "{r}"
+            );
+        }
+        let st = stack("Both", &[c.clone(), c]);
+        assert!(st.starts_with("<svg") && st.ends_with("</svg>\n"));
+        assert_eq!(st.matches("<svg").count(), 3);
+        assert_eq!(st.matches("</svg>").count(), 3);
+        assert!(st.contains(&format!(r#"<svg x="0" y="{}" "#, 34.0 + H)));
     }
 }
