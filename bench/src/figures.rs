@@ -189,6 +189,17 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
         let t = trace_for(&sc, o.reports)?;
         let pipeline = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
         log(o, &format!("{name} [pipeline]"), &pipeline);
+        if pipeline.dropped > 0 {
+            // Nothing acknowledges the pipeline alone: past the QP's cap on unconfirmed PSNs
+            // it refuses reports, and a rate of refusals is not the translator's rate.
+            return Err(format!(
+                "{name} [pipeline]: {} of {} reports refused (the pipeline alone is never \
+                 acknowledged and stops at {} unconfirmed frames per QP): use fewer --reports",
+                pipeline.dropped,
+                pipeline.reports,
+                dta_translator::datapath::qp::MAX_OUTSTANDING
+            ));
+        }
         let with_rnic = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Inline))?;
         log(o, &format!("{name} [+RNIC]"), &with_rnic);
         rows.push(MicroRow {
@@ -212,6 +223,17 @@ pub fn micro(o: &FigOptions) -> Result<serde_json::Value, String> {
         let name = format!("INT ingest, Telemetry Report v{version}.0 (default mix)");
         let pipeline = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Off))?;
         log(o, &format!("{name} [pipeline]"), &pipeline);
+        if pipeline.dropped > 0 {
+            // Nothing acknowledges the pipeline alone: past the QP's cap on unconfirmed PSNs
+            // it refuses reports, and a rate of refusals is not the translator's rate.
+            return Err(format!(
+                "{name} [pipeline]: {} of {} reports refused (the pipeline alone is never \
+                 acknowledged and stops at {} unconfirmed frames per QP): use fewer --reports",
+                pipeline.dropped,
+                pipeline.reports,
+                dta_translator::datapath::qp::MAX_OUTSTANDING
+            ));
+        }
         let with_rnic = replay_memory(&sc, &t, &mem(o, 1, RnicMode::Inline))?;
         log(o, &format!("{name} [+RNIC]"), &with_rnic);
         int_rows.push(MicroRow {

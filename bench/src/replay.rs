@@ -395,6 +395,14 @@ impl Rig {
             qp: QpTuning {
                 ack_every: 16,
                 ack_timeout_ns,
+                // Without an RNIC nothing is ever acknowledged: the largest cap on unconfirmed
+                // PSNs lets the pipeline alone take 2^22 frames before it must refuse reports
+                // (the default, 2^20, would have `bench micro` time refusals after half a
+                // million Key-Write reports).
+                max_outstanding: match o.rnic {
+                    RnicMode::Inline => QpTuning::default().max_outstanding,
+                    RnicMode::Off => dta_translator::datapath::qp::MAX_OUTSTANDING,
+                },
                 ..QpTuning::default()
             },
             rate: RateLimit::default(),

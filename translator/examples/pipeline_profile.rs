@@ -173,6 +173,9 @@ fn main() {
     let mut p = dta_translator::datapath::pipeline::single_store_pipeline_with(kind, |c| {
         c.postcard_cache_slots = 4096;
         c.postcard_flush_ns = 1_000_000;
+        // Nothing acknowledges this pipeline: the largest cap on unconfirmed PSNs lets it
+        // take 2^22 frames before refusing reports (the run says how many it translated).
+        c.qp.max_outstanding = dta_translator::datapath::qp::MAX_OUTSTANDING;
     });
     let bufs: Vec<Vec<u8>> = reports
         .iter()
