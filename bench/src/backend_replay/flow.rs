@@ -364,27 +364,30 @@ pub fn bare_netns<B: Backend + 'static>(
     ))
 }
 
-/// The translator half of [`compare_netns`], compared with `bare`.
-pub fn translator_netns(
+/// What [`start_veth`] started: the scratch directory, the collector in namespace A, the
+/// translator in namespace B and its new worker threads' IDs.
+pub(super) type Veth = (PathBuf, Collector, Translator, Vec<u64>);
+
+/// Starts a comparison's translator on veth B (namespace B, listening on `port`) and its
+/// collector (software RNIC) in namespace A with the scenario's stores, the translator its
+/// one static peer. `tune` adjusts the collector's configuration and `configure` the
+/// translator's before they start; if the translator does not start, the collector is shut
+/// down.
+pub(super) fn start_veth(
     name: &str,
     net: &Netns,
     sc: &Scenario,
-    trace: &Trace,
-    o: &CompareOptions,
+    port: u16,
+    tune: impl FnOnce(&mut CollectorConfig) + Send + 'static,
     configure: impl FnOnce(&mut TranslatorConfig),
-    bare: Side,
-) -> Result<Comparison, String> {
-    let port = dta_proto::consts::DTA_PORT;
-    let target = SocketAddrV4::new(ADDR_B, port);
-    let (loops, rate, window) = (o.loops, o.rate, o.window);
-    // Translator on B, collector (software RNIC) on A.
+) -> Result<Veth, String> {
     let dir = scratch_dir(name)?;
     let meta = dir.join("collector.json");
     let roce_t = SocketAddrV4::new(ADDR_B, dta_proto::consts::ROCEV2_PORT);
     let stores = sc.stores();
     let m2 = meta.clone();
     let collector = in_netns(&net.ns_a, move || {
-        Collector::start(CollectorConfig {
+        let mut c = CollectorConfig {
             collector: DeviceSection {
                 roce: SocketAddrV4::new(ADDR_A, dta_proto::consts::ROCEV2_PORT),
                 mac: MAC_A.into(),
@@ -402,7 +405,9 @@ pub fn translator_netns(
             stores,
             export: Default::default(),
             pull: None,
-        })
+        };
+        tune(&mut c);
+        Collector::start(c)
     })?;
     let mut cfg = translator_config(sc, meta);
     cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
@@ -418,6 +423,24 @@ pub fn translator_netns(
         }
     };
     let tids = sys::new_threads_named("dta-worker-0", &before);
+    Ok((dir, collector, tr, tids))
+}
+
+/// The translator half of [`compare_netns`], compared with `bare`.
+pub fn translator_netns(
+    name: &str,
+    net: &Netns,
+    sc: &Scenario,
+    trace: &Trace,
+    o: &CompareOptions,
+    configure: impl FnOnce(&mut TranslatorConfig),
+    bare: Side,
+) -> Result<Comparison, String> {
+    let port = dta_proto::consts::DTA_PORT;
+    let target = SocketAddrV4::new(ADDR_B, port);
+    let (loops, rate, window) = (o.loops, o.rate, o.window);
+    // Translator on B, collector (software RNIC) on A.
+    let (dir, collector, tr, tids) = start_veth(name, net, sc, port, |_| {}, configure)?;
     let cpu0: u64 = tids.iter().filter_map(|&t| sys::task_cpu_ns(t)).sum();
     let rn0 = collector.counters();
     let c0 = tr.counters();

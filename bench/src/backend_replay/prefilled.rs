@@ -7,20 +7,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dta_collector::config::{CollectorConfig, DeviceSection, StaticPeer};
-use dta_collector::Collector;
+use dta_collector::config::CollectorConfig;
 use dta_io::backend::Backend;
 use dta_translator::config::{BackendKind, TranslatorConfig};
 use dta_translator::Translator;
 
-use super::flow::{in_netns, scratch_dir, translator_config};
+use super::flow::{in_netns, start_veth};
 use super::*;
 use crate::gen::Scenario;
 use crate::replay::UdpRig;
 use crate::sender::PacedSender;
 use crate::sys;
 use crate::trace::Trace;
-use dta_io::netns::{Netns, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use dta_io::netns::{Netns, ADDR_A, ADDR_B};
 
 /// Sends `n` datagrams (the trace's payloads, cycled) as fast as `s` goes, without flow
 /// control: the receiver is frozen and its queue absorbs them.
@@ -338,33 +337,9 @@ pub fn translator_netns_prefilled(
     bare: Side,
 ) -> Result<Comparison, String> {
     let port = dta_proto::consts::DTA_PORT;
-    let dir = scratch_dir(name)?;
-    let meta = dir.join("collector.json");
-    let roce_t = SocketAddrV4::new(ADDR_B, dta_proto::consts::ROCEV2_PORT);
-    let stores = sc.stores();
-    let m2 = meta.clone();
     let if_a = net.if_a.clone();
-    let collector = in_netns(&net.ns_a, move || {
-        let mut c = CollectorConfig {
-            collector: DeviceSection {
-                roce: SocketAddrV4::new(ADDR_A, dta_proto::consts::ROCEV2_PORT),
-                mac: MAC_A.into(),
-                metadata_file: Some(m2),
-                hugepages: false,
-                // The scenario's stores are written with its N (up to 8).
-                max_redundancy: 8,
-                ..DeviceSection::default()
-            },
-            static_peers: vec![StaticPeer {
-                roce: roce_t,
-                workers: 1,
-                qpn_base: 0x100,
-                mac: MAC_B.into(),
-            }],
-            stores,
-            export: Default::default(),
-            pull: None,
-        };
+    let tune = move |c: &mut CollectorConfig| {
+        c.collector.hugepages = false;
         // The software RNIC on AF_XDP when it is compiled in: the frames the translator sends
         // over the veth are then redirected by XDP on arrival, instead of running namespace
         // A's whole UDP receive path in the sending thread (veth delivers in the sender's
@@ -373,22 +348,9 @@ pub fn translator_netns_prefilled(
             c.collector.rnic.backend = dta_collector::config::RnicBackend::AfXdp;
             c.collector.rnic.af_xdp.interface = if_a;
         }
-        Collector::start(c)
-    })?;
-    let mut cfg = translator_config(sc, meta);
-    cfg.translator.listen = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
-    cfg.translator.roce = roce_t;
-    cfg.translator.mac = MAC_B.into();
-    configure(&mut cfg);
-    let before = sys::threads_named_now("dta-worker-0");
-    let tr = match in_netns(&net.ns_b, move || Translator::start(cfg)) {
-        Ok(t) => t,
-        Err(e) => {
-            collector.shutdown();
-            return Err(e);
-        }
     };
-    let tid = sys::new_threads_named("dta-worker-0", &before)
+    let (dir, collector, tr, tids) = start_veth(name, net, sc, port, tune, configure)?;
+    let tid = tids
         .into_iter()
         .next()
         .ok_or_else(|| "no worker thread".to_string());

@@ -178,7 +178,7 @@ pub(crate) fn backend_cmd(
     let mut net: Option<dta_io::netns::Netns> = None;
     let rx_thread = collector_rx == CollectorRx::Thread;
     #[allow(dead_code)]
-    pub(crate) fn netns(
+    fn netns(
         net: &mut Option<dta_io::netns::Netns>,
         rx_thread: bool,
     ) -> Result<&dta_io::netns::Netns, String> {
