@@ -17,7 +17,7 @@ use dta_translator::Translator;
 
 use super::*;
 use crate::gen::Scenario;
-use crate::replay::{UdpReplayOptions, UdpRig};
+use crate::replay::{loopback_collector, UdpReplayOptions, UdpRig};
 use crate::sender::PacedSender;
 use crate::sys;
 use crate::trace::Trace;
@@ -153,24 +153,13 @@ pub fn compare_udp(sc: &Scenario, trace: &Trace, o: &CompareOptions) -> Result<C
 /// Collector metadata for a translator that only needs it (pcap backend): a software RNIC
 /// on loopback publishes its stores.
 fn metadata_collector(sc: &Scenario, dir: &Path, peer: SocketAddrV4) -> Result<Collector, String> {
-    Collector::start(CollectorConfig {
-        collector: DeviceSection {
-            roce: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-            metadata_file: Some(dir.join("collector.json")),
-            // The scenario's stores are written with its N (up to 8).
-            max_redundancy: 8,
-            ..DeviceSection::default()
-        },
-        static_peers: vec![StaticPeer {
-            roce: peer,
-            workers: 1,
-            qpn_base: 0x100,
-            mac: "02:00:00:00:00:01".into(),
-        }],
-        stores: sc.stores(),
-        export: Default::default(),
-        pull: None,
-    })
+    let roce = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+    Collector::start(loopback_collector(
+        sc,
+        roce,
+        dir.join("collector.json"),
+        peer,
+    ))
 }
 
 pub(super) fn translator_config(sc: &Scenario, meta: PathBuf) -> TranslatorConfig {

@@ -30,6 +30,9 @@ pub use saturated::{rnic_saturated, rnic_saturated_then, RnicSaturated};
 pub use udp::{replay_udp, UdpReplayOptions, UdpRig};
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+
+use dta_collector::config::{CollectorConfig, DeviceSection, StaticPeer};
 
 use dta_collector::rnic::counters::RnicCounters;
 use dta_proto::wire::ethernet::MacAddr;
@@ -37,6 +40,7 @@ use dta_translator::datapath::stats::TranslatorCounters;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::gen::Scenario;
 use crate::sys;
 
 /// The translator's RoCEv2 address inside a rig.
@@ -45,6 +49,36 @@ pub const RIG_TRANSLATOR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 
 pub const RIG_COLLECTOR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 51), 4791);
 const TRANSLATOR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0x01]);
 const COLLECTOR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0x51]);
+
+/// A software-RNIC collector for a scenario's stores (written with its N, up to 8): RoCEv2 on
+/// `roce`, its metadata published to `meta`, and one static peer, a one-worker translator at
+/// `peer` (QPNs from 0x100). The loopback rigs, `dta bench collectors` and the pcap backend's
+/// comparison start their collectors from this.
+pub(crate) fn loopback_collector(
+    sc: &Scenario,
+    roce: SocketAddrV4,
+    meta: PathBuf,
+    peer: SocketAddrV4,
+) -> CollectorConfig {
+    CollectorConfig {
+        collector: DeviceSection {
+            roce,
+            metadata_file: Some(meta),
+            // The scenario's stores are written with its N (up to 8).
+            max_redundancy: 8,
+            ..DeviceSection::default()
+        },
+        static_peers: vec![StaticPeer {
+            roce: peer,
+            workers: 1,
+            qpn_base: 0x100,
+            mac: "02:00:00:00:00:01".into(),
+        }],
+        stores: sc.stores(),
+        export: Default::default(),
+        pull: None,
+    }
+}
 
 /// What happens to the translator's frames in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

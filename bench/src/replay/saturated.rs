@@ -4,7 +4,6 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use dta_collector::config::{CollectorConfig, DeviceSection, StaticPeer};
 use dta_collector::Collector;
 use dta_proto::batch::TxBatch;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
@@ -69,25 +68,9 @@ pub fn rnic_saturated_then<T>(
     let t_ip = Ipv4Addr::new(127, 0, 0, 2);
     let roce_t = SocketAddrV4::new(t_ip, free_udp_port(t_ip)?);
     let rnic_before = sys::threads_named_now("dta-rnic");
-    let collector = Collector::start(CollectorConfig {
-        collector: DeviceSection {
-            roce: roce_c,
-            metadata_file: Some(meta_file.clone()),
-            // The scenario's stores are written with its N (up to 8).
-            max_redundancy: 8,
-            control: control.then_some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
-            ..DeviceSection::default()
-        },
-        static_peers: vec![StaticPeer {
-            roce: roce_t,
-            workers: 1,
-            qpn_base: 0x100,
-            mac: "02:00:00:00:00:01".into(),
-        }],
-        stores: sc.stores(),
-        export: Default::default(),
-        pull: None,
-    })?;
+    let mut ccfg = loopback_collector(sc, roce_c, meta_file.clone(), roce_t);
+    ccfg.collector.control = control.then_some(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+    let collector = Collector::start(ccfg)?;
     let run = || -> Result<(RnicSaturated, T), String> {
         let mut tcfg = TranslatorConfig::default();
         tcfg.translator.roce = roce_t;

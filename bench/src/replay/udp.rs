@@ -5,7 +5,6 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use dta_collector::config::{CollectorConfig, DeviceSection, StaticPeer};
 use dta_collector::Collector;
 use dta_proto::wire::roce::L2L4_LEN;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
@@ -87,24 +86,8 @@ impl UdpRig {
         let translator_ip = Ipv4Addr::new(127, 0, 0, 2);
         let roce_c = SocketAddrV4::new(collector_ip, free_udp_port(collector_ip)?);
         let roce_t = SocketAddrV4::new(translator_ip, free_udp_port(translator_ip)?);
-        let collector = Collector::start(CollectorConfig {
-            collector: DeviceSection {
-                roce: roce_c,
-                metadata_file: Some(meta_file.clone()),
-                // The scenario's stores are written with its N (up to 8).
-                max_redundancy: 8,
-                ..DeviceSection::default()
-            },
-            static_peers: vec![StaticPeer {
-                roce: roce_t,
-                workers: 1,
-                qpn_base: 0x100,
-                mac: "02:00:00:00:00:01".into(),
-            }],
-            stores: sc.stores(),
-            export: Default::default(),
-            pull: None,
-        })?;
+        let collector =
+            Collector::start(loopback_collector(sc, roce_c, meta_file.clone(), roce_t))?;
         let mut tcfg = TranslatorConfig::default();
         tcfg.translator.listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
         tcfg.translator.roce = roce_t;
