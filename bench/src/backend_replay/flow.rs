@@ -92,11 +92,10 @@ fn finish_bare(
     Side::new(name, count.load(Ordering::Relaxed), secs, cpu).with_bursts(bursts)
 }
 
-/// Kernel UDP: bare `recvmmsg` loop vs the translator (1 worker) writing into the software
-/// RNIC, both on loopback.
-pub fn compare_udp(sc: &Scenario, trace: &Trace, o: &CompareOptions) -> Result<Comparison, String> {
-    use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
-    let sock = UdpSocket::bind(
+/// The bare loop's kernel UDP socket on loopback (a free port, 64 MiB receive buffer).
+pub(super) fn loopback_socket() -> Result<dta_io::udp::UdpSocket, String> {
+    use dta_io::udp::{UdpOptions, UdpSocket};
+    UdpSocket::bind(
         SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
         &UdpOptions {
             rcvbuf: 64 << 20,
@@ -104,7 +103,14 @@ pub fn compare_udp(sc: &Scenario, trace: &Trace, o: &CompareOptions) -> Result<C
             reuse_port: false,
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+/// Kernel UDP: bare `recvmmsg` loop vs the translator (1 worker) writing into the software
+/// RNIC, both on loopback.
+pub fn compare_udp(sc: &Scenario, trace: &Trace, o: &CompareOptions) -> Result<Comparison, String> {
+    use dta_io::udp::UdpBackend;
+    let sock = loopback_socket()?;
     let addr = sock.local_addr();
     let (rx, tx) = sock.split();
     let stop = Arc::new(AtomicBool::new(false));

@@ -2,7 +2,7 @@
 //! drain (`udp` on loopback and on the veth pair; the AF_XDP and DPDK variants build on
 //! these).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use dta_io::backend::Backend;
 use dta_translator::config::{BackendKind, TranslatorConfig};
 use dta_translator::Translator;
 
-use super::flow::{in_netns, start_veth};
+use super::flow::{in_netns, loopback_socket, start_veth};
 use super::*;
 use crate::gen::Scenario;
 use crate::replay::UdpRig;
@@ -199,16 +199,8 @@ pub fn compare_udp_prefilled(
     p: Prefill,
     freezer: &Freezer,
 ) -> Result<Comparison, String> {
-    use dta_io::udp::{UdpBackend, UdpOptions, UdpSocket};
-    let sock = UdpSocket::bind(
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-        &UdpOptions {
-            rcvbuf: 64 << 20,
-            sndbuf: 1 << 20,
-            reuse_port: false,
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    use dta_io::udp::UdpBackend;
+    let sock = loopback_socket()?;
     let addr = sock.local_addr();
     let (rx, tx) = sock.split();
     let sender = |to: SocketAddrV4| {
