@@ -29,7 +29,7 @@ connects with RDMA_CM (the REP carries the region's address, length, R_Key and p
 reads the metrics with one-sided RDMA READ on its own schedule; the agent never sends anything \
 unasked.
 
-Published blocks (dta_proto::zero layout; see collector/agent/README.md):
+Published blocks (dta_proto::zero layout; see agent/README.md):
   net/<ifname>  the 16 counters of the interface's /proc/net/dev line, in file order
   cpu           the aggregate /proc/stat cpu line (10 fields, USER_HZ ticks)
   stat          ctxt, processes, procs_running, procs_blocked, intr total, btime
