@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Debian packages (cargo-deb), installs them, checks the systemd units, starts both
-# services with the packaged configuration as the packaged user, checks that the translator
-# connects to every store of the collector, and removes the packages again.
+# Builds the Debian packages (cargo-deb), installs them, checks the systemd units, starts the
+# collector and the translator with the packaged configuration as the packaged user, checks that
+# the translator connects to every store of the collector, then (the collector stopped: both
+# answer RoCEv2 on 127.0.0.1:4791) starts the ZERO agent the same way and checks that it serves
+# its region, and removes the packages again.
 #
 # Needs root (dpkg), dpkg-deb and cargo-deb (installed with `cargo install cargo-deb --locked`
 # when missing). Prints "SKIP: reason" and exits 0 when a precondition is missing.
@@ -24,14 +26,14 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  dpkg -P dta-collector dta-translator >/dev/null 2>&1 || true
+  dpkg -P dta-collector dta-translator dta-agent >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 echo "== cargo deb"
 debs=()
-for p in dta-collector dta-translator; do
+for p in dta-collector dta-translator dta-agent; do
   out=$(cargo deb -p "$p" --output "$work/" 2>&1 | tail -1)
   deb=$(ls "$work"/"$p"_*.deb 2>/dev/null | head -1)
   [ -n "$deb" ] || { echo "FAIL: cargo deb -p $p: $out"; exit 1; }
@@ -41,9 +43,10 @@ done
 
 echo "== dpkg -i"
 dpkg -i "${debs[@]}" >/dev/null
-for f in /usr/bin/dta-collector /usr/bin/dta-translator /etc/dta/collector.toml \
-         /etc/dta/translator.toml /lib/systemd/system/dta-collector.service \
-         /lib/systemd/system/dta-translator.service; do
+for f in /usr/bin/dta-collector /usr/bin/dta-translator /usr/bin/dta-agent \
+         /etc/dta/collector.toml /etc/dta/translator.toml /etc/dta/agent.toml \
+         /lib/systemd/system/dta-collector.service /lib/systemd/system/dta-translator.service \
+         /lib/systemd/system/dta-agent.service; do
   [ -e "$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
 getent passwd dta >/dev/null || { echo "FAIL: the dta user was not created"; exit 1; }
@@ -51,7 +54,8 @@ echo "installed: binaries, /etc/dta, units, user dta"
 
 if command -v systemd-analyze >/dev/null; then
   if ! out=$(systemd-analyze verify /lib/systemd/system/dta-collector.service \
-             /lib/systemd/system/dta-translator.service 2>&1); then
+             /lib/systemd/system/dta-translator.service \
+             /lib/systemd/system/dta-agent.service 2>&1); then
     echo "FAIL: systemd-analyze verify"; echo "$out"; exit 1
   fi
   echo "systemd-analyze verify: ok"
@@ -104,5 +108,32 @@ if [ $ok -ne 1 ]; then
   exit 1
 fi
 echo "both services run as user dta with the packaged configuration; the translator connected ($stores stores)"
-if [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ]; then systemctl stop dta-translator dta-collector; fi
+
+# The agent's packaged configuration answers RoCEv2 on 127.0.0.1:4791 like the collector's:
+# stop those two first.
+echo "== starting the agent"
+if [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ]; then
+  systemctl stop dta-translator dta-collector
+  systemctl start dta-agent
+else
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  # shellcheck disable=SC2046
+  (cd /var/lib/dta && exec runuser -u "$(unit_user dta-agent)" -- env RUST_LOG=info $(exec_start dta-agent)) \
+    > "$work/dta-agent.log" 2>&1 &
+  pids=($!)
+fi
+ok=0
+for _ in $(seq 100); do
+  if logs dta-agent | grep -q 'serving a [0-9]*-byte region'; then ok=1; break; fi
+  sleep 0.1
+done
+if [ ${#pids[@]} -gt 0 ] && ! kill -0 "${pids[0]}" 2>/dev/null; then
+  echo "FAIL: dta-agent exited"; logs dta-agent | tail -20; exit 1
+fi
+if [ $ok -ne 1 ]; then
+  echo "FAIL: the agent does not serve its region"; logs dta-agent | tail -20; exit 1
+fi
+echo "the agent runs as user dta with the packaged configuration and serves its region"
+if [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ]; then systemctl stop dta-agent; fi
 echo "package test: ok"

@@ -243,7 +243,7 @@ fn the_cluster_example_agrees_with_its_collectors_and_translators() {
 fn the_zero_example_pair_agrees() {
     let c = CollectorConfig::load(&repo("examples/zero/collector.toml")).unwrap();
     let p = c.pull.as_ref().expect("a [pull] section");
-    // The agent's file (its own parser checks it in collector/agent/tests/daemon.rs).
+    // The agent's file (its own parser checks it in agent/tests/daemon.rs).
     let agent = std::fs::read_to_string(repo("examples/zero/agent.toml")).unwrap();
     let key = |k: &str| {
         agent

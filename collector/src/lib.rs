@@ -4,7 +4,9 @@
 //! A collector hosts *stores*, one per primitive instance (Key-Write, Key-Increment, Append,
 //! Postcarding). Each store is one [`memory::Region`], registered with an RNIC: the embedded
 //! software RNIC ([`rnic`]) by default, which answers RoCEv2 on a UDP socket exactly like Linux
-//! Soft-RoCE would. Translators write into the regions with RDMA; the collector's CPU never
+//! Soft-RoCE would, or a real one ([`rdma`]). The RNIC itself, regions and allowlists are the
+//! `dta-rnic` crate's, shared with `dta-agent`; this crate drives them ([`service`]) and owns
+//! everything above them. Translators write into the regions with RDMA; the collector's CPU never
 //! touches a report. Operators query the regions in place through [`query`], from Rust or
 //! over the HTTP control API ([`http`], served in its own threads, never on the RNIC thread),
 //! which the `dta-collector` CLI reaches through [`client`]. [`metrics`] renders its
@@ -27,21 +29,28 @@
 //! # Panic contract
 //! No input from the network can panic the collector. Panics indicate a bug.
 
-pub mod allow;
 pub mod backends;
 pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod export;
 pub mod http;
-pub mod memory;
 pub mod metrics;
 pub mod query;
 pub mod rdma;
-pub mod rnic;
 pub mod service;
 pub mod store;
 pub mod zero;
+
+// The software RNIC, memory regions and allowlists are dta-rnic's (the agent runs them too);
+// they keep their paths in this crate.
+pub use dta_rnic::{allow, memory};
+
+/// The embedded software RNIC: dta-rnic's RC responder and RDMA_CM listener, driven by the
+/// collector's RNIC thread ([`service`]) on any `dta-io` backend ([`backends`]).
+pub mod rnic {
+    pub use dta_rnic::{cm, counters, responder};
+}
 
 pub use config::CollectorConfig;
 pub use service::Collector;

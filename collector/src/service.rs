@@ -25,12 +25,14 @@ use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 
 use crate::config::CollectorConfig;
-use crate::rnic::cm::{CmCounters, CmResponder, Service};
+use crate::rnic::cm::{CmResponder, Service};
 use crate::rnic::counters::RnicCounters;
 use crate::rnic::responder::{Completion, DeviceConfig, QpConfig, Responder};
 use crate::store::Store;
 use dta_proto::wire::cm::is_gsi;
 use dta_proto::wire::metarec::MetaRecord;
+/// What the RNIC thread publishes; dta-rnic's, shared with the real-RNIC backend and the agent.
+pub use dta_rnic::published::{Published, QpOwner};
 
 /// A command for the RNIC thread.
 pub enum RnicCommand {
@@ -38,41 +40,6 @@ pub enum RnicCommand {
     CreateQp(QpConfig, mpsc::Sender<Qpn>),
     /// Destroy a QP.
     DestroyQp(Qpn),
-}
-
-/// Counters and events the RNIC thread publishes for the control plane.
-#[derive(Default)]
-pub struct Published {
-    /// Device counters (all QPs).
-    pub counters: RnicCounters,
-    /// Per-QP counters.
-    pub per_qp: Vec<(u32, RnicCounters)>,
-    /// Immediate-data completions seen so far.
-    pub immediate_events: u64,
-    /// The most recent immediate events (newest last), bounded.
-    pub recent_events: std::collections::VecDeque<Completion>,
-    /// RDMA_CM counters.
-    pub cm: CmCounters,
-    /// RDMA_CM connections: (store port, peer, our QPN, established).
-    pub connections: Vec<(u16, SocketAddrV4, u32, bool)>,
-    /// Whom each QP serves (static and RDMA_CM QPs), for the labels of per-QP series.
-    pub qp_owners: Vec<QpOwner>,
-    /// Receive calls of the software RNIC that returned packets (packets ÷ this: the mean
-    /// burst; one wake-up each).
-    pub rx_bursts: u64,
-    /// Waits of `[rnic] rx_coalesce_us` after a short receive.
-    pub rx_coalesce_waits: u64,
-}
-
-/// Whom one QP serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpOwner {
-    /// Our QPN.
-    pub qpn: u32,
-    /// Index of the QP's store, in configuration order.
-    pub store: usize,
-    /// The peer's RoCEv2 address (`None`: not known, e.g. an IPv6 peer of a real RNIC).
-    pub peer: Option<SocketAddrV4>,
 }
 
 /// The directory `metadata_file` goes in, and the file's name, once the directory is safe: a

@@ -1,8 +1,9 @@
-//! The Debian packages install and both services start (`scripts/package-test.sh`): cargo-deb
-//! builds `dta-collector` and `dta-translator`, dpkg installs them, systemd-analyze checks the
-//! units, and both binaries run as the packaged user with the packaged configuration until the
-//! translator has connected to every store. Needs root; prints `SKIP: reason` and passes
-//! otherwise (and when dpkg or cargo-deb cannot be had).
+//! The Debian packages install and their services start (`scripts/package-test.sh`): cargo-deb
+//! builds `dta-collector`, `dta-translator` and `dta-agent`, dpkg installs them, systemd-analyze
+//! checks the units, the collector and the translator run as the packaged user with the packaged
+//! configuration until the translator has connected to every store, and then the agent does
+//! until it serves its region. Needs root; prints `SKIP: reason` and passes otherwise (and when
+//! dpkg or cargo-deb cannot be had).
 
 use std::io::Write;
 use std::path::Path;

@@ -122,9 +122,7 @@ impl ListReader {
     }
 
     fn trailer(&self, region: &Region, slot: u32) -> Option<(u64, u16)> {
-        let off = self.base + self.layout.trailer_offset(slot)?;
-        let v = region.load_u64_acquire(off).ok()?;
-        self.layout.decode_trailer(v.to_le_bytes())
+        dta_rnic::append::trailer(region, self.layout, self.base, slot)
     }
 
     /// True if one of the next few batches after `next_seq` is already in the ring.
@@ -139,14 +137,7 @@ impl ListReader {
 
     /// The newest batch sequence number in the ring (0 if none), by scanning every trailer.
     pub fn newest_seq(&self, region: &Region) -> u64 {
-        if self.layout.format() != AppendFormat::Sequenced {
-            return 0;
-        }
-        (0..self.layout.batch_slots())
-            .filter_map(|s| self.trailer(region, s))
-            .map(|(seq, _)| seq)
-            .max()
-            .unwrap_or(0)
+        dta_rnic::append::newest_seq(region, self.layout, self.base)
     }
 
     /// Delivers every complete batch written since the last poll (at most `max_batches`),

@@ -27,8 +27,13 @@
 //!   completions seen here.
 //!
 //! The query engine reads the very same [`Region`]s the NIC writes by DMA, exactly as with the
-//! software RNIC. [`client`] is a minimal RDMA_CM initiator used to prove the backend in the
+//! software RNIC. `client` is a minimal RDMA_CM initiator used to prove the backend in the
 //! Soft-RoCE VM (binary `dta-rdma-selftest`).
+//!
+//! The event thread, devices, connections and verbs wrappers are `dta-rnic`'s
+//! ([`dta_rnic::rdma`], shared with `dta-agent`); this module turns the collector's
+//! configuration into its [`StoreSpec`](dta_rnic::rdma::StoreSpec)s (`backend`, feature
+//! `rdma`) and owns nothing that touches verbs.
 //!
 //! Without an RDMA device, start fails with a message naming the cause and how to run the
 //! software RNIC instead ([`SOFTWARE_HINT`]).
@@ -48,15 +53,12 @@ use crate::store::Store;
 
 #[cfg(feature = "rdma")]
 mod backend;
+/// The RDMA_CM test initiator of `dta-rdma-selftest` (dta-rnic's).
 #[cfg(feature = "rdma")]
-pub mod client;
-#[cfg(feature = "rdma")]
-mod verbs;
-
-/// How to run without an RDMA NIC; part of every "no device" error.
-pub const SOFTWARE_HINT: &str = "to run without an RDMA NIC, use the embedded software RNIC \
-     instead: set `backend = \"software\"` in the [collector] section of the configuration \
-     (it is the default)";
+pub use dta_rnic::rdma::client;
+/// The ZERO agent's use of the same backend (dta-rnic's; `dta-agent` calls it directly).
+pub use dta_rnic::rdma::serve_region;
+pub use dta_rnic::rdma::SOFTWARE_HINT;
 
 /// A started real-RNIC backend, for [`crate::service::Collector`].
 pub struct Started {
@@ -89,37 +91,6 @@ pub fn start(
              -p dta-collector --features rdma; it links libibverbs and librdmacm, which \
              scripts/rdma-deps.sh installs); {SOFTWARE_HINT}"
         ))
-    }
-}
-
-/// Serves a ZERO agent's region (`dta-agent` with a real RNIC): registers `region` READ-able
-/// with the RDMA device that owns `ip`, listens for RDMA_CM on `cm_port` and accepts peers in
-/// `allow`, each REP carrying the region record (name in private-data bytes 0..64,
-/// [`dta_proto::zero::RegionRecord`] with the R_Key and the port's active MTU in 64..128). The
-/// RNIC then answers READs with no CPU of ours. Returns the event thread, which stops when
-/// `stop` is set and publishes the device counters into `published`.
-pub fn serve_region(
-    ip: std::net::Ipv4Addr,
-    cm_port: u16,
-    name: &str,
-    region: Arc<crate::memory::Region>,
-    allow: crate::allow::PeerAllowlist,
-    published: Arc<Mutex<Published>>,
-    stop: Arc<AtomicBool>,
-) -> Result<JoinHandle<()>, String> {
-    #[cfg(feature = "rdma")]
-    {
-        backend::serve_region(ip, cm_port, name, region, allow, published, stop)
-    }
-    #[cfg(not(feature = "rdma"))]
-    {
-        let _ = (ip, cm_port, name, region, allow, published, stop);
-        Err(
-            "a real RNIC needs a build with the `rdma` feature (cargo build --features rdma; it \
-             links libibverbs and librdmacm, which scripts/rdma-deps.sh installs); without an \
-             RDMA NIC, use the embedded software RNIC"
-                .to_string(),
-        )
     }
 }
 
@@ -170,7 +141,7 @@ mod tests {
     #[test]
     fn without_a_device_start_says_what_to_do() {
         use std::io::Write;
-        if verbs::device_names().is_ok_and(|d| !d.is_empty()) {
+        if dta_rnic::rdma::device_names().is_ok_and(|d| !d.is_empty()) {
             let _ = writeln!(
                 std::io::stderr(),
                 "SKIP: this machine has RDMA devices; the no-device path can't be exercised"

@@ -12,15 +12,15 @@ use std::os::fd::{AsRawFd as _, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use dta_collector::allow::PeerAllowlist;
-use dta_collector::rnic::cm::{CmCounters, CmResponder, Service};
-use dta_collector::rnic::counters::RnicCounters;
-use dta_collector::rnic::responder::{Access, DeviceConfig, Responder};
 use dta_io::udp::{UdpOptions, UdpRx, UdpSocket, UdpTx};
 use dta_proto::batch::TxBatch;
 use dta_proto::wire::cm::is_gsi;
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::zero::RegionRecord;
+use dta_rnic::allow::PeerAllowlist;
+use dta_rnic::cm::{CmCounters, CmResponder, Service};
+use dta_rnic::counters::RnicCounters;
+use dta_rnic::responder::{Access, DeviceConfig, Responder};
 
 use crate::region::AgentRegion;
 

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use common::{CmAnswer, Conn, Requester};
 use dta_agent::{AgentPoller, AgentRegion, AgentServer};
-use dta_collector::allow::PeerAllowlist;
 use dta_proto::wire::ib::{NakCode, Syndrome};
 use dta_proto::wire::mad::rej_reason;
 use dta_proto::zero::{
     block_len, decode_control, verify_block, ControlHeader, MetricKind, ZeroError, HEADER_LEN,
 };
+use dta_rnic::allow::PeerAllowlist;
 
 /// The value a writer publishes at entry `i` of the update with sequence `seq`.
 fn value(seq: u64, i: usize) -> u64 {

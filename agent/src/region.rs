@@ -47,11 +47,11 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use dta_collector::memory::Region;
 use dta_proto::zero::{
     block_crc, block_len, encode_block, BlockDesc, ControlHeader, MetricKind, BLOCK_HEAD_LEN,
     DESC_LEN, HEADER_LEN, MAX_BLOCKS, MAX_ENTRIES, NAME_LEN,
 };
+use dta_rnic::memory::Region;
 
 /// Alignment of every block (a cache line).
 pub const BLOCK_ALIGN: u64 = 64;

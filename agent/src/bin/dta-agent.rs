@@ -15,7 +15,7 @@ use dta_agent::metrics::{render, Published};
 use dta_agent::region::{DEFAULT_CAPACITY, DEFAULT_MAX_BLOCKS};
 use dta_agent::server::{DEFAULT_CM_PORT, DEFAULT_PMTU, DEFAULT_ROCE_PORT};
 use dta_agent::{AgentOptions, AgentRegion, AgentServer, HostSampler, SamplerConfig};
-use dta_collector::allow::{Cidr, PeerAllowlist};
+use dta_rnic::allow::{Cidr, PeerAllowlist};
 
 const ABOUT: &str = "ZERO-mode agent: publishes this host's counters for one-sided RDMA READ";
 
@@ -29,7 +29,7 @@ connects with RDMA_CM (the REP carries the region's address, length, R_Key and p
 reads the metrics with one-sided RDMA READ on its own schedule; the agent never sends anything \
 unasked.
 
-Published blocks (dta_proto::zero layout; see collector/agent/README.md):
+Published blocks (dta_proto::zero layout; see agent/README.md):
   net/<ifname>  the 16 counters of the interface's /proc/net/dev line, in file order
   cpu           the aggregate /proc/stat cpu line (10 fields, USER_HZ ticks)
   stat          ctxt, processes, procs_running, procs_blocked, intr total, btime
@@ -316,8 +316,8 @@ fn run(s: Settings) -> Result<(), String> {
 /// registered READ-only; the REP carries its record); this process only samples.
 fn run_rdma(s: &Settings, region: &AgentRegion, sampler: HostSampler) -> Result<(), String> {
     let stop = dta_io::signal::install_stop_flag();
-    let nic = Arc::new(Mutex::new(dta_collector::service::Published::default()));
-    let thread = dta_collector::rdma::serve_region(
+    let nic = Arc::new(Mutex::new(dta_rnic::published::Published::default()));
+    let thread = dta_rnic::rdma::serve_region(
         *s.listen.ip(),
         s.options.cm_port,
         "dta-agent",

@@ -111,10 +111,7 @@ fn wrong_settings_are_refused_with_a_clear_message() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/dta-agent.toml");
     let (rc, _, err) = run(&["-c", example, "--check"]);
     assert_eq!(rc, 0, "the example configuration is valid: {err}");
-    let example = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/zero/agent.toml"
-    );
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/zero/agent.toml");
     let (rc, _, err) = run(&["-c", example, "--check"]);
     assert_eq!(rc, 0, "examples/zero/agent.toml is valid: {err}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -50,10 +50,10 @@ use dta_proto::wire::mad::{
 };
 use dta_proto::wire::roce::{RoceEndpoint, L2L4_LEN};
 
-use super::responder::{QpConfig, Responder};
 use crate::allow::PeerAllowlist;
+use crate::append::list_heads;
 use crate::memory::Region;
-use crate::query::append::{ListReader, Start};
+use crate::responder::{QpConfig, Responder};
 use dta_proto::geometry::AppendGeometry;
 
 /// How long to wait for the RTU before resending the REP (ns).
@@ -126,17 +126,6 @@ pub const NOT_ALLOWED_TEXT: &[u8] = b"dta: source address not in the store's cm_
 /// a peer retrying, or a flood of REQs, cannot fill the log).
 const REFUSED_LOGGED: usize = 256;
 
-/// The next batch number of every list of an Append store: its newest trailer's number + 1
-/// (1 for a list never written). Reads every trailer of every list once.
-pub fn list_heads(region: &Region, a: &AppendGeometry) -> Vec<u64> {
-    (0..a.lists)
-        .map(|l| {
-            let r = ListReader::new(region, a.layout, a.list_offset(l), Start::Seq(1));
-            (r.newest_seq(region) + 1).min(dta_proto::layout::AppendLayout::MAX_SEQ)
-        })
-        .collect()
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     RepSent { sent_at: u64, tries: u32 },
@@ -144,7 +133,7 @@ enum State {
 }
 
 /// Live connections kept per (peer address, service); see the module documentation. The
-/// real-RNIC backend (`crate::rdma`) keeps the same bound per (peer IP, store), where each
+/// real-RNIC backend (`rdma`, feature `rdma`) keeps the same bound per (peer IP, store), where each
 /// connection also costs a file descriptor, a CQ and a QP of the NIC.
 pub const MAX_CONNS_PER_PEER: usize = 64;
 
@@ -568,7 +557,7 @@ mod peer_limit_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rnic::responder::DeviceConfig;
+    use crate::responder::DeviceConfig;
     use dta_proto::wire::mad::{rdma_cm_service_id, CmReq};
     use std::net::Ipv4Addr;
 

@@ -2,7 +2,7 @@
 //! configuration as the collector's control API: `web_config_file` (TLS, basic-auth users),
 //! `admin_token_file` and `control_hostnames`, keys of its configuration file.
 
-#[path = "../../../io/http/tests/common/web_fixture.rs"]
+#[path = "../../io/http/tests/common/web_fixture.rs"]
 mod web_fixture;
 
 use std::net::{SocketAddr, TcpListener};

@@ -80,13 +80,13 @@ pub fn render(region: &AgentRegion, p: &Published) -> String {
     let row = |v: Vec<u64>| vec![(Vec::new(), v)];
     w.counter_families(
         "dta_agent_rnic",
-        dta_collector::rnic::counters::RnicCounters::INFO,
+        dta_rnic::counters::RnicCounters::INFO,
         &[],
         &row(a.rnic.values()),
     );
     w.counter_families(
         "dta_agent",
-        dta_collector::rnic::cm::CmCounters::INFO,
+        dta_rnic::cm::CmCounters::INFO,
         &[],
         &row(a.cm.values()),
     );
