@@ -803,11 +803,12 @@ fn gen_traffic_cmd(
         }
     );
     eprintln!(
-        "  {} flows over {} ({} switches), {} epochs with traffic, {} retransmissions",
+        "  {} flows over {} ({} switches), {} epochs ({} with traffic), {} retransmissions",
         truth.flows.len(),
         truth.topology,
         truth.switch_ids.len(),
         truth.epochs.len(),
+        truth.epochs.iter().filter(|e| !e.flows.is_empty()).count(),
         truth.losses.len()
     );
     eprintln!("  {} reports: {}", truth.reports.total(), truth.reports);

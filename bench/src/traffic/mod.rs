@@ -42,11 +42,14 @@
 //! - **Flow counters** (Key-Increment): at the end of each epoch (`--epoch`, counted from the
 //!   first packet) every flow active in it has its first hop add the epoch's packets to key
 //!   `5-tuple ‖ 'P'` and its bytes to `5-tuple ‖ 'B'`, so the store holds each flow's totals.
-//! - **Sketches** (Sketch-Merge): at the end of each epoch with traffic every switch of the
+//! - **Sketches** (Sketch-Merge): at the end of each epoch every switch of the
 //!   topology sends its Count-Min of packets per flow (sketch ID 1, every flow crossing it) and
 //!   its HyperLogLog of flows (ID 2), column by column; the translator merges them into the
-//!   network-wide sketches (`flow-sizes` and `flows` stores). Epochs without a packet anywhere
-//!   send nothing.
+//!   network-wide sketches (`flow-sizes` and `flows` stores). Switches export on a timer, so
+//!   an epoch without a packet anywhere (between the first and the last packet) still sends
+//!   every switch's empty sketches: the merge steps one epoch at a time, as behind a real
+//!   fleet, instead of jumping (a jump needs a quorum of votes, and the voting reports are
+//!   dropped).
 //!
 //! The ground truth ([`convert::TrafficTruth`], in `FILE.json` next to the pcap, beside the
 //! scenario `dta replay` reads) lists every flow (addresses, ports, packets, bytes, path,
