@@ -1,16 +1,16 @@
-//! A minimal client for the control API (the CLI's `query`, `tail`, `stats` and `epoch`
-//! subcommands, the cluster gateway, the exporter and the tests): one HTTP/1.0 request per
-//! connection, so a response is a status line, headers and the body up to its length or the
-//! connection's end; over TLS and with credentials when the collector asks for them
-//! ([`Endpoint`]). What it reads and how long it waits are bounded ([`Endpoint::limits`],
-//! `dta_http::client::fetch`).
+//! Where the control API is and how to talk to it (the CLI's `query`, `tail`, `stats` and
+//! `epoch` subcommands, the cluster gateway, the exporter and the tests): an [`Endpoint`]
+//! holds the address, TLS settings, credentials and limits, and sends each request through
+//! the one HTTP client, `dta_http::client::send` (one request per connection; what it reads
+//! and how long it waits are bounded by [`Endpoint::limits`]). This module owns the control
+//! API's request conventions (the bulk body's content type, bearer or basic credentials) and
+//! its error wording; it speaks no HTTP itself.
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
-use dta_http::client::{ClientLimits, ClientTls};
+use dta_http::client::{ClientLimits, ClientRequest, ClientTls};
 
 /// How long one request to the control API may take, all told.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -129,34 +129,26 @@ impl Endpoint {
                  FILE)"
             )
         };
-        let sa: SocketAddr = addr
-            .to_socket_addrs()
-            .map_err(|e| unreachable(&e))?
-            .next()
-            .ok_or_else(|| unreachable(&"no address"))?;
-        let mut head = format!(
-            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n",
-            body.len()
-        );
+        let mut req = ClientRequest::new(method, path, body);
         if !body.is_empty() {
             // Not text/plain: the server refuses the bodies a page on another site could send.
             let json = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
-            head.push_str(if json {
-                "Content-Type: application/json\r\n"
-            } else {
-                "Content-Type: application/x-dta-keys\r\n"
-            });
+            req = req.header(
+                "Content-Type",
+                if json {
+                    "application/json"
+                } else {
+                    "application/x-dta-keys"
+                },
+            );
         }
         if let Some(t) = &self.token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+            req = req.header("Authorization", format!("Bearer {t}"));
         } else if let Some((u, p)) = &self.basic {
             let b = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
-            head.push_str(&format!("Authorization: Basic {b}\r\n"));
+            req = req.header("Authorization", format!("Basic {b}"));
         }
-        head.push_str("\r\n");
-        let mut request = head.into_bytes();
-        request.extend_from_slice(body);
-        let a = dta_http::client::fetch(sa, self.tls.as_ref(), &request, &self.limits).map_err(
+        let a = dta_http::client::send(addr, self.tls.as_ref(), &req, &self.limits).map_err(
             |e| match e.kind() {
                 std::io::ErrorKind::InvalidData => format!("{addr}: {e}"),
                 std::io::ErrorKind::TimedOut => format!(

@@ -565,16 +565,16 @@ fn endpoint(c: &Control) -> Result<client::Endpoint, String> {
     Ok(ep)
 }
 
+/// What [`enc`] leaves as it is: letters, digits, `-`, `.`, `_` and `:`.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b':');
+
 /// Percent-encodes a path segment (keys keep `:`, `-`, `.`; `/` becomes `%2F`).
 fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b':' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 fn get_json(ep: &client::Endpoint, path: &str) -> Result<Value, String> {

@@ -1,6 +1,6 @@
 //! A small blocking client for ClickHouse's HTTP interface, and the RowBinary rows it inserts.
 //!
-//! One request per connection over HTTP/1.0 (`dta_http::client::fetch`), plain or over TLS
+//! One request per connection through the one HTTP client (`dta_http::client::send`), plain or over TLS
 //! (an https `url`; the server's certificate is verified against `ca_file` or the system's
 //! CAs, never accepted unchecked): a statement is POSTed as the body; an INSERT puts
 //! `INSERT INTO t (cols) FORMAT RowBinary` in the `query` parameter and the rows in the body,
@@ -14,11 +14,10 @@
 //! [`ChError`] (an answer that echoes them back has them replaced by `[redacted]`), of a
 //! `Debug` print, or of a log line.
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use base64::Engine as _;
-use dta_http::client::{ClientLimits, ClientTls};
+use dta_http::client::{ClientLimits, ClientRequest, ClientTls};
 
 /// The largest ClickHouse answer read (the exporter's queries answer a few rows per list).
 pub const MAX_ANSWER: usize = 16 << 20;
@@ -98,18 +97,16 @@ impl std::fmt::Debug for ClickHouse {
     }
 }
 
+/// What [`url_encode`] leaves as it is: RFC 3986's unreserved characters.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes a query parameter.
 fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3 / 2);
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
 impl ClickHouse {
@@ -190,32 +187,17 @@ impl ClickHouse {
         ChError::Transport(self.scrub(&format!("ClickHouse at {scheme}://{}: {e}", self.addr)))
     }
 
-    fn resolve(&self) -> Result<SocketAddr, ChError> {
-        self.addr
-            .to_socket_addrs()
-            .map_err(|e| self.transport(&e))?
-            .next()
-            .ok_or_else(|| self.transport(&"no address"))
-    }
-
     /// POSTs `body` with the URL parameters `params`; the answer's body on 200.
     fn post(&self, params: &[(&str, &str)], body: &[u8]) -> Result<Vec<u8>, ChError> {
-        let sa = self.resolve()?;
         let q: Vec<String> = params
             .iter()
             .map(|(k, v)| format!("{k}={}", url_encode(v)))
             .collect();
-        let mut req = format!(
-            "POST /?{} HTTP/1.0\r\nHost: {}\r\nAuthorization: Basic {}\r\nContent-Length: {}\r\n\
-             Content-Type: application/octet-stream\r\n\r\n",
-            q.join("&"),
-            self.addr,
-            self.auth,
-            body.len()
-        )
-        .into_bytes();
-        req.extend_from_slice(body);
-        let a = dta_http::client::fetch(sa, self.tls.as_ref(), &req, &self.limits)
+        let target = format!("/?{}", q.join("&"));
+        let req = ClientRequest::new("POST", &target, body)
+            .header("Authorization", format!("Basic {}", self.auth))
+            .header("Content-Type", "application/octet-stream");
+        let a = dta_http::client::send(&self.addr, self.tls.as_ref(), &req, &self.limits)
             .map_err(|e| self.transport(&e))?;
         if a.status == 200 {
             return Ok(a.body);

@@ -1,4 +1,6 @@
-//! `dta-http`: the one HTTP server of the control plane, with every limit in one place.
+//! `dta-http`: the one HTTP server of the control plane, with every limit in one place, and
+//! its one HTTP client ([`client`]: hyper's HTTP/1 client, blocking, bounded, TLS verified)
+//! for the collector's CLI, its cluster gateway and the ClickHouse exporter.
 //!
 //! The collector's control API and the translator's `/metrics` + `/stats` both run on it. A
 //! [`Server`] owns one OS thread (`dta-http`, or the name given) that drives a current-thread
