@@ -28,10 +28,10 @@ use dta_collector::Collector;
 use dta_proto::hash::HashProfile;
 use dta_proto::wire::report::{Primitive, Profile};
 use dta_translator::config::{CollectorSection, TranslatorConfig};
-use dta_translator::dart::{DartFleet, DartOptions};
 use dta_translator::Translator;
 use serde_json::json;
 
+use crate::dart::{DartFleet, DartOptions};
 use crate::figures::FigOptions;
 use crate::sender::{free_udp_port, PacedSender};
 use crate::sys;

@@ -12,6 +12,7 @@ pub mod backend_replay;
 pub mod baseline;
 pub mod cluster;
 pub mod collectors;
+pub mod dart;
 pub mod dartbench;
 pub mod demo;
 pub mod figures;

@@ -436,7 +436,7 @@ fn control_only_mode_and_metrics_endpoint() {
         vec![1337, 1338, 1339],
     )];
     // Control-only: connections on behalf of a Tofino, as JSON.
-    let v = dta_translator::run::control_only(&cfg).expect("control-only connects");
+    let v = dta_translator::driver::control_only(&cfg).expect("control-only connects");
     let arr = v.as_array().unwrap();
     assert_eq!(arr.len(), 3);
     let kw = arr.iter().find(|s| s["store"] == "kw").unwrap();
@@ -513,7 +513,7 @@ fn translator_restart_replaces_the_old_qps() {
     };
     // A process that connected and vanished without a DREQ (control-only mode leaves its
     // QPs to a Tofino; a crashed translator leaves them too).
-    dta_translator::run::control_only(&cfg).expect("first process connects");
+    dta_translator::driver::control_only(&cfg).expect("first process connects");
     let cm = established(3);
     assert_eq!((cm.cm_established, cm.cm_replaced), (3, 0), "{cm:?}");
     let t = Translator::start(cfg).expect("restarted translator connects");

@@ -5,6 +5,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
+use dta_bench::dart::{DartFleet, DartOptions};
 use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKindConfig};
 use dta_collector::query::keywrite::Vote;
 use dta_collector::Collector;
@@ -14,7 +15,6 @@ use dta_proto::{Key, Value};
 use dta_tests::harness::extended_header;
 use dta_tests::harness::free_port;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
-use dta_translator::dart::{DartFleet, DartOptions};
 use dta_translator::Translator;
 
 const SLOTS: u32 = 1 << 16;

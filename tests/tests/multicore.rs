@@ -70,7 +70,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
             let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
                 unreachable!("bound to IPv4")
             };
-            dta_translator::run::dispatch_worker(a, 2) == w
+            dta_translator::driver::dispatch_worker(a, 2) == w
         })
     };
     if report == ReportSteering::Dispatcher {

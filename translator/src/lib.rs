@@ -17,7 +17,8 @@
 //! # Layout
 //! - [`datapath`]: the per-packet path, sans-I/O and allocation-free.
 //! - [`config`]: the TOML configuration.
-//! - [`run`]: sockets, threads and connection set-up around the pipeline.
+//! - [`driver`]: sockets, threads and connection set-up around the pipeline, one module per
+//!   job (start, worker loop, dispatcher and hand-offs, RDMA_CM connect, routes, sockets).
 //! - [`backends`]: the raw-frame backends (`translator.backend`) and the transmit capture.
 //!
 //! # Invariants
@@ -28,9 +29,8 @@
 pub mod backends;
 pub mod config;
 pub mod control;
-pub mod dart;
 pub mod datapath;
-pub mod run;
+pub mod driver;
 
 pub use config::TranslatorConfig;
-pub use run::Translator;
+pub use driver::Translator;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dta_translator::control::metrics::MetricsServer;
-use dta_translator::run::WorkerSnapshot;
+use dta_translator::driver::WorkerSnapshot;
 
 fn send(addr: SocketAddrV4, req: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).unwrap();

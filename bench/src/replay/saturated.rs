@@ -56,7 +56,7 @@ pub fn rnic_saturated_then<T>(
     after: impl FnOnce(&Collector) -> Result<T, String>,
 ) -> Result<(RnicSaturated, T), String> {
     use dta_io::udp::{UdpOptions, UdpSocket, MAX_BURST};
-    use dta_translator::run::{load_collectors, pipeline_for};
+    use dta_translator::driver::{load_collectors, pipeline_for};
     let dir = std::env::temp_dir().join(format!(
         "dta-rnicsat-{}-{}",
         std::process::id(),

@@ -109,7 +109,7 @@ fn main() {
         return;
     }
     if cli.control_only {
-        match dta_translator::run::control_only(&cfg) {
+        match dta_translator::driver::control_only(&cfg) {
             Ok(v) => {
                 let s = serde_json::to_string_pretty(&v).expect("JSON serialises");
                 if cli.emit_connections == "-" {

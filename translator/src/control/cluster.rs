@@ -333,7 +333,7 @@ lists = [{ collector = "c3", first = 0, count = 5 }, { collector = "c2", first =
 
     fn pipeline(cfg: &TranslatorConfig, cs: &[(String, CollectorMeta)]) -> Pipeline {
         let local = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 4791);
-        let (pc, targets) = crate::run::pipeline_for(cfg, 0, local, cs).expect("config");
+        let (pc, targets) = crate::driver::pipeline_for(cfg, 0, local, cs).expect("config");
         Pipeline::new(pc, &targets).expect("pipeline")
     }
 

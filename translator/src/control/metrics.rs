@@ -16,7 +16,7 @@ use dta_proto::stats::{CounterGroup, PromKind, PromRow, PromWriter};
 use crate::control::cm::CmClientCounters;
 use crate::datapath::qp::QpStats;
 use crate::datapath::stats::TranslatorCounters;
-use crate::run::WorkerSnapshot;
+use crate::driver::WorkerSnapshot;
 
 /// The pipeline counters exported as labelled families; every other counter of
 /// [`TranslatorCounters`] is a family of its own (`dta_translator_<name>_total`).

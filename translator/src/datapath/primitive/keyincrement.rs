@@ -93,24 +93,4 @@ impl StorePrimitive for KeyIncrement {
         }
         sent.account(1, c);
     }
-
-    fn poll(&mut self, _: u64, _: &mut QpSender, _: &mut TxBatch, _: &mut TranslatorCounters) {}
-
-    fn next_deadline(&self) -> Option<u64> {
-        None
-    }
-
-    fn pending(&self) -> u64 {
-        0
-    }
-
-    fn flush(
-        &mut self,
-        _: u64,
-        _: &mut QpSender,
-        _: &mut TxBatch,
-        _: &mut TranslatorCounters,
-    ) -> bool {
-        true
-    }
 }

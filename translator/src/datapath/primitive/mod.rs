@@ -1,6 +1,7 @@
 //! The DTA primitives, one module each, behind one small interface ([`StorePrimitive`]):
 //! admit a report (before any budget is spent), accept it (emit its frames through the
 //! store's [`QpSender`]), fire timers, say when they fire next, count what is held, flush.
+//! The last four have defaults for primitives that hold nothing between reports.
 //!
 //! A store's state is a [`PrimitiveState`], dispatched by `match` (the hot path inlines each
 //! arm; no virtual call per report). A new primitive is a new module, a variant here and its
@@ -88,14 +89,24 @@ pub trait StorePrimitive {
         c: &mut TranslatorCounters,
     );
 
+    // A stateless primitive (Key-Write, Key-Increment) emits everything in `accept` and
+    // holds nothing: it keeps the defaults below (no timer, nothing pending, nothing to
+    // flush).
+
     /// Fires timers that expired at `now` (partial batches, aged cache entries).
-    fn poll(&mut self, now: u64, out: &mut QpSender, tx: &mut TxBatch, c: &mut TranslatorCounters);
+    fn poll(&mut self, now: u64, out: &mut QpSender, tx: &mut TxBatch, c: &mut TranslatorCounters) {
+        let _ = (now, out, tx, c);
+    }
 
     /// When [`StorePrimitive::poll`] must run next.
-    fn next_deadline(&self) -> Option<u64>;
+    fn next_deadline(&self) -> Option<u64> {
+        None
+    }
 
     /// Reports held (partial batches, cached postcards).
-    fn pending(&self) -> u64;
+    fn pending(&self) -> u64 {
+        0
+    }
 
     /// Writes everything held (clean shutdown). False if the QP could not take it all: send
     /// and call again.
@@ -105,7 +116,10 @@ pub trait StorePrimitive {
         out: &mut QpSender,
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
-    ) -> bool;
+    ) -> bool {
+        let _ = (now, out, tx, c);
+        true
+    }
 }
 
 /// A store's primitive state.

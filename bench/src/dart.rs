@@ -14,6 +14,10 @@
 //! Each reporter is a one-store [`Pipeline`] (its QP state, retransmission ring and Key-Write
 //! hashing), which is what a DART switch has to hold per collector. The ring is small
 //! ([`DartOptions::window`]) because a switch has little memory per QP.
+//!
+//! It lives in the bench crate (issue 31): it is a measurement rig built from the translator's
+//! public pieces (its pipeline, the RDMA_CM initiator, the blocking connect), not something the
+//! `dta-translator` service runs, so the translator's library does not carry it.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -25,11 +29,11 @@ use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::Bth;
 use dta_proto::wire::report::Report;
 
-use crate::control::cm::{incarnation_guid, CmInitiator};
-use crate::datapath::pipeline::{CollectorTarget, Handoff, Pipeline, PipelineConfig};
-use crate::datapath::qp::QpStats;
-use crate::datapath::stats::TranslatorCounters;
-use crate::run::connect_blocking;
+use dta_translator::control::cm::{incarnation_guid, CmInitiator};
+use dta_translator::datapath::pipeline::{CollectorTarget, Handoff, Pipeline, PipelineConfig};
+use dta_translator::datapath::qp::QpStats;
+use dta_translator::datapath::stats::TranslatorCounters;
+use dta_translator::driver::connect_blocking;
 
 /// The first QPN of a fleet: reporter i uses `QPN_BASE + i`.
 pub const QPN_BASE: u32 = 0x1000;

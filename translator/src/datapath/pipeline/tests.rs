@@ -1,0 +1,227 @@
+use super::config::single_store_meta;
+use super::*;
+use dta_proto::hash::HashProfile;
+use dta_proto::wire::ib::Psn;
+use dta_proto::wire::report::{Profile, ReportHeader};
+use dta_proto::{Key, Value};
+
+#[test]
+fn a_reconnection_counts_the_frames_it_abandons() {
+    let mut p = single_store_pipeline(StoreKind::KeyWrite {
+        slots: 1024,
+        slot_size: 32,
+        hash: HashProfile::Independent,
+    });
+    let hdr = ReportHeader {
+        profile: Profile::Extended,
+        immediate: false,
+        retransmittable: false,
+        seq: Some(0),
+        priority: Priority::Medium,
+    };
+    let reports: Vec<Report> = (0..5u32)
+        .map(|i| Report {
+            header: hdr,
+            primitive: Primitive::KeyWrite {
+                redundancy: 2,
+                key: Key::new(&i.to_be_bytes()).unwrap(),
+                value: Value::new(&[7; 8]).unwrap(),
+            },
+        })
+        .collect();
+    feed(&mut p, &burst_of(&reports));
+    assert_eq!(p.counters().frames, 10);
+    let qpb = QpBinding {
+        local_qpn: Qpn::new(0x200),
+        remote_qpn: Qpn::new(0x22),
+        start_psn: Psn::new(100),
+    };
+    assert!(p.rebind("s", qpb, None));
+    assert_eq!(p.counters().frames_unconfirmed_at_reconnect, 10);
+    assert_eq!(p.unconfirmed_frames(), 0, "the new QP starts empty");
+}
+
+fn burst_of(reports: &[Report]) -> Vec<Vec<u8>> {
+    reports
+        .iter()
+        .map(|r| {
+            let mut b = vec![0u8; 96];
+            let n = r.emit(Profile::Extended, &mut b).unwrap();
+            b.truncate(n);
+            b
+        })
+        .collect()
+}
+
+fn feed(p: &mut Pipeline, bufs: &[Vec<u8>]) {
+    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
+    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+    let burst: Vec<Datagram<'_>> = bufs
+        .iter()
+        .map(|b| Datagram {
+            src,
+            dst,
+            ip: None,
+            payload: b,
+        })
+        .collect();
+    let mut tx = TxBatch::new(256, 2048);
+    p.handle_reports(1, &burst, &mut tx);
+}
+
+const HDR: ReportHeader = ReportHeader {
+    profile: Profile::Extended,
+    immediate: false,
+    retransmittable: false,
+    seq: Some(0),
+    priority: Priority::Medium,
+};
+
+#[test]
+fn reports_must_carry_the_stores_redundancy() {
+    use dta_proto::meta::Redundancy;
+    let kinds = [
+        StoreKind::KeyWrite {
+            slots: 1024,
+            slot_size: 16,
+            hash: HashProfile::Independent,
+        },
+        StoreKind::KeyIncrement {
+            slots: 1024,
+            hash: HashProfile::Independent,
+        },
+    ];
+    for kind in kinds {
+        let report = |n: u8| Report {
+            header: HDR,
+            primitive: match kind {
+                StoreKind::KeyWrite { .. } => Primitive::KeyWrite {
+                    redundancy: n,
+                    key: Key::new(&[n; 4]).unwrap(),
+                    value: Value::new(&[7; 8]).unwrap(),
+                },
+                _ => Primitive::KeyIncrement {
+                    redundancy: n,
+                    key: Key::new(&[n; 4]).unwrap(),
+                    delta: 1,
+                },
+            },
+        };
+        let all: Vec<Report> = (0..=5).map(report).collect();
+        let bufs = burst_of(&all);
+        let mut p = single_store_meta(kind.clone(), Redundancy::new(2), |_| {}).unwrap();
+        assert_eq!(p.redundancy_of("s"), Redundancy::new(2));
+        feed(&mut p, &bufs);
+        let c = p.counters();
+        // N = 2 is written; 1, 3 and 4 are another N; 0 and 5 (above max 4) are bad.
+        assert_eq!(c.translated, 1, "{kind:?} {c:?}");
+        assert_eq!(c.drop_redundancy_mismatch, 3, "{kind:?} {c:?}");
+        assert_eq!(c.drop_bad_redundancy, 2, "{kind:?} {c:?}");
+        assert_eq!(c.frames, 2);
+        // A reconnection's metadata may record another N: it applies from then on.
+        let meta = StoreMeta {
+            name: "s".into(),
+            addr: 0x7f00_0000_0000,
+            len: 1 << 30,
+            rkey: 0x1234,
+            qps: Vec::new(),
+            redundancy: Redundancy::new(3),
+            kind: kind.clone(),
+        };
+        let qpb = QpBinding {
+            local_qpn: Qpn::new(0x200),
+            remote_qpn: Qpn::new(0x22),
+            start_psn: Psn::new(100),
+        };
+        assert!(p.rebind("s", qpb, Some(&meta)));
+        feed(&mut p, &bufs);
+        assert_eq!(p.counters().translated, 2);
+        assert_eq!(p.counters().drop_redundancy_mismatch, 6);
+        // A store that records no N takes any N up to the maximum, as before.
+        let mut p = single_store_meta(kind.clone(), None, |_| {}).unwrap();
+        feed(&mut p, &bufs);
+        assert_eq!(p.counters().translated, 4);
+        assert_eq!(p.counters().drop_redundancy_mismatch, 0);
+        // A store written with an N above the translator's maximum is refused up front.
+        let e = single_store_meta(kind.clone(), Redundancy::new(6), |_| {})
+            .err()
+            .unwrap();
+        assert!(e.0.contains("max_redundancy"), "{e}");
+    }
+}
+
+#[test]
+fn a_timer_whose_qp_cannot_take_a_frame_is_not_due() {
+    use dta_proto::layout::AppendFormat;
+    use dta_proto::wire::ib::{NakCode, Syndrome};
+    let mut p = single_store_pipeline(StoreKind::Append {
+        lists: 4,
+        first_list: 0,
+        capacity: 64,
+        entry_size: 4,
+        batch: 16,
+        format: AppendFormat::Sequenced,
+        list_stride: 4096,
+    });
+    let r = Report {
+        header: HDR,
+        primitive: Primitive::Append {
+            list: 1,
+            value: Value::new(&[1; 4]).unwrap(),
+        },
+    };
+    feed(&mut p, &burst_of(&[r]));
+    assert_eq!(p.pending_reports(), 1);
+    // The batch's flush delay (1 ms) is the only timer.
+    assert_eq!(p.next_deadline(), Some(1 + 1_000_000));
+    // The QP breaks: the batch cannot be written until it is replaced, so its timer is
+    // not due (a worker would otherwise poll it in a loop: the deadline stays in the past).
+    let qp = &mut p.stores[0].sender.qp;
+    let psn = qp.next_psn();
+    qp.on_response(2, Syndrome::Nak(NakCode::RemoteAccessError), psn);
+    assert_eq!(p.next_deadline(), None);
+    let mut tx = TxBatch::new(64, 2048);
+    p.poll(5_000_000, &mut tx);
+    assert_eq!((p.pending_reports(), tx.len()), (1, 0));
+    // A new QP: due again, and the batch is written.
+    let qpb = QpBinding {
+        local_qpn: Qpn::new(0x200),
+        remote_qpn: Qpn::new(0x22),
+        start_psn: Psn::new(100),
+    };
+    assert!(p.rebind("s", qpb, None));
+    assert_eq!(p.next_deadline(), Some(1 + 1_000_000));
+    p.poll(5_000_000, &mut tx);
+    assert_eq!((p.pending_reports(), tx.len()), (0, 1));
+    assert_eq!(p.counters().translated, 1);
+}
+
+#[test]
+fn postcards_are_written_with_the_stores_redundancy() {
+    use dta_proto::meta::Redundancy;
+    let kind = StoreKind::Postcard {
+        chunks: 1024,
+        hops: 5,
+        hash: HashProfile::Independent,
+    };
+    let path: Vec<Report> = (0..3u8)
+        .map(|hop| Report {
+            header: HDR,
+            primitive: Primitive::Postcard {
+                flow: Key::new(&[1, 2, 3, 4]).unwrap(),
+                hop,
+                path_len: 3,
+                value: 10 + hop as u32,
+            },
+        })
+        .collect();
+    let bufs = burst_of(&path);
+    // The store's N (3) wins over the configured fallback (1).
+    for (n, frames) in [(Redundancy::new(3), 3), (None, 1)] {
+        let mut p = single_store_meta(kind.clone(), n, |c| c.postcard_redundancy = 1).unwrap();
+        assert_eq!(p.redundancy_of("s").map(|n| n.get()), Some(frames as u8));
+        feed(&mut p, &bufs);
+        assert_eq!(p.counters().postcard_emits, 1);
+        assert_eq!(p.counters().frames, frames, "N {n:?}");
+    }
+}
