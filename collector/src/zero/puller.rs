@@ -708,8 +708,9 @@ impl CollectThread {
             }
         }
         let mut tx = std::mem::replace(&mut self.tx, TxBatch::new(1, 64));
+        let now = self.now();
         for i in 0..self.agents.len() {
-            self.cm.disconnect(i, &mut tx);
+            self.cm.disconnect(i, now, &mut tx);
         }
         self.tx = tx;
         self.flush();
@@ -937,7 +938,8 @@ impl CollectThread {
 
     fn on_datagram(&mut self, d: &dta_proto::batch::Datagram<'_>, now: u64) {
         if is_gsi(d.payload) {
-            if let Some(ev) = self.cm.handle(d, &mut self.tx) {
+            self.cm.handle(d, &mut self.tx);
+            while let Some(ev) = self.cm.poll_event() {
                 self.on_cm(ev, now);
             }
             return;
@@ -1066,7 +1068,8 @@ impl CollectThread {
             return;
         }
         self.timers_at = now + TIMER_TICK_NS;
-        if let Some(ev) = self.cm.poll(now, &mut self.tx) {
+        self.cm.poll(now, &mut self.tx);
+        while let Some(ev) = self.cm.poll_event() {
             self.on_cm(ev, now);
         }
         if self.in_flight_reads == 0 {
@@ -1090,7 +1093,7 @@ impl CollectThread {
                     "pull: agent {:?}: QP failed ({f:?}); reconnecting",
                     self.agents[i].spec.name
                 );
-                self.cm.disconnect(i, &mut self.tx);
+                self.cm.disconnect(i, now, &mut self.tx);
                 self.drop_link(i, now);
             }
         }
