@@ -565,12 +565,7 @@ impl Collector {
                 a.pending.clear();
                 a.next_due = now;
                 self.due.push(std::cmp::Reverse((now, agent)));
-                let up = self
-                    .agents
-                    .iter()
-                    .filter(|a| matches!(a.link, Link::Up { .. }))
-                    .count();
-                self.credits.set_active(up);
+                self.share_credits();
             }
             PullCmEvent::Down { agent, reason } => {
                 log::warn!(
@@ -582,6 +577,16 @@ impl Collector {
                 self.drop_link(agent, now);
             }
         }
+    }
+
+    /// Shares the thread's part of T among the agents connected now.
+    fn share_credits(&mut self) {
+        let up = self
+            .agents
+            .iter()
+            .filter(|a| matches!(a.link, Link::Up { .. }))
+            .count();
+        self.credits.set_active(up);
     }
 
     /// Forgets an agent's QP (returning its credits) and schedules a reconnection.
@@ -602,12 +607,7 @@ impl Collector {
         a.in_round = false;
         a.generation = None;
         self.batch.layouts.push((self.global[i], None));
-        let up = self
-            .agents
-            .iter()
-            .filter(|a| matches!(a.link, Link::Up { .. }))
-            .count();
-        self.credits.set_active(up);
+        self.share_credits();
     }
 
     /// READ and CM timeouts, when one is due (a pass over the agents, which also finds the
