@@ -294,7 +294,13 @@ impl Collector {
     /// or a reconnection due, or a READ or CM timer; `None` if nothing is scheduled.
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         let round = self.due.peek().map(|r| r.0 .0);
-        [Some(self.connect_at), round, Some(self.timers_at)]
+        // With no READ in flight only the CM has timers (exact, not the bound).
+        let timers = if self.in_flight_reads > 0 {
+            Some(self.timers_at)
+        } else {
+            self.cm.next_deadline()
+        };
+        [Some(self.connect_at), round, timers]
             .into_iter()
             .flatten()
             .filter(|&t| t != u64::MAX)
