@@ -189,7 +189,8 @@ impl World {
             payload,
         };
         if self.init.wants(&d) {
-            let _ = self.init.handle(self.now, &d, &mut self.tx);
+            self.init.handle(self.now, &d, &mut self.tx);
+            while self.init.poll_event().is_some() {}
         }
         drain(&mut self.tx, &mut self.to_collector, TRANSLATOR);
     }
@@ -307,7 +308,8 @@ impl World {
             }
             _ => {
                 self.now += r.u32() as u64 * 1000;
-                let _ = self.init.poll(self.now, &mut self.tx);
+                self.init.poll(self.now, &mut self.tx);
+                while self.init.poll_event().is_some() {}
                 drain(&mut self.tx, &mut self.to_collector, TRANSLATOR);
                 self.cm.poll(self.now, &mut self.rnic, &mut self.tx);
                 self.rnic.poll(self.now, &mut self.tx);

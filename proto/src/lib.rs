@@ -21,6 +21,8 @@
 //! - [`cluster`]: the collector cluster file: which collector holds each key, Append list and
 //!   sketch, epoch by epoch (translators, query clients and the P4 control plane share it).
 //! - [`analysis`]: the papers' success-probability formulas.
+//! - [`rdma_cm`]: the RDMA_CM initiator (REQ/REP/RTU, DREQ/DREP, retransmissions) as a
+//!   sans-I/O state machine fed MADs and the time; the translator and the pull collector drive it.
 //!
 //! # How data flows
 //! A reporter's datagram is parsed by [`wire::report`] into a [`wire::report::Report`]; the
@@ -49,6 +51,7 @@ pub mod hash;
 pub mod icrc;
 pub mod layout;
 pub mod meta;
+pub mod rdma_cm;
 pub mod sketch;
 pub mod stats;
 pub mod types;

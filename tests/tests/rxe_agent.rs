@@ -158,12 +158,14 @@ fn a_real_rnic_answers_the_agents_reads_with_no_agent_cpu() {
     while up.is_none() && Instant::now() < deadline {
         for f in w.recv(Duration::from_millis(20)) {
             if is_gsi(&f[L2L4_LEN..]) {
-                if let Some(ev) = cm.handle(&datagram(&f), &mut tx) {
+                cm.handle(&datagram(&f), &mut tx);
+                if let Some(ev) = cm.poll_event() {
                     up = Some(ev);
                 }
             }
         }
-        if let Some(ev) = cm.poll(w.now(), &mut tx) {
+        cm.poll(w.now(), &mut tx);
+        if let Some(ev) = cm.poll_event() {
             up = Some(ev);
         }
         w.send(&mut tx);

@@ -174,7 +174,8 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
     let epoch = Instant::now();
     let ok = exchange(&vm, &mut tx, Duration::from_secs(30), |d, tx| {
         if cm.wants(d) {
-            if let Some(e) = cm.handle(epoch.elapsed().as_nanos() as u64, d, tx) {
+            cm.handle(epoch.elapsed().as_nanos() as u64, d, tx);
+            while let Some(e) = cm.poll_event() {
                 match e {
                     CmEvent::Ready {
                         port,
@@ -377,7 +378,8 @@ fn translator_connects_to_rxe_through_rdma_cm_and_every_primitive_lands() {
     let mut again = false;
     let ok = exchange(&vm, &mut tx, Duration::from_secs(30), |d, tx| {
         if cm2.wants(d) {
-            match cm2.handle(now(), d, tx) {
+            cm2.handle(now(), d, tx);
+            match cm2.poll_event() {
                 Some(CmEvent::Ready { .. }) => again = true,
                 Some(CmEvent::Failed { port, reason }) => {
                     panic!("port {port} rejected on reconnect: {reason:?}")

@@ -10,21 +10,24 @@
 //!   DREQ ─▶ ◀─ DREP                           either side may close
 //! ```
 //!
+//! The CM exchange itself (REQ/REP/RTU, DREQ/DREP, retransmissions) is
+//! [`dta_proto::rdma_cm::Initiator`], the one initiator the translator uses too; this module
+//! only says what a usable REP is for the puller and turns the initiator's events into
+//! [`PullCmEvent`]s. It may not touch the READs (that is [`super::reader`]).
+//!
 //! The region record ([`dta_proto::zero::RegionRecord`], REP private data bytes 64..128) tells
 //! where the region is and its R_Key, so nothing follows the RTU. An agent's REJ, a REP with
 //! no valid record, or silence through [`REQ_TRIES`] REQs fails the attempt; the caller retries
-//! later.
+//! later. Events are queued: drain them with [`PullCm::poll_event`].
 
+use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 
 use dta_proto::batch::{Datagram, TxBatch};
-use dta_proto::wire::cm::{build_cm_frame, parse_cm};
+use dta_proto::rdma_cm::{Event, Failure, Initiator, InitiatorConfig};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
-use dta_proto::wire::mad::{
-    rej_reason, CmDreq, CmMessage, CmRej, CmReq, CmRtu, MadHeaderRepr, MSG_REP,
-};
-use dta_proto::wire::roce::{RoceEndpoint, L2L4_LEN};
+use dta_proto::wire::mad::CmRep;
 use dta_proto::zero::{RegionRecord, RECORD_LEN, RECORD_REP_OFFSET};
 
 /// REQ retransmission interval (ns).
@@ -33,6 +36,10 @@ pub const REQ_TIMEOUT_NS: u64 = 200_000_000;
 pub const REQ_TRIES: u32 = 5;
 /// READs we ask an agent to accept in flight (its REP may grant fewer).
 pub const INITIATOR_DEPTH: u8 = 16;
+/// How long a DREQ waits for its DREP before the initiator forgets the connection (ns). The
+/// DREQ is sent once: an agent that misses it finds the QP idle and keeps it until we connect
+/// again, which replaces it.
+const DREQ_TIMEOUT_NS: u64 = 200_000_000;
 
 dta_proto::define_counters!(
     /// The pull collector's RDMA_CM counters.
@@ -85,31 +92,17 @@ pub enum PullCmEvent {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    ReqSent { sent_at: u64, tries: u32 },
-    Up,
-}
-
-#[derive(Debug, Clone)]
-struct Conn {
-    agent: usize,
-    peer: SocketAddrV4,
-    local_comm_id: u32,
-    remote_comm_id: u32,
-    tid: u64,
-    req: CmReq,
-    state: State,
+/// The region record in a REP's private data, if it is a valid one.
+fn record_of(rep: &CmRep) -> Option<RegionRecord> {
+    let at = RECORD_REP_OFFSET;
+    RegionRecord::decode(&rep.private_data[at..at + RECORD_LEN]).ok()
 }
 
 /// The RDMA_CM initiator of one collecting thread (module docs).
 #[derive(Debug)]
 pub struct PullCm {
-    local: SocketAddrV4,
-    ca_guid: u64,
-    conns: Vec<Conn>,
-    next_comm_id: u32,
-    next_tid: u64,
+    cm: Initiator<usize>,
+    events: VecDeque<PullCmEvent>,
     /// Counters.
     pub counters: PullCmCounters,
 }
@@ -119,41 +112,27 @@ impl PullCm {
     /// transaction IDs between runs.
     pub fn new(local: SocketAddrV4, seed: u32) -> PullCm {
         PullCm {
-            local,
-            ca_guid: 0x0200_00ff_0000_0000 | seed as u64,
-            conns: Vec::new(),
-            next_comm_id: seed | 1,
-            next_tid: (seed as u64) << 20,
+            cm: Initiator::new(InitiatorConfig {
+                ca_guid: 0x0200_00ff_0000_0000 | seed as u64,
+                tid_base: (seed as u64) << 20,
+                req_timeout_ns: REQ_TIMEOUT_NS,
+                req_tries: REQ_TRIES,
+                dreq_timeout_ns: DREQ_TIMEOUT_NS,
+                dreq_tries: 1,
+                // We answer no READs (responder resources 0) and issue up to INITIATOR_DEPTH.
+                initiator_depth: INITIATOR_DEPTH,
+                accept_rep: |rep| record_of(rep).is_some(),
+                ..InitiatorConfig::new(local, seed)
+            }),
+            events: VecDeque::new(),
             counters: PullCmCounters::default(),
         }
     }
 
-    fn ep(&self, peer: SocketAddrV4) -> RoceEndpoint {
-        RoceEndpoint {
-            src_mac: MacAddr::ZERO,
-            dst_mac: MacAddr::BROADCAST,
-            src_ip: *self.local.ip(),
-            dst_ip: *peer.ip(),
-            src_port: self.local.port(),
-            dst_port: peer.port(),
-            ttl: 64,
-            tos: 0,
-            ident: 0,
-        }
-    }
-
-    fn send(&self, peer: SocketAddrV4, tid: u64, msg: &CmMessage, tx: &mut TxBatch) -> bool {
-        let ep = self.ep(peer);
-        let hdr = MadHeaderRepr::cm_send(tid, 0);
-        tx.push_with(peer, L2L4_LEN, |b| {
-            build_cm_frame(&ep, Psn::new(0), &hdr, msg, b)
-        })
-    }
-
     /// Starts connecting `agent` at `peer` (its RoCEv2 address) on rdma_cm service `port`,
     /// with our QP `local_qpn` (its PSNs are the agent's to choose: we send at the REP's).
-    /// Replaces an earlier attempt or connection of the same agent (without a DREQ: call
-    /// [`PullCm::disconnect`] first to close one).
+    /// Replaces an earlier attempt of the same agent (an established connection is closed
+    /// first with a DREQ).
     pub fn connect(
         &mut self,
         agent: usize,
@@ -163,186 +142,97 @@ impl PullCm {
         now: u64,
         tx: &mut TxBatch,
     ) {
-        self.conns.retain(|c| c.agent != agent);
-        let local_comm_id = self.next_comm_id;
-        self.next_comm_id = self.next_comm_id.wrapping_add(2);
-        self.next_tid += 1;
-        // We answer no READs (responder resources 0) and issue up to INITIATOR_DEPTH.
-        let req = CmReq::rc_connect(
-            local_comm_id,
-            port,
-            self.ca_guid,
-            local_qpn.value(),
-            dta_io::random::random_u32() & 0xff_ffff,
-            self.local,
-            *peer.ip(),
-            0,
-            INITIATOR_DEPTH,
-        );
-        let c = Conn {
+        let start_psn = Psn::new(dta_io::random::random_u32() & 0xff_ffff);
+        self.cm.connect(
             agent,
-            peer,
-            local_comm_id,
-            remote_comm_id: 0,
-            tid: self.next_tid,
-            req,
-            state: State::ReqSent {
-                sent_at: now,
-                tries: 1,
-            },
-        };
-        if self.send(peer, c.tid, &CmMessage::Req(req), tx) {
-            self.counters.cm_req_sent += 1;
-        }
-        self.conns.push(c);
+            (peer, MacAddr::BROADCAST),
+            port,
+            local_qpn,
+            start_psn,
+            now,
+            tx,
+        );
+        self.sync_counters();
     }
 
     /// Closes `agent`'s connection with a DREQ (sent once: an agent that misses it finds the
-    /// QP idle and keeps it until we connect again, which replaces it).
-    pub fn disconnect(&mut self, agent: usize, tx: &mut TxBatch) {
-        let Some(k) = self.conns.iter().position(|c| c.agent == agent) else {
-            return;
-        };
-        let c = self.conns.remove(k);
-        if c.state == State::Up {
-            let dreq = CmMessage::Dreq(CmDreq {
-                local_comm_id: c.local_comm_id,
-                remote_comm_id: c.remote_comm_id,
-                remote_qpn_eecn: 0,
-                ..CmDreq::default()
-            });
-            if self.send(c.peer, c.tid, &dreq, tx) {
-                self.counters.cm_dreq_sent += 1;
-            }
-        }
+    /// QP idle and keeps it until we connect again, which replaces it); an attempt is forgotten.
+    pub fn disconnect(&mut self, agent: usize, now: u64, tx: &mut TxBatch) {
+        self.cm.disconnect(agent, now, tx);
+        self.sync_counters();
     }
 
-    /// Handles a CM MAD (the caller checked `is_gsi`).
-    pub fn handle(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<PullCmEvent> {
-        let Ok(p) = parse_cm(d.payload) else {
-            self.counters.cm_invalid += 1;
-            return None;
-        };
-        let find = |conns: &[Conn], id: u32| {
-            conns
-                .iter()
-                .position(|c| c.local_comm_id == id && c.peer.ip() == d.src.ip())
-        };
-        match p.msg {
-            CmMessage::Rep(rep) => {
-                let Some(i) = find(&self.conns, rep.remote_comm_id) else {
-                    self.counters.cm_invalid += 1;
-                    return None;
-                };
-                self.counters.cm_rep += 1;
-                let at = RECORD_REP_OFFSET;
-                let record = RegionRecord::decode(&rep.private_data[at..at + RECORD_LEN]);
-                let c = &mut self.conns[i];
-                c.remote_comm_id = rep.local_comm_id;
-                let (peer, tid, agent) = (c.peer, c.tid, c.agent);
-                let Ok(record) = record else {
-                    self.counters.cm_bad_record += 1;
-                    let rej = CmMessage::Rej(CmRej {
-                        local_comm_id: c.local_comm_id,
-                        remote_comm_id: rep.local_comm_id,
-                        msg_rejected: MSG_REP,
-                        reason: rej_reason::CONSUMER_REJECT,
-                        ..CmRej::default()
-                    });
-                    self.conns.remove(i);
-                    self.send(peer, tid, &rej, tx);
-                    return Some(PullCmEvent::Down {
-                        agent,
-                        reason: None,
-                    });
-                };
-                // (Re)send the RTU: a repeated REP means the agent did not get it.
-                let rtu = CmMessage::Rtu(CmRtu {
-                    local_comm_id: c.local_comm_id,
-                    remote_comm_id: c.remote_comm_id,
-                    ..CmRtu::default()
-                });
-                let first = c.state != State::Up;
-                c.state = State::Up;
-                let local_qpn = Qpn::new(c.req.local_qpn);
-                self.send(peer, tid, &rtu, tx);
-                if !first {
-                    return None;
-                }
-                self.counters.cm_established += 1;
-                Some(PullCmEvent::Up {
-                    agent,
-                    local_qpn,
-                    peer_qpn: Qpn::new(rep.local_qpn),
-                    start_psn: Psn::new(rep.starting_psn),
-                    max_reads: rep.responder_resources.clamp(1, INITIATOR_DEPTH),
-                    record,
-                })
-            }
-            CmMessage::Rej(rej) => {
-                let i = find(&self.conns, rej.remote_comm_id)?;
-                self.counters.cm_rej += 1;
-                let c = self.conns.remove(i);
-                Some(PullCmEvent::Down {
-                    agent: c.agent,
-                    reason: Some(rej.reason),
-                })
-            }
-            CmMessage::Dreq(dreq) => {
-                self.counters.cm_dreq_received += 1;
-                let drep = CmMessage::Drep(dreq.answer());
-                self.send(d.src, p.hdr.tid, &drep, tx);
-                let i = find(&self.conns, dreq.remote_comm_id)?;
-                let c = self.conns.remove(i);
-                Some(PullCmEvent::Down {
-                    agent: c.agent,
-                    reason: None,
-                })
-            }
-            // A DREP for a DREQ we sent: nothing is left to close.
-            CmMessage::Drep(_) => None,
-            _ => {
-                self.counters.cm_invalid += 1;
-                None
-            }
-        }
+    /// Handles a CM MAD (the caller checked `is_gsi`); what it ends in is queued.
+    pub fn handle(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) {
+        self.cm.handle(d, tx);
+        self.take_events();
     }
 
-    /// Resends overdue REQs; returns an attempt that ran out of tries.
-    pub fn poll(&mut self, now: u64, tx: &mut TxBatch) -> Option<PullCmEvent> {
-        let mut k = 0;
-        while k < self.conns.len() {
-            if let State::ReqSent { sent_at, tries } = self.conns[k].state {
-                if now.saturating_sub(sent_at) >= REQ_TIMEOUT_NS {
-                    if tries >= REQ_TRIES {
-                        self.counters.cm_timeouts += 1;
-                        let c = self.conns.remove(k);
-                        return Some(PullCmEvent::Down {
-                            agent: c.agent,
-                            reason: None,
-                        });
-                    }
-                    let (peer, tid, req) =
-                        (self.conns[k].peer, self.conns[k].tid, self.conns[k].req);
-                    if self.send(peer, tid, &CmMessage::Req(req), tx) {
-                        self.counters.cm_req_sent += 1;
-                    }
-                    self.conns[k].state = State::ReqSent {
-                        sent_at: now,
-                        tries: tries + 1,
-                    };
-                }
-            }
-            k += 1;
-        }
-        None
+    /// Resends overdue REQs; queues the attempts that ran out of tries.
+    pub fn poll(&mut self, now: u64, tx: &mut TxBatch) {
+        self.cm.poll(now, tx);
+        self.take_events();
+    }
+
+    /// The next event, oldest first.
+    pub fn poll_event(&mut self) -> Option<PullCmEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`PullCm::poll`] next has work (ns), if ever.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.cm.next_deadline()
     }
 
     /// Attempts in progress.
     pub fn connecting(&self) -> usize {
-        self.conns
-            .iter()
-            .filter(|c| matches!(c.state, State::ReqSent { .. }))
-            .count()
+        self.cm.connecting()
+    }
+
+    fn take_events(&mut self) {
+        while let Some(e) = self.cm.poll_event() {
+            self.events.push_back(match e {
+                Event::Established {
+                    key,
+                    local_qpn,
+                    rep,
+                } => {
+                    let Some(record) = record_of(&rep) else {
+                        continue; // `accept_rep` refused it already.
+                    };
+                    PullCmEvent::Up {
+                        agent: key,
+                        local_qpn,
+                        peer_qpn: Qpn::new(rep.local_qpn),
+                        start_psn: Psn::new(rep.starting_psn),
+                        max_reads: rep.responder_resources.clamp(1, INITIATOR_DEPTH),
+                        record,
+                    }
+                }
+                Event::Failed { key, cause } => PullCmEvent::Down {
+                    agent: key,
+                    reason: match cause {
+                        Failure::Rejected(r) => Some(r),
+                        Failure::RepRefused | Failure::Timeout | Failure::Disconnected => None,
+                    },
+                },
+                Event::Closed { .. } => continue,
+            });
+        }
+        self.sync_counters();
+    }
+
+    /// The initiator's counters under the puller's names.
+    fn sync_counters(&mut self) {
+        let (c, m) = (&mut self.counters, &self.cm.counters);
+        c.cm_req_sent = m.cm_req_sent;
+        c.cm_rep = m.cm_rep;
+        c.cm_established = m.cm_established;
+        c.cm_rej = m.cm_rej;
+        c.cm_bad_record = m.cm_rep_refused;
+        c.cm_timeouts = m.cm_timeouts;
+        c.cm_dreq_received = m.cm_dreq_received;
+        c.cm_dreq_sent = m.cm_dreq_sent;
+        c.cm_invalid = m.cm_invalid;
     }
 }

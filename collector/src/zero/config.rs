@@ -1,4 +1,6 @@
-//! The collector file's `[pull]` section: ZERO-mode pulling from `dta-agent`s.
+//! How the pull collector is configured: the collector file's `[pull]` section
+//! ([`PullSection`]) and the puller's own configuration ([`PullConfig`]) with its validation.
+//! Nothing here runs; the puller takes a validated [`PullConfig`].
 //!
 //! ```toml
 //! [pull]
@@ -18,7 +20,133 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::puller::{AgentSpec, IoMode, PullConfig};
+use dta_proto::zero::block_len;
+
+/// How a collecting thread waits for completions (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoMode {
+    /// Event-driven with many READs in flight, busy polling with few.
+    Hybrid,
+    /// Always busy-poll.
+    Poll,
+    /// Always wait in the kernel.
+    Event,
+}
+
+/// One agent to pull from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSpec {
+    /// A name for queries and metrics.
+    pub name: String,
+    /// Its RoCEv2 address (`ip:4791`).
+    pub roce: SocketAddrV4,
+    /// Its rdma_cm service (port).
+    pub cm_port: u16,
+}
+
+/// How to pull.
+#[derive(Debug, Clone)]
+pub struct PullConfig {
+    /// Our RoCEv2 address; collecting thread `k` binds port `port + k` (port 0: any).
+    pub local: SocketAddrV4,
+    /// The agents.
+    pub agents: Vec<AgentSpec>,
+    /// Time between the starts of an agent's rounds.
+    pub interval: Duration,
+    /// Credit-FC total T: response bytes in flight at once, over all collecting threads.
+    pub credit_bytes: u64,
+    /// Apply Credit-FC (off: the baseline that issues every READ at once; in-flight bytes are
+    /// still measured).
+    pub credit_fc: bool,
+    /// How completions are waited for.
+    pub io: IoMode,
+    /// Hybrid: event-driven at or above this many READs in flight.
+    pub event_above: usize,
+    /// Hybrid / poll: how long to spin for a completion before sleeping (µs).
+    pub spin_us: u64,
+    /// Collecting threads (1 or 2); agents are split between them.
+    pub collect_threads: usize,
+    /// Largest READ (bytes): adjacent blocks are read together up to this.
+    pub max_read: u32,
+    /// Read the control header every this many rounds (its generation tells whether the block
+    /// list changed).
+    pub control_every: u32,
+    /// Times a block caught mid-update or torn is read again within a round.
+    pub torn_retries: u32,
+    /// READ timeout: no progress for this long asks again.
+    pub read_timeout: Duration,
+    /// Timeouts in a row before a QP is given up and the agent reconnected.
+    pub read_retries: u32,
+    /// Wait before reconnecting a lost agent.
+    pub reconnect: Duration,
+    /// Kernel receive buffer of each collecting socket (bytes).
+    pub rcvbuf: usize,
+}
+
+impl PullConfig {
+    /// Defaults for `agents`, pulled every `interval`, from `local`.
+    pub fn new(local: SocketAddrV4, agents: Vec<AgentSpec>, interval: Duration) -> PullConfig {
+        PullConfig {
+            local,
+            agents,
+            interval,
+            credit_bytes: 256 << 10,
+            credit_fc: true,
+            io: IoMode::Hybrid,
+            event_above: 16,
+            spin_us: 50,
+            collect_threads: 1,
+            max_read: 16 << 10,
+            control_every: 50,
+            torn_retries: 8,
+            read_timeout: Duration::from_millis(20),
+            read_retries: 7,
+            reconnect: Duration::from_millis(500),
+            rcvbuf: 4 << 20,
+        }
+    }
+
+    /// Checks the configuration; the error says what to change.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.agents.is_empty() {
+            return Err("pull: no agents".into());
+        }
+        if !(1..=2).contains(&self.collect_threads) {
+            return Err("pull: collect_threads must be 1 or 2 (ZERO's one or two collecting threads; processing has its own)".into());
+        }
+        if self.interval.is_zero() {
+            return Err("pull: interval must be positive".into());
+        }
+        let largest_block = block_len(dta_proto::zero::MAX_ENTRIES) as u32;
+        if self.max_read < largest_block.min(4096) {
+            return Err(format!(
+                "pull: max_read must be at least 4096 bytes, got {}",
+                self.max_read
+            ));
+        }
+        // Every READ must fit a thread's share of T: the largest block is read whole (a span
+        // of blocks is at most max_read). A control area larger than the share is refused
+        // when met (counted in control_invalid).
+        let per_thread = self.credit_bytes / self.collect_threads as u64;
+        let largest = (self.max_read as u64).max(block_len(dta_proto::zero::MAX_ENTRIES) as u64);
+        if per_thread < largest {
+            return Err(format!(
+                "pull: credit_bytes (T = {}) must give each of the {} collecting thread(s) room for the largest READ ({largest} bytes: max_read or a block of {} values); raise it",
+                self.credit_bytes,
+                self.collect_threads,
+                dta_proto::zero::MAX_ENTRIES
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for a in &self.agents {
+            if !seen.insert(&a.name) {
+                return Err(format!("pull: two agents are named {:?}", a.name));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// The agents' default rdma_cm service (port).
 pub const DEFAULT_CM_PORT: u16 = 7700;

@@ -3,8 +3,9 @@
 use dta_proto::stats::{PromKind, PromWriter};
 
 use super::cm::PullCmCounters;
-use super::puller::{LatencyHist, PullCounters, PullView};
+use super::puller::PullView;
 use super::reader::ReadCounters;
+use super::stats::{LatencyHist, PullCounters};
 
 /// Quantiles written for each latency.
 const QUANTILES: [(f64, &str); 5] = [

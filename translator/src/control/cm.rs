@@ -1,6 +1,9 @@
 //! RDMA_CM, initiator side: how the translator connects a QP to each collector store.
 //!
-//! A sans-I/O state machine, driven with the current time like the pipeline:
+//! The CM exchange itself (REQ/REP/RTU, DREQ/DREP, their retransmissions) is
+//! [`dta_proto::rdma_cm::Initiator`], the one initiator the pull collector uses too. This
+//! module owns what a store's connection carries after the RTU, and may not touch the CM
+//! exchange or the data path:
 //!
 //! ```text
 //!   connect(port) ─▶ REQ (our QPN, starting PSN S, service = port)      retransmitted
@@ -18,19 +21,21 @@
 //! ```
 //!
 //! A duplicate metadata SEND (our ACK was lost) is ACKed again. Everything unexpected is
-//! counted and ignored.
+//! counted and ignored. Events are queued: drain them with [`CmInitiator::poll_event`] after
+//! [`CmInitiator::handle`] and [`CmInitiator::poll`].
 
+use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::meta::StoreMeta;
-use dta_proto::wire::cm::{build_cm_frame, is_gsi, parse_cm};
+use dta_proto::rdma_cm::{Event, Failure, Initiator, InitiatorConfig};
+use dta_proto::wire::cm::is_gsi;
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{
     opcode as op, AethRepr, Bth, BthRepr, Psn, Qpn, RethRepr, Rkey, Syndrome,
 };
 use dta_proto::wire::listheads::{HeadsAssembly, ListHeads};
-use dta_proto::wire::mad::{CmDreq, CmMessage, CmReq, CmRtu, MadHeaderRepr};
 use dta_proto::wire::metarec::MetaRecord;
 use dta_proto::wire::roce::{build_frame, RoceEndpoint, RocePacket, L2L4_LEN};
 
@@ -71,12 +76,11 @@ pub enum CmEvent {
     },
 }
 
+/// Where a store's live connection is, after the CM exchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum State {
-    ReqSent {
-        sent_at: u64,
-        tries: u32,
-    },
+enum Phase {
+    /// REQ sent (the CM exchange is [`Initiator`]'s).
+    Connecting,
     /// RTU sent; waiting for the metadata SEND at `send_psn`.
     AwaitMeta {
         remote_qpn: Qpn,
@@ -111,38 +115,15 @@ enum State {
         meta_psn: Psn,
         last_psn: Psn,
     },
-    /// DREQ sent (the connection was replaced or the translator stops); waiting for the DREP.
-    Closing {
-        remote_qpn: Qpn,
-        sent_at: u64,
-        tries: u32,
-    },
 }
 
-impl State {
-    /// The collector's QPN once the REP named it.
-    fn remote_qpn(&self) -> Option<Qpn> {
-        match self {
-            State::ReqSent { .. } => None,
-            State::AwaitMeta { remote_qpn, .. }
-            | State::AwaitHeads { remote_qpn, .. }
-            | State::Syncing { remote_qpn, .. }
-            | State::Ready { remote_qpn, .. }
-            | State::Closing { remote_qpn, .. } => Some(*remote_qpn),
-        }
-    }
-}
-
+/// One store's live connection (closing ones are the [`Initiator`]'s alone).
 #[derive(Debug, Clone)]
 struct Conn {
     port: u16,
-    local_comm_id: u32,
-    remote_comm_id: u32,
     local_qpn: Qpn,
     start_psn: Psn,
-    tid: u64,
-    req: CmReq,
-    state: State,
+    phase: Phase,
     /// The lists' next batch numbers from the collector, until taken.
     heads: Option<Vec<u64>>,
 }
@@ -186,10 +167,13 @@ pub struct CmInitiator {
     collector: SocketAddrV4,
     collector_mac: MacAddr,
     l2: bool,
+    cm: Initiator<u16>,
     conns: Vec<Conn>,
-    next_comm_id: u32,
-    next_tid: u64,
-    ca_guid: u64,
+    events: VecDeque<CmEvent>,
+    /// Control packets that did not parse or matched no connection (beyond the CM's).
+    rc_invalid: u64,
+    /// Connections that timed out after the CM exchange.
+    rc_timeouts: u64,
     /// Counters.
     pub counters: CmClientCounters,
 }
@@ -215,23 +199,40 @@ impl CmInitiator {
         l2: bool,
         seed: u32,
     ) -> CmInitiator {
+        let cm = Initiator::new(InitiatorConfig {
+            local,
+            local_mac,
+            l2_frames: l2,
+            ca_guid: DEFAULT_CA_GUID,
+            first_comm_id: seed | 1,
+            tid_base: (seed as u64) << 16,
+            req_timeout_ns: REQ_TIMEOUT_NS,
+            req_tries: REQ_TRIES,
+            dreq_timeout_ns: DREQ_TIMEOUT_NS,
+            dreq_tries: DREQ_TRIES,
+            // We never issue READs, but FETCH_ADD needs the collector to accept outstanding
+            // atomics: ask for 16.
+            initiator_depth: 16,
+            accept_rep: |_| true,
+        });
         CmInitiator {
             local,
             local_mac,
             collector,
             collector_mac,
             l2,
+            cm,
             conns: Vec::new(),
-            next_comm_id: seed | 1,
-            next_tid: (seed as u64) << 16,
-            ca_guid: DEFAULT_CA_GUID,
+            events: VecDeque::new(),
+            rc_invalid: 0,
+            rc_timeouts: 0,
             counters: CmClientCounters::default(),
         }
     }
 
     /// Sends `guid` as the Local CA GUID of every REQ (see [`incarnation_guid`]).
     pub fn with_ca_guid(mut self, guid: u64) -> CmInitiator {
-        self.ca_guid = guid;
+        self.cm.set_ca_guid(guid);
         self
     }
 
@@ -262,13 +263,27 @@ impl CmInitiator {
         }
     }
 
+    /// The CM's counters and ours, as one set.
+    fn sync_counters(&mut self) {
+        let (c, m) = (&mut self.counters, &self.cm.counters);
+        c.cm_req_sent = m.cm_req_sent;
+        c.cm_rep = m.cm_rep;
+        c.cm_rej = m.cm_rej;
+        c.cm_timeouts = m.cm_timeouts + self.rc_timeouts;
+        c.cm_dreq_sent = m.cm_dreq_sent;
+        c.cm_drep = m.cm_drep;
+        c.cm_dreq_timeouts = m.cm_dreq_timeouts;
+        c.cm_dreq_received = m.cm_dreq_received;
+        c.cm_invalid = m.cm_invalid + self.rc_invalid;
+    }
+
     /// The next batch number of every list (store-local index order) the collector sent for
     /// the store on `port` at its last connection; `None` if it sent none (not a sequenced
     /// Append store, or a collector that does not send heads) or they were taken already.
     pub fn take_list_heads(&mut self, port: u16) -> Option<Vec<u64>> {
         self.conns
             .iter_mut()
-            .find(|c| c.port == port && !matches!(c.state, State::Closing { .. }))
+            .find(|c| c.port == port)
             .and_then(|c| c.heads.take())
     }
 
@@ -276,74 +291,25 @@ impl CmInitiator {
     pub fn busy(&self) -> bool {
         self.conns
             .iter()
-            .any(|c| !matches!(c.state, State::Ready { .. } | State::Closing { .. }))
+            .any(|c| !matches!(c.phase, Phase::Ready { .. }))
     }
 
     /// True while a DREQ waits for its DREP.
     pub fn closing(&self) -> bool {
-        self.conns
-            .iter()
-            .any(|c| matches!(c.state, State::Closing { .. }))
+        self.cm.closing()
     }
 
     /// True if `qpn` is one of ours that is connecting or connected (not being closed).
     pub fn owns_qp(&self, qpn: Qpn) -> bool {
-        self.conns
-            .iter()
-            .any(|c| c.local_qpn == qpn && !matches!(c.state, State::Closing { .. }))
+        self.conns.iter().any(|c| c.local_qpn == qpn)
     }
 
     /// Closes every connection (DREQ, retransmitted by [`CmInitiator::poll`] until the DREP);
     /// attempts the collector never answered are forgotten. The collector destroys the QPs.
     pub fn disconnect_all(&mut self, now: u64, tx: &mut TxBatch) {
-        let mut i = 0;
-        while i < self.conns.len() {
-            if !self.close(i, now, tx) {
-                self.conns.remove(i);
-            } else {
-                i += 1;
-            }
-        }
-    }
-
-    /// Turns connection `i` into a closing one and sends its DREQ; false if the collector
-    /// never named its side (no REP yet: nothing to release).
-    fn close(&mut self, i: usize, now: u64, tx: &mut TxBatch) -> bool {
-        let c = &self.conns[i];
-        if matches!(c.state, State::Closing { .. }) {
-            return true;
-        }
-        let Some(remote_qpn) = c.state.remote_qpn() else {
-            return false;
-        };
-        self.conns[i].heads = None;
-        self.conns[i].state = State::Closing {
-            remote_qpn,
-            sent_at: now,
-            tries: 1,
-        };
-        self.send_dreq(i, tx);
-        true
-    }
-
-    fn send_dreq(&mut self, i: usize, tx: &mut TxBatch) {
-        let c = &self.conns[i];
-        let Some(remote_qpn) = c.state.remote_qpn() else {
-            return;
-        };
-        let msg = CmMessage::Dreq(CmDreq {
-            local_comm_id: c.local_comm_id,
-            remote_comm_id: c.remote_comm_id,
-            remote_qpn_eecn: remote_qpn.value(),
-            ..CmDreq::default()
-        });
-        let hdr = MadHeaderRepr::cm_send(c.tid, 0);
-        let ep = self.ep();
-        if tx.push_with(self.collector, self.off(), |b| {
-            build_cm_frame(&ep, Psn::new(0), &hdr, &msg, b)
-        }) {
-            self.counters.cm_dreq_sent += 1;
-        }
+        self.conns.clear();
+        self.cm.disconnect_all(now, tx);
+        self.sync_counters();
     }
 
     /// Starts connecting our QP `local_qpn` (first PSN `start_psn`) to the store listening on
@@ -357,59 +323,18 @@ impl CmInitiator {
         now: u64,
         tx: &mut TxBatch,
     ) {
-        let mut i = 0;
-        while i < self.conns.len() {
-            let replaced =
-                self.conns[i].port == port && !matches!(self.conns[i].state, State::Closing { .. });
-            if replaced && !self.close(i, now, tx) {
-                self.conns.remove(i);
-                continue;
-            }
-            i += 1;
-        }
-        let local_comm_id = self.next_comm_id;
-        self.next_comm_id = self.next_comm_id.wrapping_add(2);
-        self.next_tid += 1;
-        // We never issue READs, but FETCH_ADD needs the collector to accept outstanding
-        // atomics: offer none, ask for 16.
-        let req = CmReq::rc_connect(
-            local_comm_id,
+        self.conns.retain(|c| c.port != port);
+        let peer = (self.collector, self.collector_mac);
+        self.cm
+            .connect(port, peer, port, local_qpn, start_psn, now, tx);
+        self.conns.push(Conn {
             port,
-            self.ca_guid,
-            local_qpn.value(),
-            start_psn.value(),
-            self.local,
-            *self.collector.ip(),
-            0,
-            16,
-        );
-        let c = Conn {
-            port,
-            local_comm_id,
-            remote_comm_id: 0,
             local_qpn,
             start_psn,
-            tid: self.next_tid,
-            req,
-            state: State::ReqSent {
-                sent_at: now,
-                tries: 1,
-            },
+            phase: Phase::Connecting,
             heads: None,
-        };
-        self.send_req(&c, tx);
-        self.conns.push(c);
-    }
-
-    fn send_req(&mut self, c: &Conn, tx: &mut TxBatch) {
-        let ep = self.ep();
-        let hdr = MadHeaderRepr::cm_send(c.tid, 0);
-        let msg = CmMessage::Req(c.req);
-        if tx.push_with(self.collector, self.off(), |b| {
-            build_cm_frame(&ep, Psn::new(0), &hdr, &msg, b)
-        }) {
-            self.counters.cm_req_sent += 1;
-        }
+        });
+        self.sync_counters();
     }
 
     /// True if the datagram is control traffic for this initiator (a CM MAD, or a SEND to one of
@@ -431,24 +356,97 @@ impl CmInitiator {
             op::RC_ACKNOWLEDGE => self
                 .conns
                 .iter()
-                .any(|c| c.local_qpn == qpn && matches!(c.state, State::Syncing { .. })),
+                .any(|c| c.local_qpn == qpn && matches!(c.phase, Phase::Syncing { .. })),
             _ => false,
         }
     }
 
-    /// Handles a CM MAD or a metadata SEND.
-    pub fn handle(&mut self, now: u64, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<CmEvent> {
+    /// Handles a CM MAD or a metadata SEND; what it ends in is queued for
+    /// [`CmInitiator::poll_event`].
+    pub fn handle(&mut self, now: u64, d: &Datagram<'_>, tx: &mut TxBatch) {
         if is_gsi(d.payload) {
-            return self.handle_mad(d, tx);
+            self.cm.handle(d, tx);
+            self.take_cm_events();
+        } else if let Some(e) = self.handle_control(now, d, tx) {
+            self.events.push_back(e);
         }
+        self.sync_counters();
+    }
+
+    /// Forgets the live connection `i` without a word to the collector (its metadata
+    /// exchange failed).
+    fn forget(&mut self, i: usize) -> Conn {
+        let c = self.conns.remove(i);
+        self.cm.forget(c.port);
+        c
+    }
+
+    /// Turns the CM's events into ours.
+    fn take_cm_events(&mut self) {
+        while let Some(e) = self.cm.poll_event() {
+            match e {
+                Event::Established { key, rep, .. } => {
+                    let Some(c) = self.conns.iter_mut().find(|c| c.port == key) else {
+                        continue;
+                    };
+                    let name_len = rep
+                        .private_data
+                        .iter()
+                        .take(64)
+                        .position(|&b| b == 0)
+                        .unwrap_or(64);
+                    let name = String::from_utf8_lossy(&rep.private_data[..name_len]).into_owned();
+                    c.phase = Phase::AwaitMeta {
+                        remote_qpn: Qpn::new(rep.local_qpn),
+                        send_psn: Psn::new(rep.starting_psn),
+                        name,
+                    };
+                }
+                Event::Failed { key: port, cause } => {
+                    self.conns.retain(|c| c.port != port);
+                    let reason = match cause {
+                        Failure::Rejected(reason) => {
+                            log::warn!(
+                                "RDMA_CM: collector {} rejected port {port} (reason {reason})",
+                                self.collector
+                            );
+                            Some(reason)
+                        }
+                        Failure::Disconnected => {
+                            log::warn!(
+                                "RDMA_CM: collector {} disconnected port {port}",
+                                self.collector
+                            );
+                            None
+                        }
+                        Failure::Timeout | Failure::RepRefused => None,
+                    };
+                    self.events.push_back(CmEvent::Failed { port, reason });
+                }
+                Event::Closed {
+                    key: port,
+                    confirmed: false,
+                } => log::warn!(
+                    "RDMA_CM: collector {} never confirmed closing port {port} (no DREP)",
+                    self.collector
+                ),
+                Event::Closed { .. } => {}
+            }
+        }
+    }
+
+    /// Handles a metadata or list-head SEND, or the answer to the PSN probe.
+    fn handle_control(&mut self, now: u64, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<CmEvent> {
         let Ok(pkt) = RocePacket::parse(d.payload) else {
-            self.counters.cm_invalid += 1;
+            self.rc_invalid += 1;
             return None;
         };
-        let Some(i) = self.conns.iter().position(|c| {
-            c.local_qpn == pkt.bth.dest_qp && !matches!(c.state, State::Closing { .. })
-        }) else {
-            self.counters.cm_invalid += 1;
+        let Some(i) = self
+            .conns
+            .iter()
+            .position(|c| c.local_qpn == pkt.bth.dest_qp)
+        else {
+            self.rc_invalid += 1;
             return None;
         };
         let (port, local_qpn, start_psn) = (
@@ -456,8 +454,8 @@ impl CmInitiator {
             self.conns[i].local_qpn,
             self.conns[i].start_psn,
         );
-        match self.conns[i].state.clone() {
-            State::AwaitMeta {
+        match self.conns[i].phase.clone() {
+            Phase::AwaitMeta {
                 remote_qpn,
                 send_psn,
                 name,
@@ -468,7 +466,7 @@ impl CmInitiator {
                 // (seen with rxe), so it is accepted at either and ACKed with the PSN it carried.
                 let send_psn = pkt.bth.psn;
                 let Ok(rec) = MetaRecord::parse(pkt.payload) else {
-                    self.counters.cm_invalid += 1;
+                    self.rc_invalid += 1;
                     return None;
                 };
                 self.ack(remote_qpn, send_psn, tx);
@@ -480,10 +478,10 @@ impl CmInitiator {
                     };
                     if lists == 0 || lists > MAX_HEAD_LISTS {
                         self.counters.cm_list_heads_invalid += 1;
-                        self.conns.remove(i);
+                        self.forget(i);
                         return Some(CmEvent::Failed { port, reason: None });
                     }
-                    self.conns[i].state = State::AwaitHeads {
+                    self.conns[i].phase = Phase::AwaitHeads {
                         remote_qpn,
                         meta_psn: send_psn,
                         next_psn: send_psn.next(),
@@ -499,7 +497,7 @@ impl CmInitiator {
                 // expects the REQ's PSN instead answers with a NAK or a duplicate ACK naming it.
                 let probe_psn = rep_psn;
                 self.send_sync_probe(remote_qpn, probe_psn, &meta, tx);
-                self.conns[i].state = State::Syncing {
+                self.conns[i].phase = Phase::Syncing {
                     remote_qpn,
                     meta_psn: send_psn,
                     last_psn: send_psn,
@@ -510,7 +508,7 @@ impl CmInitiator {
                 };
                 None
             }
-            State::AwaitHeads {
+            Phase::AwaitHeads {
                 remote_qpn,
                 meta_psn,
                 next_psn,
@@ -526,7 +524,7 @@ impl CmInitiator {
                         self.counters.cm_meta_duplicates += 1;
                         self.ack(remote_qpn, pkt.bth.psn, tx);
                     } else {
-                        self.counters.cm_invalid += 1;
+                        self.rc_invalid += 1;
                     }
                     return None;
                 }
@@ -538,11 +536,11 @@ impl CmInitiator {
                 self.counters.cm_list_heads += 1;
                 self.ack(remote_qpn, next_psn, tx);
                 if !heads.complete() {
-                    if let State::AwaitHeads {
+                    if let Phase::AwaitHeads {
                         next_psn: n,
                         heads: h,
                         ..
-                    } = &mut self.conns[i].state
+                    } = &mut self.conns[i].phase
                     {
                         *n = next_psn.next();
                         *h = heads;
@@ -551,7 +549,7 @@ impl CmInitiator {
                 }
                 self.conns[i].heads = Some(heads.into_heads());
                 self.send_sync_probe(remote_qpn, rep_psn, &meta, tx);
-                self.conns[i].state = State::Syncing {
+                self.conns[i].phase = Phase::Syncing {
                     remote_qpn,
                     meta_psn,
                     last_psn: next_psn,
@@ -562,7 +560,7 @@ impl CmInitiator {
                 };
                 None
             }
-            State::Syncing {
+            Phase::Syncing {
                 remote_qpn,
                 meta_psn,
                 last_psn,
@@ -572,14 +570,14 @@ impl CmInitiator {
                 // ACK X: the responder executed (or, for a duplicate, had executed) up to X and
                 // expects X + 1. NAK "PSN sequence error" E: it expects E.
                 let Some(aeth) = pkt.aeth else {
-                    self.counters.cm_invalid += 1;
+                    self.rc_invalid += 1;
                     return None;
                 };
                 let expected = match aeth.syndrome {
                     Syndrome::Ack { .. } => pkt.bth.psn.next(),
                     Syndrome::Nak(dta_proto::wire::ib::NakCode::PsnSequenceError) => pkt.bth.psn,
                     _ => {
-                        self.counters.cm_invalid += 1;
+                        self.rc_invalid += 1;
                         return None;
                     }
                 };
@@ -591,7 +589,7 @@ impl CmInitiator {
                     remote_qpn,
                     start_psn: expected,
                 };
-                self.conns[i].state = State::Ready {
+                self.conns[i].phase = Phase::Ready {
                     remote_qpn,
                     meta_psn,
                     last_psn,
@@ -603,13 +601,13 @@ impl CmInitiator {
                     binding,
                 })
             }
-            State::Syncing {
+            Phase::Syncing {
                 remote_qpn,
                 meta_psn,
                 last_psn,
                 ..
             }
-            | State::Ready {
+            | Phase::Ready {
                 remote_qpn,
                 meta_psn,
                 last_psn,
@@ -622,7 +620,7 @@ impl CmInitiator {
                 None
             }
             _ => {
-                self.counters.cm_invalid += 1;
+                self.rc_invalid += 1;
                 None
             }
         }
@@ -657,218 +655,71 @@ impl CmInitiator {
         });
     }
 
-    fn handle_mad(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) -> Option<CmEvent> {
-        let Ok(p) = parse_cm(d.payload) else {
-            self.counters.cm_invalid += 1;
-            return None;
-        };
-        match p.msg {
-            CmMessage::Rep(rep) => {
-                let Some(i) = self
-                    .conns
-                    .iter()
-                    .position(|c| c.local_comm_id == rep.remote_comm_id)
-                else {
-                    self.counters.cm_invalid += 1;
-                    return None;
-                };
-                self.counters.cm_rep += 1;
-                let name_len = rep
-                    .private_data
-                    .iter()
-                    .take(64)
-                    .position(|&b| b == 0)
-                    .unwrap_or(64);
-                let name = String::from_utf8_lossy(&rep.private_data[..name_len]).into_owned();
-                let c = &mut self.conns[i];
-                c.remote_comm_id = rep.local_comm_id;
-                if matches!(c.state, State::ReqSent { .. }) {
-                    c.state = State::AwaitMeta {
-                        remote_qpn: Qpn::new(rep.local_qpn),
-                        send_psn: Psn::new(rep.starting_psn),
-                        name,
-                    };
-                }
-                // (Re)send the RTU: a repeated REP means our RTU was lost.
-                let rtu = CmMessage::Rtu(CmRtu {
-                    local_comm_id: c.local_comm_id,
-                    remote_comm_id: c.remote_comm_id,
-                    ..CmRtu::default()
-                });
-                let tid = c.tid;
-                let ep = self.ep();
-                let hdr = MadHeaderRepr::cm_send(tid, 0);
-                tx.push_with(self.collector, self.off(), |b| {
-                    build_cm_frame(&ep, Psn::new(0), &hdr, &rtu, b)
-                });
-                None
-            }
-            CmMessage::Rej(rej) => {
-                let i = self
-                    .conns
-                    .iter()
-                    .position(|c| c.local_comm_id == rej.remote_comm_id)?;
-                self.counters.cm_rej += 1;
-                let c = self.conns.remove(i);
-                log::warn!(
-                    "RDMA_CM: collector {} rejected port {} (reason {})",
-                    self.collector,
-                    c.port,
-                    rej.reason
-                );
-                Some(CmEvent::Failed {
-                    port: c.port,
-                    reason: Some(rej.reason),
-                })
-            }
-            CmMessage::Drep(drep) => {
-                let Some(i) = self.conns.iter().position(|c| {
-                    c.local_comm_id == drep.remote_comm_id
-                        && matches!(c.state, State::Closing { .. })
-                }) else {
-                    // A DREP again (our retransmitted DREQ crossed it): nothing left to close.
-                    self.counters.cm_invalid += 1;
-                    return None;
-                };
-                self.counters.cm_drep += 1;
-                self.conns.remove(i);
-                None
-            }
-            CmMessage::Dreq(dreq) => {
-                // The collector released the QP (it stops, or an operator closed it): confirm,
-                // and let the worker reconnect the store.
-                self.counters.cm_dreq_received += 1;
-                let drep = CmMessage::Drep(dreq.answer());
-                let ep = self.ep();
-                let hdr = MadHeaderRepr::cm_send(p.hdr.tid, 0);
-                tx.push_with(self.collector, self.off(), |b| {
-                    build_cm_frame(&ep, Psn::new(0), &hdr, &drep, b)
-                });
-                let i = self
-                    .conns
-                    .iter()
-                    .position(|c| c.local_comm_id == dreq.remote_comm_id)?;
-                let c = self.conns.remove(i);
-                if matches!(c.state, State::Closing { .. }) {
-                    return None;
-                }
-                log::warn!(
-                    "RDMA_CM: collector {} disconnected port {}",
-                    self.collector,
-                    c.port
-                );
-                Some(CmEvent::Failed {
-                    port: c.port,
-                    reason: None,
-                })
-            }
-            _ => {
-                self.counters.cm_invalid += 1;
-                None
-            }
-        }
-    }
-
-    /// Retransmits overdue REQs and DREQs; reports attempts that ran out of tries.
-    pub fn poll(&mut self, now: u64, tx: &mut TxBatch) -> Option<CmEvent> {
+    /// Retransmits overdue REQs, DREQs and PSN probes; queues the attempts that ran out of
+    /// tries as events.
+    pub fn poll(&mut self, now: u64, tx: &mut TxBatch) {
+        self.cm.poll(now, tx);
+        self.take_cm_events();
         let mut i = 0;
         while i < self.conns.len() {
-            if let State::Closing { sent_at, tries, .. } = self.conns[i].state {
-                if now.saturating_sub(sent_at) >= DREQ_TIMEOUT_NS {
-                    if tries >= DREQ_TRIES {
-                        let c = self.conns.remove(i);
-                        self.counters.cm_dreq_timeouts += 1;
-                        log::warn!(
-                            "RDMA_CM: collector {} never confirmed closing port {} (no DREP)",
-                            self.collector,
-                            c.port
-                        );
-                        continue;
-                    }
-                    self.send_dreq(i, tx);
-                    if let State::Closing { sent_at, tries, .. } = &mut self.conns[i].state {
-                        *sent_at = now;
-                        *tries += 1;
-                    }
-                }
-                i += 1;
-                continue;
-            }
-            if let State::AwaitHeads { since, .. } = self.conns[i].state {
+            if let Phase::AwaitHeads { since, .. } = self.conns[i].phase {
                 if now.saturating_sub(since) >= HEADS_TIMEOUT_NS {
-                    let c = self.conns.remove(i);
-                    self.counters.cm_timeouts += 1;
-                    return Some(CmEvent::Failed {
+                    let c = self.forget(i);
+                    self.rc_timeouts += 1;
+                    self.events.push_back(CmEvent::Failed {
                         port: c.port,
                         reason: None,
                     });
+                    continue;
                 }
             }
-            if let State::Syncing {
+            if let Phase::Syncing {
                 remote_qpn,
                 sent_at,
                 tries,
+                probe_psn,
+                ref meta,
                 ..
-            } = &self.conns[i].state
+            } = self.conns[i].phase
             {
-                if now.saturating_sub(*sent_at) >= REQ_TIMEOUT_NS {
-                    let (remote_qpn, tries) = (*remote_qpn, *tries);
+                if now.saturating_sub(sent_at) >= REQ_TIMEOUT_NS {
                     if tries >= REQ_TRIES {
-                        let c = self.conns.remove(i);
-                        self.counters.cm_timeouts += 1;
-                        return Some(CmEvent::Failed {
+                        let c = self.forget(i);
+                        self.rc_timeouts += 1;
+                        self.events.push_back(CmEvent::Failed {
                             port: c.port,
                             reason: None,
                         });
+                        continue;
                     }
-                    if let State::Syncing {
-                        meta, probe_psn, ..
-                    } = &self.conns[i].state
-                    {
-                        let (m, p) = ((**meta).clone(), *probe_psn);
-                        self.send_sync_probe(remote_qpn, p, &m, tx);
-                    }
-                    if let State::Syncing { sent_at, tries, .. } = &mut self.conns[i].state {
+                    let meta = (**meta).clone();
+                    self.send_sync_probe(remote_qpn, probe_psn, &meta, tx);
+                    if let Phase::Syncing { sent_at, tries, .. } = &mut self.conns[i].phase {
                         *sent_at = now;
                         *tries += 1;
                     }
-                }
-            }
-            if let State::ReqSent { sent_at, tries } = self.conns[i].state {
-                if now.saturating_sub(sent_at) >= REQ_TIMEOUT_NS {
-                    if tries >= REQ_TRIES {
-                        let c = self.conns.remove(i);
-                        self.counters.cm_timeouts += 1;
-                        return Some(CmEvent::Failed {
-                            port: c.port,
-                            reason: None,
-                        });
-                    }
-                    let c = self.conns[i].clone();
-                    self.send_req(&c, tx);
-                    self.conns[i].state = State::ReqSent {
-                        sent_at: now,
-                        tries: tries + 1,
-                    };
                 }
             }
             i += 1;
         }
-        None
+        self.sync_counters();
+    }
+
+    /// The next event, oldest first.
+    pub fn poll_event(&mut self) -> Option<CmEvent> {
+        self.events.pop_front()
     }
 
     /// When `poll` should run next (ns).
     pub fn next_deadline(&self) -> Option<u64> {
         self.conns
             .iter()
-            .filter_map(|c| match c.state {
-                State::ReqSent { sent_at, .. } | State::Syncing { sent_at, .. } => {
-                    Some(sent_at + REQ_TIMEOUT_NS)
-                }
-                State::AwaitHeads { since, .. } => Some(since + HEADS_TIMEOUT_NS),
-                State::Closing { sent_at, .. } => Some(sent_at + DREQ_TIMEOUT_NS),
+            .filter_map(|c| match c.phase {
+                Phase::Syncing { sent_at, .. } => Some(sent_at + REQ_TIMEOUT_NS),
+                Phase::AwaitHeads { since, .. } => Some(since + HEADS_TIMEOUT_NS),
                 _ => None,
             })
+            .chain(self.cm.next_deadline())
             .min()
     }
 }

@@ -69,16 +69,13 @@ pub fn connect_blocking(
             .recv_with(Duration::from_millis(20), &mut |burst| {
                 for d in burst {
                     if cm.wants(d) {
-                        if let Some(e) = cm.handle(now(), d, &mut tx) {
-                            events.push(e);
-                        }
+                        cm.handle(now(), d, &mut tx);
                     }
                 }
             })
             .map_err(|e| e.to_string())?;
-        if let Some(e) = cm.poll(now(), &mut tx) {
-            events.push(e);
-        }
+        cm.poll(now(), &mut tx);
+        events.extend(std::iter::from_fn(|| cm.poll_event()));
         for e in events {
             match e {
                 CmEvent::Ready {
@@ -158,12 +155,14 @@ impl Worker {
                     let t = epoch.elapsed().as_nanos() as u64;
                     for d in burst {
                         if let Some((cm, _)) = initiators.iter_mut().find(|(c, _)| c.wants(d)) {
-                            let _ = cm.handle(t, d, txr);
+                            cm.handle(t, d, txr);
+                            while cm.poll_event().is_some() {}
                         }
                     }
                 });
             for (cm, _) in &mut self.initiators {
-                let _ = cm.poll(now(), tx);
+                cm.poll(now(), tx);
+                while cm.poll_event().is_some() {}
             }
         }
     }
@@ -176,8 +175,11 @@ impl Worker {
         state: &mut Vec<(String, u64, u64)>,
     ) {
         for (cm, _) in &mut self.initiators {
-            if let Some(CmEvent::Failed { port, .. }) = cm.poll(now, tx) {
-                log::warn!("RDMA_CM: reconnection of port {port} failed; backing off");
+            cm.poll(now, tx);
+            while let Some(e) = cm.poll_event() {
+                if let CmEvent::Failed { port, .. } = e {
+                    log::warn!("RDMA_CM: reconnection of port {port} failed; backing off");
+                }
             }
         }
         let broken: Vec<String> = self.pipeline.broken_stores().map(str::to_string).collect();
@@ -222,12 +224,18 @@ pub(super) fn cm_answer(
     tx: &mut TxBatch,
 ) {
     let (c, names) = init;
-    if let Some(CmEvent::Ready {
-        port,
-        meta,
-        binding,
-    }) = c.handle(t, d, tx)
-    {
+    c.handle(t, d, tx);
+    // Only a reconnection's Ready matters here; a failure shows as the store still broken,
+    // and `reconnect` retries it.
+    while let Some(e) = c.poll_event() {
+        let CmEvent::Ready {
+            port,
+            meta,
+            binding,
+        } = e
+        else {
+            continue;
+        };
         if let Some((_, name)) = names.iter().find(|(p, _)| *p == port) {
             log::info!(
                 "store {name}: reconnected (QP {:#x})",
