@@ -67,3 +67,42 @@ fn endless_and_huge_bodies_are_cut_off() {
         assert!(e.to_string().contains("body") || e.kind() == std::io::ErrorKind::TimedOut);
     }
 }
+
+/// A server that refuses a body on its `Content-Length` answers 413 and closes without reading
+/// it; the rest of a large body then meets a broken pipe or a reset. The client must still
+/// read the answer the server sent (hyper alone gave up on the write error).
+#[test]
+fn an_answer_sent_before_the_body_was_read_is_not_lost() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        for _ in 0..5 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if s.read(&mut b).unwrap_or(0) == 0 {
+                    break;
+                }
+                head.push(b[0]);
+            }
+            let _ = s.write_all(
+                b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo long",
+            );
+            // Closing with the body unread sends a reset.
+        }
+    });
+    let body = vec![b'\n'; 16 << 20];
+    for _ in 0..5 {
+        let a = dta_http::client::send(
+            &addr,
+            None,
+            &dta_http::client::ClientRequest::new("POST", "/q", &body),
+            &dta_http::client::ClientLimits::default(),
+        )
+        .expect("the 413 the server sent");
+        assert_eq!(a.status, 413);
+    }
+    server.join().unwrap();
+}

@@ -234,7 +234,7 @@ async fn connect_and_ask(
 ) -> io::Result<Answer> {
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     match tls {
-        None => ask(TokioIo::new(tcp), req, limits).await,
+        None => ask(TokioIo::new(EarlyAnswer::new(tcp)), req, limits).await,
         Some(t) => {
             let name = rustls_pki_types::ServerName::try_from(t.server_name.clone())
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -377,5 +377,81 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for EofEndsAnswer<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// A plain connection whose server may answer before the request's body is all sent: a
+/// server that refuses a body it will not read (413 on its `Content-Length`) answers and
+/// closes, and the rest of the body then meets a broken pipe or a reset. The answer is already
+/// in the receive buffer; hyper would give up on the write error and lose it. Once writing
+/// fails that way, the rest of the request is dropped (reported as written) and the answer is
+/// read as usual; if the server sent none, the read fails and that is the error.
+struct EarlyAnswer<S> {
+    inner: S,
+    write_closed: bool,
+}
+
+impl<S> EarlyAnswer<S> {
+    fn new(inner: S) -> Self {
+        EarlyAnswer {
+            inner,
+            write_closed: false,
+        }
+    }
+}
+
+fn peer_stopped_reading(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+    )
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for EarlyAnswer<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for EarlyAnswer<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.write_closed {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => {
+                self.write_closed = true;
+                Poll::Ready(Ok(buf.len()))
+            }
+            r => r,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.write_closed {
+            return Poll::Ready(Ok(()));
+        }
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Ready(Err(e)) if peer_stopped_reading(&e) => {
+                self.write_closed = true;
+                Poll::Ready(Ok(()))
+            }
+            r => r,
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.write_closed {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
