@@ -2,6 +2,7 @@
 //! body layouts' parse and emit; the byte offsets are the parent's (`field`).
 
 use super::field;
+use super::CmRtu;
 use super::{
     check_data, clear_data, get_array, get_be, put_be, Result, DREP_PRIVATE_DATA_LEN,
     DREQ_PRIVATE_DATA_LEN, MAD_DATA_LEN,
@@ -94,12 +95,16 @@ impl Default for CmDrep {
 impl CmDrep {
     /// Parses a DREP from the MAD data.
     pub fn parse(data: &[u8]) -> Result<CmDrep> {
-        use field::rtu as f;
-        check_data(data)?;
+        // One layout, one codec: a DREP is laid out as an RTU.
+        let CmRtu {
+            local_comm_id,
+            remote_comm_id,
+            private_data,
+        } = CmRtu::parse(data)?;
         Ok(CmDrep {
-            local_comm_id: get_be(data, f::LOCAL_COMM_ID) as u32,
-            remote_comm_id: get_be(data, f::REMOTE_COMM_ID) as u32,
-            private_data: get_array(data, f::PRIVATE_DATA),
+            local_comm_id,
+            remote_comm_id,
+            private_data,
         })
     }
 
@@ -111,10 +116,11 @@ impl CmDrep {
 
     /// Writes the DREP into the MAD data (same layout as an RTU).
     pub fn emit(&self, data: &mut [u8]) {
-        use field::rtu as f;
-        let d = clear_data(data);
-        put_be(d, f::LOCAL_COMM_ID, self.local_comm_id as u64);
-        put_be(d, f::REMOTE_COMM_ID, self.remote_comm_id as u64);
-        d[f::PRIVATE_DATA].copy_from_slice(&self.private_data);
+        CmRtu {
+            local_comm_id: self.local_comm_id,
+            remote_comm_id: self.remote_comm_id,
+            private_data: self.private_data,
+        }
+        .emit(data)
     }
 }
