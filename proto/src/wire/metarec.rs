@@ -140,6 +140,276 @@ fn put_le(b: &mut [u8], f: Field, v: u64) {
     }
 }
 
+/// A view of a [`MetaRecord`]'s 64 bytes: raw accessors over the `field` layout, no
+/// validation beyond the length (that is [`MetaRecord::parse`]'s job).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaRecordPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> MetaRecordPacket<T> {
+    /// Wraps a buffer without checking it.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        MetaRecordPacket { buffer }
+    }
+
+    /// Wraps a buffer after [`check_len`](Self::check_len).
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks the buffer holds a whole record (`Truncated` otherwise); bytes after the
+    /// first 64 are ignored.
+    #[inline]
+    pub fn check_len(&self) -> Result<()> {
+        if self.buffer.as_ref().len() < META_RECORD_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(())
+    }
+
+    /// Returns the underlying buffer.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline]
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    /// The magic (ASCII `DTAM` in a record).
+    #[inline]
+    pub fn magic(&self) -> [u8; 4] {
+        let mut m = [0; 4];
+        m.copy_from_slice(&self.b()[field::MAGIC]);
+        m
+    }
+
+    /// Record version (1, or 2 with a redundancy N).
+    #[inline]
+    pub fn version(&self) -> u8 {
+        self.b()[field::VERSION]
+    }
+
+    /// The kind byte ([`kind`]).
+    #[inline]
+    pub fn kind(&self) -> u8 {
+        self.b()[field::KIND]
+    }
+
+    /// The hash profile byte.
+    #[inline]
+    pub fn hash(&self) -> u8 {
+        self.b()[field::HASH]
+    }
+
+    /// The flags byte ([`flags`]).
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.b()[field::FLAGS]
+    }
+
+    /// Virtual address of the region's first byte.
+    #[inline]
+    pub fn addr(&self) -> u64 {
+        get_le(self.b(), field::ADDR)
+    }
+
+    /// Region length in bytes.
+    #[inline]
+    pub fn region_len(&self) -> u64 {
+        get_le(self.b(), field::LEN)
+    }
+
+    /// R_Key of the region.
+    #[inline]
+    pub fn rkey(&self) -> u32 {
+        get_le(self.b(), field::RKEY) as u32
+    }
+
+    /// Slot or entry size (Sketch-Merge: cell width).
+    #[inline]
+    pub fn slot_size(&self) -> u32 {
+        get_le(self.b(), field::SLOT_SIZE) as u32
+    }
+
+    /// Slots, ring capacity or chunks (Sketch-Merge: columns).
+    #[inline]
+    pub fn count(&self) -> u32 {
+        get_le(self.b(), field::COUNT) as u32
+    }
+
+    /// Entries (Sketch-Merge: columns) per RDMA WRITE.
+    #[inline]
+    pub fn batch(&self) -> u32 {
+        get_le(self.b(), field::BATCH) as u32
+    }
+
+    /// Hop bound B (Sketch-Merge: rows).
+    #[inline]
+    pub fn hops(&self) -> u8 {
+        self.b()[field::HOPS]
+    }
+
+    /// Byte 39: the redundancy N in version 2, reserved in version 1.
+    #[inline]
+    pub fn redundancy(&self) -> u8 {
+        self.b()[field::REDUNDANCY]
+    }
+
+    /// Lists in an Append store (Sketch-Merge: sketch ID).
+    #[inline]
+    pub fn lists(&self) -> u32 {
+        get_le(self.b(), field::LISTS) as u32
+    }
+
+    /// First list ID (Sketch-Merge: sketch kind code).
+    #[inline]
+    pub fn first_list(&self) -> u32 {
+        get_le(self.b(), field::FIRST_LIST) as u32
+    }
+
+    /// Bytes between consecutive lists (Sketch-Merge: epoch slots).
+    #[inline]
+    pub fn list_stride(&self) -> u64 {
+        get_le(self.b(), field::LIST_STRIDE)
+    }
+
+    /// The reserved bytes 56–59 as a number (0 in a valid record).
+    #[inline]
+    pub fn reserved(&self) -> u32 {
+        get_le(self.b(), field::RESERVED_2) as u32
+    }
+
+    /// The CRC as stored.
+    #[inline]
+    pub fn crc(&self) -> u32 {
+        get_le(self.b(), field::CRC) as u32
+    }
+
+    /// Whether the stored CRC is the IEEE CRC-32 of the bytes before it.
+    #[inline]
+    pub fn crc_is_valid(&self) -> bool {
+        IEEE.checksum(&self.b()[..field::CRC.start]) == self.crc()
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> MetaRecordPacket<T> {
+    #[inline]
+    fn b_mut(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
+    }
+
+    /// Sets the magic.
+    #[inline]
+    pub fn set_magic(&mut self, v: [u8; 4]) {
+        self.b_mut()[field::MAGIC].copy_from_slice(&v);
+    }
+
+    /// Sets the version.
+    #[inline]
+    pub fn set_version(&mut self, v: u8) {
+        self.b_mut()[field::VERSION] = v;
+    }
+
+    /// Sets the kind byte.
+    #[inline]
+    pub fn set_kind(&mut self, v: u8) {
+        self.b_mut()[field::KIND] = v;
+    }
+
+    /// Sets the hash profile byte.
+    #[inline]
+    pub fn set_hash(&mut self, v: u8) {
+        self.b_mut()[field::HASH] = v;
+    }
+
+    /// Sets the flags byte.
+    #[inline]
+    pub fn set_flags(&mut self, v: u8) {
+        self.b_mut()[field::FLAGS] = v;
+    }
+
+    /// Sets the region address.
+    #[inline]
+    pub fn set_addr(&mut self, v: u64) {
+        put_le(self.b_mut(), field::ADDR, v);
+    }
+
+    /// Sets the region length.
+    #[inline]
+    pub fn set_region_len(&mut self, v: u64) {
+        put_le(self.b_mut(), field::LEN, v);
+    }
+
+    /// Sets the R_Key.
+    #[inline]
+    pub fn set_rkey(&mut self, v: u32) {
+        put_le(self.b_mut(), field::RKEY, v as u64);
+    }
+
+    /// Sets the slot or entry size.
+    #[inline]
+    pub fn set_slot_size(&mut self, v: u32) {
+        put_le(self.b_mut(), field::SLOT_SIZE, v as u64);
+    }
+
+    /// Sets the count.
+    #[inline]
+    pub fn set_count(&mut self, v: u32) {
+        put_le(self.b_mut(), field::COUNT, v as u64);
+    }
+
+    /// Sets the batch, saturated at `u16::MAX` (the field's width).
+    #[inline]
+    pub fn set_batch(&mut self, v: u32) {
+        put_le(self.b_mut(), field::BATCH, v.min(u16::MAX as u32) as u64);
+    }
+
+    /// Sets the hop bound.
+    #[inline]
+    pub fn set_hops(&mut self, v: u8) {
+        self.b_mut()[field::HOPS] = v;
+    }
+
+    /// Sets byte 39 (the redundancy N in version 2).
+    #[inline]
+    pub fn set_redundancy(&mut self, v: u8) {
+        self.b_mut()[field::REDUNDANCY] = v;
+    }
+
+    /// Sets the list count.
+    #[inline]
+    pub fn set_lists(&mut self, v: u32) {
+        put_le(self.b_mut(), field::LISTS, v as u64);
+    }
+
+    /// Sets the first list ID.
+    #[inline]
+    pub fn set_first_list(&mut self, v: u32) {
+        put_le(self.b_mut(), field::FIRST_LIST, v as u64);
+    }
+
+    /// Sets the list stride.
+    #[inline]
+    pub fn set_list_stride(&mut self, v: u64) {
+        put_le(self.b_mut(), field::LIST_STRIDE, v);
+    }
+
+    /// Writes the CRC of the bytes before it.
+    #[inline]
+    pub fn fill_crc(&mut self) {
+        let crc = IEEE.checksum(&self.b_mut()[..field::CRC.start]);
+        put_le(self.b_mut(), field::CRC, crc as u64);
+    }
+}
+
 #[inline]
 fn hash_code(h: HashProfile) -> u8 {
     match h {
@@ -266,40 +536,36 @@ impl MetaRecord {
 
     /// Parses and validates a record (see the module docs for the checks and their errors).
     pub fn parse(bytes: &[u8]) -> Result<MetaRecord> {
-        use field as f;
-        if bytes.len() < META_RECORD_LEN {
-            return Err(Error::Truncated);
-        }
-        let b = &bytes[..META_RECORD_LEN];
-        if b[f::MAGIC] != META_MAGIC {
+        let p = MetaRecordPacket::new_checked(bytes)?;
+        if p.magic() != META_MAGIC {
             return Err(Error::Malformed);
         }
-        let version = b[f::VERSION];
+        let version = p.version();
         if version != META_VERSION && version != META_VERSION_1 {
             return Err(Error::UnsupportedVersion);
         }
-        if IEEE.checksum(&b[..f::CRC.start]) != get_le(b, f::CRC) as u32 {
+        if !p.crc_is_valid() {
             return Err(Error::Malformed);
         }
 
-        let flags = b[f::FLAGS];
-        let slot_size = get_le(b, f::SLOT_SIZE) as u32;
-        let count = get_le(b, f::COUNT) as u32;
-        let batch = get_le(b, f::BATCH) as u32;
-        let hops = b[f::HOPS];
-        let lists = get_le(b, f::LISTS) as u32;
-        let first_list = get_le(b, f::FIRST_LIST) as u32;
-        let list_stride = get_le(b, f::LIST_STRIDE);
-        let reserved_zero = get_le(b, f::RESERVED_2) == 0;
+        let flags = p.flags();
+        let slot_size = p.slot_size();
+        let count = p.count();
+        let batch = p.batch();
+        let hops = p.hops();
+        let lists = p.lists();
+        let first_list = p.first_list();
+        let list_stride = p.list_stride();
+        let reserved_zero = p.reserved() == 0;
         let append_fields_zero = batch == 0 && lists == 0 && first_list == 0 && list_stride == 0;
 
         // Flags a kind may carry besides VERIFY_ICRC.
-        let (kind, kind_flags, unused_zero) = match b[f::KIND] {
+        let (kind, kind_flags, unused_zero) = match p.kind() {
             kind::KEY_WRITE => (
                 StoreKind::KeyWrite {
                     slots: count,
                     slot_size,
-                    hash: hash_from_code(b[f::HASH])?,
+                    hash: hash_from_code(p.hash())?,
                 },
                 0,
                 hops == 0 && append_fields_zero,
@@ -307,7 +573,7 @@ impl MetaRecord {
             kind::KEY_INCREMENT => (
                 StoreKind::KeyIncrement {
                     slots: count,
-                    hash: hash_from_code(b[f::HASH])?,
+                    hash: hash_from_code(p.hash())?,
                 },
                 0,
                 slot_size == COUNTER_LEN && hops == 0 && append_fields_zero,
@@ -331,13 +597,13 @@ impl MetaRecord {
                 } else {
                     flags::APPEND_SEQUENCED
                 },
-                b[f::HASH] == 0 && hops == 0,
+                p.hash() == 0 && hops == 0,
             ),
             kind::POSTCARD => (
                 StoreKind::Postcard {
                     chunks: count,
                     hops,
-                    hash: hash_from_code(b[f::HASH])?,
+                    hash: hash_from_code(p.hash())?,
                 },
                 0,
                 slot_size == 0 && append_fields_zero,
@@ -354,7 +620,7 @@ impl MetaRecord {
                     cell_width: u8::try_from(slot_size).map_err(|_| Error::Malformed)?,
                     batch,
                     epochs: u32::try_from(list_stride).map_err(|_| Error::Malformed)?,
-                    hash: sketch_hash_from_code(b[f::HASH])?,
+                    hash: sketch_hash_from_code(p.hash())?,
                 },
                 0,
                 true,
@@ -364,7 +630,7 @@ impl MetaRecord {
         if flags & !(flags::VERIFY_ICRC | kind_flags) != 0 || !unused_zero || !reserved_zero {
             return Err(Error::Malformed);
         }
-        let redundancy = match (version, b[f::REDUNDANCY]) {
+        let redundancy = match (version, p.redundancy()) {
             (META_VERSION_1, 0) => None,
             (META_VERSION, n) if kind.has_redundancy() => {
                 Some(Redundancy::new(n).ok_or(Error::Malformed)?)
@@ -372,9 +638,9 @@ impl MetaRecord {
             _ => return Err(Error::Malformed),
         };
         Ok(MetaRecord {
-            addr: get_le(b, f::ADDR),
-            len: get_le(b, f::LEN),
-            rkey: get_le(b, f::RKEY) as u32,
+            addr: p.addr(),
+            len: p.region_len(),
+            rkey: p.rkey(),
             verify_icrc: flags & flags::VERIFY_ICRC != 0,
             list_heads: flags & flags::LIST_HEADS != 0,
             redundancy,
@@ -392,40 +658,40 @@ impl MetaRecord {
     /// one (never for Append, whose `redundancy` is ignored), version 1 otherwise. An Append
     /// batch above `u16::MAX` is saturated.
     pub fn emit(&self, out: &mut [u8; META_RECORD_LEN]) {
-        use field as f;
         out.fill(0);
-        out[f::MAGIC].copy_from_slice(&META_MAGIC);
+        let mut p = MetaRecordPacket::new_unchecked(&mut out[..]);
+        p.set_magic(META_MAGIC);
         match self.redundancy.filter(|_| self.kind.has_redundancy()) {
             Some(n) => {
-                out[f::VERSION] = META_VERSION;
-                out[f::REDUNDANCY] = n.get();
+                p.set_version(META_VERSION);
+                p.set_redundancy(n.get());
             }
-            None => out[f::VERSION] = META_VERSION_1,
+            None => p.set_version(META_VERSION_1),
         }
         let mut flags = if self.verify_icrc {
             flags::VERIFY_ICRC
         } else {
             0
         };
-        put_le(out, f::ADDR, self.addr);
-        put_le(out, f::LEN, self.len);
-        put_le(out, f::RKEY, self.rkey as u64);
+        p.set_addr(self.addr);
+        p.set_region_len(self.len);
+        p.set_rkey(self.rkey);
         match self.kind {
             StoreKind::KeyWrite {
                 slots,
                 slot_size,
                 hash,
             } => {
-                out[f::KIND] = kind::KEY_WRITE;
-                out[f::HASH] = hash_code(hash);
-                put_le(out, f::SLOT_SIZE, slot_size as u64);
-                put_le(out, f::COUNT, slots as u64);
+                p.set_kind(kind::KEY_WRITE);
+                p.set_hash(hash_code(hash));
+                p.set_slot_size(slot_size);
+                p.set_count(slots);
             }
             StoreKind::KeyIncrement { slots, hash } => {
-                out[f::KIND] = kind::KEY_INCREMENT;
-                out[f::HASH] = hash_code(hash);
-                put_le(out, f::SLOT_SIZE, COUNTER_LEN as u64);
-                put_le(out, f::COUNT, slots as u64);
+                p.set_kind(kind::KEY_INCREMENT);
+                p.set_hash(hash_code(hash));
+                p.set_slot_size(COUNTER_LEN);
+                p.set_count(slots);
             }
             StoreKind::Append {
                 lists,
@@ -436,25 +702,25 @@ impl MetaRecord {
                 format,
                 list_stride,
             } => {
-                out[f::KIND] = kind::APPEND;
+                p.set_kind(kind::APPEND);
                 if format == AppendFormat::Sequenced {
                     flags |= flags::APPEND_SEQUENCED;
                     if self.list_heads {
                         flags |= flags::LIST_HEADS;
                     }
                 }
-                put_le(out, f::SLOT_SIZE, entry_size as u64);
-                put_le(out, f::COUNT, capacity as u64);
-                put_le(out, f::BATCH, batch.min(u16::MAX as u32) as u64);
-                put_le(out, f::LISTS, lists as u64);
-                put_le(out, f::FIRST_LIST, first_list as u64);
-                put_le(out, f::LIST_STRIDE, list_stride);
+                p.set_slot_size(entry_size);
+                p.set_count(capacity);
+                p.set_batch(batch);
+                p.set_lists(lists);
+                p.set_first_list(first_list);
+                p.set_list_stride(list_stride);
             }
             StoreKind::Postcard { chunks, hops, hash } => {
-                out[f::KIND] = kind::POSTCARD;
-                out[f::HASH] = hash_code(hash);
-                put_le(out, f::COUNT, chunks as u64);
-                out[f::HOPS] = hops;
+                p.set_kind(kind::POSTCARD);
+                p.set_hash(hash_code(hash));
+                p.set_count(chunks);
+                p.set_hops(hops);
             }
             StoreKind::Sketch {
                 sketch_id,
@@ -466,20 +732,19 @@ impl MetaRecord {
                 epochs,
                 hash,
             } => {
-                out[f::KIND] = kind::SKETCH;
-                out[f::HASH] = sketch_hash_code(hash);
-                put_le(out, f::SLOT_SIZE, cell_width as u64);
-                put_le(out, f::COUNT, columns as u64);
-                put_le(out, f::BATCH, batch.min(u16::MAX as u32) as u64);
-                out[f::HOPS] = rows;
-                put_le(out, f::LISTS, sketch_id as u64);
-                put_le(out, f::FIRST_LIST, sketch.code() as u64);
-                put_le(out, f::LIST_STRIDE, epochs as u64);
+                p.set_kind(kind::SKETCH);
+                p.set_hash(sketch_hash_code(hash));
+                p.set_slot_size(cell_width as u32);
+                p.set_count(columns);
+                p.set_batch(batch);
+                p.set_hops(rows);
+                p.set_lists(sketch_id as u32);
+                p.set_first_list(sketch.code() as u32);
+                p.set_list_stride(epochs as u64);
             }
         }
-        out[f::FLAGS] = flags;
-        let crc = IEEE.checksum(&out[..f::CRC.start]);
-        put_le(out, f::CRC, crc as u64);
+        p.set_flags(flags);
+        p.fill_crc();
     }
 
     /// The record as bytes.
