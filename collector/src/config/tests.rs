@@ -1,4 +1,3 @@
-
 use super::validate::parse_mem_total;
 use super::*;
 

@@ -6,54 +6,43 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// `[[collector]]`: either `metadata` (static set-up) or `cm` + `ports` (RDMA_CM).
+use dta_proto::cluster::CollectorEndpoint;
+
+/// `[[collector]]`: either `metadata` (static set-up) or `cm` + `ports` (RDMA_CM), the keys of
+/// [`CollectorEndpoint`] (shared with the cluster file's `[[collector]]`), and how long to wait
+/// for its connections.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CollectorSection {
-    /// A name for logs and metrics.
-    pub name: String,
-    /// Static set-up: the JSON metadata the collector published.
-    #[serde(default)]
-    pub metadata: Option<PathBuf>,
-    /// RDMA_CM set-up: the collector RNIC's RoCEv2 address (port 4791 on real NICs).
-    #[serde(default)]
-    pub cm: Option<SocketAddrV4>,
-    /// RDMA_CM set-up: the rdma_cm ports (one per store) to connect.
-    #[serde(default)]
-    pub ports: Vec<u16>,
-    /// The collector RNIC's MAC (raw-frame backends).
-    #[serde(default)]
-    pub mac: Option<String>,
+    /// Its name and how to reach it (`name`, `metadata`, `cm`, `ports`, `mac`).
+    #[serde(flatten)]
+    pub endpoint: CollectorEndpoint,
     /// Seconds to wait for the initial RDMA_CM connections.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_secs: u64,
 }
 
-pub(super) fn default_connect_timeout() -> u64 {
+fn default_connect_timeout() -> u64 {
     10
 }
 
 impl CollectorSection {
     /// A statically set-up collector described by its published metadata file.
     pub fn with_metadata(name: &str, metadata: PathBuf) -> CollectorSection {
-        CollectorSection {
-            name: name.into(),
-            metadata: Some(metadata),
-            cm: None,
-            ports: Vec::new(),
-            mac: None,
-            connect_timeout_secs: default_connect_timeout(),
-        }
+        CollectorEndpoint::with_metadata(name, metadata).into()
     }
 
     /// A collector connected over RDMA_CM.
     pub fn with_cm(name: &str, roce: SocketAddrV4, ports: Vec<u16>) -> CollectorSection {
+        CollectorEndpoint::with_cm(name, roce, ports).into()
+    }
+}
+
+impl From<CollectorEndpoint> for CollectorSection {
+    /// The collector at `endpoint`, with the default connection timeout.
+    fn from(endpoint: CollectorEndpoint) -> CollectorSection {
         CollectorSection {
-            name: name.into(),
-            metadata: None,
-            cm: Some(roce),
-            ports,
-            mac: None,
+            endpoint,
             connect_timeout_secs: default_connect_timeout(),
         }
     }

@@ -58,7 +58,6 @@ mod int;
 mod section;
 mod validate;
 
-use collector::default_connect_timeout;
 pub use collector::{CollectorSection, RoutingSection};
 pub use datapath::{
     AppendSection, OverloadSection, PostcardSection, ReliabilitySection, ReportsSection,
@@ -178,14 +177,7 @@ impl TranslatorConfig {
         self.collectors = cluster
             .collectors
             .iter()
-            .map(|c| CollectorSection {
-                name: c.name.clone(),
-                metadata: c.metadata.clone(),
-                cm: c.cm,
-                ports: c.ports.clone(),
-                mac: c.mac.clone(),
-                connect_timeout_secs: default_connect_timeout(),
-            })
+            .map(|c| CollectorSection::from(c.endpoint.clone()))
             .collect();
         self.cluster = Some(path);
         self.cluster_map = Some(Arc::new(cluster));

@@ -1,4 +1,3 @@
-
 use super::*;
 use std::net::SocketAddrV4;
 
@@ -22,7 +21,7 @@ fn example_file_parses_and_defaults_match() {
     );
     assert_eq!(c.postcard.cache_slots, d.postcard.cache_slots);
     assert_eq!(c.postcard.redundancy, None, "the stores' N applies");
-    assert_eq!(c.collectors[0].ports, vec![1337, 1338, 1339, 1340]);
+    assert_eq!(c.collectors[0].endpoint.ports, vec![1337, 1338, 1339, 1340]);
     assert!(c.translator.roce.ip().is_loopback());
     assert_eq!(c.translator.report_steering, d.translator.report_steering);
     assert_eq!(c.translator.roce_steering, d.translator.roce_steering);
@@ -263,4 +262,15 @@ fn bad_files_get_clear_errors() {
             .redundancy,
         Some(2)
     );
+}
+
+#[test]
+fn a_collector_section_takes_only_its_keys() {
+    let base = "[[collector]]\nname = \"c\"\ncm = \"127.0.0.1:4791\"\nports = [1337]\n";
+    let c = TranslatorConfig::from_toml(&format!("{base}connect_timeout_secs = 3\n")).unwrap();
+    assert_eq!(c.collectors[0].connect_timeout_secs, 3);
+    assert_eq!(c.collectors[0].endpoint.ports, [1337]);
+    let e = TranslatorConfig::from_toml(&format!("{base}control = \"127.0.0.1:1\"\n")).unwrap_err();
+    assert!(e.contains("unknown field `control`"), "{e}");
+    assert!(TranslatorConfig::from_toml(&base.replace("127.0.0.1:4791", "x")).is_err());
 }

@@ -216,7 +216,7 @@ impl TranslatorConfig {
             );
         }
         let mut names = std::collections::HashSet::new();
-        for c in &self.collectors {
+        for c in self.collectors.iter().map(|c| &c.endpoint) {
             if !names.insert(c.name.as_str()) {
                 return Err(format!(
                     "collector {:?}: name: used twice (names must be unique)",
