@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use dta_bench::gen::{Generator, Scenario};
 use dta_bench::sender::PacedSender;
-use dta_collector::config::StoreKindConfig;
 use dta_collector::{Collector, CollectorConfig};
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::MAX_EMIT_LEN;
 use dta_translator::config::TranslatorConfig;
 use dta_translator::Translator;
@@ -54,10 +54,10 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
     let has = |k: &str| {
         c.stores.iter().any(|s| {
             matches!(
-                (&s.kind, k),
-                (StoreKindConfig::KeyWrite { .. }, "kw")
-                    | (StoreKindConfig::KeyIncrement { .. }, "ki")
-                    | (StoreKindConfig::Postcard { .. }, "pc")
+                (s.kind.layout(), k),
+                (StoreKind::KeyWrite { .. }, "kw")
+                    | (StoreKind::KeyIncrement { .. }, "ki")
+                    | (StoreKind::Postcard { .. }, "pc")
             )
         })
     };
@@ -66,8 +66,8 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
     for list in 0..2 * sc.lists {
         assert!(
             c.stores.iter().any(|s| matches!(
-                s.kind,
-                StoreKindConfig::Append { lists, first_list, .. }
+                *s.kind.layout(),
+                StoreKind::Append { lists, first_list, .. }
                     if (first_list as u64..first_list as u64 + lists as u64)
                         .contains(&(list as u64))
             )),
@@ -76,7 +76,7 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
     }
     for s in &c.stores {
         if let Some(n) = s.redundancy() {
-            if !matches!(s.kind, StoreKindConfig::Postcard { .. }) {
+            if !matches!(s.kind.layout(), StoreKind::Postcard { .. }) {
                 assert_eq!(n, sc.redundancy, "{what}: store {} and dta gen's N", s.name);
             }
         }
@@ -226,8 +226,8 @@ fn the_cluster_example_agrees_with_its_collectors_and_translators() {
         let held: Vec<(u64, u64)> = c
             .stores
             .iter()
-            .filter_map(|s| match s.kind {
-                StoreKindConfig::Append {
+            .filter_map(|s| match *s.kind.layout() {
+                StoreKind::Append {
                     first_list, lists, ..
                 } => Some((
                     u64::from(first_list),

@@ -58,7 +58,7 @@ pub use device::{
     DEFAULT_RX_COALESCE_US, DEFAULT_TAIL_CONSUMER_IDLE_SECS, FIRST_STORE_PORT, MAX_RX_COALESCE_US,
     MAX_STORE_NAME, MAX_TAIL_CONSUMER_IDLE_SECS,
 };
-pub use store::{StoreConfig, StoreKindConfig};
+pub use store::{sketch_kind, StoreConfig, StoreKindConfig};
 pub use validate::mem_total;
 
 /// The whole file.

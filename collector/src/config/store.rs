@@ -5,10 +5,13 @@
 use serde::{Deserialize, Serialize};
 
 use dta_proto::hash::HashProfile;
-use dta_proto::layout::AppendFormat;
+use dta_proto::layout::{AppendFormat, AppendLayout};
+use dta_proto::meta::StoreKind;
+use dta_proto::sketch::{record_stride, SketchHash, SketchKind, SketchShape, MAX_BATCH_BYTES};
 
 use super::{DEFAULT_KV_REDUNDANCY, FIRST_STORE_PORT, MAX_STORE_NAME};
 use crate::allow::Cidr;
+use crate::store::LIST_ALIGN;
 
 /// `[[store]]`.
 ///
@@ -25,7 +28,7 @@ pub struct StoreConfig {
     /// Source networks that may connect to this store over RDMA_CM (replaces
     /// `[collector] cm_allow` for it).
     pub cm_allow: Option<Vec<Cidr>>,
-    /// Primitive and geometry.
+    /// Primitive and layout, and the collector's settings for it.
     pub kind: StoreKindConfig,
 }
 
@@ -41,14 +44,9 @@ impl StoreConfig {
         }
     }
 
-    /// The redundancy N the store is written with (`None` for Append).
+    /// The redundancy N the store is written with (`None` for Append and Sketch).
     pub fn redundancy(&self) -> Option<u8> {
-        match self.kind {
-            StoreKindConfig::KeyWrite { redundancy, .. }
-            | StoreKindConfig::KeyIncrement { redundancy, .. }
-            | StoreKindConfig::Postcard { redundancy, .. } => Some(redundancy),
-            StoreKindConfig::Append { .. } | StoreKindConfig::Sketch { .. } => None,
-        }
+        self.kind.redundancy()
     }
 }
 
@@ -104,8 +102,9 @@ impl TryFrom<toml::Table> for StoreConfig {
         };
         let mut tagged = toml::Table::new();
         tagged.insert(kind, toml::Value::Table(t));
-        let kind = StoreKindConfig::deserialize(toml::Value::Table(tagged))
-            .map_err(|e| format!("{at}: {}", keyed(e)))?;
+        let kind = FileKind::deserialize(toml::Value::Table(tagged))
+            .map_err(|e| format!("{at}: {}", keyed(e)))?
+            .into();
         Ok(StoreConfig {
             name,
             port,
@@ -128,7 +127,7 @@ impl From<StoreConfig> for toml::Table {
         }
         // Every field of every kind is a number, a string or an array of numbers, all of
         // which TOML represents, so this conversion cannot fail.
-        if let Ok(toml::Value::Table(tagged)) = toml::Value::try_from(&s.kind) {
+        if let Ok(toml::Value::Table(tagged)) = toml::Value::try_from(FileKind::from(&s.kind)) {
             for (kind, fields) in tagged {
                 t.insert("kind".into(), kind.into());
                 if let toml::Value::Table(f) = fields {
@@ -140,10 +139,290 @@ impl From<StoreConfig> for toml::Table {
     }
 }
 
-/// Primitive-specific settings of a store (in a file: `kind` and the kind's keys).
+/// A store's primitive as the collector serves it: its layout, [`StoreKind`] (the one
+/// definition every party shares and the metadata record carries), and the collector's own
+/// settings for it.
+///
+/// A file's defaults are filled in when it is read: sketch rows, cell width and batch from the
+/// sketch kind and columns ([`sketch_kind`]), and an Append store's `list_stride` (the
+/// collector's, never a file's: one ring rounded up to [`LIST_ALIGN`] bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreKindConfig {
+    layout: StoreKind,
+    redundancy: Option<u8>,
+    epoch_secs: u64,
+    values: Vec<[u32; 2]>,
+}
+
+impl StoreKindConfig {
+    /// A store of `layout` with the file's defaults: N = 2 for Key-Write and Key-Increment, 1
+    /// for Postcarding; no counter epochs; an empty value set. An Append layout's
+    /// `list_stride` is replaced by the collector's.
+    pub fn new(layout: StoreKind) -> StoreKindConfig {
+        let redundancy = match layout {
+            StoreKind::KeyWrite { .. } | StoreKind::KeyIncrement { .. } => {
+                Some(DEFAULT_KV_REDUNDANCY)
+            }
+            StoreKind::Postcard { .. } => Some(default_postcard_n()),
+            StoreKind::Append { .. } | StoreKind::Sketch { .. } => None,
+        };
+        let layout = match layout {
+            StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                ..
+            } => StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                list_stride: list_stride(format, capacity, entry_size, batch),
+            },
+            other => other,
+        };
+        StoreKindConfig {
+            layout,
+            redundancy,
+            epoch_secs: 0,
+            values: Vec::new(),
+        }
+    }
+
+    /// With redundancy N (`redundancy`: slots, counters or copies per key); ignored by Append
+    /// and Sketch stores.
+    pub fn with_redundancy(mut self, n: u8) -> StoreKindConfig {
+        if self.layout.has_redundancy() {
+            self.redundancy = Some(n);
+        }
+        self
+    }
+
+    /// A Key-Increment store that zeroes its counters every `secs` seconds (`epoch_secs`; 0:
+    /// only on demand).
+    pub fn with_epoch_secs(mut self, secs: u64) -> StoreKindConfig {
+        self.epoch_secs = secs;
+        self
+    }
+
+    /// A Postcarding store's value set V (`values`), as inclusive ranges.
+    pub fn with_values(mut self, values: Vec<[u32; 2]>) -> StoreKindConfig {
+        self.values = values;
+        self
+    }
+
+    /// The primitive and its layout.
+    pub fn layout(&self) -> &StoreKind {
+        &self.layout
+    }
+
+    /// N (Key-Write, Key-Increment, Postcarding); `None` for Append and Sketch.
+    pub fn redundancy(&self) -> Option<u8> {
+        self.redundancy
+    }
+
+    /// Key-Increment: zero the counters every this many seconds (0 = only on demand).
+    pub fn epoch_secs(&self) -> u64 {
+        self.epoch_secs
+    }
+
+    /// Postcarding: the value set V as inclusive ranges (empty for the other kinds).
+    pub fn values(&self) -> &[[u32; 2]] {
+        &self.values
+    }
+}
+
+impl From<StoreKind> for StoreKindConfig {
+    fn from(layout: StoreKind) -> StoreKindConfig {
+        StoreKindConfig::new(layout)
+    }
+}
+
+/// An Append store's list stride: one ring of the layout rounded up to [`LIST_ALIGN`] (0 if
+/// the parameters describe no ring; validation names what is wrong).
+fn list_stride(format: AppendFormat, capacity: u32, entry_size: u32, batch: u32) -> u64 {
+    AppendLayout::new(format, capacity, entry_size, batch)
+        .map_or(0, |l| l.region_len().div_ceil(LIST_ALIGN) * LIST_ALIGN)
+}
+
+/// The Sketch-Merge layout a `[[store]] kind = "sketch"` describes, its defaults filled in:
+/// rows 4 (HyperLogLog: 1), cell width 4 (HyperLogLog: 1), and the largest power-of-two batch
+/// of columns that fits 1,024 bytes (0 if the shape is invalid; validation says why).
+#[allow(clippy::too_many_arguments)]
+pub fn sketch_kind(
+    sketch_id: u16,
+    sketch: SketchKind,
+    rows: Option<u8>,
+    columns: u32,
+    cell_width: Option<u8>,
+    batch: Option<u32>,
+    epochs: u32,
+    hash: SketchHash,
+) -> StoreKind {
+    let hll = sketch == SketchKind::HyperLogLog;
+    let rows = rows.unwrap_or(if hll { 1 } else { 4 });
+    let cell_width = cell_width.unwrap_or(if hll { 1 } else { 4 });
+    let batch =
+        batch.unwrap_or_else(
+            || match SketchShape::new(sketch, rows, columns, cell_width) {
+                Ok(shape) => {
+                    let fits = MAX_BATCH_BYTES / record_stride(shape);
+                    (1u32 << (31 - fits.max(1).leading_zeros())).min(columns)
+                }
+                Err(_) => 0,
+            },
+        );
+    StoreKind::Sketch {
+        sketch_id,
+        sketch,
+        rows,
+        columns,
+        cell_width,
+        batch,
+        epochs,
+        hash,
+    }
+}
+
+impl From<FileKind> for StoreKindConfig {
+    fn from(k: FileKind) -> StoreKindConfig {
+        match k {
+            FileKind::KeyWrite {
+                slots,
+                slot_size,
+                hash,
+                redundancy,
+            } => StoreKindConfig::new(StoreKind::KeyWrite {
+                slots,
+                slot_size,
+                hash,
+            })
+            .with_redundancy(redundancy),
+            FileKind::KeyIncrement {
+                slots,
+                hash,
+                epoch_secs,
+                redundancy,
+            } => StoreKindConfig::new(StoreKind::KeyIncrement { slots, hash })
+                .with_redundancy(redundancy)
+                .with_epoch_secs(epoch_secs),
+            FileKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+            } => StoreKindConfig::new(StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                list_stride: 0,
+            }),
+            FileKind::Postcard {
+                chunks,
+                hops,
+                hash,
+                redundancy,
+                values,
+            } => StoreKindConfig::new(StoreKind::Postcard { chunks, hops, hash })
+                .with_redundancy(redundancy)
+                .with_values(values),
+            FileKind::Sketch {
+                sketch_id,
+                sketch,
+                rows,
+                columns,
+                cell_width,
+                batch,
+                epochs,
+                hash,
+            } => StoreKindConfig::new(sketch_kind(
+                sketch_id, sketch, rows, columns, cell_width, batch, epochs, hash,
+            )),
+        }
+    }
+}
+
+impl From<&StoreKindConfig> for FileKind {
+    fn from(k: &StoreKindConfig) -> FileKind {
+        let n = k.redundancy.unwrap_or(DEFAULT_KV_REDUNDANCY);
+        match k.layout {
+            StoreKind::KeyWrite {
+                slots,
+                slot_size,
+                hash,
+            } => FileKind::KeyWrite {
+                slots,
+                slot_size,
+                hash,
+                redundancy: n,
+            },
+            StoreKind::KeyIncrement { slots, hash } => FileKind::KeyIncrement {
+                slots,
+                hash,
+                epoch_secs: k.epoch_secs,
+                redundancy: n,
+            },
+            StoreKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+                ..
+            } => FileKind::Append {
+                lists,
+                first_list,
+                capacity,
+                entry_size,
+                batch,
+                format,
+            },
+            StoreKind::Postcard { chunks, hops, hash } => FileKind::Postcard {
+                chunks,
+                hops,
+                hash,
+                redundancy: k.redundancy.unwrap_or(default_postcard_n()),
+                values: k.values.clone(),
+            },
+            StoreKind::Sketch {
+                sketch_id,
+                sketch,
+                rows,
+                columns,
+                cell_width,
+                batch,
+                epochs,
+                hash,
+            } => FileKind::Sketch {
+                sketch_id,
+                sketch,
+                rows: Some(rows),
+                columns,
+                cell_width: Some(cell_width),
+                batch: Some(batch),
+                epochs,
+                hash,
+            },
+        }
+    }
+}
+
+/// A `[[store]]`'s `kind` and the kind's keys as the file spells them, with their defaults: read
+/// into a [`StoreKindConfig`] (and written back from one), never used past the file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum StoreKindConfig {
+enum FileKind {
     /// Key-Write.
     KeyWrite {
         /// Slots (a power of two).

@@ -1,5 +1,6 @@
 use super::validate::parse_mem_total;
 use super::*;
+use dta_proto::meta::StoreKind;
 
 const ALL: &str = r#"
 [collector]
@@ -36,16 +37,16 @@ fn parses_every_store_kind() {
     let c = CollectorConfig::from_toml(ALL).unwrap();
     assert_eq!(c.stores.len(), 4);
     assert!(matches!(
-        c.stores[0].kind,
-        StoreKindConfig::KeyWrite { slot_size: 32, .. }
+        *c.stores[0].kind.layout(),
+        StoreKind::KeyWrite { slot_size: 32, .. }
     ));
     assert!(matches!(
-        c.stores[1].kind,
-        StoreKindConfig::KeyIncrement { epoch_secs: 60, .. }
+        (c.stores[1].kind.layout(), c.stores[1].kind.epoch_secs()),
+        (StoreKind::KeyIncrement { .. }, 60)
     ));
-    match &c.stores[3].kind {
-        StoreKindConfig::Postcard { values, hops, .. } => {
-            assert_eq!((values.len(), *hops), (2, 5))
+    match c.stores[3].kind.layout() {
+        StoreKind::Postcard { hops, .. } => {
+            assert_eq!((c.stores[3].kind.values().len(), *hops), (2, 5))
         }
         k => panic!("{k:?}"),
     }

@@ -3,6 +3,7 @@
 //! directory). Checks only: nothing here fills in a default.
 
 use dta_proto::hash::{HashProfile, MAX_REDUNDANCY};
+use dta_proto::meta::StoreKind;
 
 use super::store::check_store_name;
 use super::*;
@@ -155,11 +156,11 @@ impl CollectorConfig {
                 ));
             }
             self.check_store_kind(s, &at)?;
-            if let StoreKindConfig::Append {
+            if let StoreKind::Append {
                 lists: n,
                 first_list,
                 ..
-            } = s.kind
+            } = *s.kind.layout()
             {
                 let (lo, hi) = (first_list as u64, first_list as u64 + n as u64);
                 if let Some((l2, h2, other)) = lists.iter().find(|(l2, h2, _)| lo < *h2 && *l2 < hi)
@@ -198,12 +199,10 @@ impl CollectorConfig {
                 ))
             }
         };
-        match &s.kind {
-            StoreKindConfig::KeyWrite {
-                slots,
-                slot_size,
-                redundancy: n,
-                ..
+        let n = s.kind.redundancy().unwrap_or(0);
+        match s.kind.layout() {
+            StoreKind::KeyWrite {
+                slots, slot_size, ..
             } => {
                 pow2("slots", *slots)?;
                 if ![8, 16, 32, 64].contains(slot_size) {
@@ -211,24 +210,19 @@ impl CollectorConfig {
                         "{at}: slot_size: must be 8, 16, 32 or 64, not {slot_size}"
                     ));
                 }
-                redundancy(*n)?;
+                redundancy(n)?;
             }
-            StoreKindConfig::KeyIncrement {
-                slots,
-                epoch_secs,
-                redundancy: n,
-                ..
-            } => {
+            StoreKind::KeyIncrement { slots, .. } => {
                 pow2("slots", *slots)?;
-                if *epoch_secs > u32::MAX as u64 {
+                if s.kind.epoch_secs() > u32::MAX as u64 {
                     return Err(format!(
                         "{at}: epoch_secs: at most {} (0: reset only on demand)",
                         u32::MAX
                     ));
                 }
-                redundancy(*n)?;
+                redundancy(n)?;
             }
-            StoreKindConfig::Append {
+            StoreKind::Append {
                 lists,
                 first_list,
                 capacity,
@@ -260,13 +254,7 @@ impl CollectorConfig {
                     ));
                 }
             }
-            StoreKindConfig::Postcard {
-                chunks,
-                hops,
-                hash,
-                redundancy: n,
-                values,
-            } => {
+            StoreKind::Postcard { chunks, hops, hash } => {
                 pow2("chunks", *chunks)?;
                 if !(1..=dta_proto::hash::MAX_HOPS).contains(&(*hops as usize)) {
                     return Err(format!("{at}: hops: must be 1..=16, not {hops}"));
@@ -276,11 +264,11 @@ impl CollectorConfig {
                         "{at}: hops: the reference hash profile needs 5, not {hops}"
                     ));
                 }
-                redundancy(*n)?;
-                crate::query::postcard::ValueSet::new(values, *hash)
+                redundancy(n)?;
+                crate::query::postcard::ValueSet::new(s.kind.values(), *hash)
                     .map_err(|e| format!("{at}: values: {e}"))?;
             }
-            StoreKindConfig::Sketch {
+            StoreKind::Sketch {
                 sketch_id,
                 sketch,
                 epochs,
@@ -288,7 +276,7 @@ impl CollectorConfig {
             } => {
                 if let Some(other) = self.stores.iter().find(|o| {
                     o.name != s.name
-                        && matches!(o.kind, StoreKindConfig::Sketch { sketch_id: id, .. } if id == *sketch_id)
+                        && matches!(*o.kind.layout(), StoreKind::Sketch { sketch_id: id, .. } if id == *sketch_id)
                 }) {
                     return Err(format!(
                         "{at}: sketch_id: {sketch_id} is already served by store {:?}",
@@ -298,7 +286,7 @@ impl CollectorConfig {
                 if !(1..=dta_proto::sketch::MAX_EPOCHS).contains(epochs) {
                     return Err(format!("{at}: epochs: must be 1..=16, not {epochs}"));
                 }
-                crate::store::sketch_shape(s.kind.clone())
+                crate::store::sketch_shape(s.kind.layout())
                     .map_err(|e| format!("{at}: {e} ({} sketch)", sketch.name()))?;
             }
         }
