@@ -159,7 +159,11 @@ fn padded_eq(got: &[u8], want: &[u8]) -> bool {
 /// newest epoch (or `epoch`) assigns the key to, unless `owner_check` is false.
 pub fn verify(c: &ClusterClient, truth: &Truth, epoch: Option<u32>) -> Result<Verdict, String> {
     let cl = c.cluster();
-    let names: Vec<String> = cl.collectors.iter().map(|x| x.name.clone()).collect();
+    let names: Vec<String> = cl
+        .collectors
+        .iter()
+        .map(|x| x.endpoint.name.clone())
+        .collect();
     let mut v = Verdict {
         per_collector: names.iter().map(|n| (n.clone(), 0, 0, 0, 0)).collect(),
         ..Verdict::default()

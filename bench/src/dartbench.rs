@@ -26,6 +26,7 @@ use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKi
 use dta_collector::query::keywrite::{KeyWriteAnswer, Vote};
 use dta_collector::Collector;
 use dta_proto::hash::HashProfile;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile};
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
@@ -87,12 +88,12 @@ fn collector() -> Result<(Collector, SocketAddrV4), String> {
             name: "paths".into(),
             port: Some(PORT),
             cm_allow: None,
-            kind: StoreKindConfig::KeyWrite {
+            kind: StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: SLOTS,
                 slot_size: 32,
                 hash: HashProfile::Independent,
-                redundancy: 2,
-            },
+            })
+            .with_redundancy(2),
         }],
         export: Default::default(),
         pull: None,

@@ -25,6 +25,7 @@ use dta_collector::Collector;
 use dta_proto::analysis::keywrite_p_empty;
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::Profile;
 use dta_proto::Key;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
@@ -155,25 +156,26 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
                 name: kw_store().into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::KeyWrite {
+                kind: StoreKindConfig::new(StoreKind::KeyWrite {
                     slots: 1 << opts.slots_log2,
                     slot_size: 32,
                     hash: HashProfile::Independent,
-                    redundancy: opts.redundancy,
-                },
+                })
+                .with_redundancy(opts.redundancy),
             },
             StoreConfig {
                 name: "losses".into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::Append {
+                kind: StoreKindConfig::new(StoreKind::Append {
                     lists: opts.lists,
                     first_list: 0,
                     capacity: opts.capacity,
                     entry_size: 20,
                     batch: opts.batch,
                     format: AppendFormat::Sequenced,
-                },
+                    list_stride: 0,
+                }),
             },
         ],
         export: Default::default(),

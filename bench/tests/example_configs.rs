@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use dta_bench::gen::{Generator, Scenario};
 use dta_bench::sender::PacedSender;
-use dta_collector::config::StoreKindConfig;
 use dta_collector::{Collector, CollectorConfig};
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::MAX_EMIT_LEN;
 use dta_translator::config::TranslatorConfig;
 use dta_translator::Translator;
@@ -36,7 +36,7 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
     assert_eq!(t.collectors.len(), 1, "{what}");
     let tc = &t.collectors[0];
     assert_eq!(
-        tc.cm,
+        tc.endpoint.cm,
         Some(c.collector.roce),
         "{what}: cm is the collector's roce"
     );
@@ -44,7 +44,7 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
         .map(|i| c.stores[i].cm_port(i).unwrap())
         .collect();
     ports.sort_unstable();
-    let mut want = tc.ports.clone();
+    let mut want = tc.endpoint.ports.clone();
     want.sort_unstable();
     assert_eq!(
         want, ports,
@@ -54,10 +54,10 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
     let has = |k: &str| {
         c.stores.iter().any(|s| {
             matches!(
-                (&s.kind, k),
-                (StoreKindConfig::KeyWrite { .. }, "kw")
-                    | (StoreKindConfig::KeyIncrement { .. }, "ki")
-                    | (StoreKindConfig::Postcard { .. }, "pc")
+                (s.kind.layout(), k),
+                (StoreKind::KeyWrite { .. }, "kw")
+                    | (StoreKind::KeyIncrement { .. }, "ki")
+                    | (StoreKind::Postcard { .. }, "pc")
             )
         })
     };
@@ -66,8 +66,8 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
     for list in 0..2 * sc.lists {
         assert!(
             c.stores.iter().any(|s| matches!(
-                s.kind,
-                StoreKindConfig::Append { lists, first_list, .. }
+                *s.kind.layout(),
+                StoreKind::Append { lists, first_list, .. }
                     if (first_list as u64..first_list as u64 + lists as u64)
                         .contains(&(list as u64))
             )),
@@ -76,7 +76,7 @@ fn check_pair(c: &CollectorConfig, t: &TranslatorConfig, what: &str) {
     }
     for s in &c.stores {
         if let Some(n) = s.redundancy() {
-            if !matches!(s.kind, StoreKindConfig::Postcard { .. }) {
+            if !matches!(s.kind.layout(), StoreKind::Postcard { .. }) {
                 assert_eq!(n, sc.redundancy, "{what}: store {} and dta gen's N", s.name);
             }
         }
@@ -112,7 +112,7 @@ fn the_one_host_example_pair_takes_the_whole_default_mix() {
     ccfg.collector.metadata_file = None;
     tcfg.translator.listen = SocketAddrV4::new(lo, 0);
     tcfg.translator.roce = SocketAddrV4::new(lo, 0);
-    tcfg.collectors[0].cm = Some(roce);
+    tcfg.collectors[0].endpoint.cm = Some(roce);
     let collector = Collector::start(ccfg).expect("the example collector starts");
     let translator = Translator::start(tcfg).expect("the example translator connects");
 
@@ -177,16 +177,23 @@ fn the_cluster_example_agrees_with_its_collectors_and_translators() {
     for t in ["translator-1", "translator-2"] {
         let cfg = TranslatorConfig::load(&repo(&format!("examples/cluster/{t}.toml")))
             .unwrap_or_else(|e| panic!("{t}: {e}"));
-        let names: Vec<&str> = cfg.collectors.iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = cfg
+            .collectors
+            .iter()
+            .map(|c| c.endpoint.name.as_str())
+            .collect();
         assert_eq!(names, ["c1", "c2", "c3"], "{t}: the cluster's collectors");
         assert!(cfg.cluster_map.is_some(), "{t}");
     }
     let p = cluster.newest();
     for (i, cc) in cluster.collectors.iter().enumerate() {
-        let c = CollectorConfig::load(&repo(&format!("examples/cluster/{}.toml", cc.name)))
-            .unwrap_or_else(|e| panic!("{}: {e}", cc.name));
-        let what = &cc.name;
-        assert_eq!(cc.cm, Some(c.collector.roce), "{what}: cm");
+        let c = CollectorConfig::load(&repo(&format!(
+            "examples/cluster/{}.toml",
+            cc.endpoint.name
+        )))
+        .unwrap_or_else(|e| panic!("{}: {e}", cc.endpoint.name));
+        let what = &cc.endpoint.name;
+        assert_eq!(cc.endpoint.cm, Some(c.collector.roce), "{what}: cm");
         assert_eq!(
             cc.control.as_deref(),
             c.collector.control.map(|a| a.to_string()).as_deref(),
@@ -196,7 +203,7 @@ fn the_cluster_example_agrees_with_its_collectors_and_translators() {
             .map(|j| c.stores[j].cm_port(j).unwrap())
             .collect();
         ports.sort_unstable();
-        assert_eq!(ports, cc.ports, "{what}: ports");
+        assert_eq!(ports, cc.endpoint.ports, "{what}: ports");
         for name in [
             &cluster.stores.keywrite,
             &cluster.stores.keyincrement,
@@ -219,8 +226,8 @@ fn the_cluster_example_agrees_with_its_collectors_and_translators() {
         let held: Vec<(u64, u64)> = c
             .stores
             .iter()
-            .filter_map(|s| match s.kind {
-                StoreKindConfig::Append {
+            .filter_map(|s| match *s.kind.layout() {
+                StoreKind::Append {
                     first_list, lists, ..
                 } => Some((
                     u64::from(first_list),

@@ -173,7 +173,7 @@ impl ClusterClient {
         self.endpoints[c].as_ref().ok_or_else(|| {
             format!(
                 "collector {:?} has no `control` address in the cluster file",
-                self.cluster.collectors[c].name
+                self.cluster.collectors[c].endpoint.name
             )
         })
     }
@@ -245,7 +245,7 @@ impl ClusterClient {
         keys: &[Asked],
     ) -> Result<Vec<Value>, String> {
         let ep = self.endpoint(c)?;
-        let name = &self.cluster.collectors[c].name;
+        let name = &self.cluster.collectors[c].endpoint.name;
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(MAX_BULK_KEYS) {
             let body: String = chunk.iter().map(|(_, k)| format!("{k}\n")).collect();
@@ -323,7 +323,7 @@ impl ClusterClient {
             for (c, r) in results.into_iter().enumerate() {
                 let Some(r) = r else { continue };
                 let lines = r?;
-                let name = &self.cluster.collectors[c].name;
+                let name = &self.cluster.collectors[c].endpoint.name;
                 for ((i, _), mut v) in work[c].iter().zip(lines) {
                     if let Some(o) = v.as_object_mut() {
                         o.insert("collector".into(), name.clone().into());
@@ -386,7 +386,7 @@ impl ClusterClient {
         let results = self.fan_out(work, |c, _| {
             let path = format!("/tail/{store}/{list}{params}");
             let r = self.endpoint(c)?.request("GET", &path)?;
-            let name = &self.cluster.collectors[c].name;
+            let name = &self.cluster.collectors[c].endpoint.name;
             if r.status != 200 {
                 return Err(format!(
                     "collector {name:?}: GET {path}: {} {}",
@@ -481,7 +481,7 @@ impl ClusterClient {
                 Some(Err(e)) => json!({ "error": e }),
                 None => json!({ "error": "no control address" }),
             };
-            o.insert(self.cluster.collectors[c].name.clone(), v);
+            o.insert(self.cluster.collectors[c].endpoint.name.clone(), v);
         }
         Value::Object(o)
     }
@@ -562,7 +562,7 @@ impl Reply {
 /// The cluster's partitioning as JSON (`GET /cluster`, `dta-collector cluster check`): what
 /// the P4 control plane and operators read.
 pub fn describe(c: &Cluster) -> Value {
-    let name = |i: usize| c.collectors[i].name.clone();
+    let name = |i: usize| c.collectors[i].endpoint.name.clone();
     json!({
         "name": c.name,
         "epoch": c.epoch,
@@ -573,11 +573,11 @@ pub fn describe(c: &Cluster) -> Value {
             "postcard": c.stores.postcard,
         },
         "collectors": c.collectors.iter().map(|x| json!({
-            "name": x.name,
+            "name": x.endpoint.name,
             "control": x.control,
-            "cm": x.cm.map(|a| a.to_string()),
-            "ports": x.ports,
-            "metadata": x.metadata,
+            "cm": x.endpoint.cm.map(|a| a.to_string()),
+            "ports": x.endpoint.ports,
+            "metadata": x.endpoint.metadata,
         })).collect::<Vec<_>>(),
         "epochs": c.epochs.iter().map(|p| json!({
             "number": p.number,
@@ -763,7 +763,7 @@ fn render_metrics(c: &ClusterClient, started: Instant) -> String {
         .cluster
         .collectors
         .iter()
-        .map(|x| x.name.as_str())
+        .map(|x| x.endpoint.name.as_str())
         .collect();
     let mut w = PromWriter::new();
     w.single(

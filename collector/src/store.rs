@@ -6,7 +6,7 @@ use dta_proto::geometry::{AppendGeometry, StoreGeometry};
 use dta_proto::layout::AppendLayout;
 use dta_proto::meta::{Redundancy, StoreKind, StoreMeta};
 
-use crate::config::{CollectorConfig, StoreConfig, StoreKindConfig};
+use crate::config::{CollectorConfig, StoreConfig};
 use crate::memory::Region;
 use crate::query::append::{ListReader, Start};
 use crate::query::counter::{CounterView, Epochs};
@@ -42,74 +42,34 @@ pub struct Store {
 /// [`StoreGeometry::of_kind`], the derivation the translator and the queries use too).
 pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
     let bad = |what: &str| format!("store {:?}: {what}", cfg.name);
-    let (kind, hint) = match &cfg.kind {
-        StoreKindConfig::KeyWrite {
-            slots,
-            slot_size,
-            hash,
-            ..
-        } => (
-            StoreKind::KeyWrite {
-                slots: *slots,
-                slot_size: *slot_size,
-                hash: *hash,
-            },
-            "slots must be a power of two and slot_size one of 8, 16, 32, 64",
-        ),
-        StoreKindConfig::KeyIncrement { slots, hash, .. } => (
-            StoreKind::KeyIncrement {
-                slots: *slots,
-                hash: *hash,
-            },
-            "slots must be a power of two",
-        ),
-        StoreKindConfig::Append {
-            lists,
-            first_list,
+    let kind = cfg.kind.layout().clone();
+    let hint = match &kind {
+        StoreKind::KeyWrite { .. } => {
+            "slots must be a power of two and slot_size one of 8, 16, 32, 64"
+        }
+        StoreKind::KeyIncrement { .. } => "slots must be a power of two",
+        StoreKind::Append {
             capacity,
             entry_size,
             batch,
             format,
-        } => {
-            let hint = "capacity must be a positive multiple of batch (1..=16), entry_size 1..=32, lists at least 1";
-            let l = AppendLayout::new(*format, *capacity, *entry_size, *batch)
-                .map_err(|e| bad(&format!("{hint}: {e}")))?;
-            (
-                StoreKind::Append {
-                    lists: *lists,
-                    first_list: *first_list,
-                    capacity: *capacity,
-                    entry_size: *entry_size,
-                    batch: *batch,
-                    format: *format,
-                    list_stride: l.region_len().div_ceil(LIST_ALIGN) * LIST_ALIGN,
-                },
-                hint,
-            )
-        }
-        StoreKindConfig::Postcard {
-            chunks,
-            hops,
-            hash,
-            values,
             ..
         } => {
-            ValueSet::new(values, *hash).map_err(|e| bad(&e))?;
-            (
-                StoreKind::Postcard {
-                    chunks: *chunks,
-                    hops: *hops,
-                    hash: *hash,
-                },
-                "chunks must be a power of two and hops 1..=16 (5 with the reference hash profile)",
-            )
+            let hint = "capacity must be a positive multiple of batch (1..=16), entry_size 1..=32, lists at least 1";
+            AppendLayout::new(*format, *capacity, *entry_size, *batch)
+                .map_err(|e| bad(&format!("{hint}: {e}")))?;
+            hint
         }
-        StoreKindConfig::Sketch { .. } => (
-            sketch_shape(cfg.kind.clone()).map_err(|e| bad(&e))?,
+        StoreKind::Postcard { hash, .. } => {
+            ValueSet::new(cfg.kind.values(), *hash).map_err(|e| bad(&e))?;
+            "chunks must be a power of two and hops 1..=16 (5 with the reference hash profile)"
+        }
+        StoreKind::Sketch { .. } => {
+            sketch_shape(&kind).map_err(|e| bad(&e))?;
             "rows 1..=8 (HyperLogLog: 1), columns a power of two (HyperLogLog: 16..=65536), \
              cell_width 4 (HyperLogLog: 1), batch a power of two with batch × column record ≤ \
-             1024 bytes, epochs 1..=16",
-        ),
+             1024 bytes, epochs 1..=16"
+        }
     };
     let g = StoreGeometry::of_kind(&kind).map_err(|e| bad(&format!("{hint}: {e}")))?;
     let len = match (&g, &kind) {
@@ -123,27 +83,21 @@ pub fn layout_of(cfg: &StoreConfig) -> Result<(StoreKind, u64), String> {
     Ok((kind, len))
 }
 
-/// The store kind a `[[store]] kind = "sketch"` configuration describes, its defaults filled
-/// in (rows 4 / 1, cell width 4 / 1, the largest batch that fits 1,024 bytes), or what is
-/// wrong with it.
-pub fn sketch_shape(kind: StoreKindConfig) -> Result<StoreKind, String> {
-    use dta_proto::sketch::{record_stride, SketchKind, SketchShape, MAX_BATCH_BYTES};
-    let StoreKindConfig::Sketch {
-        sketch_id,
+/// Checks a Sketch-Merge layout (its file defaults filled in by
+/// [`crate::config::sketch_kind`]): the shape, then the batch. Not a sketch: an error.
+pub fn sketch_shape(kind: &StoreKind) -> Result<(), String> {
+    use dta_proto::sketch::{record_stride, SketchShape, MAX_BATCH_BYTES};
+    let StoreKind::Sketch {
         sketch,
         rows,
         columns,
         cell_width,
         batch,
-        epochs,
-        hash,
-    } = kind
+        ..
+    } = *kind
     else {
         return Err("not a sketch store".into());
     };
-    let hll = sketch == SketchKind::HyperLogLog;
-    let rows = rows.unwrap_or(if hll { 1 } else { 4 });
-    let cell_width = cell_width.unwrap_or(if hll { 1 } else { 4 });
     let shape = SketchShape::new(sketch, rows, columns, cell_width).map_err(|e| {
         format!(
             "rows {rows}, columns {columns}, cell_width {cell_width}: {e} (rows 1..=8, 1 for \
@@ -152,27 +106,13 @@ pub fn sketch_shape(kind: StoreKindConfig) -> Result<StoreKind, String> {
         )
     })?;
     let stride = record_stride(shape);
-    let fits = MAX_BATCH_BYTES / stride;
-    let batch = match batch {
-        Some(b) => b,
-        None => (1u32 << (31 - fits.max(1).leading_zeros())).min(columns),
-    };
     if !batch.is_power_of_two() || batch * stride > MAX_BATCH_BYTES || batch > columns {
         return Err(format!(
             "batch: {batch} columns of {stride} bytes: must be a power of two, at most the \
              columns and at most {MAX_BATCH_BYTES} bytes per WRITE"
         ));
     }
-    Ok(StoreKind::Sketch {
-        sketch_id,
-        sketch,
-        rows,
-        columns,
-        cell_width,
-        batch,
-        epochs,
-        hash,
-    })
+    Ok(())
 }
 
 impl Store {
@@ -366,9 +306,9 @@ pub fn build_stores_with(
                 .write(0, &layout.encode_header(*sketch_id))
                 .map_err(|_| format!("store {:?}: region too short", sc.name))?;
         }
-        let (epoch_secs, values) = match &sc.kind {
-            StoreKindConfig::KeyIncrement { epoch_secs, .. } => (*epoch_secs, ValueSet::default()),
-            StoreKindConfig::Postcard { values, hash, .. } => (0, ValueSet::new(values, *hash)?),
+        let (epoch_secs, values) = match *sc.kind.layout() {
+            StoreKind::KeyIncrement { .. } => (sc.kind.epoch_secs(), ValueSet::default()),
+            StoreKind::Postcard { hash, .. } => (0, ValueSet::new(sc.kind.values(), hash)?),
             _ => (0, ValueSet::default()),
         };
         stores.push(Store {

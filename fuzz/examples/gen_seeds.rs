@@ -15,6 +15,7 @@ use dta_proto::wire::nack::NackRepr;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::wire::roce::L2L4_LEN;
 use dta_proto::{Key, Value};
+use dta_proto::meta::StoreKind;
 use dta_translator::control::cm::CmInitiator;
 
 fn put(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
@@ -98,12 +99,7 @@ fn main() {
             name: "kw".into(),
             port: None,
             cm_allow: None,
-            kind: dta_collector::config::StoreKindConfig::KeyWrite {
-                slots: 64,
-                slot_size: 8,
-                hash: Default::default(),
-                redundancy: 2,
-            },
+            kind: dta_collector::config::StoreKindConfig::new(StoreKind::KeyWrite { slots: 64, slot_size: 8, hash: Default::default() }).with_redundancy(2),
         }],
         Default::default(),
     );

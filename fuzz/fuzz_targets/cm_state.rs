@@ -23,6 +23,7 @@ use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::mad::{CmMessage, MadHeaderRepr, MAD_LEN};
 use dta_proto::wire::metarec::MetaRecord;
 use dta_proto::wire::roce::{parse_frame, RoceEndpoint, L2L4_LEN};
+use dta_proto::meta::StoreKind;
 use dta_tests::harness::{Harness, HarnessOptions};
 use dta_translator::control::cm::CmInitiator;
 use libfuzzer_sys::fuzz_target;
@@ -41,23 +42,13 @@ fn records() -> &'static [[u8; 64]; 2] {
                     name: "kw".into(),
                     port: None,
                     cm_allow: None,
-                    kind: StoreKindConfig::KeyWrite {
-                        slots: 64,
-                        slot_size: 8,
-                        hash: HashProfile::Independent,
-                        redundancy: 2,
-                    },
+                    kind: StoreKindConfig::new(StoreKind::KeyWrite { slots: 64, slot_size: 8, hash: HashProfile::Independent }).with_redundancy(2),
                 },
                 StoreConfig {
                     name: "ki".into(),
                     port: None,
                     cm_allow: None,
-                    kind: StoreKindConfig::KeyIncrement {
-                        slots: 64,
-                        hash: HashProfile::Independent,
-                        epoch_secs: 0,
-                        redundancy: 2,
-                    },
+                    kind: StoreKindConfig::new(StoreKind::KeyIncrement { slots: 64, hash: HashProfile::Independent }).with_redundancy(2),
                 },
             ],
             HarnessOptions::default(),

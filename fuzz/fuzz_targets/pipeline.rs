@@ -25,6 +25,7 @@ use dta_proto::wire::report::{
 };
 use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
 use dta_proto::{Key, Value};
+use dta_proto::meta::StoreKind;
 use dta_translator::datapath::pipeline::{
     CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
 };
@@ -42,42 +43,19 @@ fn stores() -> Vec<StoreConfig> {
     vec![
         s(
             "kw",
-            StoreKindConfig::KeyWrite {
-                slots: 64,
-                slot_size: 8,
-                hash: HashProfile::Independent,
-                redundancy: 2,
-            },
+            StoreKindConfig::new(StoreKind::KeyWrite { slots: 64, slot_size: 8, hash: HashProfile::Independent }).with_redundancy(2),
         ),
         s(
             "ki",
-            StoreKindConfig::KeyIncrement {
-                slots: 64,
-                hash: HashProfile::Independent,
-                epoch_secs: 0,
-                redundancy: 2,
-            },
+            StoreKindConfig::new(StoreKind::KeyIncrement { slots: 64, hash: HashProfile::Independent }).with_redundancy(2),
         ),
         s(
             "ap",
-            StoreKindConfig::Append {
-                lists: 2,
-                first_list: 0,
-                capacity: 16,
-                entry_size: 4,
-                batch: 4,
-                format: AppendFormat::Sequenced,
-            },
+            StoreKindConfig::new(StoreKind::Append { lists: 2, first_list: 0, capacity: 16, entry_size: 4, batch: 4, format: AppendFormat::Sequenced, list_stride: 0 }),
         ),
         s(
             "pc",
-            StoreKindConfig::Postcard {
-                chunks: 16,
-                hops: 5,
-                hash: HashProfile::Independent,
-                redundancy: 1,
-                values: vec![],
-            },
+            StoreKindConfig::new(StoreKind::Postcard { chunks: 16, hops: 5, hash: HashProfile::Independent }).with_redundancy(1),
         ),
     ]
 }

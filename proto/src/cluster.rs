@@ -23,7 +23,7 @@
 use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::crc::IEEE;
 
@@ -54,27 +54,65 @@ pub struct StoreNames {
     pub postcard: Option<String>,
 }
 
-/// One collector of the cluster (`[[collector]]`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterCollector {
+/// How a writer reaches one collector: its name and either its published metadata (static
+/// set-up) or its RoCEv2 address and stores' rdma_cm ports (RDMA_CM).
+///
+/// The one definition of these keys: a cluster file's `[[collector]]` ([`ClusterCollector`])
+/// and a translator's own `[[collector]]` (`dta_translator::config::CollectorSection`) each
+/// flatten it into their table and add their own keys. Which combinations are valid is
+/// checked by the file that holds it (each names the collector at fault).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectorEndpoint {
     /// Its name in logs, metrics and partitions.
     pub name: String,
-    /// Its control API (`ip:port`), which query clients ask.
-    #[serde(default)]
-    pub control: Option<String>,
     /// Static set-up: the metadata JSON it publishes (`[collector] metadata_file`).
     #[serde(default)]
     pub metadata: Option<PathBuf>,
-    /// RDMA_CM set-up: its RoCEv2 address.
+    /// RDMA_CM set-up: its RoCEv2 address (port 4791 on real NICs).
     #[serde(default)]
     pub cm: Option<SocketAddrV4>,
-    /// RDMA_CM set-up: its stores' rdma_cm ports.
+    /// RDMA_CM set-up: its stores' rdma_cm ports (one per store to write to).
     #[serde(default)]
     pub ports: Vec<u16>,
     /// Its RNIC's MAC (raw-frame translator backends).
     #[serde(default)]
     pub mac: Option<String>,
+}
+
+impl CollectorEndpoint {
+    /// A statically set-up collector described by its published metadata file.
+    pub fn with_metadata(name: &str, metadata: PathBuf) -> CollectorEndpoint {
+        CollectorEndpoint {
+            name: name.into(),
+            metadata: Some(metadata),
+            cm: None,
+            ports: Vec::new(),
+            mac: None,
+        }
+    }
+
+    /// A collector connected over RDMA_CM.
+    pub fn with_cm(name: &str, roce: SocketAddrV4, ports: Vec<u16>) -> CollectorEndpoint {
+        CollectorEndpoint {
+            name: name.into(),
+            metadata: None,
+            cm: Some(roce),
+            ports,
+            mac: None,
+        }
+    }
+}
+
+/// One collector of the cluster (`[[collector]]`): where it is, and its control API.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterCollector {
+    /// Its name and how writers reach it.
+    #[serde(flatten)]
+    pub endpoint: CollectorEndpoint,
+    /// Its control API (`ip:port`), which query clients ask.
+    #[serde(default)]
+    pub control: Option<String>,
 }
 
 /// A range of Append list IDs owned by one collector.
@@ -238,29 +276,32 @@ impl Cluster {
             return Err("no [[collector]]: a cluster needs at least one collector".into());
         }
         for (i, c) in raw.collectors.iter().enumerate() {
-            if c.name.is_empty() {
+            if c.endpoint.name.is_empty() {
                 return Err(format!("collector #{}: name: must not be empty", i + 1));
             }
-            if raw.collectors[..i].iter().any(|o| o.name == c.name) {
+            if raw.collectors[..i]
+                .iter()
+                .any(|o| o.endpoint.name == c.endpoint.name)
+            {
                 return Err(format!(
                     "collector {:?}: name: used twice (names must be unique)",
-                    c.name
+                    c.endpoint.name
                 ));
             }
-            match (&c.metadata, &c.cm) {
-                (Some(_), None) if c.ports.is_empty() => {}
-                (None, Some(_)) if !c.ports.is_empty() => {}
+            match (&c.endpoint.metadata, &c.endpoint.cm) {
+                (Some(_), None) if c.endpoint.ports.is_empty() => {}
+                (None, Some(_)) if !c.endpoint.ports.is_empty() => {}
                 (None, Some(_)) => {
                     return Err(format!(
                         "collector {:?}: `cm` needs `ports` (the stores' rdma_cm ports)",
-                        c.name
+                        c.endpoint.name
                     ))
                 }
                 _ => {
                     return Err(format!(
                         "collector {:?}: give exactly one of `metadata` (static set-up) or \
                          `cm` with `ports` (RDMA_CM)",
-                        c.name
+                        c.endpoint.name
                     ))
                 }
             }
@@ -268,7 +309,7 @@ impl Cluster {
                 if !a.contains(':') {
                     return Err(format!(
                         "collector {:?}: control: {a:?} is not ip:port",
-                        c.name
+                        c.endpoint.name
                     ));
                 }
             }
@@ -278,10 +319,13 @@ impl Cluster {
         }
         let names = &raw.collectors;
         let index = |what: &str, n: &str| -> Result<usize, String> {
-            names.iter().position(|c| c.name == n).ok_or_else(|| {
-                let known: Vec<&str> = names.iter().map(|c| c.name.as_str()).collect();
-                format!("{what}: unknown collector {n:?} (the [[collector]]s are {known:?})")
-            })
+            names
+                .iter()
+                .position(|c| c.endpoint.name == n)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = names.iter().map(|c| c.endpoint.name.as_str()).collect();
+                    format!("{what}: unknown collector {n:?} (the [[collector]]s are {known:?})")
+                })
         };
         let keyed = raw.stores.keywrite.is_some()
             || raw.stores.keyincrement.is_some()
@@ -356,10 +400,10 @@ impl Cluster {
                         "{at}: lists {}..{} ({}) and {}..{} ({}) overlap: each list has one owner",
                         w[0].first,
                         w[0].end,
-                        names[w[0].collector].name,
+                        names[w[0].collector].endpoint.name,
                         w[1].first,
                         w[1].end,
-                        names[w[1].collector].name
+                        names[w[1].collector].endpoint.name
                     ));
                 }
             }
@@ -416,9 +460,9 @@ impl Cluster {
     /// Makes relative `metadata` paths relative to `base` (the cluster file's folder).
     pub fn resolve_paths(&mut self, base: &Path) {
         for c in &mut self.collectors {
-            if let Some(m) = &c.metadata {
+            if let Some(m) = &c.endpoint.metadata {
                 if m.is_relative() {
-                    c.metadata = Some(base.join(m));
+                    c.endpoint.metadata = Some(base.join(m));
                 }
             }
         }
@@ -453,7 +497,7 @@ impl Cluster {
 
     /// The index of the collector called `name`.
     pub fn collector_index(&self, name: &str) -> Option<usize> {
-        self.collectors.iter().position(|c| c.name == name)
+        self.collectors.iter().position(|c| c.endpoint.name == name)
     }
 }
 
@@ -538,11 +582,11 @@ sketches = [{ id = 7, collector = "c3", store = "cm" }]
         );
         c.resolve_paths(Path::new("/etc/dta"));
         assert_eq!(
-            c.collectors[0].metadata.as_deref(),
+            c.collectors[0].endpoint.metadata.as_deref(),
             Some(Path::new("/etc/dta/c1.json"))
         );
         assert_eq!(
-            c.collectors[2].metadata.as_deref(),
+            c.collectors[2].endpoint.metadata.as_deref(),
             Some(Path::new("/abs/c3.json"))
         );
     }
@@ -629,5 +673,25 @@ sketches = [{ id = 7, collector = "c3", store = "cm" }]
         assert!(e.contains("empty partition"), "{e}");
         let e = Cluster::from_toml(&BASE.replace("append = \"ap\"\n", "")).unwrap_err();
         assert!(e.contains("no append store"), "{e}");
+    }
+
+    #[test]
+    fn a_collector_table_takes_only_its_keys() {
+        // The endpoint's keys are flattened into `[[collector]]`: unknown keys are still refused,
+        // and a bad value still names its key.
+        let typo = BASE.replacen("name = \"c3\"", "name = \"c3\"\nport = 1", 1);
+        let e = Cluster::from_toml(&typo).unwrap_err();
+        assert!(e.contains("unknown field `port`"), "{e}");
+        let timeout = BASE.replacen(
+            "name = \"c3\"",
+            "name = \"c3\"\nconnect_timeout_secs = 1",
+            1,
+        );
+        assert!(Cluster::from_toml(&timeout).is_err());
+        let bad = BASE.replacen("cm = \"127.0.0.1:4791\"", "cm = \"nowhere\"", 1);
+        assert!(Cluster::from_toml(&bad).is_err());
+        let c = Cluster::from_toml(BASE).unwrap();
+        assert_eq!(c.collectors[1].endpoint.ports, [1337]);
+        assert_eq!(c.collectors[1].control.as_deref(), Some("127.0.0.1:2"));
     }
 }

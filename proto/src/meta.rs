@@ -16,7 +16,14 @@ use serde::{Deserialize, Serialize};
 use crate::hash::HashProfile;
 use crate::layout::AppendFormat;
 
-/// The primitive a store serves, with its layout parameters.
+/// The primitive a store serves, with its layout parameters: the one definition of a store
+/// kind.
+///
+/// The collector's `[[store]]` configuration reads into it (`dta_collector::config::
+/// StoreKindConfig` adds only the collector's own settings: N, counter epochs, a value set),
+/// the metadata record ([`crate::wire::metarec`]) writes and reads it, the published JSON
+/// carries it (tagged by `kind`), and [`crate::geometry::StoreGeometry`] derives the validated
+/// layouts and hashers from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum StoreKind {

@@ -12,6 +12,7 @@ use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKi
 use dta_collector::query::append::{ListReader, Start};
 use dta_collector::Collector;
 use dta_proto::layout::AppendFormat;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::Value;
 use dta_tests::harness::free_port;
@@ -91,14 +92,15 @@ fn a_new_translator_continues_every_append_list_after_the_collectors_head() {
             name: "ap".into(),
             port: Some(1440),
             cm_allow: None,
-            kind: StoreKindConfig::Append {
+            kind: StoreKindConfig::new(StoreKind::Append {
                 lists: LISTS,
                 first_list: 0,
                 capacity: CAPACITY,
                 entry_size: 8,
                 batch: BATCH,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         }],
         export: Default::default(),
         pull: None,

@@ -17,6 +17,7 @@ use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKi
 use dta_collector::Collector;
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
+use dta_proto::meta::StoreKind;
 use dta_tests::harness::free_port;
 use dta_translator::{Translator, TranslatorConfig};
 
@@ -33,34 +34,34 @@ fn stores(first: u32, lists: u32) -> Vec<StoreConfig> {
         s(
             "paths",
             1337,
-            StoreKindConfig::KeyWrite {
+            StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: 1 << 16,
                 slot_size: 32,
                 hash: HashProfile::Independent,
-                redundancy: 2,
-            },
+            })
+            .with_redundancy(2),
         ),
         s(
             "counts",
             1338,
-            StoreKindConfig::KeyIncrement {
+            StoreKindConfig::new(StoreKind::KeyIncrement {
                 slots: 1 << 16,
                 hash: HashProfile::Independent,
-                epoch_secs: 0,
-                redundancy: 2,
-            },
+            })
+            .with_redundancy(2),
         ),
         s(
             "events",
             1339,
-            StoreKindConfig::Append {
+            StoreKindConfig::new(StoreKind::Append {
                 lists,
                 first_list: first,
                 capacity: 4096,
                 entry_size: 20,
                 batch: 4,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         ),
     ]
 }

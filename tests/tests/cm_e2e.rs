@@ -11,6 +11,7 @@ use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_collector::Collector;
 use dta_proto::hash::{HashProfile, KeyHasher, MAX_REDUNDANCY};
 use dta_proto::layout::{AppendFormat, CounterLayout, KeyWriteLayout};
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
 use dta_tests::harness::extended_header;
@@ -24,36 +25,36 @@ fn stores() -> Vec<StoreConfig> {
             name: "kw".into(),
             port: Some(1337),
             cm_allow: None,
-            kind: StoreKindConfig::KeyWrite {
+            kind: StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: 4096,
                 slot_size: 16,
                 hash: HashProfile::Independent,
-                redundancy: 2,
-            },
+            })
+            .with_redundancy(2),
         },
         StoreConfig {
             name: "ap".into(),
             port: Some(1338),
             cm_allow: None,
-            kind: StoreKindConfig::Append {
+            kind: StoreKindConfig::new(StoreKind::Append {
                 lists: 2,
                 first_list: 0,
                 capacity: 256,
                 entry_size: 4,
                 batch: 8,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         },
         StoreConfig {
             name: "ctr".into(),
             port: Some(1339),
             cm_allow: None,
-            kind: StoreKindConfig::KeyIncrement {
+            kind: StoreKindConfig::new(StoreKind::KeyIncrement {
                 slots: 1024,
                 hash: HashProfile::Independent,
-                epoch_secs: 0,
-                redundancy: 1,
-            },
+            })
+            .with_redundancy(1),
         },
     ]
 }
@@ -276,7 +277,6 @@ fn rdma_cm_connects_and_every_primitive_lands_then_reconnects_after_restart() {
 fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
     use dta_collector::query::append::{ListReader, Start};
     use dta_proto::layout::AppendLayout;
-    use dta_proto::meta::StoreKind;
     let c_addr = SocketAddrV4::new(
         Ipv4Addr::new(127, 0, 0, 1),
         free_port(Ipv4Addr::new(127, 0, 0, 1)),
@@ -292,14 +292,15 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
             name: "ap".into(),
             port: Some(1400),
             cm_allow: None,
-            kind: StoreKindConfig::Append {
+            kind: StoreKindConfig::new(StoreKind::Append {
                 lists: 4,
                 first_list: 0,
                 capacity: 4096,
                 entry_size: 8,
                 batch: 4,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         }],
         export: Default::default(),
         pull: None,

@@ -372,55 +372,54 @@ fn stores() -> Vec<StoreConfig> {
     vec![
         store(
             "kw",
-            StoreKindConfig::KeyWrite {
+            StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: 4096,
                 slot_size: 16,
                 hash: HashProfile::Independent,
-                redundancy: 2,
-            },
+            })
+            .with_redundancy(2),
         ),
         store(
             "ki",
-            StoreKindConfig::KeyIncrement {
+            StoreKindConfig::new(StoreKind::KeyIncrement {
                 slots: 4096,
                 hash: HashProfile::Independent,
-                epoch_secs: 0,
-                redundancy: 2,
-            },
+            })
+            .with_redundancy(2),
         ),
         store(
             "ap",
-            StoreKindConfig::Append {
+            StoreKindConfig::new(StoreKind::Append {
                 lists: 8,
                 first_list: 0,
                 capacity: 64,
                 entry_size: 4,
                 batch: 4,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         ),
         store(
             "pc",
-            StoreKindConfig::Postcard {
+            StoreKindConfig::new(StoreKind::Postcard {
                 chunks: 1024,
                 hops: 4,
                 hash: HashProfile::Independent,
-                redundancy: 2,
-                values: vec![],
-            },
+            })
+            .with_redundancy(2),
         ),
         store(
             "sk",
-            StoreKindConfig::Sketch {
-                sketch_id: 7,
-                sketch: SketchKind::CountMin,
-                rows: Some(4),
-                columns: 64,
-                cell_width: None,
-                batch: Some(8),
-                epochs: 2,
-                hash: Default::default(),
-            },
+            StoreKindConfig::new(dta_collector::config::sketch_kind(
+                7,
+                SketchKind::CountMin,
+                Some(4),
+                64,
+                None,
+                Some(8),
+                2,
+                Default::default(),
+            )),
         ),
     ]
 }

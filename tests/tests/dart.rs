@@ -10,6 +10,7 @@ use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKi
 use dta_collector::query::keywrite::Vote;
 use dta_collector::Collector;
 use dta_proto::hash::HashProfile;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
 use dta_tests::harness::extended_header;
@@ -29,12 +30,12 @@ fn kw_store(name: &str, port: u16) -> StoreConfig {
         name: name.into(),
         port: Some(port),
         cm_allow: None,
-        kind: StoreKindConfig::KeyWrite {
+        kind: StoreKindConfig::new(StoreKind::KeyWrite {
             slots: SLOTS,
             slot_size: 32,
             hash: HashProfile::Independent,
-            redundancy: N,
-        },
+        })
+        .with_redundancy(N),
     }
 }
 

@@ -186,12 +186,12 @@ fn kw_store() -> StoreConfig {
         name: "kw".into(),
         port: None,
         cm_allow: None,
-        kind: StoreKindConfig::KeyWrite {
+        kind: StoreKindConfig::new(StoreKind::KeyWrite {
             slots: 1 << 16,
             slot_size: 16,
             hash: HashProfile::Independent,
-            redundancy: 1,
-        },
+        })
+        .with_redundancy(1),
     }
 }
 

@@ -115,12 +115,12 @@ fn keywrite_memory_byte_for_byte_and_queries() {
             name: "kw".into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::KeyWrite {
+            kind: StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: SLOTS,
                 slot_size: 32,
                 hash: HashProfile::Independent,
-                redundancy: N,
-            },
+            })
+            .with_redundancy(N),
         }],
         1000,
     );
@@ -226,14 +226,15 @@ fn append_entries_in_order_across_wraps() {
             name: "ap".into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::Append {
+            kind: StoreKindConfig::new(StoreKind::Append {
                 lists: LISTS,
                 first_list: 10,
                 capacity: CAP,
                 entry_size: 8,
                 batch: BATCH,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         }],
         // A long flush delay: every batch is written full, so memory is deterministic.
         10_000_000,

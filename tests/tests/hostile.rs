@@ -8,6 +8,7 @@ use dta_collector::rnic::responder::QpState;
 use dta_proto::batch::{Datagram, IpMeta, TxBatch};
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{opcode as op, AethRepr, BthRepr, NakCode, Psn, Qpn, Syndrome};
 use dta_proto::wire::report::{Primitive, Profile, Report};
@@ -22,25 +23,26 @@ fn stores() -> Vec<StoreConfig> {
             name: "kw".into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::KeyWrite {
+            kind: StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: 1024,
                 slot_size: 8,
                 hash: HashProfile::Independent,
-                redundancy: 1,
-            },
+            })
+            .with_redundancy(1),
         },
         StoreConfig {
             name: "ap".into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::Append {
+            kind: StoreKindConfig::new(StoreKind::Append {
                 lists: 2,
                 first_list: 0,
                 capacity: 64,
                 entry_size: 4,
                 batch: 4,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         },
     ]
 }

@@ -17,6 +17,7 @@
 
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_proto::hash::HashProfile;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
 use dta_tests::harness::{extended_header, Harness, HarnessOptions};
@@ -42,12 +43,12 @@ fn run(loss: f64, n: u32, per_step: u32, step_ns: u64) -> Figures {
             name: "kw".into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::KeyWrite {
+            kind: StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: 1 << 18,
                 slot_size: 16,
                 hash: HashProfile::Independent,
-                redundancy: 1,
-            },
+            })
+            .with_redundancy(1),
         }],
         HarnessOptions {
             qp: QpTuning {

@@ -34,14 +34,15 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
             name: "ap".into(),
             port: Some(1400),
             cm_allow: None,
-            kind: StoreKindConfig::Append {
+            kind: StoreKindConfig::new(StoreKind::Append {
                 lists: 4,
                 first_list: 0,
                 capacity: 4096,
                 entry_size: 8,
                 batch: 4,
                 format: AppendFormat::Sequenced,
-            },
+                list_stride: 0,
+            }),
         }],
         export: Default::default(),
         pull: None,

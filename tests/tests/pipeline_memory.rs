@@ -13,12 +13,12 @@ fn kw_store(slots: u32, n: u8) -> StoreConfig {
         name: "kw".into(),
         port: None,
         cm_allow: None,
-        kind: StoreKindConfig::KeyWrite {
+        kind: StoreKindConfig::new(StoreKind::KeyWrite {
             slots,
             slot_size: 8,
             hash: HashProfile::Independent,
-            redundancy: n,
-        },
+        })
+        .with_redundancy(n),
     }
 }
 
@@ -27,14 +27,15 @@ fn append_store(lists: u32, capacity: u32, batch: u32, entry: u32) -> StoreConfi
         name: "ap".into(),
         port: None,
         cm_allow: None,
-        kind: StoreKindConfig::Append {
+        kind: StoreKindConfig::new(StoreKind::Append {
             lists,
             first_list: 0,
             capacity,
             entry_size: entry,
             batch,
             format: AppendFormat::Sequenced,
-        },
+            list_stride: 0,
+        }),
     }
 }
 
@@ -88,6 +89,7 @@ fn append_in_order_across_wraps() {
 
 use dta_proto::hash::{KeyHasher, PostcardHasher, MAX_REDUNDANCY};
 use dta_proto::layout::{CounterLayout, PostcardLayout};
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::nack::NackRepr;
 use dta_translator::datapath::pipeline::RateLimit;
 
@@ -103,13 +105,12 @@ fn store(name: &str, kind: StoreKindConfig) -> StoreConfig {
 fn pc_store(chunks: u32, hops: u8) -> StoreConfig {
     store(
         "pc",
-        StoreKindConfig::Postcard {
+        StoreKindConfig::new(StoreKind::Postcard {
             chunks,
             hops,
             hash: HashProfile::Independent,
-            redundancy: 1,
-            values: vec![],
-        },
+        })
+        .with_redundancy(1),
     )
 }
 
@@ -250,12 +251,11 @@ fn key_increment_sums_equal_sent_totals() {
     let mut h = Harness::new(
         vec![store(
             "ctr",
-            StoreKindConfig::KeyIncrement {
+            StoreKindConfig::new(StoreKind::KeyIncrement {
                 slots: 1 << 16,
                 hash: HashProfile::Independent,
-                epoch_secs: 0,
-                redundancy: 1,
-            },
+            })
+            .with_redundancy(1),
         )],
         HarnessOptions::default(),
     );
@@ -584,12 +584,11 @@ fn reordering_and_duplication_never_double_count_or_stall() {
     let mut h = Harness::new(
         vec![store(
             "ctr",
-            StoreKindConfig::KeyIncrement {
+            StoreKindConfig::new(StoreKind::KeyIncrement {
                 slots: 1 << 16,
                 hash: HashProfile::Independent,
-                epoch_secs: 0,
-                redundancy: 1,
-            },
+            })
+            .with_redundancy(1),
         )],
         HarnessOptions::default(),
     );
@@ -701,12 +700,11 @@ fn retransmitted_frames_are_the_frames_first_sent() {
             append_store(2, 256, 4, 8),
             store(
                 "ctr",
-                StoreKindConfig::KeyIncrement {
+                StoreKindConfig::new(StoreKind::KeyIncrement {
                     slots: 1 << 12,
                     hash: HashProfile::Independent,
-                    epoch_secs: 0,
-                    redundancy: 2,
-                },
+                })
+                .with_redundancy(2),
             ),
         ],
         HarnessOptions::default(),
@@ -850,12 +848,11 @@ fn key_increment_sums_survive_loss_each_add_executed_once() {
     let mut h = Harness::new(
         vec![store(
             "ctr",
-            StoreKindConfig::KeyIncrement {
+            StoreKindConfig::new(StoreKind::KeyIncrement {
                 slots: 1 << 16,
                 hash: HashProfile::Independent,
-                epoch_secs: 0,
-                redundancy: 2,
-            },
+            })
+            .with_redundancy(2),
         )],
         HarnessOptions {
             qp: dta_translator::datapath::qp::QpTuning {

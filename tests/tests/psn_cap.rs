@@ -18,6 +18,7 @@ use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_proto::hash::{HashProfile, KeyHasher};
 use dta_proto::layout::KeyWriteLayout;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
 use dta_tests::harness::{extended_header, Harness, HarnessOptions};
@@ -32,12 +33,12 @@ fn harness() -> Harness {
             name: "kw".into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::KeyWrite {
+            kind: StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: SLOTS,
                 slot_size: 16,
                 hash: HashProfile::Independent,
-                redundancy: N,
-            },
+            })
+            .with_redundancy(N),
         }],
         HarnessOptions::default(),
     )

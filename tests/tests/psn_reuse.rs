@@ -6,6 +6,7 @@
 
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_proto::hash::HashProfile;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::Key;
 use dta_tests::harness::{extended_header, Harness, HarnessOptions};
@@ -24,12 +25,11 @@ fn lost_responses_never_cause_psn_reuse() {
                 name: "ctr".into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::KeyIncrement {
+                kind: StoreKindConfig::new(StoreKind::KeyIncrement {
                     slots: 1 << 12,
                     hash: HashProfile::Independent,
-                    epoch_secs: 0,
-                    redundancy: 2,
-                },
+                })
+                .with_redundancy(2),
             }],
             HarnessOptions::default(),
         );

@@ -8,6 +8,7 @@
 
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_proto::hash::HashProfile;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::{Key, Value};
 use dta_tests::harness::{Harness, HarnessOptions};
@@ -22,12 +23,12 @@ fn harness() -> Harness {
             name: "kw".into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::KeyWrite {
+            kind: StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: 1 << 16,
                 slot_size: 16,
                 hash: HashProfile::Independent,
-                redundancy: 1,
-            },
+            })
+            .with_redundancy(1),
         }],
         HarnessOptions::default(),
     )

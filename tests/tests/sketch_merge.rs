@@ -139,16 +139,9 @@ impl System {
             name: name.into(),
             port: None,
             cm_allow: None,
-            kind: StoreKindConfig::Sketch {
-                sketch_id,
-                sketch,
-                rows: None,
-                columns,
-                cell_width: None,
-                batch: None,
-                epochs: slots,
-                hash,
-            },
+            kind: StoreKindConfig::new(dta_collector::config::sketch_kind(
+                sketch_id, sketch, None, columns, None, None, slots, hash,
+            )),
         };
         let collector = Collector::start(CollectorConfig {
             collector: DeviceSection {

@@ -178,8 +178,8 @@ pub(super) fn run_dta(
         for name in ["losses", "congestion"] {
             let s = collector.store(name).ok_or(name)?;
             let g = s.append().ok_or("not Append")?;
-            let first = match s.config.kind {
-                dta_collector::config::StoreKindConfig::Append {
+            let first = match *s.config.kind.layout() {
+                dta_proto::meta::StoreKind::Append {
                     first_list, lists, ..
                 } => first_list..first_list + lists,
                 _ => return Err(format!("{name} is not Append")),

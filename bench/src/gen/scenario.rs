@@ -12,6 +12,7 @@ use dta_proto::wire::report::{ParseConfig, Priority, Profile, ReportFormat};
 use serde::{Deserialize, Serialize};
 
 use crate::workload::FatTree;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::telemetry_report::{self as tr, CONGESTION_ENTRY_LEN};
 use dta_translator::datapath::int_ingest::{
     CountWhat, HopField, InitialTtl, IntSettings, ListRule,
@@ -391,54 +392,54 @@ impl Scenario {
                 name: "paths".into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::KeyWrite {
+                kind: StoreKindConfig::new(StoreKind::KeyWrite {
                     slots: 1 << self.slots_log2,
                     slot_size: if ext { 32 } else { 8 },
                     hash: HashProfile::Independent,
-                    redundancy: self.redundancy,
-                },
+                })
+                .with_redundancy(self.redundancy),
             },
             StoreConfig {
                 name: "counters".into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::KeyIncrement {
+                kind: StoreKindConfig::new(StoreKind::KeyIncrement {
                     slots: 1 << self.slots_log2,
                     hash: HashProfile::Independent,
-                    epoch_secs: 0,
-                    redundancy: self.redundancy,
-                },
+                })
+                .with_redundancy(self.redundancy),
             },
             StoreConfig {
                 name: "postcards".into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::Postcard {
+                kind: StoreKindConfig::new(StoreKind::Postcard {
                     chunks: 1 << self.chunks_log2,
                     hops: self.postcard_hops,
                     hash: HashProfile::Independent,
-                    redundancy: 1,
-                    values: self.value_ranges(),
-                },
+                })
+                .with_redundancy(1)
+                .with_values(self.value_ranges()),
             },
             StoreConfig {
                 name: "losses".into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::Append {
+                kind: StoreKindConfig::new(StoreKind::Append {
                     lists: self.lists,
                     first_list: 0,
                     capacity: self.capacity,
                     entry_size: if ext { 20 } else { 4 },
                     batch: self.batch,
                     format: AppendFormat::Sequenced,
-                },
+                    list_stride: 0,
+                }),
             },
             StoreConfig {
                 name: "congestion".into(),
                 port: None,
                 cm_allow: None,
-                kind: StoreKindConfig::Append {
+                kind: StoreKindConfig::new(StoreKind::Append {
                     lists: self.lists,
                     first_list: self.lists,
                     capacity: self.capacity,
@@ -449,7 +450,8 @@ impl Scenario {
                     },
                     batch: self.batch,
                     format: AppendFormat::Sequenced,
-                },
+                    list_stride: 0,
+                }),
             },
         ];
         if let Some(sk) = &self.sketch {
@@ -473,16 +475,16 @@ impl Scenario {
                     name: name.into(),
                     port: None,
                     cm_allow: None,
-                    kind: StoreKindConfig::Sketch {
-                        sketch_id: id,
+                    kind: StoreKindConfig::new(dta_collector::config::sketch_kind(
+                        id,
                         sketch,
-                        rows: Some(rows),
+                        Some(rows),
                         columns,
-                        cell_width: None,
-                        batch: None,
-                        epochs: sk.epochs,
-                        hash: SketchHash::Independent,
-                    },
+                        None,
+                        None,
+                        sk.epochs,
+                        SketchHash::Independent,
+                    )),
                 });
             }
         }

@@ -24,7 +24,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CollectorConfig, StoreKindConfig};
+use crate::config::CollectorConfig;
+use dta_proto::meta::StoreKind;
 
 /// `[export]`: the history exporters (`dta-collector export`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -292,10 +293,10 @@ pub fn validate(cfg: &CollectorConfig) -> Result<(), String> {
     }
     let store = |name: &str| cfg.stores.iter().find(|s| s.name == name);
     for name in c.append_stores.iter().flatten() {
-        match store(name).map(|s| &s.kind) {
-            Some(StoreKindConfig::Append { format, .. })
+        match store(name).map(|s| s.kind.layout()) {
+            Some(StoreKind::Append { format, .. })
                 if *format == dta_proto::layout::AppendFormat::Sequenced => {}
-            Some(StoreKindConfig::Append { .. }) => {
+            Some(StoreKind::Append { .. }) => {
                 return Err(format!(
                     "{at} append_stores: {name:?} has the reference format, whose entries carry \
                      no sequence number: it cannot be exported exactly once"
@@ -310,9 +311,9 @@ pub fn validate(cfg: &CollectorConfig) -> Result<(), String> {
         }
     }
     for k in &c.keys {
-        match store(&k.store).map(|s| &s.kind) {
-            Some(StoreKindConfig::KeyIncrement { .. } | StoreKindConfig::KeyWrite { .. }) => {}
-            Some(StoreKindConfig::Sketch { sketch, .. })
+        match store(&k.store).map(|s| s.kind.layout()) {
+            Some(StoreKind::KeyIncrement { .. } | StoreKind::KeyWrite { .. }) => {}
+            Some(StoreKind::Sketch { sketch, .. })
                 if *sketch != dta_proto::sketch::SketchKind::HyperLogLog => {}
             Some(_) => {
                 return Err(format!(

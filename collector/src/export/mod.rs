@@ -56,10 +56,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::client::Endpoint;
-use crate::config::{CollectorConfig, StoreKindConfig};
+use crate::config::CollectorConfig;
 use clickhouse::{ChError, ClickHouse, RowBinary};
 use config::ClickHouseExport;
 use cursor::{list_key, ListPos, State};
+use dta_proto::meta::StoreKind;
 use metrics::{ExportMetrics, Source};
 
 /// The tables, as `collector/clickhouse/schema.sql` creates them.
@@ -215,8 +216,8 @@ impl Exporter {
                 .iter()
                 .find(|k| k.store == s.name)
                 .map(|k| k.file.clone());
-            match &s.kind {
-                StoreKindConfig::Append {
+            match s.kind.layout() {
+                StoreKind::Append {
                     lists,
                     first_list,
                     batch,
@@ -246,24 +247,24 @@ impl Exporter {
                         });
                     }
                 }
-                StoreKindConfig::KeyIncrement { .. } => snaps.push(SnapshotStore {
+                StoreKind::KeyIncrement { .. } => snaps.push(SnapshotStore {
                     name: s.name.clone(),
                     kind: SnapshotKind::Counter,
                     keys,
                 }),
-                StoreKindConfig::KeyWrite { .. } => snaps.push(SnapshotStore {
+                StoreKind::KeyWrite { .. } => snaps.push(SnapshotStore {
                     name: s.name.clone(),
                     kind: SnapshotKind::KeyWrite,
                     keys,
                 }),
-                StoreKindConfig::Sketch { sketch, .. } => snaps.push(SnapshotStore {
+                StoreKind::Sketch { sketch, .. } => snaps.push(SnapshotStore {
                     name: s.name.clone(),
                     kind: SnapshotKind::Sketch(
                         *sketch == dta_proto::sketch::SketchKind::HyperLogLog,
                     ),
                     keys,
                 }),
-                StoreKindConfig::Postcard { .. } => {}
+                StoreKind::Postcard { .. } => {}
             }
         }
         // Only stores with something to snapshot: keys, or a sketch's epoch summary.

@@ -140,6 +140,276 @@ fn put_le(b: &mut [u8], f: Field, v: u64) {
     }
 }
 
+/// A view of a [`MetaRecord`]'s 64 bytes: raw accessors over the `field` layout, no
+/// validation beyond the length (that is [`MetaRecord::parse`]'s job).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaRecordPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> MetaRecordPacket<T> {
+    /// Wraps a buffer without checking it.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        MetaRecordPacket { buffer }
+    }
+
+    /// Wraps a buffer after [`check_len`](Self::check_len).
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks the buffer holds a whole record (`Truncated` otherwise); bytes after the
+    /// first 64 are ignored.
+    #[inline]
+    pub fn check_len(&self) -> Result<()> {
+        if self.buffer.as_ref().len() < META_RECORD_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(())
+    }
+
+    /// Returns the underlying buffer.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline]
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    /// The magic (ASCII `DTAM` in a record).
+    #[inline]
+    pub fn magic(&self) -> [u8; 4] {
+        let mut m = [0; 4];
+        m.copy_from_slice(&self.b()[field::MAGIC]);
+        m
+    }
+
+    /// Record version (1, or 2 with a redundancy N).
+    #[inline]
+    pub fn version(&self) -> u8 {
+        self.b()[field::VERSION]
+    }
+
+    /// The kind byte ([`kind`]).
+    #[inline]
+    pub fn kind(&self) -> u8 {
+        self.b()[field::KIND]
+    }
+
+    /// The hash profile byte.
+    #[inline]
+    pub fn hash(&self) -> u8 {
+        self.b()[field::HASH]
+    }
+
+    /// The flags byte ([`flags`]).
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.b()[field::FLAGS]
+    }
+
+    /// Virtual address of the region's first byte.
+    #[inline]
+    pub fn addr(&self) -> u64 {
+        get_le(self.b(), field::ADDR)
+    }
+
+    /// Region length in bytes.
+    #[inline]
+    pub fn region_len(&self) -> u64 {
+        get_le(self.b(), field::LEN)
+    }
+
+    /// R_Key of the region.
+    #[inline]
+    pub fn rkey(&self) -> u32 {
+        get_le(self.b(), field::RKEY) as u32
+    }
+
+    /// Slot or entry size (Sketch-Merge: cell width).
+    #[inline]
+    pub fn slot_size(&self) -> u32 {
+        get_le(self.b(), field::SLOT_SIZE) as u32
+    }
+
+    /// Slots, ring capacity or chunks (Sketch-Merge: columns).
+    #[inline]
+    pub fn count(&self) -> u32 {
+        get_le(self.b(), field::COUNT) as u32
+    }
+
+    /// Entries (Sketch-Merge: columns) per RDMA WRITE.
+    #[inline]
+    pub fn batch(&self) -> u32 {
+        get_le(self.b(), field::BATCH) as u32
+    }
+
+    /// Hop bound B (Sketch-Merge: rows).
+    #[inline]
+    pub fn hops(&self) -> u8 {
+        self.b()[field::HOPS]
+    }
+
+    /// Byte 39: the redundancy N in version 2, reserved in version 1.
+    #[inline]
+    pub fn redundancy(&self) -> u8 {
+        self.b()[field::REDUNDANCY]
+    }
+
+    /// Lists in an Append store (Sketch-Merge: sketch ID).
+    #[inline]
+    pub fn lists(&self) -> u32 {
+        get_le(self.b(), field::LISTS) as u32
+    }
+
+    /// First list ID (Sketch-Merge: sketch kind code).
+    #[inline]
+    pub fn first_list(&self) -> u32 {
+        get_le(self.b(), field::FIRST_LIST) as u32
+    }
+
+    /// Bytes between consecutive lists (Sketch-Merge: epoch slots).
+    #[inline]
+    pub fn list_stride(&self) -> u64 {
+        get_le(self.b(), field::LIST_STRIDE)
+    }
+
+    /// The reserved bytes 56–59 as a number (0 in a valid record).
+    #[inline]
+    pub fn reserved(&self) -> u32 {
+        get_le(self.b(), field::RESERVED_2) as u32
+    }
+
+    /// The CRC as stored.
+    #[inline]
+    pub fn crc(&self) -> u32 {
+        get_le(self.b(), field::CRC) as u32
+    }
+
+    /// Whether the stored CRC is the IEEE CRC-32 of the bytes before it.
+    #[inline]
+    pub fn crc_is_valid(&self) -> bool {
+        IEEE.checksum(&self.b()[..field::CRC.start]) == self.crc()
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> MetaRecordPacket<T> {
+    #[inline]
+    fn b_mut(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
+    }
+
+    /// Sets the magic.
+    #[inline]
+    pub fn set_magic(&mut self, v: [u8; 4]) {
+        self.b_mut()[field::MAGIC].copy_from_slice(&v);
+    }
+
+    /// Sets the version.
+    #[inline]
+    pub fn set_version(&mut self, v: u8) {
+        self.b_mut()[field::VERSION] = v;
+    }
+
+    /// Sets the kind byte.
+    #[inline]
+    pub fn set_kind(&mut self, v: u8) {
+        self.b_mut()[field::KIND] = v;
+    }
+
+    /// Sets the hash profile byte.
+    #[inline]
+    pub fn set_hash(&mut self, v: u8) {
+        self.b_mut()[field::HASH] = v;
+    }
+
+    /// Sets the flags byte.
+    #[inline]
+    pub fn set_flags(&mut self, v: u8) {
+        self.b_mut()[field::FLAGS] = v;
+    }
+
+    /// Sets the region address.
+    #[inline]
+    pub fn set_addr(&mut self, v: u64) {
+        put_le(self.b_mut(), field::ADDR, v);
+    }
+
+    /// Sets the region length.
+    #[inline]
+    pub fn set_region_len(&mut self, v: u64) {
+        put_le(self.b_mut(), field::LEN, v);
+    }
+
+    /// Sets the R_Key.
+    #[inline]
+    pub fn set_rkey(&mut self, v: u32) {
+        put_le(self.b_mut(), field::RKEY, v as u64);
+    }
+
+    /// Sets the slot or entry size.
+    #[inline]
+    pub fn set_slot_size(&mut self, v: u32) {
+        put_le(self.b_mut(), field::SLOT_SIZE, v as u64);
+    }
+
+    /// Sets the count.
+    #[inline]
+    pub fn set_count(&mut self, v: u32) {
+        put_le(self.b_mut(), field::COUNT, v as u64);
+    }
+
+    /// Sets the batch, saturated at `u16::MAX` (the field's width).
+    #[inline]
+    pub fn set_batch(&mut self, v: u32) {
+        put_le(self.b_mut(), field::BATCH, v.min(u16::MAX as u32) as u64);
+    }
+
+    /// Sets the hop bound.
+    #[inline]
+    pub fn set_hops(&mut self, v: u8) {
+        self.b_mut()[field::HOPS] = v;
+    }
+
+    /// Sets byte 39 (the redundancy N in version 2).
+    #[inline]
+    pub fn set_redundancy(&mut self, v: u8) {
+        self.b_mut()[field::REDUNDANCY] = v;
+    }
+
+    /// Sets the list count.
+    #[inline]
+    pub fn set_lists(&mut self, v: u32) {
+        put_le(self.b_mut(), field::LISTS, v as u64);
+    }
+
+    /// Sets the first list ID.
+    #[inline]
+    pub fn set_first_list(&mut self, v: u32) {
+        put_le(self.b_mut(), field::FIRST_LIST, v as u64);
+    }
+
+    /// Sets the list stride.
+    #[inline]
+    pub fn set_list_stride(&mut self, v: u64) {
+        put_le(self.b_mut(), field::LIST_STRIDE, v);
+    }
+
+    /// Writes the CRC of the bytes before it.
+    #[inline]
+    pub fn fill_crc(&mut self) {
+        let crc = IEEE.checksum(&self.b_mut()[..field::CRC.start]);
+        put_le(self.b_mut(), field::CRC, crc as u64);
+    }
+}
+
 #[inline]
 fn hash_code(h: HashProfile) -> u8 {
     match h {
@@ -266,40 +536,36 @@ impl MetaRecord {
 
     /// Parses and validates a record (see the module docs for the checks and their errors).
     pub fn parse(bytes: &[u8]) -> Result<MetaRecord> {
-        use field as f;
-        if bytes.len() < META_RECORD_LEN {
-            return Err(Error::Truncated);
-        }
-        let b = &bytes[..META_RECORD_LEN];
-        if b[f::MAGIC] != META_MAGIC {
+        let p = MetaRecordPacket::new_checked(bytes)?;
+        if p.magic() != META_MAGIC {
             return Err(Error::Malformed);
         }
-        let version = b[f::VERSION];
+        let version = p.version();
         if version != META_VERSION && version != META_VERSION_1 {
             return Err(Error::UnsupportedVersion);
         }
-        if IEEE.checksum(&b[..f::CRC.start]) != get_le(b, f::CRC) as u32 {
+        if !p.crc_is_valid() {
             return Err(Error::Malformed);
         }
 
-        let flags = b[f::FLAGS];
-        let slot_size = get_le(b, f::SLOT_SIZE) as u32;
-        let count = get_le(b, f::COUNT) as u32;
-        let batch = get_le(b, f::BATCH) as u32;
-        let hops = b[f::HOPS];
-        let lists = get_le(b, f::LISTS) as u32;
-        let first_list = get_le(b, f::FIRST_LIST) as u32;
-        let list_stride = get_le(b, f::LIST_STRIDE);
-        let reserved_zero = get_le(b, f::RESERVED_2) == 0;
+        let flags = p.flags();
+        let slot_size = p.slot_size();
+        let count = p.count();
+        let batch = p.batch();
+        let hops = p.hops();
+        let lists = p.lists();
+        let first_list = p.first_list();
+        let list_stride = p.list_stride();
+        let reserved_zero = p.reserved() == 0;
         let append_fields_zero = batch == 0 && lists == 0 && first_list == 0 && list_stride == 0;
 
         // Flags a kind may carry besides VERIFY_ICRC.
-        let (kind, kind_flags, unused_zero) = match b[f::KIND] {
+        let (kind, kind_flags, unused_zero) = match p.kind() {
             kind::KEY_WRITE => (
                 StoreKind::KeyWrite {
                     slots: count,
                     slot_size,
-                    hash: hash_from_code(b[f::HASH])?,
+                    hash: hash_from_code(p.hash())?,
                 },
                 0,
                 hops == 0 && append_fields_zero,
@@ -307,7 +573,7 @@ impl MetaRecord {
             kind::KEY_INCREMENT => (
                 StoreKind::KeyIncrement {
                     slots: count,
-                    hash: hash_from_code(b[f::HASH])?,
+                    hash: hash_from_code(p.hash())?,
                 },
                 0,
                 slot_size == COUNTER_LEN && hops == 0 && append_fields_zero,
@@ -331,13 +597,13 @@ impl MetaRecord {
                 } else {
                     flags::APPEND_SEQUENCED
                 },
-                b[f::HASH] == 0 && hops == 0,
+                p.hash() == 0 && hops == 0,
             ),
             kind::POSTCARD => (
                 StoreKind::Postcard {
                     chunks: count,
                     hops,
-                    hash: hash_from_code(b[f::HASH])?,
+                    hash: hash_from_code(p.hash())?,
                 },
                 0,
                 slot_size == 0 && append_fields_zero,
@@ -354,7 +620,7 @@ impl MetaRecord {
                     cell_width: u8::try_from(slot_size).map_err(|_| Error::Malformed)?,
                     batch,
                     epochs: u32::try_from(list_stride).map_err(|_| Error::Malformed)?,
-                    hash: sketch_hash_from_code(b[f::HASH])?,
+                    hash: sketch_hash_from_code(p.hash())?,
                 },
                 0,
                 true,
@@ -364,7 +630,7 @@ impl MetaRecord {
         if flags & !(flags::VERIFY_ICRC | kind_flags) != 0 || !unused_zero || !reserved_zero {
             return Err(Error::Malformed);
         }
-        let redundancy = match (version, b[f::REDUNDANCY]) {
+        let redundancy = match (version, p.redundancy()) {
             (META_VERSION_1, 0) => None,
             (META_VERSION, n) if kind.has_redundancy() => {
                 Some(Redundancy::new(n).ok_or(Error::Malformed)?)
@@ -372,9 +638,9 @@ impl MetaRecord {
             _ => return Err(Error::Malformed),
         };
         Ok(MetaRecord {
-            addr: get_le(b, f::ADDR),
-            len: get_le(b, f::LEN),
-            rkey: get_le(b, f::RKEY) as u32,
+            addr: p.addr(),
+            len: p.region_len(),
+            rkey: p.rkey(),
             verify_icrc: flags & flags::VERIFY_ICRC != 0,
             list_heads: flags & flags::LIST_HEADS != 0,
             redundancy,
@@ -392,40 +658,40 @@ impl MetaRecord {
     /// one (never for Append, whose `redundancy` is ignored), version 1 otherwise. An Append
     /// batch above `u16::MAX` is saturated.
     pub fn emit(&self, out: &mut [u8; META_RECORD_LEN]) {
-        use field as f;
         out.fill(0);
-        out[f::MAGIC].copy_from_slice(&META_MAGIC);
+        let mut p = MetaRecordPacket::new_unchecked(&mut out[..]);
+        p.set_magic(META_MAGIC);
         match self.redundancy.filter(|_| self.kind.has_redundancy()) {
             Some(n) => {
-                out[f::VERSION] = META_VERSION;
-                out[f::REDUNDANCY] = n.get();
+                p.set_version(META_VERSION);
+                p.set_redundancy(n.get());
             }
-            None => out[f::VERSION] = META_VERSION_1,
+            None => p.set_version(META_VERSION_1),
         }
         let mut flags = if self.verify_icrc {
             flags::VERIFY_ICRC
         } else {
             0
         };
-        put_le(out, f::ADDR, self.addr);
-        put_le(out, f::LEN, self.len);
-        put_le(out, f::RKEY, self.rkey as u64);
+        p.set_addr(self.addr);
+        p.set_region_len(self.len);
+        p.set_rkey(self.rkey);
         match self.kind {
             StoreKind::KeyWrite {
                 slots,
                 slot_size,
                 hash,
             } => {
-                out[f::KIND] = kind::KEY_WRITE;
-                out[f::HASH] = hash_code(hash);
-                put_le(out, f::SLOT_SIZE, slot_size as u64);
-                put_le(out, f::COUNT, slots as u64);
+                p.set_kind(kind::KEY_WRITE);
+                p.set_hash(hash_code(hash));
+                p.set_slot_size(slot_size);
+                p.set_count(slots);
             }
             StoreKind::KeyIncrement { slots, hash } => {
-                out[f::KIND] = kind::KEY_INCREMENT;
-                out[f::HASH] = hash_code(hash);
-                put_le(out, f::SLOT_SIZE, COUNTER_LEN as u64);
-                put_le(out, f::COUNT, slots as u64);
+                p.set_kind(kind::KEY_INCREMENT);
+                p.set_hash(hash_code(hash));
+                p.set_slot_size(COUNTER_LEN);
+                p.set_count(slots);
             }
             StoreKind::Append {
                 lists,
@@ -436,25 +702,25 @@ impl MetaRecord {
                 format,
                 list_stride,
             } => {
-                out[f::KIND] = kind::APPEND;
+                p.set_kind(kind::APPEND);
                 if format == AppendFormat::Sequenced {
                     flags |= flags::APPEND_SEQUENCED;
                     if self.list_heads {
                         flags |= flags::LIST_HEADS;
                     }
                 }
-                put_le(out, f::SLOT_SIZE, entry_size as u64);
-                put_le(out, f::COUNT, capacity as u64);
-                put_le(out, f::BATCH, batch.min(u16::MAX as u32) as u64);
-                put_le(out, f::LISTS, lists as u64);
-                put_le(out, f::FIRST_LIST, first_list as u64);
-                put_le(out, f::LIST_STRIDE, list_stride);
+                p.set_slot_size(entry_size);
+                p.set_count(capacity);
+                p.set_batch(batch);
+                p.set_lists(lists);
+                p.set_first_list(first_list);
+                p.set_list_stride(list_stride);
             }
             StoreKind::Postcard { chunks, hops, hash } => {
-                out[f::KIND] = kind::POSTCARD;
-                out[f::HASH] = hash_code(hash);
-                put_le(out, f::COUNT, chunks as u64);
-                out[f::HOPS] = hops;
+                p.set_kind(kind::POSTCARD);
+                p.set_hash(hash_code(hash));
+                p.set_count(chunks);
+                p.set_hops(hops);
             }
             StoreKind::Sketch {
                 sketch_id,
@@ -466,20 +732,19 @@ impl MetaRecord {
                 epochs,
                 hash,
             } => {
-                out[f::KIND] = kind::SKETCH;
-                out[f::HASH] = sketch_hash_code(hash);
-                put_le(out, f::SLOT_SIZE, cell_width as u64);
-                put_le(out, f::COUNT, columns as u64);
-                put_le(out, f::BATCH, batch.min(u16::MAX as u32) as u64);
-                out[f::HOPS] = rows;
-                put_le(out, f::LISTS, sketch_id as u64);
-                put_le(out, f::FIRST_LIST, sketch.code() as u64);
-                put_le(out, f::LIST_STRIDE, epochs as u64);
+                p.set_kind(kind::SKETCH);
+                p.set_hash(sketch_hash_code(hash));
+                p.set_slot_size(cell_width as u32);
+                p.set_count(columns);
+                p.set_batch(batch);
+                p.set_hops(rows);
+                p.set_lists(sketch_id as u32);
+                p.set_first_list(sketch.code() as u32);
+                p.set_list_stride(epochs as u64);
             }
         }
-        out[f::FLAGS] = flags;
-        let crc = IEEE.checksum(&out[..f::CRC.start]);
-        put_le(out, f::CRC, crc as u64);
+        p.set_flags(flags);
+        p.fill_crc();
     }
 
     /// The record as bytes.
@@ -539,504 +804,4 @@ impl ReferenceMetaRecord {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::meta::QpMeta;
-    use proptest::prelude::*;
-
-    fn key_write() -> MetaRecord {
-        MetaRecord {
-            addr: 0x7F00_1234_5000,
-            len: 1 << 20,
-            rkey: 0xDEAD_BEEF,
-            verify_icrc: true,
-            list_heads: false,
-            redundancy: None,
-            kind: StoreKind::KeyWrite {
-                slots: 1 << 16,
-                slot_size: 16,
-                hash: HashProfile::Independent,
-            },
-        }
-    }
-
-    #[test]
-    fn version_2_carries_redundancy() {
-        let n3 = Redundancy::new(3);
-        let rec = MetaRecord {
-            redundancy: n3,
-            ..key_write()
-        };
-        let b = rec.to_bytes();
-        assert_eq!(&b[0..8], b"DTAM\x02\x01\x01\x01");
-        assert_eq!(b[39], 3);
-        assert_eq!(MetaRecord::parse(&b), Ok(rec.clone()));
-        // Everything but the version and byte 39 (and so the CRC) is as in version 1.
-        let v1 = key_write().to_bytes();
-        assert_eq!(v1[4], META_VERSION_1);
-        assert_eq!(v1[39], 0);
-        assert_eq!(b[..4], v1[..4]);
-        assert_eq!(b[5..39], v1[5..39]);
-        assert_eq!(b[40..60], v1[40..60]);
-        // A version-1 record still parses, with no N.
-        assert_eq!(MetaRecord::parse(&v1).unwrap().redundancy, None);
-        // N is carried to and from the store's metadata.
-        let meta = rec.to_store_meta("kw".into());
-        assert_eq!(meta.redundancy, n3);
-        assert_eq!(MetaRecord::from_store_meta(&meta, true), rec);
-        // Byte 39 out of range in version 2, or set in version 1: malformed.
-        for n in [0u8, 9, 255] {
-            assert_eq!(
-                MetaRecord::parse(&patched(b, 39, n)),
-                Err(Error::Malformed),
-                "N {n}"
-            );
-        }
-        assert_eq!(
-            MetaRecord::parse(&patched(v1, 39, 2)),
-            Err(Error::Malformed)
-        );
-        assert_eq!(
-            MetaRecord::parse(&patched(b, 4, 3)),
-            Err(Error::UnsupportedVersion)
-        );
-        // Every flipped bit of a version-2 record is caught.
-        for bit in 0..META_RECORD_LEN * 8 {
-            let mut x = b;
-            x[bit / 8] ^= 1 << (bit % 8);
-            assert!(MetaRecord::parse(&x).is_err(), "bit {bit}");
-        }
-        // Append has no N: a store's N is not carried, and a version-2 Append is malformed.
-        let app = StoreMeta {
-            redundancy: n3,
-            kind: StoreKind::Append {
-                lists: 1,
-                first_list: 0,
-                capacity: 16,
-                entry_size: 4,
-                batch: 4,
-                format: AppendFormat::Sequenced,
-                list_stride: 64,
-            },
-            ..meta
-        };
-        let ar = MetaRecord::from_store_meta(&app, true);
-        assert_eq!(ar.redundancy, None);
-        let ab = ar.to_bytes();
-        assert_eq!(ab[4], META_VERSION_1);
-        assert_eq!(
-            MetaRecord::parse(&patched(patched(ab, 4, META_VERSION), 39, 2)),
-            Err(Error::Malformed)
-        );
-        assert_eq!(
-            MetaRecord::parse(&patched(ab, 4, META_VERSION)),
-            Err(Error::Malformed)
-        );
-    }
-
-    #[test]
-    fn list_heads_flag_only_for_sequenced_append() {
-        let rec = MetaRecord {
-            list_heads: true,
-            kind: StoreKind::Append {
-                lists: 4,
-                first_list: 0,
-                capacity: 64,
-                entry_size: 4,
-                batch: 4,
-                format: AppendFormat::Sequenced,
-                list_stride: 1024,
-            },
-            ..key_write()
-        };
-        let b = rec.to_bytes();
-        assert_eq!(
-            b[7],
-            flags::VERIFY_ICRC | flags::APPEND_SEQUENCED | flags::LIST_HEADS
-        );
-        assert_eq!(MetaRecord::parse(&b), Ok(rec.clone()));
-        // The flag on a reference-format Append or another kind is malformed.
-        let reseal = |mut b: [u8; META_RECORD_LEN], f: u8| {
-            b[7] = f;
-            let crc = IEEE.checksum(&b[..60]);
-            b[60..].copy_from_slice(&crc.to_le_bytes());
-            b
-        };
-        let b = reseal(b, flags::LIST_HEADS);
-        assert_eq!(MetaRecord::parse(&b), Err(Error::Malformed));
-        let kw = reseal(key_write().to_bytes(), flags::LIST_HEADS);
-        assert_eq!(MetaRecord::parse(&kw), Err(Error::Malformed));
-    }
-
-    #[test]
-    fn documented_bytes() {
-        let rec = MetaRecord {
-            addr: 0x0102_0304_0506_0708,
-            len: 0x1000,
-            rkey: 0xAABB_CCDD,
-            verify_icrc: true,
-            list_heads: false,
-            redundancy: None,
-            kind: StoreKind::Append {
-                lists: 4,
-                first_list: 8,
-                capacity: 1024,
-                entry_size: 4,
-                batch: 16,
-                format: AppendFormat::Sequenced,
-                list_stride: 0x1_0000,
-            },
-        };
-        let b = rec.to_bytes();
-        assert_eq!(&b[0..8], b"DTAM\x01\x02\x00\x03");
-        assert_eq!(b[8..16], [8, 7, 6, 5, 4, 3, 2, 1]);
-        assert_eq!(b[16..24], [0, 0x10, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(b[24..28], [0xDD, 0xCC, 0xBB, 0xAA]);
-        assert_eq!(b[28..32], [4, 0, 0, 0]);
-        assert_eq!(b[32..36], [0, 4, 0, 0]);
-        assert_eq!(b[36..40], [16, 0, 0, 0]);
-        assert_eq!(b[40..48], [4, 0, 0, 0, 8, 0, 0, 0]);
-        assert_eq!(b[48..56], [0, 0, 1, 0, 0, 0, 0, 0]);
-        assert_eq!(b[56..60], [0; 4]);
-        assert_eq!(
-            u32::from_le_bytes(b[60..64].try_into().unwrap()),
-            IEEE.checksum(&b[..60])
-        );
-        assert_eq!(MetaRecord::parse(&b), Ok(rec));
-
-        let pc = MetaRecord {
-            kind: StoreKind::Postcard {
-                chunks: 1 << 15,
-                hops: 5,
-                hash: HashProfile::Reference,
-            },
-            verify_icrc: false,
-            ..key_write()
-        }
-        .to_bytes();
-        assert_eq!(pc[5..8], [4, 0, 0]);
-        assert_eq!(pc[28..40], [0, 0, 0, 0, 0, 0x80, 0, 0, 0, 0, 5, 0]);
-        let ki = MetaRecord {
-            kind: StoreKind::KeyIncrement {
-                slots: 8,
-                hash: HashProfile::Independent,
-            },
-            ..key_write()
-        }
-        .to_bytes();
-        assert_eq!(ki[5..8], [3, 1, 1]);
-        assert_eq!(ki[28..36], [8, 0, 0, 0, 8, 0, 0, 0]);
-    }
-
-    #[test]
-    fn every_flipped_bit_is_rejected() {
-        let good = key_write().to_bytes();
-        for bit in 0..META_RECORD_LEN * 8 {
-            let mut b = good;
-            b[bit / 8] ^= 1 << (bit % 8);
-            let err = MetaRecord::parse(&b).unwrap_err();
-            let expected = if bit / 8 == field::VERSION {
-                Error::UnsupportedVersion
-            } else {
-                Error::Malformed
-            };
-            assert_eq!(err, expected, "bit {bit}");
-        }
-    }
-
-    /// Rewrites byte `at` and fixes up the CRC, to reach the checks behind it.
-    fn patched(mut b: [u8; META_RECORD_LEN], at: usize, v: u8) -> [u8; META_RECORD_LEN] {
-        b[at] = v;
-        let crc = IEEE.checksum(&b[..60]);
-        b[60..].copy_from_slice(&crc.to_le_bytes());
-        b
-    }
-
-    #[test]
-    fn header_and_field_checks() {
-        let good = key_write().to_bytes();
-        assert_eq!(MetaRecord::parse(&good[..63]), Err(Error::Truncated));
-        let mut longer = [0u8; 80];
-        longer[..64].copy_from_slice(&good);
-        assert_eq!(MetaRecord::parse(&longer), Ok(key_write()));
-
-        // Magic and version are checked before the CRC.
-        assert_eq!(
-            MetaRecord::parse(&patched(good, 0, b'X')),
-            Err(Error::Malformed)
-        );
-        assert_eq!(
-            MetaRecord::parse(&patched(good, 4, 3)),
-            Err(Error::UnsupportedVersion)
-        );
-        assert_eq!(
-            MetaRecord::parse(&patched(good, 4, 0)),
-            Err(Error::UnsupportedVersion)
-        );
-        assert_eq!(
-            MetaRecord::parse(&patched(good, 5, 9)),
-            Err(Error::UnknownOpcode)
-        );
-        assert_eq!(
-            MetaRecord::parse(&patched(good, 5, 0)),
-            Err(Error::UnknownOpcode)
-        );
-        for (at, v) in [
-            (6, 2),    // unknown hash profile
-            (7, 0x02), // sequenced flag on Key-Write
-            (7, 0x80), // undefined flag
-            (36, 1),   // batch on Key-Write
-            (38, 1),   // hops on Key-Write
-            (39, 1),   // reserved
-            (44, 1),   // first list on Key-Write
-            (57, 1),   // reserved
-        ] {
-            assert_eq!(
-                MetaRecord::parse(&patched(good, at, v)),
-                Err(Error::Malformed),
-                "byte {at} = {v}"
-            );
-        }
-        let ki = MetaRecord {
-            kind: StoreKind::KeyIncrement {
-                slots: 8,
-                hash: HashProfile::Independent,
-            },
-            ..key_write()
-        }
-        .to_bytes();
-        assert_eq!(
-            MetaRecord::parse(&patched(ki, 28, 4)),
-            Err(Error::Malformed)
-        );
-        let mut app = MetaRecord {
-            kind: StoreKind::Append {
-                lists: 1,
-                first_list: 0,
-                capacity: 16,
-                entry_size: 4,
-                batch: 4,
-                format: AppendFormat::Reference,
-                list_stride: 64,
-            },
-            ..key_write()
-        }
-        .to_bytes();
-        assert_eq!(
-            MetaRecord::parse(&patched(app, 6, 1)),
-            Err(Error::Malformed)
-        );
-        app = patched(app, 7, 0x03);
-        assert!(matches!(
-            MetaRecord::parse(&app).unwrap().kind,
-            StoreKind::Append {
-                format: AppendFormat::Sequenced,
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn store_meta_conversions() {
-        let meta = StoreMeta {
-            name: "kv".into(),
-            addr: 0x1000,
-            len: 0x2000,
-            rkey: 77,
-            qps: vec![QpMeta {
-                qpn: 17,
-                psn: 1,
-                peer_qpn: 18,
-            }],
-            redundancy: Redundancy::new(2),
-            kind: StoreKind::KeyWrite {
-                slots: 256,
-                slot_size: 32,
-                hash: HashProfile::Reference,
-            },
-        };
-        let rec = MetaRecord::from_store_meta(&meta, false);
-        assert_eq!(rec.rkey, 77);
-        assert!(!rec.verify_icrc);
-        let back = MetaRecord::parse(&rec.to_bytes())
-            .unwrap()
-            .to_store_meta("kv".into());
-        assert_eq!(
-            back,
-            StoreMeta {
-                qps: Vec::new(),
-                ..meta
-            }
-        );
-
-        let huge = StoreMeta {
-            redundancy: None,
-            kind: StoreKind::Append {
-                lists: 1,
-                first_list: 0,
-                capacity: 1 << 20,
-                entry_size: 4,
-                batch: 1 << 20,
-                format: AppendFormat::Sequenced,
-                list_stride: 0,
-            },
-            ..back
-        };
-        let rec = MetaRecord::from_store_meta(&huge, true);
-        assert!(matches!(rec.kind, StoreKind::Append { batch: 65535, .. }));
-        assert_eq!(MetaRecord::parse(&rec.to_bytes()), Ok(rec));
-    }
-
-    #[test]
-    fn reference_record() {
-        // §5.5: address as two LE u32 words low first (= one LE u64), then length, then key.
-        let bytes = [
-            0x00, 0x10, 0x20, 0x30, 0x7F, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x11, 0x22,
-            0x33, 0x44,
-        ];
-        let r = ReferenceMetaRecord::parse(&bytes).unwrap();
-        assert_eq!(
-            r,
-            ReferenceMetaRecord {
-                addr: 0x7F_3020_1000,
-                len: 0x40_0000,
-                key: 0x4433_2211,
-            }
-        );
-        let mut out = [0u8; REFERENCE_META_LEN];
-        r.emit(&mut out);
-        assert_eq!(out, bytes);
-        assert_eq!(
-            ReferenceMetaRecord::parse(&bytes[..15]),
-            Err(Error::Truncated)
-        );
-    }
-
-    fn hash_strategy() -> impl Strategy<Value = HashProfile> {
-        prop_oneof![Just(HashProfile::Reference), Just(HashProfile::Independent)]
-    }
-
-    fn kind_strategy() -> impl Strategy<Value = StoreKind> {
-        prop_oneof![
-            (any::<u32>(), any::<u32>(), hash_strategy()).prop_map(|(slots, slot_size, hash)| {
-                StoreKind::KeyWrite {
-                    slots,
-                    slot_size,
-                    hash,
-                }
-            }),
-            (any::<u32>(), hash_strategy())
-                .prop_map(|(slots, hash)| StoreKind::KeyIncrement { slots, hash }),
-            (
-                (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
-                0u32..=u16::MAX as u32,
-                any::<bool>(),
-                any::<u64>()
-            )
-                .prop_map(
-                    |((lists, first_list, capacity, entry_size), batch, seq, list_stride)| {
-                        StoreKind::Append {
-                            lists,
-                            first_list,
-                            capacity,
-                            entry_size,
-                            batch,
-                            format: if seq {
-                                AppendFormat::Sequenced
-                            } else {
-                                AppendFormat::Reference
-                            },
-                            list_stride,
-                        }
-                    }
-                ),
-            (any::<u32>(), any::<u8>(), hash_strategy())
-                .prop_map(|(chunks, hops, hash)| StoreKind::Postcard { chunks, hops, hash }),
-            (
-                (any::<u16>(), 1u8..=3, any::<u8>(), 0u8..=1),
-                (
-                    any::<u32>(),
-                    any::<u8>(),
-                    0u32..=u16::MAX as u32,
-                    any::<u32>()
-                )
-            )
-                .prop_map(
-                    |((sketch_id, k, rows, h), (columns, cell_width, batch, epochs))| {
-                        StoreKind::Sketch {
-                            sketch_id,
-                            sketch: crate::sketch::SketchKind::from_code(k).unwrap(),
-                            rows,
-                            columns,
-                            cell_width,
-                            batch,
-                            epochs,
-                            hash: crate::sketch::SketchHash::from_code(h).unwrap(),
-                        }
-                    }
-                ),
-        ]
-    }
-
-    prop_compose! {
-        fn record_strategy()(addr in any::<u64>(), len in any::<u64>(), rkey in any::<u32>(),
-                             verify_icrc in any::<bool>(), heads in any::<bool>(),
-                             n in 0u8..=8, kind in kind_strategy()) -> MetaRecord {
-            let list_heads = heads
-                && matches!(kind, StoreKind::Append { format: AppendFormat::Sequenced, .. });
-            let redundancy = Redundancy::new(n).filter(|_| kind.has_redundancy());
-            MetaRecord { addr, len, rkey, verify_icrc, list_heads, redundancy, kind }
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn record_round_trip(rec in record_strategy()) {
-            let b = rec.to_bytes();
-            prop_assert_eq!(MetaRecord::parse(&b), Ok(rec.clone()));
-            let meta = rec.to_store_meta("s".into());
-            prop_assert_eq!(
-                MetaRecord::from_store_meta(&meta, rec.verify_icrc),
-                MetaRecord { list_heads: false, ..rec }
-            );
-        }
-
-        #[test]
-        fn record_rejects_any_flipped_bit(rec in record_strategy(), bit in 0usize..512) {
-            let mut b = rec.to_bytes();
-            b[bit / 8] ^= 1 << (bit % 8);
-            prop_assert!(MetaRecord::parse(&b).is_err());
-        }
-
-        #[test]
-        fn reference_round_trip(addr in any::<u64>(), len in any::<u32>(), key in any::<u32>()) {
-            let r = ReferenceMetaRecord { addr, len, key };
-            let mut out = [0u8; REFERENCE_META_LEN];
-            r.emit(&mut out);
-            prop_assert_eq!(ReferenceMetaRecord::parse(&out), Ok(r));
-        }
-
-        #[test]
-        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..100)) {
-            let _ = MetaRecord::parse(&bytes);
-            let _ = ReferenceMetaRecord::parse(&bytes);
-        }
-
-        #[test]
-        fn arbitrary_bodies_with_valid_envelope_never_panic(
-            body in prop::collection::vec(any::<u8>(), 55),
-            version in prop_oneof![Just(META_VERSION_1), Just(META_VERSION)],
-        ) {
-            // Past magic, version and CRC, so the per-kind checks see random fields.
-            let mut b = [0u8; META_RECORD_LEN];
-            b[..4].copy_from_slice(&META_MAGIC);
-            b[4] = version;
-            b[5..60].copy_from_slice(&body);
-            let crc = IEEE.checksum(&b[..60]);
-            b[60..].copy_from_slice(&crc.to_le_bytes());
-            if let Ok(rec) = MetaRecord::parse(&b) {
-                prop_assert_eq!(rec.to_bytes(), b);
-            }
-        }
-    }
-}
+mod tests;

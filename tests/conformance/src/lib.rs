@@ -154,66 +154,12 @@ impl CaseFile {
                 name: m.name.clone(),
                 port: None,
                 cm_allow: None,
-                kind: match m.kind.clone() {
-                    StoreKind::KeyWrite {
-                        slots,
-                        slot_size,
-                        hash,
-                    } => StoreKindConfig::KeyWrite {
-                        slots,
-                        slot_size,
-                        hash,
-                        redundancy: kv_redundancy(m),
-                    },
-                    StoreKind::KeyIncrement { slots, hash } => StoreKindConfig::KeyIncrement {
-                        slots,
-                        hash,
-                        epoch_secs: 0,
-                        redundancy: kv_redundancy(m),
-                    },
-                    StoreKind::Append {
-                        lists,
-                        first_list,
-                        capacity,
-                        entry_size,
-                        batch,
-                        format,
-                        ..
-                    } => StoreKindConfig::Append {
-                        lists,
-                        first_list,
-                        capacity,
-                        entry_size,
-                        batch,
-                        format,
-                    },
-                    StoreKind::Postcard { chunks, hops, hash } => StoreKindConfig::Postcard {
-                        chunks,
-                        hops,
-                        hash,
-                        redundancy: self.postcard_redundancy,
-                        values: vec![],
-                    },
-                    StoreKind::Sketch {
-                        sketch_id,
-                        sketch,
-                        rows,
-                        columns,
-                        cell_width,
-                        batch,
-                        epochs,
-                        hash,
-                    } => StoreKindConfig::Sketch {
-                        sketch_id,
-                        sketch,
-                        rows: Some(rows),
-                        columns,
-                        cell_width: Some(cell_width),
-                        batch: Some(batch),
-                        epochs,
-                        hash,
-                    },
-                },
+                // The published layout is the configured one (an Append store's list stride
+                // is the collector's again).
+                kind: StoreKindConfig::new(m.kind.clone()).with_redundancy(match m.kind {
+                    StoreKind::Postcard { .. } => self.postcard_redundancy,
+                    _ => kv_redundancy(m),
+                }),
             })
             .collect()
     }
@@ -350,12 +296,12 @@ fn specs() -> Vec<Spec> {
                 );
                 s.stores.push(store(
                     "kw",
-                    StoreKindConfig::KeyWrite {
+                    StoreKindConfig::new(StoreKind::KeyWrite {
                         slots: 16,
                         slot_size: 8,
                         hash,
-                        redundancy: n,
-                    },
+                    })
+                    .with_redundancy(n),
                 ));
                 for i in 0..24u32 {
                     let k = rng.below(12) as u32;
@@ -387,12 +333,12 @@ fn specs() -> Vec<Spec> {
         );
         s.stores.push(store(
             "kw",
-            StoreKindConfig::KeyWrite {
+            StoreKindConfig::new(StoreKind::KeyWrite {
                 slots: 64,
                 slot_size: 32,
                 hash: HashProfile::Independent,
-                redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
-            },
+            })
+            .with_redundancy(dta_collector::config::DEFAULT_KV_REDUNDANCY),
         ));
         for i in 0..12u32 {
             let mut key = [0u8; 13];
@@ -498,12 +444,8 @@ fn specs() -> Vec<Spec> {
             );
             s.stores.push(store(
                 "ki",
-                StoreKindConfig::KeyIncrement {
-                    slots: 32,
-                    hash,
-                    epoch_secs: 0,
-                    redundancy: n,
-                },
+                StoreKindConfig::new(StoreKind::KeyIncrement { slots: 32, hash })
+                    .with_redundancy(n),
             ));
             for i in 0..20u32 {
                 s.reports.push((
@@ -544,14 +486,15 @@ fn specs() -> Vec<Spec> {
             );
             s.stores.push(store(
                 "ap",
-                StoreKindConfig::Append {
+                StoreKindConfig::new(StoreKind::Append {
                     lists: 3,
                     first_list: 7,
                     capacity: 4 * batch,
                     entry_size: 4,
                     batch,
                     format,
-                },
+                    list_stride: 0,
+                }),
             ));
             let count = 3 * (4 * batch + batch / 2 + 1) + 5;
             for i in 0..count {
@@ -607,13 +550,12 @@ fn specs() -> Vec<Spec> {
         s.pc_redundancy = pc_r;
         s.stores.push(store(
             "pc",
-            StoreKindConfig::Postcard {
+            StoreKindConfig::new(StoreKind::Postcard {
                 chunks: 64,
                 hops,
                 hash,
-                redundancy: pc_r,
-                values: vec![],
-            },
+            })
+            .with_redundancy(pc_r),
         ));
         let mut flows: Vec<(u32, u8, Vec<u8>)> = Vec::new();
         for f in 0..14u32 {
@@ -680,42 +622,41 @@ fn specs() -> Vec<Spec> {
         s.stores = vec![
             store(
                 "kw",
-                StoreKindConfig::KeyWrite {
+                StoreKindConfig::new(StoreKind::KeyWrite {
                     slots: 32,
                     slot_size: 8,
                     hash: HashProfile::Independent,
-                    redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
-                },
+                })
+                .with_redundancy(dta_collector::config::DEFAULT_KV_REDUNDANCY),
             ),
             store(
                 "ki",
-                StoreKindConfig::KeyIncrement {
+                StoreKindConfig::new(StoreKind::KeyIncrement {
                     slots: 32,
                     hash: HashProfile::Independent,
-                    epoch_secs: 0,
-                    redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
-                },
+                })
+                .with_redundancy(dta_collector::config::DEFAULT_KV_REDUNDANCY),
             ),
             store(
                 "ap",
-                StoreKindConfig::Append {
+                StoreKindConfig::new(StoreKind::Append {
                     lists: 2,
                     first_list: 0,
                     capacity: 16,
                     entry_size: 4,
                     batch: 4,
                     format: AppendFormat::Sequenced,
-                },
+                    list_stride: 0,
+                }),
             ),
             store(
                 "pc",
-                StoreKindConfig::Postcard {
+                StoreKindConfig::new(StoreKind::Postcard {
                     chunks: 32,
                     hops: 5,
                     hash: HashProfile::Independent,
-                    redundancy: 1,
-                    values: vec![],
-                },
+                })
+                .with_redundancy(1),
             ),
         ];
         for i in 0..60u32 {
@@ -1531,12 +1472,12 @@ fn model(spec: Spec) -> Result<Modelled, String> {
 fn kw_256_store() -> StoreConfig {
     store(
         "kw",
-        StoreKindConfig::KeyWrite {
+        StoreKindConfig::new(StoreKind::KeyWrite {
             slots: 256,
             slot_size: 8,
             hash: HashProfile::Independent,
-            redundancy: dta_collector::config::DEFAULT_KV_REDUNDANCY,
-        },
+        })
+        .with_redundancy(dta_collector::config::DEFAULT_KV_REDUNDANCY),
     )
 }
 

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use dta_collector::config::StoreKindConfig;
 use dta_proto::consts::DTA_NACK_PORT;
+use dta_proto::meta::StoreKind;
 use dta_proto::sketch::{merge_one, MergeOp, Sketch, SketchKind, SketchLayout, SketchShape};
 use dta_proto::wire::ethernet::{EthernetFrame, EthernetRepr, MacAddr, ETHERTYPE_IPV4};
 use dta_proto::wire::ipv4::{Ipv4Packet, Ipv4Repr, PROTO_UDP};
@@ -437,14 +438,14 @@ impl SketchModel {
 
 /// The sketch a store config describes.
 fn shape_of(kind: &StoreKindConfig) -> Option<SketchShape> {
-    match kind {
-        StoreKindConfig::Sketch {
+    match *kind.layout() {
+        StoreKind::Sketch {
             sketch,
             rows,
             columns,
             cell_width,
             ..
-        } => SketchShape::new(*sketch, (*rows)?, *columns, (*cell_width)?).ok(),
+        } => SketchShape::new(sketch, rows, columns, cell_width).ok(),
         _ => None,
     }
 }
@@ -579,8 +580,8 @@ pub(crate) fn sketch_case(spec: &Spec) -> Option<SketchCase> {
     let ids: Vec<u16> = spec
         .stores
         .iter()
-        .filter_map(|s| match s.kind {
-            StoreKindConfig::Sketch { sketch_id, .. } => Some(sketch_id),
+        .filter_map(|s| match *s.kind.layout() {
+            StoreKind::Sketch { sketch_id, .. } => Some(sketch_id),
             _ => None,
         })
         .collect();
@@ -660,20 +661,20 @@ fn sketch_store(
 ) -> super::StoreConfig {
     store(
         name,
-        StoreKindConfig::Sketch {
-            sketch_id: id,
-            sketch: kind,
-            rows: Some(rows),
+        StoreKindConfig::new(dta_collector::config::sketch_kind(
+            id,
+            kind,
+            Some(rows),
             columns,
-            cell_width: Some(if kind == SketchKind::HyperLogLog {
+            Some(if kind == SketchKind::HyperLogLog {
                 1
             } else {
                 4
             }),
-            batch: Some(batch),
+            Some(batch),
             epochs,
-            hash: Default::default(),
-        },
+            Default::default(),
+        )),
     )
 }
 

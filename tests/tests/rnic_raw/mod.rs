@@ -68,25 +68,26 @@ pub fn collector_config(rnic: impl FnOnce(&mut RnicIo)) -> CollectorConfig {
                 name: "kw".into(),
                 port: Some(1337),
                 cm_allow: None,
-                kind: StoreKindConfig::KeyWrite {
+                kind: StoreKindConfig::new(StoreKind::KeyWrite {
                     slots: KW_SLOTS,
                     slot_size: 16,
                     hash: HashProfile::Independent,
-                    redundancy: 2,
-                },
+                })
+                .with_redundancy(2),
             },
             StoreConfig {
                 name: "ap".into(),
                 port: Some(1338),
                 cm_allow: None,
-                kind: StoreKindConfig::Append {
+                kind: StoreKindConfig::new(StoreKind::Append {
                     lists: 2,
                     first_list: 0,
                     capacity: 256,
                     entry_size: 4,
                     batch: 8,
                     format: AppendFormat::Sequenced,
-                },
+                    list_stride: 0,
+                }),
             },
         ],
         export: Default::default(),

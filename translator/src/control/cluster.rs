@@ -46,7 +46,7 @@ pub fn cluster_routes(
         }
     }
     let store_of = |ci: usize, kind: &str, store: &str| -> Result<usize, String> {
-        let cn = &cluster.collectors[ci].name;
+        let cn = &cluster.collectors[ci].endpoint.name;
         if !collectors.iter().any(|(n, _)| n == cn) {
             return Err(format!(
                 "{at}: collector {cn:?} is not one of this translator's collectors (restart the \
@@ -96,7 +96,7 @@ pub fn cluster_routes(
                     return Err(format!(
                         "{at}: lists {}..{} belong to {:?}, but its append store {name:?} holds \
                          lists {a}..{b}",
-                        r.first, r.end, cluster.collectors[r.collector].name
+                        r.first, r.end, cluster.collectors[r.collector].endpoint.name
                     ));
                 }
             }
@@ -113,7 +113,7 @@ pub fn cluster_routes(
             if sketch_id != s.id {
                 return Err(format!(
                     "{at}: sketch {} belongs to {:?} store {:?}, which serves sketch {sketch_id}",
-                    s.id, cluster.collectors[s.collector].name, s.store
+                    s.id, cluster.collectors[s.collector].endpoint.name, s.store
                 ));
             }
         }

@@ -18,23 +18,23 @@ use crate::datapath::qp::QpTuning;
 /// Loads every collector's published metadata.
 pub fn load_collectors(cfg: &TranslatorConfig) -> Result<Vec<(String, CollectorMeta)>, String> {
     let mut out = Vec::new();
-    for c in cfg.collectors.iter().filter(|c| c.cm.is_none()) {
-        let Some(path) = &c.metadata else {
+    for c in cfg.collectors.iter().filter(|c| c.endpoint.cm.is_none()) {
+        let Some(path) = &c.endpoint.metadata else {
             return Err(format!(
                 "collector {:?}: no `metadata` file given (RDMA_CM set-up is configured with `cm`)",
-                c.name
+                c.endpoint.name
             ));
         };
         let s = std::fs::read_to_string(path).map_err(|e| {
             format!(
                 "collector {:?}: cannot read {}: {e} (is the collector running?)",
-                c.name,
+                c.endpoint.name,
                 path.display()
             )
         })?;
         let m: CollectorMeta = serde_json::from_str(&s)
-            .map_err(|e| format!("collector {:?}: {}: {e}", c.name, path.display()))?;
-        out.push((c.name.clone(), m));
+            .map_err(|e| format!("collector {:?}: {}: {e}", c.endpoint.name, path.display()))?;
+        out.push((c.endpoint.name.clone(), m));
     }
     Ok(out)
 }

@@ -129,11 +129,11 @@ impl Translator {
         let incarnation = crate::control::cm::incarnation_guid(dta_io::random::random_u32());
         let mut initiators: Vec<Vec<StoreInitiator>> = (0..t.workers).map(|_| Vec::new()).collect();
         for (ci, c) in cfg.collectors.iter().enumerate() {
-            let Some(addr) = c.cm else { continue };
-            let mac: MacAddr = match &c.mac {
+            let Some(addr) = c.endpoint.cm else { continue };
+            let mac: MacAddr = match &c.endpoint.mac {
                 Some(m) => m
                     .parse()
-                    .map_err(|_| format!("collector {:?}: bad MAC {m:?}", c.name))?,
+                    .map_err(|_| format!("collector {:?}: bad MAC {m:?}", c.endpoint.name))?,
                 None => MacAddr::BROADCAST,
             };
             let mut metas: Vec<StoreMeta> = Vec::new();
@@ -147,11 +147,13 @@ impl Translator {
                 let got = connect_blocking(
                     backend.as_mut(),
                     &mut cm,
-                    &c.ports,
+                    &c.endpoint.ports,
                     (worker_qpn(ci as u32 * 0x40, w, t.workers), n),
                     Duration::from_secs(c.connect_timeout_secs),
                 )
-                .map_err(|e| format!("collector {:?} ({addr}), worker {w}: {e}", c.name))?;
+                .map_err(|e| {
+                    format!("collector {:?} ({addr}), worker {w}: {e}", c.endpoint.name)
+                })?;
                 let mut names = Vec::new();
                 for (i, (port, meta, b)) in got.into_iter().enumerate() {
                     names.push((port, meta.name.clone()));
@@ -171,17 +173,21 @@ impl Translator {
             }
             log::info!(
                 "collector {:?}: connected {} store(s) over RDMA_CM for {} worker(s)",
-                c.name,
+                c.endpoint.name,
                 metas.len(),
                 t.workers
             );
             collectors.insert(
                 ci.min(collectors.len()),
                 (
-                    c.name.clone(),
+                    c.endpoint.name.clone(),
                     CollectorMeta {
                         roce: addr,
-                        mac: c.mac.clone().unwrap_or_else(|| "ff:ff:ff:ff:ff:ff".into()),
+                        mac: c
+                            .endpoint
+                            .mac
+                            .clone()
+                            .unwrap_or_else(|| "ff:ff:ff:ff:ff:ff".into()),
                         verify_icrc: true,
                         stores: metas,
                     },
@@ -198,7 +204,7 @@ impl Translator {
             .into_iter()
             .map(Some)
             .collect();
-        if shared_roce && cfg.collectors.iter().any(|c| c.cm.is_none()) {
+        if shared_roce && cfg.collectors.iter().any(|c| c.endpoint.cm.is_none()) {
             log::warn!(
                 "translator: the {} workers share RoCEv2 address {} (roce_steering); a collector \
                  set up from static metadata must answer every worker there (a real RNIC does; \
@@ -447,11 +453,11 @@ pub fn control_only(cfg: &TranslatorConfig) -> Result<serde_json::Value, String>
         }
     }
     for (ci, c) in cfg.collectors.iter().enumerate() {
-        let Some(addr) = c.cm else { continue };
-        let mac: MacAddr = match &c.mac {
+        let Some(addr) = c.endpoint.cm else { continue };
+        let mac: MacAddr = match &c.endpoint.mac {
             Some(m) => m
                 .parse()
-                .map_err(|_| format!("collector {:?}: bad MAC {m:?}", c.name))?,
+                .map_err(|_| format!("collector {:?}: bad MAC {m:?}", c.endpoint.name))?,
             None => MacAddr::BROADCAST,
         };
         let mut cm = CmInitiator::new(
@@ -468,14 +474,14 @@ pub fn control_only(cfg: &TranslatorConfig) -> Result<serde_json::Value, String>
         let got = connect_blocking(
             &mut backend,
             &mut cm,
-            &c.ports,
+            &c.endpoint.ports,
             (0x100 + ci as u32 * 0x40, 1),
             Duration::from_secs(c.connect_timeout_secs),
         )
-        .map_err(|e| format!("collector {:?} ({addr}): {e}", c.name))?;
+        .map_err(|e| format!("collector {:?} ({addr}): {e}", c.endpoint.name))?;
         for (_, meta, b) in got {
             push(
-                &c.name,
+                &c.endpoint.name,
                 addr,
                 &meta,
                 &QpMeta {
