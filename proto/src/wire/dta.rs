@@ -42,8 +42,8 @@ impl BaseVariant {
     #[inline]
     pub const fn header_len(self) -> usize {
         match self {
-            BaseVariant::A => 2,
-            BaseVariant::B => 3,
+            BaseVariant::A => field::A_FLAGS + 1,
+            BaseVariant::B => field::B_FLAGS + 1,
         }
     }
 
@@ -100,7 +100,9 @@ pub mod flags {
     pub const RETRANSMITABLE: u8 = 0x40;
 }
 
-mod field {
+/// Byte offsets of the reference profile: the one definition its views and
+/// [`crate::wire::report`]'s fast parser read.
+pub(super) mod field {
     pub type Field = core::ops::Range<usize>;
 
     pub const OPCODE: usize = 0;
@@ -121,6 +123,12 @@ mod field {
     pub const PC_KEY: Field = 0..4;
     pub const PC_HOP_NUM: usize = 4;
     pub const PC_DATA: Field = 5..9;
+
+    // Sub-header lengths.
+    pub const KW_LEN: usize = KW_DATA.end;
+    pub const KI_LEN: usize = KI_COUNTER.end;
+    pub const APPEND_LEN: usize = APPEND_DATA.end;
+    pub const PC_LEN: usize = PC_DATA.end;
 }
 
 #[inline]
@@ -317,22 +325,22 @@ macro_rules! fixed_view {
 fixed_view!(
     /// A view of the Key-Write sub-header: `redundancy u8 | key u32 | data u32` (9 B).
     KeyWriteHeader,
-    9
+    field::KW_LEN
 );
 fixed_view!(
     /// A view of the Key-Increment sub-header: `redundancy u8 | key u32 | counter u64` (13 B).
     KeyIncrementHeader,
-    13
+    field::KI_LEN
 );
 fixed_view!(
     /// A view of the Append sub-header: `list_id u32 | data u32` (8 B).
     AppendHeader,
-    8
+    field::APPEND_LEN
 );
 fixed_view!(
     /// A view of the Postcarder sub-header: `key u32 | hop_num u8 | data u32` (9 B).
     PostcarderHeader,
-    9
+    field::PC_LEN
 );
 
 impl<T: AsRef<[u8]>> KeyWriteHeader<T> {

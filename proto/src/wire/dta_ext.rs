@@ -61,7 +61,9 @@ pub mod flags {
     pub const RESERVED_MASK: u8 = 0x0f;
 }
 
-mod field {
+/// Byte offsets of the extended profile: the one definition its views and
+/// [`crate::wire::report`]'s fast parser read.
+pub(super) mod field {
     pub type Field = core::ops::Range<usize>;
 
     pub const MAGIC_VERSION: usize = 0;

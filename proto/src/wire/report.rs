@@ -21,14 +21,17 @@
 //! Redundancy is passed through unchecked: the translator decides what 0 or too many copies
 //! mean, and counts it.
 
-use crate::types::{Key, Value, MAX_KEY_LEN};
+use crate::consts::opcode;
+use crate::types::{Key, Value, MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::wire::dta::{field as rf, flags as rflags};
 use crate::wire::dta::{
     AppendRepr, BaseVariant, DtaHeaderRepr, DtaPrimitiveRepr, DtaRepr, KeyIncrementRepr,
     KeyWriteRepr, Opcode, PostcarderRepr,
 };
+use crate::wire::dta_ext::{field as xf, flags as xflags, HEADER_LEN as EXT_HEADER_LEN};
 use crate::wire::dta_ext::{
     is_extended, ExtAppendRepr, ExtHeaderRepr, ExtKeyIncrementRepr, ExtKeyWriteRepr,
-    ExtPostcardRepr, ExtPrimitiveRepr, ExtReportRepr, MAX_REPORT_LEN,
+    ExtPostcardRepr, ExtPrimitiveRepr, ExtReportRepr, MAX_PATH_LEN, MAX_REPORT_LEN,
 };
 use crate::wire::{Error, Result};
 
@@ -395,18 +398,19 @@ fn parse_fast(
     }
     let first = *some!(b.first());
     if is_extended(first) {
+        // The shortest sub-header (Key-Write's fixed word) must follow the base header.
         if !cfg.accept_extended
             || first != crate::wire::dta_ext::MAGIC_VERSION
-            || b.len() < 12
-            || b[3] != 0
+            || b.len() < EXT_HEADER_LEN + xf::KW_FIXED
+            || b[xf::RESERVED] != 0
         {
             slow!();
         }
-        let flags = b[2];
-        if flags & 0x0f != 0 {
+        let flags = b[xf::FLAGS];
+        if flags & xflags::RESERVED_MASK != 0 {
             slow!();
         }
-        let priority = match (flags >> 4) & 3 {
+        let priority = match (flags & xflags::PRIORITY_MASK) >> xflags::PRIORITY_SHIFT {
             0 => Priority::Low,
             1 => Priority::Medium,
             2 => Priority::High,
@@ -414,59 +418,75 @@ fn parse_fast(
         };
         let header = ReportHeader {
             profile: Profile::Extended,
-            immediate: flags & 0x80 != 0,
-            retransmittable: flags & 0x40 != 0,
-            seq: Some(be32(&b[4..8])),
+            immediate: flags & xflags::IMMEDIATE != 0,
+            retransmittable: flags & xflags::RETRANSMITTABLE != 0,
+            seq: Some(be32(&b[xf::SEQ])),
             priority,
         };
-        let body = &b[8..];
-        let primitive = match b[1] {
-            1 => {
-                let (n, kl, vl) = (body[0], body[1] as usize, body[2] as usize);
-                if body[3] != 0
+        let body = &b[EXT_HEADER_LEN..];
+        let primitive = match b[xf::OPCODE] {
+            opcode::KEY_WRITE => {
+                let (n, kl, vl) = (
+                    body[xf::KW_REDUNDANCY],
+                    body[xf::KW_KEY_LEN] as usize,
+                    body[xf::KW_VALUE_LEN] as usize,
+                );
+                if body[xf::KW_RESERVED] != 0
                     || kl == 0
-                    || kl > 16
+                    || kl > MAX_KEY_LEN
                     || vl == 0
-                    || vl > 32
-                    || body.len() != 4 + kl + vl
+                    || vl > MAX_VALUE_LEN
+                    || body.len() != xf::KW_FIXED + kl + vl
                 {
                     slow!();
                 }
                 Primitive::KeyWrite {
                     redundancy: n,
-                    key: some!(key_ending_at(b, 12 + kl, kl)),
-                    value: some!(Value::new(&body[4 + kl..])),
+                    key: some!(key_ending_at(b, EXT_HEADER_LEN + xf::KW_FIXED + kl, kl)),
+                    value: some!(Value::new(&body[xf::KW_FIXED + kl..])),
                 }
             }
-            2 => {
-                let vl = *some!(body.get(4)) as usize;
-                if body.len() != 8 + vl || vl == 0 || vl > 32 || body[5..8] != [0, 0, 0] {
+            opcode::APPEND => {
+                let vl = *some!(body.get(xf::AP_VALUE_LEN)) as usize;
+                if body.len() != xf::AP_FIXED + vl
+                    || vl == 0
+                    || vl > MAX_VALUE_LEN
+                    || body[xf::AP_RESERVED] != [0, 0, 0]
+                {
                     slow!();
                 }
                 Primitive::Append {
-                    list: be32(body),
-                    value: some!(Value::new(&body[8..])),
+                    list: be32(&body[xf::AP_LIST_ID]),
+                    value: some!(Value::new(&body[xf::AP_FIXED..])),
                 }
             }
-            3 => {
-                let kl = *some!(body.get(1)) as usize;
-                if body.len() != 12 + kl || kl == 0 || kl > 16 || body[2..4] != [0, 0] {
+            opcode::KEY_INCREMENT => {
+                let kl = *some!(body.get(xf::KI_KEY_LEN)) as usize;
+                if body.len() != xf::KI_FIXED + kl
+                    || kl == 0
+                    || kl > MAX_KEY_LEN
+                    || body[xf::KI_RESERVED] != [0, 0]
+                {
                     slow!();
                 }
-                let delta = u64::from_be_bytes(some!(body[4..12].try_into().ok()));
+                let delta = u64::from_be_bytes(some!(body[xf::KI_DELTA].try_into().ok()));
                 Primitive::KeyIncrement {
-                    redundancy: body[0],
+                    redundancy: body[xf::KI_REDUNDANCY],
                     key: some!(key_ending_at(b, b.len(), kl)),
                     delta,
                 }
             }
-            4 => {
-                let (hop, path_len, kl) = (body[0], body[1], *some!(body.get(2)) as usize);
-                if body.len() != 8 + kl
+            opcode::POSTCARD => {
+                let (hop, path_len, kl) = (
+                    body[xf::PC_HOP],
+                    body[xf::PC_PATH_LEN],
+                    *some!(body.get(xf::PC_KEY_LEN)) as usize,
+                );
+                if body.len() != xf::PC_FIXED + kl
                     || kl == 0
-                    || kl > 16
-                    || body[3] != 0
-                    || path_len > 16
+                    || kl > MAX_KEY_LEN
+                    || body[xf::PC_RESERVED] != 0
+                    || path_len > MAX_PATH_LEN
                     || (path_len != 0 && hop >= path_len)
                 {
                     slow!();
@@ -475,7 +495,7 @@ fn parse_fast(
                     flow: some!(key_ending_at(b, b.len(), kl)),
                     hop,
                     path_len,
-                    value: be32(&body[4..8]),
+                    value: be32(&body[xf::PC_VALUE]),
                 }
             }
             _ => slow!(),
@@ -487,38 +507,44 @@ fn parse_fast(
     if !cfg.accept_reference {
         slow!();
     }
-    let (hl, seq, flags) = match cfg.reference_variant {
-        BaseVariant::A => (2, None, *some!(b.get(1))),
-        BaseVariant::B => (3, Some(u32::from(*some!(b.get(1)))), *some!(b.get(2))),
+    let (seq, flags) = match cfg.reference_variant {
+        BaseVariant::A => (None, *some!(b.get(rf::A_FLAGS))),
+        BaseVariant::B => (
+            Some(u32::from(*some!(b.get(rf::B_SEQNUM)))),
+            *some!(b.get(rf::B_FLAGS)),
+        ),
     };
     let header = ReportHeader {
         profile: Profile::reference(cfg.reference_variant),
-        immediate: flags & 0x80 != 0,
-        retransmittable: cfg.reference_variant == BaseVariant::B && flags & 0x40 != 0,
+        immediate: flags & rflags::IMMEDIATE != 0,
+        retransmittable: cfg.reference_variant == BaseVariant::B
+            && flags & rflags::RETRANSMITABLE != 0,
         seq,
         priority: cfg.reference_priority,
     };
-    let body = &b[hl..];
+    let body = &b[cfg.reference_variant.header_len()..];
+    let (kw, ap, pc) = (rf::KW_DATA.start, rf::APPEND_DATA.start, rf::PC_KEY.start);
     let primitive = match (first, body.len()) {
-        (1, 9) => Primitive::KeyWrite {
-            redundancy: body[0],
-            key: Key::from_u32_reference(be32(&body[1..5])),
-            value: value4([body[5], body[6], body[7], body[8]]),
+        (opcode::KEY_WRITE, rf::KW_LEN) => Primitive::KeyWrite {
+            redundancy: body[rf::KV_REDUNDANCY],
+            key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),
+            value: value4([body[kw], body[kw + 1], body[kw + 2], body[kw + 3]]),
         },
-        (2, 8) => Primitive::Append {
-            list: be32(body),
-            value: value4([body[7], body[6], body[5], body[4]]),
+        // The reference byte-swaps an Append's data (see the module docs).
+        (opcode::APPEND, rf::APPEND_LEN) => Primitive::Append {
+            list: be32(&body[rf::APPEND_LIST_ID]),
+            value: value4([body[ap + 3], body[ap + 2], body[ap + 1], body[ap]]),
         },
-        (3, 13) => Primitive::KeyIncrement {
-            redundancy: body[0],
-            key: Key::from_u32_reference(be32(&body[1..5])),
-            delta: u64::from_be_bytes(some!(body[5..13].try_into().ok())),
+        (opcode::KEY_INCREMENT, rf::KI_LEN) => Primitive::KeyIncrement {
+            redundancy: body[rf::KV_REDUNDANCY],
+            key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),
+            delta: u64::from_be_bytes(some!(body[rf::KI_COUNTER].try_into().ok())),
         },
-        (4, 9) if body[4] != 0 => Primitive::Postcard {
-            flow: key4([body[0], body[1], body[2], body[3]]),
-            hop: body[4] - 1,
+        (opcode::POSTCARD, rf::PC_LEN) if body[rf::PC_HOP_NUM] != 0 => Primitive::Postcard {
+            flow: key4([body[pc], body[pc + 1], body[pc + 2], body[pc + 3]]),
+            hop: body[rf::PC_HOP_NUM] - 1,
             path_len: 0,
-            value: be32(&body[5..9]),
+            value: be32(&body[rf::PC_DATA]),
         },
         _ => slow!(),
     };
