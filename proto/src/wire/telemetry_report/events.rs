@@ -4,6 +4,25 @@
 use super::inner::{FlowKey, FLOW_KEY_LEN};
 use super::metadata::{DropInfo, QueueOccupancy};
 
+mod field {
+    use core::ops::Range;
+    // Both entries: the flow key, then the node ID (BE).
+    pub const FLOW: Range<usize> = 0..super::FLOW_KEY_LEN;
+    pub const NODE_ID: Range<usize> = 13..17;
+    // Drop entry.
+    pub const DROP_REASON: usize = 17;
+    pub const DROP_QUEUE: usize = 18;
+    // Congestion entry: queue ID, occupancy (24 bits, BE).
+    pub const CONG_QUEUE: usize = 17;
+    pub const CONG_OCCUPANCY: Range<usize> = 18..21;
+}
+
+#[inline]
+fn node_id(e: &[u8]) -> u32 {
+    let r = field::NODE_ID;
+    u32::from_be_bytes([e[r.start], e[r.start + 1], e[r.start + 2], e[r.start + 3]])
+}
+
 /// Bytes of a drop event entry: flow (13), node ID (4, BE), drop reason, queue ID, one zero.
 pub const DROP_ENTRY_LEN: usize = 20;
 /// Bytes of a congestion event entry: flow (13), node ID (4, BE), queue ID, occupancy (3, BE),
@@ -25,10 +44,10 @@ impl DropEvent {
     /// The entry bytes.
     pub fn to_bytes(&self) -> [u8; DROP_ENTRY_LEN] {
         let mut e = [0u8; DROP_ENTRY_LEN];
-        e[..FLOW_KEY_LEN].copy_from_slice(&self.flow.to_bytes());
-        e[13..17].copy_from_slice(&self.node_id.to_be_bytes());
-        e[17] = self.drop.reason;
-        e[18] = self.drop.queue;
+        e[field::FLOW].copy_from_slice(&self.flow.to_bytes());
+        e[field::NODE_ID].copy_from_slice(&self.node_id.to_be_bytes());
+        e[field::DROP_REASON] = self.drop.reason;
+        e[field::DROP_QUEUE] = self.drop.queue;
         e
     }
 
@@ -36,11 +55,11 @@ impl DropEvent {
     pub fn from_bytes(e: &[u8]) -> Option<DropEvent> {
         let e: &[u8; DROP_ENTRY_LEN] = e.get(..DROP_ENTRY_LEN)?.try_into().ok()?;
         Some(DropEvent {
-            flow: FlowKey::from_bytes(e[..FLOW_KEY_LEN].try_into().ok()?),
-            node_id: u32::from_be_bytes([e[13], e[14], e[15], e[16]]),
+            flow: FlowKey::from_bytes(e[field::FLOW].try_into().ok()?),
+            node_id: node_id(e),
             drop: DropInfo {
-                reason: e[17],
-                queue: e[18],
+                reason: e[field::DROP_REASON],
+                queue: e[field::DROP_QUEUE],
             },
         })
     }
@@ -61,10 +80,10 @@ impl CongestionEvent {
     /// The entry bytes.
     pub fn to_bytes(&self) -> [u8; CONGESTION_ENTRY_LEN] {
         let mut e = [0u8; CONGESTION_ENTRY_LEN];
-        e[..FLOW_KEY_LEN].copy_from_slice(&self.flow.to_bytes());
-        e[13..17].copy_from_slice(&self.node_id.to_be_bytes());
-        e[17] = self.queue.id;
-        e[18..21].copy_from_slice(&self.queue.occupancy.to_be_bytes()[1..]);
+        e[field::FLOW].copy_from_slice(&self.flow.to_bytes());
+        e[field::NODE_ID].copy_from_slice(&self.node_id.to_be_bytes());
+        e[field::CONG_QUEUE] = self.queue.id;
+        e[field::CONG_OCCUPANCY].copy_from_slice(&self.queue.occupancy.to_be_bytes()[1..]);
         e
     }
 
@@ -72,11 +91,14 @@ impl CongestionEvent {
     pub fn from_bytes(e: &[u8]) -> Option<CongestionEvent> {
         let e: &[u8; CONGESTION_ENTRY_LEN] = e.get(..CONGESTION_ENTRY_LEN)?.try_into().ok()?;
         Some(CongestionEvent {
-            flow: FlowKey::from_bytes(e[..FLOW_KEY_LEN].try_into().ok()?),
-            node_id: u32::from_be_bytes([e[13], e[14], e[15], e[16]]),
+            flow: FlowKey::from_bytes(e[field::FLOW].try_into().ok()?),
+            node_id: node_id(e),
             queue: QueueOccupancy {
-                id: e[17],
-                occupancy: u32::from_be_bytes([0, e[18], e[19], e[20]]),
+                id: e[field::CONG_QUEUE],
+                occupancy: {
+                    let o = field::CONG_OCCUPANCY.start;
+                    u32::from_be_bytes([0, e[o], e[o + 1], e[o + 2]])
+                },
             },
         })
     }

@@ -1,13 +1,14 @@
 //! The datagram: the v2.0 Telemetry Report Group Header (or the v1.0 report header), the walk
 //! over its individual reports, and datagram emission.
 
+use super::header::{version_of, GroupHeader, IndividualHeader, V1Header, V1Word0};
 use super::individual::{
     parse_v1, parse_v2_individual, InType, IndividualReport, IndividualRepr, RepType,
 };
 use super::metadata::MdFormat;
 use super::{
-    be32, byte, field, ReportError, GROUP_HEADER_LEN, INDIVIDUAL_HEADER_LEN, INT_MAIN_LEN,
-    V1_HEADER_LEN, V2_SEQ_MAX, VERSION_1, VERSION_2,
+    ReportError, GROUP_HEADER_LEN, INDIVIDUAL_HEADER_LEN, INT_MAIN_LEN, V1_HEADER_LEN, VERSION_1,
+    VERSION_2,
 };
 use crate::wire::{Error, Result};
 
@@ -28,33 +29,29 @@ pub struct TelemetryReport<'a> {
 impl<'a> TelemetryReport<'a> {
     /// Reads the group header (v2.0) or the report header (v1.0) of a UDP payload.
     pub fn parse(b: &'a [u8]) -> core::result::Result<TelemetryReport<'a>, ReportError> {
-        let ver = byte(b, 0)? >> 4;
-        match ver {
+        match version_of(b)? {
             VERSION_2 => {
-                let w = be32(b, field::G_VER_HW_SEQ.start)?;
-                let node_id = be32(b, field::G_NODE_ID.start)?;
-                let body = &b[GROUP_HEADER_LEN..];
+                let g = GroupHeader::new_checked(b)?;
+                let (hw_id, seq_no, node_id) = (g.hw_id(), g.seq_no(), g.node_id());
+                let body = g.into_payload();
                 if body.len() < INDIVIDUAL_HEADER_LEN {
                     return Err(ReportError::Truncated);
                 }
                 Ok(TelemetryReport {
                     version: VERSION_2,
-                    hw_id: ((w >> 22) & 0x3F) as u8,
-                    seq_no: w & V2_SEQ_MAX,
+                    hw_id,
+                    seq_no,
                     node_id,
                     body,
                 })
             }
             VERSION_1 => {
-                let w = be32(b, field::V1_WORD0.start)?;
-                let switch_id = be32(b, field::V1_SWITCH_ID.start)?;
-                let seq = be32(b, field::V1_SEQ.start)?;
-                be32(b, field::V1_INGRESS_TS.start)?;
+                let h = V1Header::new_checked(b)?;
                 Ok(TelemetryReport {
                     version: VERSION_1,
-                    hw_id: (w & 0x3F) as u8,
-                    seq_no: seq,
-                    node_id: switch_id,
+                    hw_id: h.hw_id(),
+                    seq_no: h.seq_no(),
+                    node_id: h.switch_id(),
                     body: b,
                 })
             }
@@ -156,26 +153,26 @@ pub fn emit(g: &GroupRepr, reports: &[IndividualRepr<'_>], out: &mut [u8]) -> Re
         let r = &reports[0];
         let bits = r.md_bits(VERSION_1);
         let md = MdFormat::RepMdV1.md_len(bits);
-        let nproto: u32 = if r.packet.ethernet { 0 } else { 1 };
-        let w = (VERSION_1 as u32) << 28
-            | ((4 + md / 4) as u32 & 0xF) << 24
-            | nproto << 21
-            | (bits as u32 & 0x3F) << 15
-            | (r.flags.dropped as u32) << 8
-            | (r.flags.congested as u32) << 7
-            | (r.flags.tracked as u32) << 6
-            | (g.hw_id as u32 & 0x3F);
-        out[field::V1_WORD0].copy_from_slice(&w.to_be_bytes());
-        out[field::V1_SWITCH_ID].copy_from_slice(&g.node_id.to_be_bytes());
-        out[field::V1_SEQ].copy_from_slice(&g.seq_no.to_be_bytes());
-        out[field::V1_INGRESS_TS].copy_from_slice(&r.ingress_ts32.to_be_bytes());
+        let mut h = V1Header::new_unchecked(&mut *out);
+        h.set_word0(V1Word0 {
+            len_words: (4 + md / 4) as u8,
+            nproto: if r.packet.ethernet { 0 } else { 1 },
+            rep_md_bits: bits,
+            dropped: r.flags.dropped,
+            congested: r.flags.congested,
+            tracked: r.flags.tracked,
+            hw_id: g.hw_id,
+        });
+        h.set_switch_id(g.node_id);
+        h.set_seq_no(g.seq_no);
+        h.set_ingress_ts(r.ingress_ts32);
         let at = V1_HEADER_LEN + MdFormat::RepMdV1.emit(bits, &r.local, &mut out[V1_HEADER_LEN..]);
         r.packet.emit(&mut out[at..]);
         return Ok(n);
     }
-    let w = (VERSION_2 as u32) << 28 | (g.hw_id as u32 & 0x3F) << 22 | (g.seq_no & V2_SEQ_MAX);
-    out[field::G_VER_HW_SEQ].copy_from_slice(&w.to_be_bytes());
-    out[field::G_NODE_ID].copy_from_slice(&g.node_id.to_be_bytes());
+    let mut h = GroupHeader::new_unchecked(&mut *out);
+    h.set_word0(VERSION_2, g.hw_id, g.seq_no);
+    h.set_node_id(g.node_id);
     let mut at = GROUP_HEADER_LEN;
     for r in reports {
         let len = r.buffer_len(VERSION_2);
@@ -195,19 +192,17 @@ pub fn emit(g: &GroupRepr, reports: &[IndividualRepr<'_>], out: &mut [u8]) -> Re
             RepType::InnerOnly => 0,
             RepType::Int => 1,
         };
-        b[field::I_TYPES] = rt << 4 | in_type.bits();
-        b[field::I_REPORT_LEN] = words as u8;
-        b[field::I_MD_LEN] = match r.rep_type {
+        let mut h = IndividualHeader::new_unchecked(&mut *b);
+        h.set_types(rt, in_type.bits());
+        h.set_report_len(words as u8);
+        h.set_md_len(match r.rep_type {
             RepType::Int => (md / 4) as u8,
             RepType::InnerOnly => 0,
-        };
-        b[field::I_FLAGS] = (r.flags.dropped as u8) << 7
-            | (r.flags.congested as u8) << 6
-            | (r.flags.tracked as u8) << 5
-            | (r.flags.intermediate as u8) << 4;
+        });
+        h.set_flags(r.flags.to_bits());
         let mut p = INDIVIDUAL_HEADER_LEN;
         if r.rep_type == RepType::Int {
-            b[field::I_REP_MD_BITS].copy_from_slice(&bits.to_be_bytes());
+            h.set_rep_md_bits(bits);
             p += INT_MAIN_LEN;
             p += MdFormat::RepMdV2.emit(bits, &r.local, &mut b[p..]);
         }

@@ -2,12 +2,18 @@
 //! metadata, inner contents) or the v1.0 report that fills its datagram. Parsed by the
 //! datagram walk in `group`; emitted through [`IndividualRepr`].
 
+use super::header::{IndividualHeader, V1Header};
 use super::inner::{parse_inner, InnerConfig, InnerPacket, InnerPacketRepr, InnerStart};
 use super::metadata::{HopMetadata, MdFormat};
-use super::{
-    be16, be32, byte, field, ReportError, INDIVIDUAL_HEADER_LEN, INT_MAIN_LEN, V1_HEADER_LEN,
-    VERSION_1,
-};
+use super::{ReportError, INDIVIDUAL_HEADER_LEN, INT_MAIN_LEN, V1_HEADER_LEN, VERSION_1};
+
+mod field {
+    // A TLV in the inner contents: Type(4) | Rsvd(4) | Length(8, words after the header) |
+    // 16 bits, then the value.
+    pub const TLV_TYPE: usize = 0;
+    pub const TLV_LEN: usize = 1;
+    pub const TLV_HEADER_LEN: usize = 4;
+}
 
 /// Individual report types (v2.0 RepType).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,6 +84,28 @@ pub struct Flags {
     pub intermediate: bool,
 }
 
+impl Flags {
+    /// From a v2.0 Individual Report Header's flags byte (D Q F I, then reserved bits).
+    #[inline]
+    pub const fn from_bits(fl: u8) -> Flags {
+        Flags {
+            dropped: fl & 0x80 != 0,
+            congested: fl & 0x40 != 0,
+            tracked: fl & 0x20 != 0,
+            intermediate: fl & 0x10 != 0,
+        }
+    }
+
+    /// The v2.0 flags byte (reserved bits zero).
+    #[inline]
+    pub const fn to_bits(self) -> u8 {
+        (self.dropped as u8) << 7
+            | (self.congested as u8) << 6
+            | (self.tracked as u8) << 5
+            | (self.intermediate as u8) << 4
+    }
+}
+
 /// One individual report, borrowed from its datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndividualReport<'a> {
@@ -112,10 +140,12 @@ impl<'a> IndividualReport<'a> {
             InType::Ipv4 => Ok((InnerStart::Ipv4, self.inner)),
             InType::Tlv => {
                 let mut b = self.inner;
-                while b.len() >= 4 {
-                    let t = b[0] >> 4;
-                    let len = 4 + b[1] as usize * 4;
-                    let data = b.get(4..len).ok_or(ReportError::Truncated)?;
+                while b.len() >= field::TLV_HEADER_LEN {
+                    let t = b[field::TLV_TYPE] >> 4;
+                    let len = field::TLV_HEADER_LEN + b[field::TLV_LEN] as usize * 4;
+                    let data = b
+                        .get(field::TLV_HEADER_LEN..len)
+                        .ok_or(ReportError::Truncated)?;
                     match t {
                         1 => return Ok((InnerStart::Ethernet, data)),
                         2 => return Ok((InnerStart::Ipv4, data)),
@@ -141,10 +171,9 @@ impl<'a> IndividualReport<'a> {
 pub(super) fn parse_v2_individual(
     b: &[u8],
 ) -> core::result::Result<(IndividualReport<'_>, usize), ReportError> {
-    let types = byte(b, field::I_TYPES)?;
-    let rep_len = byte(b, field::I_REPORT_LEN)?;
-    let md_words = byte(b, field::I_MD_LEN)? as usize;
-    let fl = byte(b, field::I_FLAGS)?;
+    let h = IndividualHeader::new_checked(b)?;
+    let rep_len = h.report_len();
+    let md_words = h.md_len() as usize;
     let total = if rep_len == 0xFF {
         // "To the end of the UDP payload".
         b.len()
@@ -152,20 +181,15 @@ pub(super) fn parse_v2_individual(
         INDIVIDUAL_HEADER_LEN + rep_len as usize * 4
     };
     let rep = b.get(..total).ok_or(ReportError::Truncated)?;
-    let rep_type = match types >> 4 {
+    let rep_type = match h.rep_type() {
         0 => RepType::InnerOnly,
         1 => RepType::Int,
         _ => return Err(ReportError::UnknownRepType),
     };
     let mut r = IndividualReport {
         rep_type,
-        in_type: InType::from_bits(types),
-        flags: Flags {
-            dropped: fl & 0x80 != 0,
-            congested: fl & 0x40 != 0,
-            tracked: fl & 0x20 != 0,
-            intermediate: fl & 0x10 != 0,
-        },
+        in_type: InType::from_bits(h.in_type()),
+        flags: Flags::from_bits(h.flags()),
         rep_md_bits: 0,
         domain_specific_id: 0,
         ds_md_bits: 0,
@@ -186,10 +210,12 @@ pub(super) fn parse_v2_individual(
                     ReportError::BadLength
                 });
             }
-            r.rep_md_bits = be16(rep, field::I_REP_MD_BITS.start)?;
-            r.domain_specific_id = be16(rep, field::I_DS_ID.start)?;
-            r.ds_md_bits = be16(rep, field::I_DS_MD_BITS.start)?;
-            r.ds_md_status = be16(rep, field::I_DS_MD_STATUS.start)?;
+            let main = IndividualHeader::new_unchecked(rep);
+            debug_assert!(main.has_int_main());
+            r.rep_md_bits = main.rep_md_bits();
+            r.domain_specific_id = main.domain_specific_id();
+            r.ds_md_bits = main.ds_md_bits();
+            r.ds_md_status = main.ds_md_status();
             let md_end = main_end + md_words * 4;
             let md = rep.get(main_end..md_end).ok_or(ReportError::BadLength)?;
             // MD Length covers the baseline metadata and any domain specific metadata (whose
@@ -206,10 +232,11 @@ pub(super) fn parse_v2_individual(
 }
 
 pub(super) fn parse_v1(b: &[u8]) -> core::result::Result<IndividualReport<'_>, ReportError> {
-    let w = be32(b, field::V1_WORD0.start)?;
-    let len = ((w >> 24) & 0xF) as usize;
-    let nproto = ((w >> 21) & 0x7) as u8;
-    let bits = ((w >> 15) & 0x3F) as u16;
+    // The datagram walk only gets here for a datagram that holds the whole header.
+    let h = V1Header::new_checked(b)?;
+    let len = h.len_words();
+    let nproto = h.nproto();
+    let bits = h.rep_md_bits();
     let md_len = MdFormat::RepMdV1.md_len(bits);
     let words = md_len / 4;
     let header_len = if len == 4 + words || len == words && len < 4 {
@@ -230,9 +257,9 @@ pub(super) fn parse_v1(b: &[u8]) -> core::result::Result<IndividualReport<'_>, R
         rep_type: RepType::Int,
         in_type,
         flags: Flags {
-            dropped: w & 0x0100 != 0,
-            congested: w & 0x0080 != 0,
-            tracked: w & 0x0040 != 0,
+            dropped: h.dropped(),
+            congested: h.congested(),
+            tracked: h.tracked(),
             intermediate: false,
         },
         rep_md_bits: bits,
@@ -240,7 +267,7 @@ pub(super) fn parse_v1(b: &[u8]) -> core::result::Result<IndividualReport<'_>, R
         ds_md_bits: 0,
         ds_md_status: 0,
         local: MdFormat::RepMdV1.parse(bits, md)?,
-        ingress_ts32: Some(be32(b, field::V1_INGRESS_TS.start)?),
+        ingress_ts32: Some(h.ingress_ts()),
         inner: &b[header_len..],
     })
 }

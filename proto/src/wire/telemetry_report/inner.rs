@@ -2,8 +2,39 @@
 //! optional Ethernet header), and where an embedded INT stack is looked for. The shim and stack
 //! themselves are `int`'s.
 
-use super::int::{parse_shim, EmbeddedInt, EmbeddedIntRepr};
-use super::{be16, byte, field, get, ReportError, PROTO_TCP, PROTO_UDP};
+use super::int::{parse_shim, EmbeddedInt, EmbeddedIntRepr, IntShim};
+use super::{ReportError, PROTO_TCP, PROTO_UDP};
+
+mod field {
+    use core::ops::Range;
+    // Ethernet.
+    pub const ETH_DST: Range<usize> = 0..6;
+    pub const ETH_SRC: Range<usize> = 6..12;
+    pub const ETH_TYPE: Range<usize> = 12..14;
+    // IPv4.
+    pub const IP_VER_IHL: usize = 0;
+    pub const IP_TOS: usize = 1;
+    pub const IP_LEN: Range<usize> = 2..4;
+    pub const IP_FLAGS: usize = 6;
+    pub const IP_TTL: usize = 8;
+    pub const IP_PROTO: usize = 9;
+    pub const IP_CHECKSUM: Range<usize> = 10..12;
+    pub const IP_SRC: Range<usize> = 12..16;
+    pub const IP_DST: Range<usize> = 16..20;
+    // TCP and UDP.
+    pub const L4_SPORT: Range<usize> = 0..2;
+    pub const L4_DPORT: Range<usize> = 2..4;
+    pub const UDP_LEN: Range<usize> = 4..6;
+    pub const TCP_DATA_OFF: usize = 12;
+    pub const TCP_FLAGS: usize = 13;
+    pub const TCP_WINDOW: Range<usize> = 14..16;
+    // The flow key (not a wire header: the bytes the translator hashes).
+    pub const FK_SRC: Range<usize> = 0..4;
+    pub const FK_DST: Range<usize> = 4..8;
+    pub const FK_PROTO: usize = 8;
+    pub const FK_SPORT: Range<usize> = 9..11;
+    pub const FK_DPORT: Range<usize> = 11..13;
+}
 
 /// An IPv4 5-tuple.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -29,23 +60,26 @@ impl FlowKey {
     #[inline]
     pub fn to_bytes(&self) -> [u8; FLOW_KEY_LEN] {
         let mut b = [0u8; FLOW_KEY_LEN];
-        b[0..4].copy_from_slice(&self.src);
-        b[4..8].copy_from_slice(&self.dst);
-        b[8] = self.proto;
-        b[9..11].copy_from_slice(&self.sport.to_be_bytes());
-        b[11..13].copy_from_slice(&self.dport.to_be_bytes());
+        b[field::FK_SRC].copy_from_slice(&self.src);
+        b[field::FK_DST].copy_from_slice(&self.dst);
+        b[field::FK_PROTO] = self.proto;
+        b[field::FK_SPORT].copy_from_slice(&self.sport.to_be_bytes());
+        b[field::FK_DPORT].copy_from_slice(&self.dport.to_be_bytes());
         b
     }
 
     /// The inverse of [`FlowKey::to_bytes`].
     #[inline]
     pub fn from_bytes(b: &[u8; FLOW_KEY_LEN]) -> FlowKey {
+        let a4 = |r: core::ops::Range<usize>| {
+            [b[r.start], b[r.start + 1], b[r.start + 2], b[r.start + 3]]
+        };
         FlowKey {
-            src: [b[0], b[1], b[2], b[3]],
-            dst: [b[4], b[5], b[6], b[7]],
-            proto: b[8],
-            sport: u16::from_be_bytes([b[9], b[10]]),
-            dport: u16::from_be_bytes([b[11], b[12]]),
+            src: a4(field::FK_SRC),
+            dst: a4(field::FK_DST),
+            proto: b[field::FK_PROTO],
+            sport: be16(b, field::FK_SPORT),
+            dport: be16(b, field::FK_DPORT),
         }
     }
 }
@@ -104,6 +138,216 @@ pub enum InnerStart {
     Ipv4,
 }
 
+const ETH_HEADER_LEN: usize = 14;
+const VLAN_TAG_LEN: usize = 4;
+const IPV4_HEADER_LEN: usize = 20;
+const UDP_HEADER_LEN: usize = 8;
+const TCP_HEADER_LEN: usize = 20;
+
+#[inline(always)]
+fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
+    u16::from_be_bytes([b[r.start], b[r.start + 1]])
+}
+
+/// A view of a truncated packet's Ethernet header (one 802.1Q tag is stepped over).
+#[derive(Debug, Clone, Copy)]
+pub struct InnerEthernet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> InnerEthernet<T> {
+    /// Wraps a buffer without checking it.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> InnerEthernet<T> {
+        InnerEthernet { buffer }
+    }
+
+    /// Wraps a buffer holding the header and, if tagged, the tag.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<InnerEthernet<T>, ReportError> {
+        let e = InnerEthernet::new_unchecked(buffer);
+        let len = e.buffer.as_ref().len();
+        if len < ETH_HEADER_LEN || e.tagged() && len < ETH_HEADER_LEN + VLAN_TAG_LEN {
+            return Err(ReportError::Truncated);
+        }
+        Ok(e)
+    }
+
+    #[inline]
+    fn tagged(&self) -> bool {
+        be16(self.buffer.as_ref(), field::ETH_TYPE) == ETHERTYPE_VLAN
+    }
+
+    /// Bytes of header and tag.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        if self.tagged() {
+            ETH_HEADER_LEN + VLAN_TAG_LEN
+        } else {
+            ETH_HEADER_LEN
+        }
+    }
+
+    /// The EtherType of the payload (behind the tag, if any).
+    #[inline]
+    pub fn ethertype(&self) -> u16 {
+        be16(
+            self.buffer.as_ref(),
+            self.header_len() - 2..self.header_len(),
+        )
+    }
+}
+
+impl<'a> InnerEthernet<&'a [u8]> {
+    /// What follows the header (and tag), for as long as the buffer.
+    #[inline]
+    pub fn into_payload(self) -> &'a [u8] {
+        let at = self.header_len();
+        &self.buffer[at..]
+    }
+}
+
+/// A view of a truncated packet's IPv4 header.
+#[derive(Debug, Clone, Copy)]
+pub struct InnerIpv4<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> InnerIpv4<T> {
+    /// Wraps a buffer without checking it.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> InnerIpv4<T> {
+        InnerIpv4 { buffer }
+    }
+
+    /// Wraps a buffer holding a whole IPv4 header: version 4 (6 is
+    /// [`ReportError::UnsupportedInnerType`], others [`ReportError::MalformedInner`]), a
+    /// header length of at least 20 bytes ([`ReportError::MalformedInner`]), all of it there
+    /// ([`ReportError::Truncated`]).
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<InnerIpv4<T>, ReportError> {
+        let b = buffer.as_ref();
+        let vi = *b.first().ok_or(ReportError::Truncated)?;
+        if vi >> 4 != 4 {
+            return Err(if vi >> 4 == 6 {
+                ReportError::UnsupportedInnerType
+            } else {
+                ReportError::MalformedInner
+            });
+        }
+        let ihl = (vi & 0x0F) as usize * 4;
+        if ihl < IPV4_HEADER_LEN {
+            return Err(ReportError::MalformedInner);
+        }
+        if b.len() < IPV4_HEADER_LEN || b.len() < ihl {
+            return Err(ReportError::Truncated);
+        }
+        Ok(InnerIpv4 { buffer })
+    }
+
+    /// Header length in bytes (IHL × 4).
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        (self.buffer.as_ref()[field::IP_VER_IHL] & 0x0F) as usize * 4
+    }
+
+    /// DSCP.
+    #[inline]
+    pub fn dscp(&self) -> u8 {
+        self.buffer.as_ref()[field::IP_TOS] >> 2
+    }
+
+    /// Total length.
+    #[inline]
+    pub fn total_len(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::IP_LEN)
+    }
+
+    /// TTL.
+    #[inline]
+    pub fn ttl(&self) -> u8 {
+        self.buffer.as_ref()[field::IP_TTL]
+    }
+
+    /// Protocol.
+    #[inline]
+    pub fn protocol(&self) -> u8 {
+        self.buffer.as_ref()[field::IP_PROTO]
+    }
+
+    #[inline]
+    fn addr(&self, r: core::ops::Range<usize>) -> [u8; 4] {
+        let b = self.buffer.as_ref();
+        [b[r.start], b[r.start + 1], b[r.start + 2], b[r.start + 3]]
+    }
+
+    /// Source address.
+    #[inline]
+    pub fn src_addr(&self) -> [u8; 4] {
+        self.addr(field::IP_SRC)
+    }
+
+    /// Destination address.
+    #[inline]
+    pub fn dst_addr(&self) -> [u8; 4] {
+        self.addr(field::IP_DST)
+    }
+}
+
+impl<'a> InnerIpv4<&'a [u8]> {
+    /// What follows the header, for as long as the buffer.
+    #[inline]
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buffer[self.header_len()..]
+    }
+}
+
+/// A view of the ports that open a TCP or UDP header.
+#[derive(Debug, Clone, Copy)]
+pub struct L4Ports<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> L4Ports<T> {
+    /// Wraps a buffer without checking it.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> L4Ports<T> {
+        L4Ports { buffer }
+    }
+
+    /// Wraps a buffer holding both ports.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<L4Ports<T>, ReportError> {
+        if buffer.as_ref().len() < field::L4_DPORT.end {
+            return Err(ReportError::Truncated);
+        }
+        Ok(L4Ports { buffer })
+    }
+
+    /// Source port.
+    #[inline]
+    pub fn src_port(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::L4_SPORT)
+    }
+
+    /// Destination port.
+    #[inline]
+    pub fn dst_port(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::L4_DPORT)
+    }
+}
+
+/// The length of the TCP header at the front of `l4`: its data offset must be there
+/// ([`ReportError::Truncated`]) and at least 5 words ([`ReportError::MalformedInner`]).
+#[inline]
+fn tcp_header_len(l4: &[u8]) -> Result<usize, ReportError> {
+    let off = (*l4.get(field::TCP_DATA_OFF).ok_or(ReportError::Truncated)? >> 4) as usize * 4;
+    if off < TCP_HEADER_LEN {
+        return Err(ReportError::MalformedInner);
+    }
+    Ok(off)
+}
+
 /// Reads the flow (and any embedded INT) from a truncated packet.
 pub fn parse_inner<'a>(
     start: InnerStart,
@@ -113,52 +357,32 @@ pub fn parse_inner<'a>(
     let ip = match start {
         InnerStart::Ipv4 => b,
         InnerStart::Ethernet => {
-            let mut et = be16(b, field::ETH_TYPE.start)?;
-            let mut at = 14;
-            if et == ETHERTYPE_VLAN {
-                et = be16(b, 16)?;
-                at = 18;
-            }
-            if et != ETHERTYPE_IPV4 {
+            let eth = InnerEthernet::new_checked(b)?;
+            if eth.ethertype() != ETHERTYPE_IPV4 {
                 return Err(ReportError::UnsupportedInnerType);
             }
-            &b[at..]
+            eth.into_payload()
         }
     };
-    let vi = byte(ip, field::IP_VER_IHL)?;
-    if vi >> 4 != 4 {
-        return Err(if vi >> 4 == 6 {
-            ReportError::UnsupportedInnerType
-        } else {
-            ReportError::MalformedInner
-        });
-    }
-    let ihl = (vi & 0x0F) as usize * 4;
-    if ihl < 20 {
-        return Err(ReportError::MalformedInner);
-    }
-    get::<20>(ip, 0)?;
-    let l4 = ip.get(ihl..).ok_or(ReportError::Truncated)?;
-    let dscp = byte(ip, field::IP_TOS)? >> 2;
+    let ip = InnerIpv4::new_checked(ip)?;
+    let l4 = ip.payload();
+    let dscp = ip.dscp();
     let mut flow = FlowKey {
-        src: get::<4>(ip, field::IP_SRC.start)?,
-        dst: get::<4>(ip, field::IP_DST.start)?,
-        proto: byte(ip, field::IP_PROTO)?,
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        proto: ip.protocol(),
         sport: 0,
         dport: 0,
     };
     let mut int = None;
     if flow.proto == PROTO_TCP || flow.proto == PROTO_UDP {
-        flow.sport = be16(l4, field::L4_SPORT.start)?;
-        flow.dport = be16(l4, field::L4_DPORT.start)?;
+        let ports = L4Ports::new_checked(l4)?;
+        flow.sport = ports.src_port();
+        flow.dport = ports.dst_port();
         let l4_len = if flow.proto == PROTO_UDP {
-            8
+            UDP_HEADER_LEN
         } else {
-            let off = (byte(l4, field::TCP_DATA_OFF)? >> 4) as usize * 4;
-            if off < 20 {
-                return Err(ReportError::MalformedInner);
-            }
-            off
+            tcp_header_len(l4)?
         };
         let by_port =
             flow.proto == PROTO_UDP && cfg.md_udp_port != 0 && flow.dport == cfg.md_udp_port;
@@ -166,15 +390,15 @@ pub fn parse_inner<'a>(
             .md_dscp
             .is_some_and(|d| dscp & cfg.md_dscp_mask == d & cfg.md_dscp_mask);
         if by_port || by_dscp {
-            let shim_at = if by_port { 8 } else { l4_len };
+            let shim_at = if by_port { UDP_HEADER_LEN } else { l4_len };
             let shim = l4.get(shim_at..).ok_or(ReportError::Truncated)?;
             if let Some((e, after)) = parse_shim(shim)? {
                 int = Some(e);
                 // INT 1.0 has no NPT: its shim keeps no original port or protocol.
                 if by_port && e.version == 2 {
-                    let npt = (shim[field::SHIM_TYPE] >> 2) & 0x3;
-                    let f = be16(shim, field::SHIM_FIELD.start)?;
-                    match npt {
+                    let s = IntShim::new_unchecked(shim, e.version);
+                    let f = s.npt_field();
+                    match s.npt() {
                         // The original destination port, replaced by the INT port.
                         1 => flow.dport = f,
                         // A UDP header was added; the original L4 header follows the stack.
@@ -182,8 +406,9 @@ pub fn parse_inner<'a>(
                             flow.proto = f as u8;
                             let orig = shim.get(after..).ok_or(ReportError::Truncated)?;
                             if flow.proto == PROTO_TCP || flow.proto == PROTO_UDP {
-                                flow.sport = be16(orig, field::L4_SPORT.start)?;
-                                flow.dport = be16(orig, field::L4_DPORT.start)?;
+                                let ports = L4Ports::new_checked(orig)?;
+                                flow.sport = ports.src_port();
+                                flow.dport = ports.dst_port();
                             } else {
                                 flow.sport = 0;
                                 flow.dport = 0;
@@ -197,8 +422,8 @@ pub fn parse_inner<'a>(
     }
     Ok(InnerPacket {
         flow,
-        ip_len: be16(ip, field::IP_LEN.start)?,
-        ttl: byte(ip, field::IP_TTL)?,
+        ip_len: ip.total_len(),
+        ttl: ip.ttl(),
         dscp,
         int,
     })
@@ -227,8 +452,8 @@ pub struct InnerPacketRepr<'h> {
 impl InnerPacketRepr<'_> {
     fn l4_len(&self) -> usize {
         match self.flow.proto {
-            PROTO_TCP => 20,
-            PROTO_UDP => 8,
+            PROTO_TCP => TCP_HEADER_LEN,
+            PROTO_UDP => UDP_HEADER_LEN,
             _ => 0,
         }
     }
@@ -236,8 +461,8 @@ impl InnerPacketRepr<'_> {
     /// Bytes [`InnerPacketRepr::emit`] writes (a multiple of 4 is not guaranteed; callers
     /// pad).
     pub fn buffer_len(&self) -> usize {
-        let int = self.int.map_or(0, |(e, _)| 8 + e.buffer_len());
-        self.ethernet as usize * 14 + 20 + int + self.l4_len()
+        let int = self.int.map_or(0, |(e, _)| UDP_HEADER_LEN + e.buffer_len());
+        self.ethernet as usize * ETH_HEADER_LEN + IPV4_HEADER_LEN + int + self.l4_len()
     }
 
     /// Writes the packet to the front of `out`; returns its length. Panics if `out` is
@@ -248,19 +473,19 @@ impl InnerPacketRepr<'_> {
         out.fill(0);
         let mut at = 0;
         if self.ethernet {
-            out[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-            out[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+            out[field::ETH_DST].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+            out[field::ETH_SRC].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
             out[field::ETH_TYPE].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-            at = 14;
+            at = ETH_HEADER_LEN;
         }
         let ip_at = at;
         let headers = n - at;
         let ip = &mut out[ip_at..];
-        ip[0] = 0x45;
+        ip[field::IP_VER_IHL] = 0x45;
         ip[field::IP_TOS] = self.dscp << 2;
         let total = (headers + self.payload_len as usize).min(u16::MAX as usize) as u16;
         ip[field::IP_LEN].copy_from_slice(&total.to_be_bytes());
-        ip[6] = 0x40; // DF
+        ip[field::IP_FLAGS] = 0x40; // DF
         ip[field::IP_TTL] = self.ttl;
         ip[field::IP_PROTO] = if self.int.is_some() {
             PROTO_UDP
@@ -269,31 +494,38 @@ impl InnerPacketRepr<'_> {
         };
         ip[field::IP_SRC].copy_from_slice(&self.flow.src);
         ip[field::IP_DST].copy_from_slice(&self.flow.dst);
-        let sum = crate::wire::ipv4::checksum::fold(crate::wire::ipv4::checksum::sum(0, &ip[..20]));
-        ip[10..12].copy_from_slice(&(!sum).to_be_bytes());
-        at = 20;
+        let sum = crate::wire::ipv4::checksum::fold(crate::wire::ipv4::checksum::sum(
+            0,
+            &ip[..IPV4_HEADER_LEN],
+        ));
+        ip[field::IP_CHECKSUM].copy_from_slice(&(!sum).to_be_bytes());
+        at = IPV4_HEADER_LEN;
         if let Some((e, port)) = self.int {
-            let udp_len = (total as usize).saturating_sub(20).min(u16::MAX as usize) as u16;
-            ip[at..at + 2].copy_from_slice(&self.flow.sport.to_be_bytes());
-            ip[at + 2..at + 4].copy_from_slice(&port.to_be_bytes());
-            ip[at + 4..at + 6].copy_from_slice(&udp_len.to_be_bytes());
-            at += 8;
+            let udp_len = (total as usize)
+                .saturating_sub(IPV4_HEADER_LEN)
+                .min(u16::MAX as usize) as u16;
+            let udp = &mut ip[at..];
+            udp[field::L4_SPORT].copy_from_slice(&self.flow.sport.to_be_bytes());
+            udp[field::L4_DPORT].copy_from_slice(&port.to_be_bytes());
+            udp[field::UDP_LEN].copy_from_slice(&udp_len.to_be_bytes());
+            at += UDP_HEADER_LEN;
             at += e.emit(2, self.flow.proto as u16, &mut ip[at..]);
         }
         let l4 = &mut ip[at..];
         match self.flow.proto {
             PROTO_TCP => {
-                l4[0..2].copy_from_slice(&self.flow.sport.to_be_bytes());
-                l4[2..4].copy_from_slice(&self.flow.dport.to_be_bytes());
-                l4[field::TCP_DATA_OFF] = 5 << 4;
-                l4[13] = 0x10; // ACK
-                l4[14..16].copy_from_slice(&0xFFFFu16.to_be_bytes());
+                l4[field::L4_SPORT].copy_from_slice(&self.flow.sport.to_be_bytes());
+                l4[field::L4_DPORT].copy_from_slice(&self.flow.dport.to_be_bytes());
+                l4[field::TCP_DATA_OFF] = ((TCP_HEADER_LEN / 4) as u8) << 4;
+                l4[field::TCP_FLAGS] = 0x10; // ACK
+                l4[field::TCP_WINDOW].copy_from_slice(&0xFFFFu16.to_be_bytes());
             }
             PROTO_UDP => {
-                l4[0..2].copy_from_slice(&self.flow.sport.to_be_bytes());
-                l4[2..4].copy_from_slice(&self.flow.dport.to_be_bytes());
-                let len = (8 + self.payload_len as usize).min(u16::MAX as usize) as u16;
-                l4[4..6].copy_from_slice(&len.to_be_bytes());
+                l4[field::L4_SPORT].copy_from_slice(&self.flow.sport.to_be_bytes());
+                l4[field::L4_DPORT].copy_from_slice(&self.flow.dport.to_be_bytes());
+                let len =
+                    (UDP_HEADER_LEN + self.payload_len as usize).min(u16::MAX as usize) as u16;
+                l4[field::UDP_LEN].copy_from_slice(&len.to_be_bytes());
             }
             _ => {}
         }

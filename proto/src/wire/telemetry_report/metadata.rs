@@ -2,7 +2,7 @@
 //! v1.0 RepMdBits): reading, sizing and writing one hop's fields. Knows nothing of the headers
 //! around a metadata block.
 
-use super::{be16, be32, be64, get, ReportError};
+use super::ReportError;
 
 /// A queue's ID and occupancy (24 bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -11,6 +11,17 @@ pub struct QueueOccupancy {
     pub id: u8,
     /// Occupancy, in the device's units (24 bits).
     pub occupancy: u32,
+}
+
+impl QueueOccupancy {
+    /// From its 32-bit word: ID (8) | occupancy (24).
+    #[inline]
+    const fn from_word(w: u32) -> QueueOccupancy {
+        QueueOccupancy {
+            id: (w >> 24) as u8,
+            occupancy: w & 0x00FF_FFFF,
+        }
+    }
 }
 
 /// A drop: the queue and the reason code (e.g. `p4lang/switch`'s `drop_reason_codes.h`).
@@ -158,6 +169,12 @@ impl MdFormat {
 
     /// Reads the metadata `bits` selects from the front of `b` (which may be longer).
     pub fn parse(self, bits: u16, b: &[u8]) -> core::result::Result<HopMetadata, ReportError> {
+        // The fields lie back to back from the front: a block shorter than the bitmap's
+        // length is truncated at whichever field first runs past its end.
+        let b = b.get(..self.md_len(bits)).ok_or(ReportError::Truncated)?;
+        let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+        let be32 = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let be64 = |at: usize| (be32(at) as u64) << 32 | be32(at + 4) as u64;
         let mut m = HopMetadata::default();
         let mut at = 0;
         for (i, it) in self.items().iter().enumerate() {
@@ -165,39 +182,24 @@ impl MdFormat {
                 continue;
             }
             match it {
-                NodeId => m.node_id = Some(be32(b, at)?),
-                L1Ports => m.l1_ports = Some((be16(b, at)?, be16(b, at + 2)?)),
-                HopLatency => m.hop_latency = Some(be32(b, at)?),
-                Queue => {
-                    let w = be32(b, at)?;
-                    m.queue = Some(QueueOccupancy {
-                        id: (w >> 24) as u8,
-                        occupancy: w & 0x00FF_FFFF,
-                    })
-                }
-                IngressTs => m.ingress_ts = Some(be64(b, at)?),
-                IngressTs32 => m.ingress_ts = Some(be32(b, at)? as u64),
-                EgressTs => m.egress_ts = Some(be64(b, at)?),
-                EgressTs32 => m.egress_ts = Some(be32(b, at)? as u64),
-                L2Ports => m.l2_ports = Some((be32(b, at)?, be32(b, at + 4)?)),
-                TxUtil => m.tx_util = Some(be32(b, at)?),
-                Buffer => {
-                    let w = be32(b, at)?;
-                    m.buffer = Some(QueueOccupancy {
-                        id: (w >> 24) as u8,
-                        occupancy: w & 0x00FF_FFFF,
-                    })
-                }
+                NodeId => m.node_id = Some(be32(at)),
+                L1Ports => m.l1_ports = Some((be16(at), be16(at + 2))),
+                HopLatency => m.hop_latency = Some(be32(at)),
+                Queue => m.queue = Some(QueueOccupancy::from_word(be32(at))),
+                IngressTs => m.ingress_ts = Some(be64(at)),
+                IngressTs32 => m.ingress_ts = Some(be32(at) as u64),
+                EgressTs => m.egress_ts = Some(be64(at)),
+                EgressTs32 => m.egress_ts = Some(be32(at) as u64),
+                L2Ports => m.l2_ports = Some((be32(at), be32(at + 4))),
+                TxUtil => m.tx_util = Some(be32(at)),
+                Buffer => m.buffer = Some(QueueOccupancy::from_word(be32(at))),
                 Drop => {
-                    let w = get::<4>(b, at)?;
                     m.drop = Some(DropInfo {
-                        queue: w[0],
-                        reason: w[1],
+                        queue: b[at],
+                        reason: b[at + 1],
                     })
                 }
-                Skip4 => {
-                    get::<4>(b, at)?;
-                }
+                Skip4 => {}
             }
             at += it.len();
         }

@@ -71,15 +71,21 @@
 //! every error is a [`ReportError`], a `Copy` enum the translator counts by reason.
 //!
 //! # Layout of this module
-//! One file per job: `group` (the datagram: group header or v1.0 header, the walk over
-//! individual reports, datagram emission), `individual` (one v2.0 individual report or the v1.0
-//! report: types, flags, parse, emit), `metadata` (the three bitmaps and [`HopMetadata`]),
-//! `inner` (the truncated packet: flow, IPv4/TCP/UDP, Ethernet), `int` (an embedded INT shim,
-//! metadata header and stack) and `events` (the drop and congestion entries the translator
-//! appends). Each reads and writes only its own part of the datagram; none does I/O.
+//! One file per job, smoltcp's two levels in each: views (`new_unchecked`/`new_checked` and
+//! accessors over a private `field` module) and the plain structs parsed from them and emitted
+//! into them. `header` holds the views of the fixed headers ([`GroupHeader`],
+//! [`IndividualHeader`], [`V1Header`]); `group` the datagram (group header or v1.0 header, the
+//! walk over individual reports, datagram emission); `individual` one v2.0 individual report or
+//! the v1.0 report (types, flags, TLVs, parse, emit); `metadata` the three bitmaps and
+//! [`HopMetadata`]; `inner` the truncated packet ([`InnerEthernet`], [`InnerIpv4`],
+//! [`L4Ports`], the flow); `int` an embedded INT shim, metadata header and stack ([`IntShim`],
+//! [`IntMdHeader`]); `events` the drop and congestion entries the translator appends. Each
+//! reads and writes only its own part of the datagram, and only through its own `field`
+//! offsets; none does I/O.
 
 mod events;
 mod group;
+mod header;
 mod individual;
 mod inner;
 mod int;
@@ -87,12 +93,13 @@ mod metadata;
 
 pub use events::{CongestionEvent, DropEvent, CONGESTION_ENTRY_LEN, DROP_ENTRY_LEN};
 pub use group::{buffer_len, emit, GroupRepr, Reports, TelemetryReport};
+pub use header::{version_of, GroupHeader, IndividualHeader, V1Header, V1Word0};
 pub use individual::{Flags, InType, IndividualReport, IndividualRepr, RepType};
 pub use inner::{
-    parse_inner, FlowKey, InnerConfig, InnerPacket, InnerPacketRepr, InnerStart,
-    DEFAULT_MD_UDP_PORT, FLOW_KEY_LEN,
+    parse_inner, FlowKey, InnerConfig, InnerEthernet, InnerIpv4, InnerPacket, InnerPacketRepr,
+    InnerStart, L4Ports, DEFAULT_MD_UDP_PORT, FLOW_KEY_LEN,
 };
-pub use int::{EmbeddedInt, EmbeddedIntRepr, IntKind};
+pub use int::{shim_kind, EmbeddedInt, EmbeddedIntRepr, IntKind, IntMdHeader, IntShim};
 pub use metadata::{DropInfo, HopMetadata, MdFormat, QueueOccupancy};
 
 use crate::wire::Error;
@@ -122,52 +129,6 @@ pub const INT1_SHIM_LEN: usize = 4;
 pub const MAX_STACK_HOPS: usize = 32;
 /// Largest sequence number of a v2.0 group header (22 bits).
 pub const V2_SEQ_MAX: u32 = (1 << 22) - 1;
-
-mod field {
-    use core::ops::Range;
-    // v2.0 group header.
-    pub const G_VER_HW_SEQ: Range<usize> = 0..4;
-    pub const G_NODE_ID: Range<usize> = 4..8;
-    // v2.0 individual report header (offsets from its start).
-    pub const I_TYPES: usize = 0;
-    pub const I_REPORT_LEN: usize = 1;
-    pub const I_MD_LEN: usize = 2;
-    pub const I_FLAGS: usize = 3;
-    pub const I_REP_MD_BITS: Range<usize> = 4..6;
-    pub const I_DS_ID: Range<usize> = 6..8;
-    pub const I_DS_MD_BITS: Range<usize> = 8..10;
-    pub const I_DS_MD_STATUS: Range<usize> = 10..12;
-    // v1.0 header.
-    pub const V1_WORD0: Range<usize> = 0..4;
-    pub const V1_SWITCH_ID: Range<usize> = 4..8;
-    pub const V1_SEQ: Range<usize> = 8..12;
-    pub const V1_INGRESS_TS: Range<usize> = 12..16;
-    // INT shim and metadata header.
-    pub const SHIM_TYPE: usize = 0;
-    pub const SHIM_LEN: usize = 1;
-    pub const SHIM_FIELD: Range<usize> = 2..4;
-    // INT 1.0 shim: Type(8) | Reserved(8) | Length(8) | DSCP(6) R R.
-    pub const SHIM1_LEN: usize = 2;
-    pub const MD_VER: usize = 0;
-    pub const MD_HOP_ML: usize = 2;
-    pub const MD_REMAINING: usize = 3;
-    pub const MD_INSTRUCTION: Range<usize> = 4..6;
-    pub const MD_DS_ID: Range<usize> = 6..8;
-    pub const MD_DS_INSTRUCTION: Range<usize> = 8..10;
-    pub const MD_DS_FLAGS: Range<usize> = 10..12;
-    // Inner packet headers.
-    pub const ETH_TYPE: Range<usize> = 12..14;
-    pub const IP_VER_IHL: usize = 0;
-    pub const IP_TOS: usize = 1;
-    pub const IP_LEN: Range<usize> = 2..4;
-    pub const IP_TTL: usize = 8;
-    pub const IP_PROTO: usize = 9;
-    pub const IP_SRC: Range<usize> = 12..16;
-    pub const IP_DST: Range<usize> = 16..20;
-    pub const L4_SPORT: Range<usize> = 0..2;
-    pub const L4_DPORT: Range<usize> = 2..4;
-    pub const TCP_DATA_OFF: usize = 12;
-}
 
 /// Why a telemetry report was not read. Cheap to return and to count (the translator keeps
 /// one counter per variant).
@@ -230,34 +191,6 @@ impl From<ReportError> for Error {
             _ => Error::Malformed,
         }
     }
-}
-
-#[inline(always)]
-fn get<const N: usize>(b: &[u8], at: usize) -> core::result::Result<[u8; N], ReportError> {
-    match b.get(at..at + N) {
-        Some(s) => Ok(s.try_into().unwrap_or([0; N])),
-        None => Err(ReportError::Truncated),
-    }
-}
-
-#[inline(always)]
-fn be16(b: &[u8], at: usize) -> core::result::Result<u16, ReportError> {
-    get::<2>(b, at).map(u16::from_be_bytes)
-}
-
-#[inline(always)]
-fn be32(b: &[u8], at: usize) -> core::result::Result<u32, ReportError> {
-    get::<4>(b, at).map(u32::from_be_bytes)
-}
-
-#[inline(always)]
-fn be64(b: &[u8], at: usize) -> core::result::Result<u64, ReportError> {
-    get::<8>(b, at).map(u64::from_be_bytes)
-}
-
-#[inline(always)]
-fn byte(b: &[u8], at: usize) -> core::result::Result<u8, ReportError> {
-    b.get(at).copied().ok_or(ReportError::Truncated)
 }
 
 const PROTO_TCP: u8 = 6;
