@@ -176,6 +176,34 @@ pub const BLOCK_CRC_OFFSET: usize = field::CRC.start;
 /// Offset of a block's sample time, from the block's start (the sealed part begins there).
 pub const BLOCK_SAMPLED_OFFSET: usize = field::SAMPLED.start;
 
+/// A view of a structure of fixed length: the struct, `new_unchecked` and `new_checked`.
+macro_rules! fixed_view {
+    ($(#[$doc:meta])* $name:ident, $len:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> $name<T> {
+            /// Wraps a buffer without checking its length.
+            #[inline]
+            pub const fn new_unchecked(buffer: T) -> $name<T> {
+                $name { buffer }
+            }
+
+            #[doc = concat!("Wraps a buffer of at least [`", stringify!($len), "`] bytes.")]
+            #[inline]
+            pub fn new_checked(buffer: T) -> Result<$name<T>, ZeroError> {
+                if buffer.as_ref().len() < $len {
+                    return Err(ZeroError::Truncated);
+                }
+                Ok($name { buffer })
+            }
+        }
+    };
+}
+
 #[inline]
 fn le16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
     u16::from_le_bytes(b[r].try_into().expect("2 bytes"))
@@ -196,28 +224,13 @@ pub const fn block_len(entries: u32) -> usize {
     BLOCK_HEAD_LEN + 8 * entries as usize + BLOCK_TAIL_LEN
 }
 
-/// A view of a control header (the region's first 64 bytes).
-#[derive(Debug, Clone, Copy)]
-pub struct HeaderView<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_view!(
+    /// A view of a control header (the region's first 64 bytes).
+    HeaderView,
+    HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> HeaderView<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> HeaderView<T> {
-        HeaderView { buffer }
-    }
-
-    /// Wraps a buffer of at least [`HEADER_LEN`] bytes.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<HeaderView<T>, ZeroError> {
-        if buffer.as_ref().len() < HEADER_LEN {
-            return Err(ZeroError::Truncated);
-        }
-        Ok(HeaderView { buffer })
-    }
-
     /// The magic bytes.
     #[inline]
     pub fn magic(&self) -> [u8; 4] {
@@ -344,28 +357,13 @@ impl ControlHeader {
     }
 }
 
-/// A view of one 64-byte block descriptor.
-#[derive(Debug, Clone, Copy)]
-pub struct DescView<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_view!(
+    /// A view of one 64-byte block descriptor.
+    DescView,
+    DESC_LEN
+);
 
 impl<T: AsRef<[u8]>> DescView<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> DescView<T> {
-        DescView { buffer }
-    }
-
-    /// Wraps a buffer of at least [`DESC_LEN`] bytes.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<DescView<T>, ZeroError> {
-        if buffer.as_ref().len() < DESC_LEN {
-            return Err(ZeroError::Truncated);
-        }
-        Ok(DescView { buffer })
-    }
-
     /// The name field, zero padding included.
     #[inline]
     pub fn name_field(&self) -> &[u8] {
@@ -718,28 +716,13 @@ pub struct RegionRecord {
     pub pmtu: u32,
 }
 
-/// A view of a 64-byte region record.
-#[derive(Debug, Clone, Copy)]
-pub struct RecordView<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_view!(
+    /// A view of a 64-byte region record.
+    RecordView,
+    RECORD_LEN
+);
 
 impl<T: AsRef<[u8]>> RecordView<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> RecordView<T> {
-        RecordView { buffer }
-    }
-
-    /// Wraps a buffer of at least [`RECORD_LEN`] bytes.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<RecordView<T>, ZeroError> {
-        if buffer.as_ref().len() < RECORD_LEN {
-            return Err(ZeroError::Truncated);
-        }
-        Ok(RecordView { buffer })
-    }
-
     /// The magic bytes.
     #[inline]
     pub fn magic(&self) -> [u8; 4] {

@@ -41,13 +41,33 @@ fn set(b: &mut [u8], r: core::ops::Range<usize>, v: &[u8]) {
     b[r].copy_from_slice(v);
 }
 
-#[inline(always)]
-fn check(len: usize, need: usize) -> Result<(), ReportError> {
-    if len < need {
-        Err(ReportError::Truncated)
-    } else {
-        Ok(())
-    }
+/// A view of a header of fixed length: the struct, `new_unchecked` and `new_checked`
+/// ([`ReportError::Truncated`] if the buffer is shorter).
+macro_rules! fixed_view {
+    ($(#[$doc:meta])* $name:ident, $len:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> $name<T> {
+            /// Wraps a buffer without checking its length.
+            #[inline]
+            pub const fn new_unchecked(buffer: T) -> $name<T> {
+                $name { buffer }
+            }
+
+            #[doc = concat!("Wraps a buffer of at least [`", stringify!($len), "`] bytes.")]
+            #[inline]
+            pub fn new_checked(buffer: T) -> Result<$name<T>, ReportError> {
+                if buffer.as_ref().len() < $len {
+                    return Err(ReportError::Truncated);
+                }
+                Ok($name { buffer })
+            }
+        }
+    };
 }
 
 /// The version nibble of a datagram's first byte (both versions keep it there).
@@ -56,26 +76,13 @@ pub fn version_of(b: &[u8]) -> Result<u8, ReportError> {
     b.first().map(|v| v >> 4).ok_or(ReportError::Truncated)
 }
 
-/// A view of a v2.0 Telemetry Report Group Header.
-#[derive(Debug, Clone, Copy)]
-pub struct GroupHeader<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_view!(
+    /// A view of a v2.0 Telemetry Report Group Header.
+    GroupHeader,
+    GROUP_HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> GroupHeader<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> GroupHeader<T> {
-        GroupHeader { buffer }
-    }
-
-    /// Wraps a buffer of at least [`GROUP_HEADER_LEN`] bytes.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<GroupHeader<T>, ReportError> {
-        check(buffer.as_ref().len(), GROUP_HEADER_LEN)?;
-        Ok(GroupHeader { buffer })
-    }
-
     #[inline]
     fn word0(&self) -> u32 {
         be32(self.buffer.as_ref(), field::G_VER_HW_SEQ)
@@ -135,28 +142,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GroupHeader<T> {
     }
 }
 
-/// A view of a v2.0 Individual Report Header and, for INT reports, its main contents'
-/// fixed part (RepMdBits, Domain Specific ID, DSMdBits, DSMdstatus).
-#[derive(Debug, Clone, Copy)]
-pub struct IndividualHeader<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_view!(
+    /// A view of a v2.0 Individual Report Header and, for INT reports, its main contents'
+    /// fixed part (RepMdBits, Domain Specific ID, DSMdBits, DSMdstatus), whose accessors need
+    /// [`IndividualHeader::has_int_main`] beyond `new_checked`.
+    IndividualHeader,
+    INDIVIDUAL_HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> IndividualHeader<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> IndividualHeader<T> {
-        IndividualHeader { buffer }
-    }
-
-    /// Wraps a buffer of at least [`INDIVIDUAL_HEADER_LEN`] bytes (the main-contents accessors
-    /// need [`IndividualHeader::has_int_main`] too).
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<IndividualHeader<T>, ReportError> {
-        check(buffer.as_ref().len(), INDIVIDUAL_HEADER_LEN)?;
-        Ok(IndividualHeader { buffer })
-    }
-
     /// True if the buffer holds an INT report's main contents' fixed part.
     #[inline]
     pub fn has_int_main(&self) -> bool {
@@ -250,26 +244,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IndividualHeader<T> {
     }
 }
 
-/// A view of a v1.0 report header (16 bytes; its metadata and packet follow).
-#[derive(Debug, Clone, Copy)]
-pub struct V1Header<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_view!(
+    /// A view of a v1.0 report header (16 bytes; its metadata and packet follow).
+    V1Header,
+    V1_HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> V1Header<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> V1Header<T> {
-        V1Header { buffer }
-    }
-
-    /// Wraps a buffer of at least [`V1_HEADER_LEN`] bytes.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<V1Header<T>, ReportError> {
-        check(buffer.as_ref().len(), V1_HEADER_LEN)?;
-        Ok(V1Header { buffer })
-    }
-
     #[inline]
     fn word0(&self) -> u32 {
         be32(self.buffer.as_ref(), field::V1_WORD0)
