@@ -169,34 +169,33 @@ impl MdFormat {
 
     /// Reads the metadata `bits` selects from the front of `b` (which may be longer).
     pub fn parse(self, bits: u16, b: &[u8]) -> core::result::Result<HopMetadata, ReportError> {
-        // The fields lie back to back from the front: a block shorter than the bitmap's
-        // length is truncated at whichever field first runs past its end.
-        let b = b.get(..self.md_len(bits)).ok_or(ReportError::Truncated)?;
-        let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
-        let be32 = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-        let be64 = |at: usize| (be32(at) as u64) << 32 | be32(at + 4) as u64;
         let mut m = HopMetadata::default();
         let mut at = 0;
         for (i, it) in self.items().iter().enumerate() {
             if bits & self.mask(i) == 0 {
                 continue;
             }
+            // The fields lie back to back from the front: the first that runs past the end
+            // of `b` makes the block truncated.
+            let f = b.get(at..at + it.len()).ok_or(ReportError::Truncated)?;
+            let be16 = |o: usize| u16::from_be_bytes([f[o], f[o + 1]]);
+            let be32 = |o: usize| u32::from_be_bytes([f[o], f[o + 1], f[o + 2], f[o + 3]]);
             match it {
-                NodeId => m.node_id = Some(be32(at)),
-                L1Ports => m.l1_ports = Some((be16(at), be16(at + 2))),
-                HopLatency => m.hop_latency = Some(be32(at)),
-                Queue => m.queue = Some(QueueOccupancy::from_word(be32(at))),
-                IngressTs => m.ingress_ts = Some(be64(at)),
-                IngressTs32 => m.ingress_ts = Some(be32(at) as u64),
-                EgressTs => m.egress_ts = Some(be64(at)),
-                EgressTs32 => m.egress_ts = Some(be32(at) as u64),
-                L2Ports => m.l2_ports = Some((be32(at), be32(at + 4))),
-                TxUtil => m.tx_util = Some(be32(at)),
-                Buffer => m.buffer = Some(QueueOccupancy::from_word(be32(at))),
+                NodeId => m.node_id = Some(be32(0)),
+                L1Ports => m.l1_ports = Some((be16(0), be16(2))),
+                HopLatency => m.hop_latency = Some(be32(0)),
+                Queue => m.queue = Some(QueueOccupancy::from_word(be32(0))),
+                IngressTs => m.ingress_ts = Some((be32(0) as u64) << 32 | be32(4) as u64),
+                IngressTs32 => m.ingress_ts = Some(be32(0) as u64),
+                EgressTs => m.egress_ts = Some((be32(0) as u64) << 32 | be32(4) as u64),
+                EgressTs32 => m.egress_ts = Some(be32(0) as u64),
+                L2Ports => m.l2_ports = Some((be32(0), be32(4))),
+                TxUtil => m.tx_util = Some(be32(0)),
+                Buffer => m.buffer = Some(QueueOccupancy::from_word(be32(0))),
                 Drop => {
                     m.drop = Some(DropInfo {
-                        queue: b[at],
-                        reason: b[at + 1],
+                        queue: f[0],
+                        reason: f[1],
                     })
                 }
                 Skip4 => {}
