@@ -176,34 +176,6 @@ pub const BLOCK_CRC_OFFSET: usize = field::CRC.start;
 /// Offset of a block's sample time, from the block's start (the sealed part begins there).
 pub const BLOCK_SAMPLED_OFFSET: usize = field::SAMPLED.start;
 
-/// A view of a structure of fixed length: the struct, `new_unchecked` and `new_checked`.
-macro_rules! fixed_view {
-    ($(#[$doc:meta])* $name:ident, $len:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy)]
-        pub struct $name<T: AsRef<[u8]>> {
-            buffer: T,
-        }
-
-        impl<T: AsRef<[u8]>> $name<T> {
-            /// Wraps a buffer without checking its length.
-            #[inline]
-            pub const fn new_unchecked(buffer: T) -> $name<T> {
-                $name { buffer }
-            }
-
-            #[doc = concat!("Wraps a buffer of at least [`", stringify!($len), "`] bytes.")]
-            #[inline]
-            pub fn new_checked(buffer: T) -> Result<$name<T>, ZeroError> {
-                if buffer.as_ref().len() < $len {
-                    return Err(ZeroError::Truncated);
-                }
-                Ok($name { buffer })
-            }
-        }
-    };
-}
-
 #[inline]
 fn le16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
     u16::from_le_bytes(b[r].try_into().expect("2 bytes"))
@@ -224,10 +196,12 @@ pub const fn block_len(entries: u32) -> usize {
     BLOCK_HEAD_LEN + 8 * entries as usize + BLOCK_TAIL_LEN
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of a control header (the region's first 64 bytes).
     HeaderView,
-    HEADER_LEN
+    HEADER_LEN,
+    ZeroError,
+    ZeroError::Truncated
 );
 
 impl<T: AsRef<[u8]>> HeaderView<T> {
@@ -357,10 +331,12 @@ impl ControlHeader {
     }
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of one 64-byte block descriptor.
     DescView,
-    DESC_LEN
+    DESC_LEN,
+    ZeroError,
+    ZeroError::Truncated
 );
 
 impl<T: AsRef<[u8]>> DescView<T> {
@@ -716,10 +692,12 @@ pub struct RegionRecord {
     pub pmtu: u32,
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of a 64-byte region record.
     RecordView,
-    RECORD_LEN
+    RECORD_LEN,
+    ZeroError,
+    ZeroError::Truncated
 );
 
 impl<T: AsRef<[u8]>> RecordView<T> {

@@ -41,45 +41,18 @@ fn set(b: &mut [u8], r: core::ops::Range<usize>, v: &[u8]) {
     b[r].copy_from_slice(v);
 }
 
-/// A view of a header of fixed length: the struct, `new_unchecked` and `new_checked`
-/// ([`ReportError::Truncated`] if the buffer is shorter).
-macro_rules! fixed_view {
-    ($(#[$doc:meta])* $name:ident, $len:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy)]
-        pub struct $name<T: AsRef<[u8]>> {
-            buffer: T,
-        }
-
-        impl<T: AsRef<[u8]>> $name<T> {
-            /// Wraps a buffer without checking its length.
-            #[inline]
-            pub const fn new_unchecked(buffer: T) -> $name<T> {
-                $name { buffer }
-            }
-
-            #[doc = concat!("Wraps a buffer of at least [`", stringify!($len), "`] bytes.")]
-            #[inline]
-            pub fn new_checked(buffer: T) -> Result<$name<T>, ReportError> {
-                if buffer.as_ref().len() < $len {
-                    return Err(ReportError::Truncated);
-                }
-                Ok($name { buffer })
-            }
-        }
-    };
-}
-
 /// The version nibble of a datagram's first byte (both versions keep it there).
 #[inline]
 pub fn version_of(b: &[u8]) -> Result<u8, ReportError> {
     b.first().map(|v| v >> 4).ok_or(ReportError::Truncated)
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of a v2.0 Telemetry Report Group Header.
     GroupHeader,
-    GROUP_HEADER_LEN
+    GROUP_HEADER_LEN,
+    ReportError,
+    ReportError::Truncated
 );
 
 impl<T: AsRef<[u8]>> GroupHeader<T> {
@@ -142,12 +115,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GroupHeader<T> {
     }
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of a v2.0 Individual Report Header and, for INT reports, its main contents'
     /// fixed part (RepMdBits, Domain Specific ID, DSMdBits, DSMdstatus), whose accessors need
     /// [`IndividualHeader::has_int_main`] beyond `new_checked`.
     IndividualHeader,
-    INDIVIDUAL_HEADER_LEN
+    INDIVIDUAL_HEADER_LEN,
+    ReportError,
+    ReportError::Truncated
 );
 
 impl<T: AsRef<[u8]>> IndividualHeader<T> {
@@ -244,10 +219,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IndividualHeader<T> {
     }
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of a v1.0 report header (16 bytes; its metadata and packet follow).
     V1Header,
-    V1_HEADER_LEN
+    V1_HEADER_LEN,
+    ReportError,
+    ReportError::Truncated
 );
 
 impl<T: AsRef<[u8]>> V1Header<T> {
