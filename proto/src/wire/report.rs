@@ -456,7 +456,7 @@ fn parse_fast(
                     slow!();
                 }
                 Primitive::Append {
-                    list: be32(&body[xf::AP_LIST_ID]),
+                    list: be32(&body[xf::AP_LIST_ID.start..]),
                     value: some!(Value::new(&body[xf::AP_FIXED..])),
                 }
             }
@@ -507,9 +507,11 @@ fn parse_fast(
     if !cfg.accept_reference {
         slow!();
     }
-    let (seq, flags) = match cfg.reference_variant {
-        BaseVariant::A => (None, *some!(b.get(rf::A_FLAGS))),
+    // The base header ends with its flags byte.
+    let (hl, seq, flags) = match cfg.reference_variant {
+        BaseVariant::A => (rf::A_FLAGS + 1, None, *some!(b.get(rf::A_FLAGS))),
         BaseVariant::B => (
+            rf::B_FLAGS + 1,
             Some(u32::from(*some!(b.get(rf::B_SEQNUM)))),
             *some!(b.get(rf::B_FLAGS)),
         ),
@@ -522,7 +524,7 @@ fn parse_fast(
         seq,
         priority: cfg.reference_priority,
     };
-    let body = &b[cfg.reference_variant.header_len()..];
+    let body = &b[hl..];
     let (kw, ap, pc) = (rf::KW_DATA.start, rf::APPEND_DATA.start, rf::PC_KEY.start);
     let primitive = match (first, body.len()) {
         (opcode::KEY_WRITE, rf::KW_LEN) => Primitive::KeyWrite {
@@ -532,7 +534,7 @@ fn parse_fast(
         },
         // The reference byte-swaps an Append's data (see the module docs).
         (opcode::APPEND, rf::APPEND_LEN) => Primitive::Append {
-            list: be32(&body[rf::APPEND_LIST_ID]),
+            list: be32(&body[rf::APPEND_LIST_ID.start..]),
             value: value4([body[ap + 3], body[ap + 2], body[ap + 1], body[ap]]),
         },
         (opcode::KEY_INCREMENT, rf::KI_LEN) => Primitive::KeyIncrement {
