@@ -48,8 +48,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use dta_proto::zero::{
-    block_crc, block_len, encode_block, BlockDesc, ControlHeader, MetricKind, BLOCK_HEAD_LEN,
-    DESC_LEN, HEADER_LEN, MAX_BLOCKS, MAX_ENTRIES, NAME_LEN,
+    block_crc, block_len, encode_block, BlockDesc, ControlHeader, MetricKind, BLOCK_CRC_OFFSET,
+    BLOCK_HEAD_LEN, BLOCK_SAMPLED_OFFSET, DESC_LEN, HEADER_LEN, MAX_BLOCKS, MAX_ENTRIES, NAME_LEN,
 };
 use dta_rnic::memory::Region;
 
@@ -431,11 +431,13 @@ impl ArrayWriter {
         for (c, v) in self.bytes[8..].chunks_exact_mut(8).zip(&self.values) {
             c.copy_from_slice(&v.to_le_bytes());
         }
-        self.region.write(off + 16, &self.bytes).expect(INSIDE);
+        self.region
+            .write(off + BLOCK_SAMPLED_OFFSET as u64, &self.bytes)
+            .expect(INSIDE);
         let crc = block_crc(s + 2, n as u32, &self.bytes);
         let word = crc as u64 | (n as u64) << 32;
         self.region
-            .write(off + 8, &word.to_le_bytes())
+            .write(off + BLOCK_CRC_OFFSET as u64, &word.to_le_bytes())
             .expect(INSIDE);
         let end = off + (BLOCK_HEAD_LEN + 8 * n) as u64;
         self.region.store_u64_release(end, s + 2).expect(INSIDE);

@@ -118,9 +118,159 @@ pub enum ZeroError {
     Torn,
 }
 
+/// Bytes of a [`RegionRecord`].
+pub const RECORD_LEN: usize = 64;
+/// A region record's magic, ASCII `DTZR`.
+pub const RECORD_MAGIC: [u8; 4] = *b"DTZR";
+/// Where an agent's REP carries the region record: private-data bytes 64..128 (the first 64
+/// carry the service name, as the collector's REP does).
+pub const RECORD_REP_OFFSET: usize = 64;
+
+/// Byte offsets of the four structures: the one definition the views below read and write.
+mod field {
+    use core::ops::{Range, RangeFrom};
+
+    // Control header.
+    pub const MAGIC: Range<usize> = 0..4;
+    pub const VERSION: usize = 4;
+    pub const RESERVED: usize = 5;
+    pub const BLOCKS: Range<usize> = 6..8;
+    pub const GENERATION: Range<usize> = 8..12;
+    pub const REGION_LEN: Range<usize> = 12..20;
+    pub const HEADER_PAD: Range<usize> = 20..super::HEADER_LEN;
+
+    // Block descriptor.
+    pub const NAME: Range<usize> = 0..super::NAME_LEN;
+    pub const OFFSET: Range<usize> = 40..48;
+    pub const ENTRIES: Range<usize> = 48..52;
+    pub const KIND: usize = 52;
+    pub const DESC_RESERVED: Range<usize> = 53..56;
+    pub const INTERVAL: Range<usize> = 56..60;
+    pub const DESC_PAD: Range<usize> = 60..super::DESC_LEN;
+
+    // Metric block (the values and `end` follow `SAMPLED`).
+    pub const BEGIN: Range<usize> = 0..8;
+    pub const CRC: Range<usize> = 8..12;
+    pub const COUNT: Range<usize> = 12..16;
+    pub const SAMPLED: Range<usize> = 16..super::BLOCK_HEAD_LEN;
+    /// What the CRC covers after the sequence and count: the sample time and the values.
+    pub const SEALED: RangeFrom<usize> = SAMPLED.start..;
+
+    // Region record.
+    pub const R_MAGIC: Range<usize> = 0..4;
+    pub const R_VERSION: usize = 4;
+    pub const R_FLAGS: usize = 5;
+    pub const R_RESERVED: Range<usize> = 6..8;
+    pub const R_ADDR: Range<usize> = 8..16;
+    pub const R_LEN: Range<usize> = 16..24;
+    pub const R_RKEY: Range<usize> = 24..28;
+    pub const R_PMTU: Range<usize> = 28..32;
+    pub const R_PAD: Range<usize> = 32..60;
+    /// The CRC covers every byte before it.
+    pub const R_CRC: Range<usize> = 60..super::RECORD_LEN;
+}
+
+/// Region offset of a block's `crc` and entries count word, from the block's start (the agent
+/// writes them as one little-endian u64: crc | count << 32).
+pub const BLOCK_CRC_OFFSET: usize = field::CRC.start;
+/// Offset of a block's sample time, from the block's start (the sealed part begins there).
+pub const BLOCK_SAMPLED_OFFSET: usize = field::SAMPLED.start;
+
+#[inline]
+fn le16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
+    u16::from_le_bytes(b[r].try_into().expect("2 bytes"))
+}
+
+#[inline]
+fn le32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
+    u32::from_le_bytes(b[r].try_into().expect("4 bytes"))
+}
+
+#[inline]
+fn le64(b: &[u8], r: core::ops::Range<usize>) -> u64 {
+    u64::from_le_bytes(b[r].try_into().expect("8 bytes"))
+}
+
 /// Bytes of a block holding `entries` values.
 pub const fn block_len(entries: u32) -> usize {
     BLOCK_HEAD_LEN + 8 * entries as usize + BLOCK_TAIL_LEN
+}
+
+crate::wire::view::fixed_view!(
+    /// A view of a control header (the region's first 64 bytes).
+    HeaderView,
+    HEADER_LEN,
+    ZeroError,
+    ZeroError::Truncated
+);
+
+impl<T: AsRef<[u8]>> HeaderView<T> {
+    /// The magic bytes.
+    #[inline]
+    pub fn magic(&self) -> [u8; 4] {
+        self.buffer.as_ref()[field::MAGIC]
+            .try_into()
+            .expect("4 bytes")
+    }
+
+    /// The layout version.
+    #[inline]
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VERSION]
+    }
+
+    /// True if the reserved byte and the padding are zero.
+    #[inline]
+    pub fn reserved_is_zero(&self) -> bool {
+        let b = self.buffer.as_ref();
+        b[field::RESERVED] == 0 && b[field::HEADER_PAD].iter().all(|&x| x == 0)
+    }
+
+    /// Descriptors that follow.
+    #[inline]
+    pub fn blocks(&self) -> u16 {
+        le16(self.buffer.as_ref(), field::BLOCKS)
+    }
+
+    /// The generation.
+    #[inline]
+    pub fn generation(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::GENERATION)
+    }
+
+    /// Bytes of the whole region.
+    #[inline]
+    pub fn region_len(&self) -> u64 {
+        le64(self.buffer.as_ref(), field::REGION_LEN)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> HeaderView<T> {
+    /// Sets the magic and version this module writes.
+    #[inline]
+    pub fn set_magic_version(&mut self) {
+        let b = self.buffer.as_mut();
+        b[field::MAGIC].copy_from_slice(&MAGIC);
+        b[field::VERSION] = VERSION;
+    }
+
+    /// Sets the descriptor count.
+    #[inline]
+    pub fn set_blocks(&mut self, v: u16) {
+        self.buffer.as_mut()[field::BLOCKS].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the generation.
+    #[inline]
+    pub fn set_generation(&mut self, v: u32) {
+        self.buffer.as_mut()[field::GENERATION].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the region length.
+    #[inline]
+    pub fn set_region_len(&mut self, v: u64) {
+        self.buffer.as_mut()[field::REGION_LEN].copy_from_slice(&v.to_le_bytes());
+    }
 }
 
 /// The control header.
@@ -135,40 +285,128 @@ pub struct ControlHeader {
 }
 
 impl ControlHeader {
-    /// The 64-byte header.
-    pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut h = [0u8; HEADER_LEN];
-        h[0..4].copy_from_slice(&MAGIC);
-        h[4] = VERSION;
-        h[6..8].copy_from_slice(&self.blocks.to_le_bytes());
-        h[8..12].copy_from_slice(&self.generation.to_le_bytes());
-        h[12..20].copy_from_slice(&self.region_len.to_le_bytes());
-        h
-    }
-
-    /// Reads a header back.
-    pub fn decode(h: &[u8]) -> Result<ControlHeader, ZeroError> {
-        let h = h.get(..HEADER_LEN).ok_or(ZeroError::Truncated)?;
-        if h[0..4] != MAGIC || h[4] != VERSION {
+    /// Reads a checked view: magic, version, reserved bytes and block count.
+    pub fn parse<T: AsRef<[u8]>>(h: &HeaderView<T>) -> Result<ControlHeader, ZeroError> {
+        if h.magic() != MAGIC || h.version() != VERSION {
             return Err(ZeroError::BadMagic);
         }
-        if h[5] != 0 || h[20..].iter().any(|&b| b != 0) {
+        if !h.reserved_is_zero() {
             return Err(ZeroError::Malformed);
         }
-        let blocks = u16::from_le_bytes([h[6], h[7]]);
+        let blocks = h.blocks();
         if blocks > MAX_BLOCKS {
             return Err(ZeroError::Malformed);
         }
         Ok(ControlHeader {
             blocks,
-            generation: u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")),
-            region_len: u64::from_le_bytes(h[12..20].try_into().expect("8 bytes")),
+            generation: h.generation(),
+            region_len: h.region_len(),
         })
+    }
+
+    /// Writes every field (reserved bytes zero) into a view of [`HEADER_LEN`] bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut HeaderView<T>) {
+        h.buffer.as_mut()[..HEADER_LEN].fill(0);
+        h.set_magic_version();
+        h.set_blocks(self.blocks);
+        h.set_generation(self.generation);
+        h.set_region_len(self.region_len);
+    }
+
+    /// The 64-byte header.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        self.emit(&mut HeaderView::new_unchecked(&mut h[..]));
+        h
+    }
+
+    /// Reads a header back.
+    pub fn decode(h: &[u8]) -> Result<ControlHeader, ZeroError> {
+        ControlHeader::parse(&HeaderView::new_checked(h)?)
     }
 
     /// Bytes of the control area (header and descriptors): what a reader READs first.
     pub fn control_len(&self) -> usize {
         HEADER_LEN + self.blocks as usize * DESC_LEN
+    }
+}
+
+crate::wire::view::fixed_view!(
+    /// A view of one 64-byte block descriptor.
+    DescView,
+    DESC_LEN,
+    ZeroError,
+    ZeroError::Truncated
+);
+
+impl<T: AsRef<[u8]>> DescView<T> {
+    /// The name field, zero padding included.
+    #[inline]
+    pub fn name_field(&self) -> &[u8] {
+        &self.buffer.as_ref()[field::NAME]
+    }
+
+    /// Region offset of the block.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        le64(self.buffer.as_ref(), field::OFFSET)
+    }
+
+    /// Values in the block.
+    #[inline]
+    pub fn entries(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::ENTRIES)
+    }
+
+    /// The kind code.
+    #[inline]
+    pub fn kind(&self) -> u8 {
+        self.buffer.as_ref()[field::KIND]
+    }
+
+    /// The update interval in ms.
+    #[inline]
+    pub fn interval_ms(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::INTERVAL)
+    }
+
+    /// True if the reserved bytes are zero.
+    #[inline]
+    pub fn reserved_is_zero(&self) -> bool {
+        let b = self.buffer.as_ref();
+        b[field::DESC_RESERVED] == [0; 3] && b[field::DESC_PAD] == [0; 4]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> DescView<T> {
+    /// The name field to write into.
+    #[inline]
+    pub fn name_field_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[field::NAME]
+    }
+
+    /// Sets the block offset.
+    #[inline]
+    pub fn set_offset(&mut self, v: u64) {
+        self.buffer.as_mut()[field::OFFSET].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the entry count.
+    #[inline]
+    pub fn set_entries(&mut self, v: u32) {
+        self.buffer.as_mut()[field::ENTRIES].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the kind code.
+    #[inline]
+    pub fn set_kind(&mut self, v: u8) {
+        self.buffer.as_mut()[field::KIND] = v;
+    }
+
+    /// Sets the update interval.
+    #[inline]
+    pub fn set_interval_ms(&mut self, v: u32) {
+        self.buffer.as_mut()[field::INTERVAL].copy_from_slice(&v.to_le_bytes());
     }
 }
 
@@ -198,43 +436,53 @@ impl BlockDesc {
         self.entries == 0
     }
 
-    /// The 64-byte descriptor; `None` if the name is longer than 40 bytes.
-    pub fn encode(&self) -> Option<[u8; DESC_LEN]> {
-        let mut d = [0u8; DESC_LEN];
-        let name = self.name.as_bytes();
-        d.get_mut(..name.len())?.copy_from_slice(name);
-        if name.len() > NAME_LEN {
-            return None;
-        }
-        d[40..48].copy_from_slice(&self.offset.to_le_bytes());
-        d[48..52].copy_from_slice(&self.entries.to_le_bytes());
-        d[52] = self.kind.code();
-        d[56..60].copy_from_slice(&self.interval_ms.to_le_bytes());
-        Some(d)
-    }
-
-    /// Reads a descriptor back (placement is checked by [`decode_control`]).
-    pub fn decode(d: &[u8]) -> Result<BlockDesc, ZeroError> {
-        let d = d.get(..DESC_LEN).ok_or(ZeroError::Truncated)?;
-        let end = d[..NAME_LEN]
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(NAME_LEN);
-        if d[end..NAME_LEN].iter().any(|&b| b != 0) || d[53..56] != [0; 3] || d[60..] != [0; 4] {
+    /// Reads a checked view (placement is checked by [`decode_control`]).
+    pub fn parse<T: AsRef<[u8]>>(d: &DescView<T>) -> Result<BlockDesc, ZeroError> {
+        let name = d.name_field();
+        let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+        if name[end..].iter().any(|&b| b != 0) || !d.reserved_is_zero() {
             return Err(ZeroError::Malformed);
         }
-        let name = std::str::from_utf8(&d[..end]).map_err(|_| ZeroError::Malformed)?;
-        let entries = u32::from_le_bytes(d[48..52].try_into().expect("4 bytes"));
+        let name = std::str::from_utf8(&name[..end]).map_err(|_| ZeroError::Malformed)?;
+        let entries = d.entries();
         if entries == 0 || entries > MAX_ENTRIES {
             return Err(ZeroError::Malformed);
         }
         Ok(BlockDesc {
             name: name.to_string(),
-            offset: u64::from_le_bytes(d[40..48].try_into().expect("8 bytes")),
+            offset: d.offset(),
             entries,
-            kind: MetricKind::from_code(d[52]).ok_or(ZeroError::Malformed)?,
-            interval_ms: u32::from_le_bytes(d[56..60].try_into().expect("4 bytes")),
+            kind: MetricKind::from_code(d.kind()).ok_or(ZeroError::Malformed)?,
+            interval_ms: d.interval_ms(),
         })
+    }
+
+    /// Writes the descriptor (reserved bytes zero) into a view of [`DESC_LEN`] bytes; `None`
+    /// (nothing written) if the name is longer than 40 bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, d: &mut DescView<T>) -> Option<()> {
+        let name = self.name.as_bytes();
+        if name.len() > NAME_LEN {
+            return None;
+        }
+        d.buffer.as_mut()[..DESC_LEN].fill(0);
+        d.name_field_mut()[..name.len()].copy_from_slice(name);
+        d.set_offset(self.offset);
+        d.set_entries(self.entries);
+        d.set_kind(self.kind.code());
+        d.set_interval_ms(self.interval_ms);
+        Some(())
+    }
+
+    /// The 64-byte descriptor; `None` if the name is longer than 40 bytes.
+    pub fn encode(&self) -> Option<[u8; DESC_LEN]> {
+        let mut d = [0u8; DESC_LEN];
+        self.emit(&mut DescView::new_unchecked(&mut d[..]))?;
+        Some(d)
+    }
+
+    /// Reads a descriptor back (placement is checked by [`decode_control`]).
+    pub fn decode(d: &[u8]) -> Result<BlockDesc, ZeroError> {
+        BlockDesc::parse(&DescView::new_checked(d)?)
     }
 }
 
@@ -244,9 +492,8 @@ pub fn decode_control(c: &[u8]) -> Result<(ControlHeader, Vec<BlockDesc>), ZeroE
     let h = ControlHeader::decode(c)?;
     let area = c.get(..h.control_len()).ok_or(ZeroError::Truncated)?;
     let mut descs = Vec::with_capacity(h.blocks as usize);
-    for i in 0..h.blocks as usize {
-        let at = HEADER_LEN + i * DESC_LEN;
-        descs.push(BlockDesc::decode(&area[at..at + DESC_LEN])?);
+    for d in area[HEADER_LEN..].chunks_exact(DESC_LEN) {
+        descs.push(BlockDesc::parse(&DescView::new_unchecked(d))?);
     }
     check_placement(&h, &descs)?;
     Ok((h, descs))
@@ -282,30 +529,142 @@ pub fn block_crc(seq: u64, count: u32, body: &[u8]) -> u32 {
     !CRC32C.update(r, body)
 }
 
+/// A view of a metric block as one READ returned it (or as it lies in the region).
+#[derive(Debug, Clone, Copy)]
+pub struct BlockView<T: AsRef<[u8]>> {
+    buffer: T,
+    entries: usize,
+}
+
+impl<T: AsRef<[u8]>> BlockView<T> {
+    /// Wraps a buffer holding a block of `entries` values without checking its length.
+    #[inline]
+    pub const fn new_unchecked(buffer: T, entries: u32) -> BlockView<T> {
+        BlockView {
+            buffer,
+            entries: entries as usize,
+        }
+    }
+
+    /// Wraps a buffer of at least [`block_len`]`(entries)` bytes.
+    #[inline]
+    pub fn new_checked(buffer: T, entries: u32) -> Result<BlockView<T>, ZeroError> {
+        if buffer.as_ref().len() < block_len(entries) {
+            return Err(ZeroError::Truncated);
+        }
+        Ok(BlockView::new_unchecked(buffer, entries))
+    }
+
+    /// Offset of `end`, just past the values.
+    #[inline]
+    fn values_end(&self) -> usize {
+        BLOCK_HEAD_LEN + 8 * self.entries
+    }
+
+    /// The `begin` sequence word.
+    #[inline]
+    pub fn begin(&self) -> u64 {
+        le64(self.buffer.as_ref(), field::BEGIN)
+    }
+
+    /// The `end` sequence word.
+    #[inline]
+    pub fn end(&self) -> u64 {
+        let at = self.values_end();
+        le64(self.buffer.as_ref(), at..at + BLOCK_TAIL_LEN)
+    }
+
+    /// The stored CRC.
+    #[inline]
+    pub fn crc(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::CRC)
+    }
+
+    /// The stored entries count.
+    #[inline]
+    pub fn count(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::COUNT)
+    }
+
+    /// The sample time.
+    #[inline]
+    pub fn sampled_ns(&self) -> u64 {
+        le64(self.buffer.as_ref(), field::SAMPLED)
+    }
+
+    /// What the CRC covers after sequence and count: the sample time and the values.
+    #[inline]
+    pub fn sealed(&self) -> &[u8] {
+        &self.buffer.as_ref()[field::SEALED][..self.values_end() - field::SEALED.start]
+    }
+
+    /// The values, 8 LE bytes each.
+    #[inline]
+    pub fn values(&self) -> &[u8] {
+        &self.buffer.as_ref()[BLOCK_HEAD_LEN..self.values_end()]
+    }
+}
+
+impl<'a> BlockView<&'a [u8]> {
+    /// The values, borrowed for as long as the buffer.
+    #[inline]
+    pub fn into_values(self) -> &'a [u8] {
+        let end = self.values_end();
+        &self.buffer[BLOCK_HEAD_LEN..end]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> BlockView<T> {
+    /// Sets both sequence words.
+    #[inline]
+    pub fn set_seq(&mut self, seq: u64) {
+        let at = self.values_end();
+        let b = self.buffer.as_mut();
+        b[field::BEGIN].copy_from_slice(&seq.to_le_bytes());
+        b[at..at + BLOCK_TAIL_LEN].copy_from_slice(&seq.to_le_bytes());
+    }
+
+    /// Sets the CRC.
+    #[inline]
+    pub fn set_crc(&mut self, v: u32) {
+        self.buffer.as_mut()[field::CRC].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the entries count.
+    #[inline]
+    pub fn set_count(&mut self, v: u32) {
+        self.buffer.as_mut()[field::COUNT].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the sample time.
+    #[inline]
+    pub fn set_sampled_ns(&mut self, v: u64) {
+        self.buffer.as_mut()[field::SAMPLED].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// The values to write into.
+    #[inline]
+    pub fn values_mut(&mut self) -> &mut [u8] {
+        let end = self.values_end();
+        &mut self.buffer.as_mut()[BLOCK_HEAD_LEN..end]
+    }
+}
+
 /// The bytes of a block at rest after the update to `seq` (even) of a sample taken at
 /// `sampled_ns`: what a reader that does not race the writer sees. `out` must be
 /// [`block_len`]`(values.len())` bytes.
 pub fn encode_block(seq: u64, sampled_ns: u64, values: &[u64], out: &mut [u8]) {
     let n = values.len();
-    let end = BLOCK_HEAD_LEN + 8 * n;
-    out[0..8].copy_from_slice(&seq.to_le_bytes());
-    out[12..16].copy_from_slice(&(n as u32).to_le_bytes());
-    out[16..24].copy_from_slice(&sampled_ns.to_le_bytes());
-    for (c, v) in out[BLOCK_HEAD_LEN..end].chunks_exact_mut(8).zip(values) {
+    let mut b = BlockView::new_unchecked(out, n as u32);
+    b.set_seq(seq);
+    b.set_count(n as u32);
+    b.set_sampled_ns(sampled_ns);
+    for (c, v) in b.values_mut().chunks_exact_mut(8).zip(values) {
         c.copy_from_slice(&v.to_le_bytes());
     }
-    let crc = block_crc(seq, n as u32, &out[16..end]);
-    out[8..12].copy_from_slice(&crc.to_le_bytes());
-    out[end..end + BLOCK_TAIL_LEN].copy_from_slice(&seq.to_le_bytes());
+    let crc = block_crc(seq, n as u32, b.sealed());
+    b.set_crc(crc);
 }
-
-/// Bytes of a [`RegionRecord`].
-pub const RECORD_LEN: usize = 64;
-/// A region record's magic, ASCII `DTZR`.
-pub const RECORD_MAGIC: [u8; 4] = *b"DTZR";
-/// Where an agent's REP carries the region record: private-data bytes 64..128 (the first 64
-/// carry the service name, as the collector's REP does).
-pub const RECORD_REP_OFFSET: usize = 64;
 
 /// What a pull collector needs to READ an agent's region, sent by the agent in the private data
 /// of its RDMA_CM REP (`rdma_accept`'s `private_data` on a real RNIC), so the connection is
@@ -333,48 +692,176 @@ pub struct RegionRecord {
     pub pmtu: u32,
 }
 
+crate::wire::view::fixed_view!(
+    /// A view of a 64-byte region record.
+    RecordView,
+    RECORD_LEN,
+    ZeroError,
+    ZeroError::Truncated
+);
+
+impl<T: AsRef<[u8]>> RecordView<T> {
+    /// The magic bytes.
+    #[inline]
+    pub fn magic(&self) -> [u8; 4] {
+        self.buffer.as_ref()[field::R_MAGIC]
+            .try_into()
+            .expect("4 bytes")
+    }
+
+    /// The record version.
+    #[inline]
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::R_VERSION]
+    }
+
+    /// The flags byte.
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.buffer.as_ref()[field::R_FLAGS]
+    }
+
+    /// True if the reserved bytes and the padding are zero.
+    #[inline]
+    pub fn reserved_is_zero(&self) -> bool {
+        let b = self.buffer.as_ref();
+        b[field::R_RESERVED] == [0; 2] && b[field::R_PAD].iter().all(|&x| x == 0)
+    }
+
+    /// The region's address.
+    #[inline]
+    pub fn addr(&self) -> u64 {
+        le64(self.buffer.as_ref(), field::R_ADDR)
+    }
+
+    /// The region's length.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        le64(self.buffer.as_ref(), field::R_LEN)
+    }
+
+    /// True if the length field is 0.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The R_Key.
+    #[inline]
+    pub fn rkey(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::R_RKEY)
+    }
+
+    /// The path MTU.
+    #[inline]
+    pub fn pmtu(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::R_PMTU)
+    }
+
+    /// The stored CRC.
+    #[inline]
+    pub fn crc(&self) -> u32 {
+        le32(self.buffer.as_ref(), field::R_CRC)
+    }
+
+    /// The CRC the bytes before the CRC field have.
+    #[inline]
+    pub fn computed_crc(&self) -> u32 {
+        CRC32C.checksum(&self.buffer.as_ref()[..field::R_CRC.start])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> RecordView<T> {
+    /// Sets the magic and version this module writes.
+    #[inline]
+    pub fn set_magic_version(&mut self) {
+        let b = self.buffer.as_mut();
+        b[field::R_MAGIC].copy_from_slice(&RECORD_MAGIC);
+        b[field::R_VERSION] = RECORD_VERSION;
+    }
+
+    /// Sets the flags byte.
+    #[inline]
+    pub fn set_flags(&mut self, v: u8) {
+        self.buffer.as_mut()[field::R_FLAGS] = v;
+    }
+
+    /// Sets the region's address.
+    #[inline]
+    pub fn set_addr(&mut self, v: u64) {
+        self.buffer.as_mut()[field::R_ADDR].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the region's length.
+    #[inline]
+    pub fn set_len(&mut self, v: u64) {
+        self.buffer.as_mut()[field::R_LEN].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the R_Key.
+    #[inline]
+    pub fn set_rkey(&mut self, v: u32) {
+        self.buffer.as_mut()[field::R_RKEY].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Sets the path MTU.
+    #[inline]
+    pub fn set_pmtu(&mut self, v: u32) {
+        self.buffer.as_mut()[field::R_PMTU].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Seals the record: the CRC of every byte before it.
+    #[inline]
+    pub fn fill_crc(&mut self) {
+        let crc = self.computed_crc();
+        self.buffer.as_mut()[field::R_CRC].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
 impl RegionRecord {
+    /// Reads a checked view: magic, version, CRC, flags and reserved bytes are checked.
+    pub fn parse<T: AsRef<[u8]>>(r: &RecordView<T>) -> Result<RegionRecord, ZeroError> {
+        if r.magic() != RECORD_MAGIC || r.version() != RECORD_VERSION {
+            return Err(ZeroError::BadMagic);
+        }
+        if r.computed_crc() != r.crc() || r.flags() > 1 || !r.reserved_is_zero() {
+            return Err(ZeroError::Malformed);
+        }
+        let (len, pmtu) = (r.len(), r.pmtu());
+        if (len as usize) < HEADER_LEN || !(256..=4096).contains(&pmtu) || !pmtu.is_power_of_two() {
+            return Err(ZeroError::Malformed);
+        }
+        Ok(RegionRecord {
+            addr: r.addr(),
+            len,
+            rkey: r.rkey(),
+            verify_icrc: r.flags() == 1,
+            pmtu,
+        })
+    }
+
+    /// Writes and seals the record (reserved bytes zero) into a view of [`RECORD_LEN`] bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, r: &mut RecordView<T>) {
+        r.buffer.as_mut()[..RECORD_LEN].fill(0);
+        r.set_magic_version();
+        r.set_flags(self.verify_icrc as u8);
+        r.set_addr(self.addr);
+        r.set_len(self.len);
+        r.set_rkey(self.rkey);
+        r.set_pmtu(self.pmtu);
+        r.fill_crc();
+    }
+
     /// The 64-byte record.
     pub fn encode(&self) -> [u8; RECORD_LEN] {
         let mut r = [0u8; RECORD_LEN];
-        r[0..4].copy_from_slice(&RECORD_MAGIC);
-        r[4] = RECORD_VERSION;
-        r[5] = self.verify_icrc as u8;
-        r[8..16].copy_from_slice(&self.addr.to_le_bytes());
-        r[16..24].copy_from_slice(&self.len.to_le_bytes());
-        r[24..28].copy_from_slice(&self.rkey.to_le_bytes());
-        r[28..32].copy_from_slice(&self.pmtu.to_le_bytes());
-        let crc = CRC32C.checksum(&r[..60]);
-        r[60..64].copy_from_slice(&crc.to_le_bytes());
+        self.emit(&mut RecordView::new_unchecked(&mut r[..]));
         r
     }
 
     /// Reads a record back: magic, version, CRC, flags and reserved bytes are checked.
     pub fn decode(r: &[u8]) -> Result<RegionRecord, ZeroError> {
-        let r = r.get(..RECORD_LEN).ok_or(ZeroError::Truncated)?;
-        if r[0..4] != RECORD_MAGIC || r[4] != RECORD_VERSION {
-            return Err(ZeroError::BadMagic);
-        }
-        let crc = u32::from_le_bytes(r[60..64].try_into().expect("4 bytes"));
-        if CRC32C.checksum(&r[..60]) != crc
-            || r[5] > 1
-            || r[6..8] != [0; 2]
-            || r[32..60].iter().any(|&b| b != 0)
-        {
-            return Err(ZeroError::Malformed);
-        }
-        let len = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
-        let pmtu = u32::from_le_bytes(r[28..32].try_into().expect("4 bytes"));
-        if (len as usize) < HEADER_LEN || !(256..=4096).contains(&pmtu) || !pmtu.is_power_of_two() {
-            return Err(ZeroError::Malformed);
-        }
-        Ok(RegionRecord {
-            addr: u64::from_le_bytes(r[8..16].try_into().expect("8 bytes")),
-            len,
-            rkey: u32::from_le_bytes(r[24..28].try_into().expect("4 bytes")),
-            verify_icrc: r[5] == 1,
-            pmtu,
-        })
+        RegionRecord::parse(&RecordView::new_checked(r)?)
     }
 }
 
@@ -407,221 +894,21 @@ impl Snapshot<'_> {
 /// Checks a block as one READ returned it (`entries` from its descriptor): the snapshot, or why
 /// it must be read again.
 pub fn verify_block(b: &[u8], entries: u32) -> Result<Snapshot<'_>, ZeroError> {
-    let n = entries as usize;
-    let b = b.get(..block_len(entries)).ok_or(ZeroError::Truncated)?;
-    let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-    let values_end = BLOCK_HEAD_LEN + 8 * n;
-    let (begin, end) = (word(0), word(values_end));
+    let v = BlockView::new_checked(b, entries)?;
+    let (begin, end) = (v.begin(), v.end());
     if begin != end || begin % 2 == 1 {
         return Err(ZeroError::InProgress);
     }
-    let crc = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-    let count = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
-    if count != entries || block_crc(begin, count, &b[16..values_end]) != crc {
+    let count = v.count();
+    if count != entries || block_crc(begin, count, v.sealed()) != v.crc() {
         return Err(ZeroError::Torn);
     }
     Ok(Snapshot {
         seq: begin,
-        sampled_ns: word(16),
-        values: &b[BLOCK_HEAD_LEN..values_end],
+        sampled_ns: v.sampled_ns(),
+        values: v.into_values(),
     })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn desc(name: &str, offset: u64, entries: u32) -> BlockDesc {
-        BlockDesc {
-            name: name.into(),
-            offset,
-            entries,
-            kind: MetricKind::Counter,
-            interval_ms: 100,
-        }
-    }
-
-    fn control(descs: &[BlockDesc], region_len: u64) -> Vec<u8> {
-        let h = ControlHeader {
-            blocks: descs.len() as u16,
-            generation: 7,
-            region_len,
-        };
-        let mut c = h.encode().to_vec();
-        for d in descs {
-            c.extend_from_slice(&d.encode().unwrap());
-        }
-        c
-    }
-
-    #[test]
-    fn region_records_round_trip_and_damaged_ones_are_refused() {
-        let r = RegionRecord {
-            addr: 0x7f00_1234_5000,
-            len: 1 << 20,
-            rkey: 0xABCD_EF01,
-            verify_icrc: true,
-            pmtu: 1024,
-        };
-        let b = r.encode();
-        assert_eq!(RegionRecord::decode(&b), Ok(r));
-        assert_eq!(RegionRecord::decode(&b[..63]), Err(ZeroError::Truncated));
-        for at in [0usize, 4] {
-            let mut x = b;
-            x[at] ^= 1;
-            assert_eq!(RegionRecord::decode(&x), Err(ZeroError::BadMagic));
-        }
-        for at in [5usize, 9, 29, 40, 61] {
-            let mut x = b;
-            x[at] ^= 2;
-            assert_eq!(
-                RegionRecord::decode(&x),
-                Err(ZeroError::Malformed),
-                "byte {at}"
-            );
-        }
-    }
-
-    #[test]
-    fn control_areas_round_trip_and_hostile_ones_are_refused() {
-        let ds = vec![desc("net/eth0", 256, 16), desc("cpu", 512, 10)];
-        let c = control(&ds, 4096);
-        let (h, back) = decode_control(&c).unwrap();
-        assert_eq!((h.blocks, h.generation, h.region_len), (2, 7, 4096));
-        assert_eq!(back, ds);
-        assert_eq!(decode_control(&c[..100]), Err(ZeroError::Truncated));
-        let mut bad = c.clone();
-        bad[4] = 3;
-        assert_eq!(decode_control(&bad), Err(ZeroError::BadMagic));
-        let place = |ds: &[BlockDesc]| decode_control(&control(ds, 4096)).err();
-        // Unaligned, inside the control area, beyond the region, overlapping, overflowing.
-        assert_eq!(place(&[desc("a", 260, 1)]), Some(ZeroError::BadPlacement));
-        assert_eq!(place(&[desc("a", 64, 1)]), Some(ZeroError::BadPlacement));
-        assert_eq!(place(&[desc("a", 4088, 1)]), Some(ZeroError::BadPlacement));
-        assert_eq!(
-            place(&[desc("a", 256, 16), desc("b", 384, 1)]),
-            Some(ZeroError::BadPlacement)
-        );
-        assert_eq!(
-            place(&[desc("a", u64::MAX - 7, 1)]),
-            Some(ZeroError::BadPlacement)
-        );
-        // Entries 0 or too many, an unknown kind, a name that is not UTF-8.
-        for (at, v) in [(48usize, 0u8), (52, 9), (0, 0xFF)] {
-            let mut d = desc("x", 256, 4).encode().unwrap();
-            if at == 48 {
-                d[48..52].fill(0);
-            } else if at == 52 {
-                d[52] = v;
-            } else {
-                d[0] = v;
-            }
-            assert_eq!(BlockDesc::decode(&d), Err(ZeroError::Malformed));
-        }
-        let mut d = desc("x", 256, 4).encode().unwrap();
-        d[48..52].copy_from_slice(&(MAX_ENTRIES + 1).to_le_bytes());
-        assert_eq!(BlockDesc::decode(&d), Err(ZeroError::Malformed));
-        assert_eq!(desc(&"n".repeat(41), 256, 1).encode(), None);
-    }
-
-    /// Every way a READ can interleave with one update (each 8-byte word from before or after
-    /// it, in any combination the writer's order allows or not) is either the old snapshot,
-    /// the new one, or refused: never a mix.
-    #[test]
-    fn a_snapshot_is_the_old_values_the_new_ones_or_refused() {
-        let old: Vec<u64> = (0..5).map(|i| 100 + i).collect();
-        let new: Vec<u64> = (0..5).map(|i| 200 + i * 3).collect();
-        let len = block_len(5);
-        let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
-        encode_block(10, 5_000_000_000, &old, &mut a);
-        encode_block(12, 6_000_000_000, &new, &mut b);
-        // The in-progress state: begin odd, values partly new.
-        let words = len / 8;
-        let mut accepted = 0;
-        for mask in 0u32..(1 << words) {
-            let mut m = vec![0u8; len];
-            for w in 0..words {
-                let src = if mask & (1 << w) != 0 { &b } else { &a };
-                m[8 * w..8 * w + 8].copy_from_slice(&src[8 * w..8 * w + 8]);
-            }
-            match verify_block(&m, 5) {
-                Ok(s) => {
-                    let v: Vec<u64> = s.iter().collect();
-                    assert!(
-                        (s.seq == 10 && s.sampled_ns == 5_000_000_000 && v == old)
-                            || (s.seq == 12 && s.sampled_ns == 6_000_000_000 && v == new),
-                        "mask {mask:#x}: a mixed snapshot {v:?} at {}",
-                        s.sampled_ns
-                    );
-                    accepted += 1;
-                }
-                Err(e) => assert!(matches!(e, ZeroError::InProgress | ZeroError::Torn)),
-            }
-        }
-        assert_eq!(accepted, 2, "exactly the two whole snapshots");
-        let mut odd = a.clone();
-        odd[0..8].copy_from_slice(&11u64.to_le_bytes());
-        assert_eq!(verify_block(&odd, 5), Err(ZeroError::InProgress));
-        assert_eq!(verify_block(&a[..len - 1], 5), Err(ZeroError::Truncated));
-        let s = verify_block(&a, 5).unwrap();
-        assert_eq!((s.value(4), s.value(5)), (Some(104), None));
-        // CRC-32C (check value of "123456789": 0xE3069283) over seq, count, sample time and
-        // values.
-        assert_eq!(CRC32C.checksum(b"123456789"), 0xE306_9283);
-        let mut bytes = 12u64.to_le_bytes().to_vec();
-        bytes.extend_from_slice(&5u32.to_le_bytes());
-        bytes.extend_from_slice(&6_000_000_000u64.to_le_bytes());
-        new.iter()
-            .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
-        assert_eq!(block_crc(12, 5, &bytes[12..]), CRC32C.checksum(&bytes));
-        // Both sequence words new but a value torn: the checksum catches it.
-        let mut t = b.clone();
-        t[24..32].copy_from_slice(&a[24..32]);
-        assert_eq!(verify_block(&t, 5), Err(ZeroError::Torn));
-    }
-
-    /// A version-2 block written byte by byte from the layout in the module documentation:
-    /// the sample time sits after the entries count and is sealed by the CRC with the values,
-    /// so a snapshot cannot pair one sample's values with another's time.
-    #[test]
-    fn a_block_by_hand_carries_its_sealed_sample_time() {
-        let mut blk = Vec::new();
-        blk.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0]); // begin = 4
-        blk.extend_from_slice(&[0; 4]); // crc, below
-        blk.extend_from_slice(&[2, 0, 0, 0]); // entries = 2
-        blk.extend_from_slice(&[0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01]); // sampled_ns
-        blk.extend_from_slice(&[0x2a, 0, 0, 0, 0, 0, 0, 0]); // value 0 = 42
-        blk.extend_from_slice(&[0xff; 8]); // value 1 = u64::MAX
-        blk.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0]); // end = 4
-                                                          // CRC-32C of begin (8 LE bytes) ‖ entries ‖ sampled_ns ‖ values.
-        let mut sealed = blk[0..8].to_vec();
-        sealed.extend_from_slice(&blk[12..40]);
-        let crc = CRC32C.checksum(&sealed);
-        blk[8..12].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(blk.len(), block_len(2));
-        let s = verify_block(&blk, 2).unwrap();
-        assert_eq!(
-            (s.seq, s.sampled_ns, s.value(0), s.value(1)),
-            (4, 0x0102_0304_0506_0708, Some(42), Some(u64::MAX))
-        );
-        let mut out = vec![0u8; block_len(2)];
-        encode_block(4, 0x0102_0304_0506_0708, &[42, u64::MAX], &mut out);
-        assert_eq!(out, blk, "the encoder writes the same bytes");
-        // Any bit of the sample time changed: torn, never a snapshot at another time.
-        for bit in 0..64 {
-            let mut x = blk.clone();
-            x[16 + bit / 8] ^= 1 << (bit % 8);
-            assert_eq!(verify_block(&x, 2), Err(ZeroError::Torn), "bit {bit}");
-        }
-        // A version-1 region (no sample times) is refused, not misread.
-        let mut h = ControlHeader {
-            blocks: 0,
-            generation: 1,
-            region_len: 4096,
-        }
-        .encode();
-        assert_eq!(h[4], 2);
-        h[4] = 1;
-        assert_eq!(ControlHeader::decode(&h), Err(ZeroError::BadMagic));
-    }
-}
+mod tests;

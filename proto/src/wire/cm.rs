@@ -3,9 +3,12 @@
 //! `BTH (UD SEND Only, dest QP 1) | DETH (Q_Key 0x80010000, source QP 1) | MAD (256 B) | ICRC`.
 //! [`build_cm_frame`] seals such a packet; [`parse_cm`] opens one. The connection state
 //! machines live with their owners (the collector's responder side, the translator's
-//! initiator side); this module only frames.
+//! initiator side); this module only frames. It has no offsets of its own: every header is
+//! written and read through `ib`'s views (BTH, DETH), `mad`'s (the MAD) and `roce`'s (the
+//! frame), so [`CmPacket`] is this layer's Repr, [`parse_cm`] its parse and [`build_cm_frame`]
+//! its emit.
 
-use crate::wire::ib::{opcode, BthRepr, DethRepr, Psn, Qpn, BTH_LEN, DETH_LEN};
+use crate::wire::ib::{opcode, Bth, BthRepr, Deth, DethRepr, Psn, Qpn, BTH_LEN, DETH_LEN};
 use crate::wire::mad::{CmMessage, MadHeaderRepr, GSI_QKEY, GSI_QPN, MAD_LEN};
 use crate::wire::roce::{build_frame, RoceEndpoint, RocePacket};
 use crate::wire::{Error, Result};
@@ -35,8 +38,11 @@ pub fn build_cm_frame(
         psn,
     };
     let mut deth = [0u8; DETH_LEN];
-    deth[0..4].copy_from_slice(&GSI_QKEY.to_be_bytes());
-    deth[5..8].copy_from_slice(&GSI_QPN.to_be_bytes()[1..]);
+    DethRepr {
+        qkey: GSI_QKEY,
+        src_qp: Qpn::new(GSI_QPN),
+    }
+    .emit(&mut Deth::new_unchecked(&mut deth[..]));
     let mut mad = [0u8; MAD_LEN];
     msg.emit(hdr, &mut mad);
     build_frame(ep, &bth, &deth, &mad, out)
@@ -57,7 +63,7 @@ pub struct CmPacket {
 /// for demultiplexing before any parsing.
 #[inline]
 pub fn is_gsi(transport: &[u8]) -> bool {
-    transport.len() >= BTH_LEN && transport[5..8] == [0, 0, GSI_QPN as u8]
+    Bth::new_checked(transport).is_ok_and(|bth| bth.dest_qp().value() == GSI_QPN)
 }
 
 /// Parses a CM message from a RoCEv2 transport payload (BTH .. ICRC). The ICRC is not checked

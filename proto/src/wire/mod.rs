@@ -25,6 +25,7 @@ pub mod roce;
 pub mod sketch;
 pub mod telemetry_report;
 pub mod udp;
+pub(crate) mod view;
 
 /// Why bytes were rejected. Cheap to return and to count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -21,14 +21,17 @@
 //! Redundancy is passed through unchecked: the translator decides what 0 or too many copies
 //! mean, and counts it.
 
-use crate::types::{Key, Value, MAX_KEY_LEN};
+use crate::consts::opcode;
+use crate::types::{Key, Value, MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::wire::dta::{field as rf, flags as rflags};
 use crate::wire::dta::{
     AppendRepr, BaseVariant, DtaHeaderRepr, DtaPrimitiveRepr, DtaRepr, KeyIncrementRepr,
     KeyWriteRepr, Opcode, PostcarderRepr,
 };
+use crate::wire::dta_ext::{field as xf, flags as xflags, HEADER_LEN as EXT_HEADER_LEN};
 use crate::wire::dta_ext::{
     is_extended, ExtAppendRepr, ExtHeaderRepr, ExtKeyIncrementRepr, ExtKeyWriteRepr,
-    ExtPostcardRepr, ExtPrimitiveRepr, ExtReportRepr, MAX_REPORT_LEN,
+    ExtPostcardRepr, ExtPrimitiveRepr, ExtReportRepr, MAX_PATH_LEN, MAX_REPORT_LEN,
 };
 use crate::wire::{Error, Result};
 
@@ -395,18 +398,19 @@ fn parse_fast(
     }
     let first = *some!(b.first());
     if is_extended(first) {
+        // The shortest sub-header (Key-Write's fixed word) must follow the base header.
         if !cfg.accept_extended
             || first != crate::wire::dta_ext::MAGIC_VERSION
-            || b.len() < 12
-            || b[3] != 0
+            || b.len() < EXT_HEADER_LEN + xf::KW_FIXED
+            || b[xf::RESERVED] != 0
         {
             slow!();
         }
-        let flags = b[2];
-        if flags & 0x0f != 0 {
+        let flags = b[xf::FLAGS];
+        if flags & xflags::RESERVED_MASK != 0 {
             slow!();
         }
-        let priority = match (flags >> 4) & 3 {
+        let priority = match (flags & xflags::PRIORITY_MASK) >> xflags::PRIORITY_SHIFT {
             0 => Priority::Low,
             1 => Priority::Medium,
             2 => Priority::High,
@@ -414,59 +418,75 @@ fn parse_fast(
         };
         let header = ReportHeader {
             profile: Profile::Extended,
-            immediate: flags & 0x80 != 0,
-            retransmittable: flags & 0x40 != 0,
-            seq: Some(be32(&b[4..8])),
+            immediate: flags & xflags::IMMEDIATE != 0,
+            retransmittable: flags & xflags::RETRANSMITTABLE != 0,
+            seq: Some(be32(&b[xf::SEQ])),
             priority,
         };
-        let body = &b[8..];
-        let primitive = match b[1] {
-            1 => {
-                let (n, kl, vl) = (body[0], body[1] as usize, body[2] as usize);
-                if body[3] != 0
+        let body = &b[EXT_HEADER_LEN..];
+        let primitive = match b[xf::OPCODE] {
+            opcode::KEY_WRITE => {
+                let (n, kl, vl) = (
+                    body[xf::KW_REDUNDANCY],
+                    body[xf::KW_KEY_LEN] as usize,
+                    body[xf::KW_VALUE_LEN] as usize,
+                );
+                if body[xf::KW_RESERVED] != 0
                     || kl == 0
-                    || kl > 16
+                    || kl > MAX_KEY_LEN
                     || vl == 0
-                    || vl > 32
-                    || body.len() != 4 + kl + vl
+                    || vl > MAX_VALUE_LEN
+                    || body.len() != xf::KW_FIXED + kl + vl
                 {
                     slow!();
                 }
                 Primitive::KeyWrite {
                     redundancy: n,
-                    key: some!(key_ending_at(b, 12 + kl, kl)),
-                    value: some!(Value::new(&body[4 + kl..])),
+                    key: some!(key_ending_at(b, EXT_HEADER_LEN + xf::KW_FIXED + kl, kl)),
+                    value: some!(Value::new(&body[xf::KW_FIXED + kl..])),
                 }
             }
-            2 => {
-                let vl = *some!(body.get(4)) as usize;
-                if body.len() != 8 + vl || vl == 0 || vl > 32 || body[5..8] != [0, 0, 0] {
+            opcode::APPEND => {
+                let vl = *some!(body.get(xf::AP_VALUE_LEN)) as usize;
+                if body.len() != xf::AP_FIXED + vl
+                    || vl == 0
+                    || vl > MAX_VALUE_LEN
+                    || body[xf::AP_RESERVED] != [0, 0, 0]
+                {
                     slow!();
                 }
                 Primitive::Append {
-                    list: be32(body),
-                    value: some!(Value::new(&body[8..])),
+                    list: be32(&body[xf::AP_LIST_ID.start..]),
+                    value: some!(Value::new(&body[xf::AP_FIXED..])),
                 }
             }
-            3 => {
-                let kl = *some!(body.get(1)) as usize;
-                if body.len() != 12 + kl || kl == 0 || kl > 16 || body[2..4] != [0, 0] {
+            opcode::KEY_INCREMENT => {
+                let kl = *some!(body.get(xf::KI_KEY_LEN)) as usize;
+                if body.len() != xf::KI_FIXED + kl
+                    || kl == 0
+                    || kl > MAX_KEY_LEN
+                    || body[xf::KI_RESERVED] != [0, 0]
+                {
                     slow!();
                 }
-                let delta = u64::from_be_bytes(some!(body[4..12].try_into().ok()));
+                let delta = u64::from_be_bytes(some!(body[xf::KI_DELTA].try_into().ok()));
                 Primitive::KeyIncrement {
-                    redundancy: body[0],
+                    redundancy: body[xf::KI_REDUNDANCY],
                     key: some!(key_ending_at(b, b.len(), kl)),
                     delta,
                 }
             }
-            4 => {
-                let (hop, path_len, kl) = (body[0], body[1], *some!(body.get(2)) as usize);
-                if body.len() != 8 + kl
+            opcode::POSTCARD => {
+                let (hop, path_len, kl) = (
+                    body[xf::PC_HOP],
+                    body[xf::PC_PATH_LEN],
+                    *some!(body.get(xf::PC_KEY_LEN)) as usize,
+                );
+                if body.len() != xf::PC_FIXED + kl
                     || kl == 0
-                    || kl > 16
-                    || body[3] != 0
-                    || path_len > 16
+                    || kl > MAX_KEY_LEN
+                    || body[xf::PC_RESERVED] != 0
+                    || path_len > MAX_PATH_LEN
                     || (path_len != 0 && hop >= path_len)
                 {
                     slow!();
@@ -475,7 +495,7 @@ fn parse_fast(
                     flow: some!(key_ending_at(b, b.len(), kl)),
                     hop,
                     path_len,
-                    value: be32(&body[4..8]),
+                    value: be32(&body[xf::PC_VALUE]),
                 }
             }
             _ => slow!(),
@@ -487,38 +507,46 @@ fn parse_fast(
     if !cfg.accept_reference {
         slow!();
     }
+    // The base header ends with its flags byte.
     let (hl, seq, flags) = match cfg.reference_variant {
-        BaseVariant::A => (2, None, *some!(b.get(1))),
-        BaseVariant::B => (3, Some(u32::from(*some!(b.get(1)))), *some!(b.get(2))),
+        BaseVariant::A => (rf::A_FLAGS + 1, None, *some!(b.get(rf::A_FLAGS))),
+        BaseVariant::B => (
+            rf::B_FLAGS + 1,
+            Some(u32::from(*some!(b.get(rf::B_SEQNUM)))),
+            *some!(b.get(rf::B_FLAGS)),
+        ),
     };
     let header = ReportHeader {
         profile: Profile::reference(cfg.reference_variant),
-        immediate: flags & 0x80 != 0,
-        retransmittable: cfg.reference_variant == BaseVariant::B && flags & 0x40 != 0,
+        immediate: flags & rflags::IMMEDIATE != 0,
+        retransmittable: cfg.reference_variant == BaseVariant::B
+            && flags & rflags::RETRANSMITABLE != 0,
         seq,
         priority: cfg.reference_priority,
     };
     let body = &b[hl..];
+    let (kw, ap, pc) = (rf::KW_DATA.start, rf::APPEND_DATA.start, rf::PC_KEY.start);
     let primitive = match (first, body.len()) {
-        (1, 9) => Primitive::KeyWrite {
-            redundancy: body[0],
-            key: Key::from_u32_reference(be32(&body[1..5])),
-            value: value4([body[5], body[6], body[7], body[8]]),
+        (opcode::KEY_WRITE, rf::KW_LEN) => Primitive::KeyWrite {
+            redundancy: body[rf::KV_REDUNDANCY],
+            key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),
+            value: value4([body[kw], body[kw + 1], body[kw + 2], body[kw + 3]]),
         },
-        (2, 8) => Primitive::Append {
-            list: be32(body),
-            value: value4([body[7], body[6], body[5], body[4]]),
+        // The reference byte-swaps an Append's data (see the module docs).
+        (opcode::APPEND, rf::APPEND_LEN) => Primitive::Append {
+            list: be32(&body[rf::APPEND_LIST_ID.start..]),
+            value: value4([body[ap + 3], body[ap + 2], body[ap + 1], body[ap]]),
         },
-        (3, 13) => Primitive::KeyIncrement {
-            redundancy: body[0],
-            key: Key::from_u32_reference(be32(&body[1..5])),
-            delta: u64::from_be_bytes(some!(body[5..13].try_into().ok())),
+        (opcode::KEY_INCREMENT, rf::KI_LEN) => Primitive::KeyIncrement {
+            redundancy: body[rf::KV_REDUNDANCY],
+            key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),
+            delta: u64::from_be_bytes(some!(body[rf::KI_COUNTER].try_into().ok())),
         },
-        (4, 9) if body[4] != 0 => Primitive::Postcard {
-            flow: key4([body[0], body[1], body[2], body[3]]),
-            hop: body[4] - 1,
+        (opcode::POSTCARD, rf::PC_LEN) if body[rf::PC_HOP_NUM] != 0 => Primitive::Postcard {
+            flow: key4([body[pc], body[pc + 1], body[pc + 2], body[pc + 3]]),
+            hop: body[rf::PC_HOP_NUM] - 1,
             path_len: 0,
-            value: be32(&body[5..9]),
+            value: be32(&body[rf::PC_DATA]),
         },
         _ => slow!(),
     };
@@ -804,522 +832,4 @@ impl Report {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::types::MAX_VALUE_LEN;
-    use crate::wire::dta_ext::MAX_PATH_LEN;
-    use proptest::prelude::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
-
-    fn cfg(v: BaseVariant) -> ParseConfig {
-        ParseConfig {
-            reference_variant: v,
-            ..ParseConfig::default()
-        }
-    }
-
-    fn reemit(r: &Report, profile: Profile) -> Vec<u8> {
-        let mut out = [0u8; MAX_EMIT_LEN];
-        let n = r.emit(profile, &mut out).unwrap();
-        assert_eq!(r.buffer_len(profile), Ok(n));
-        out[..n].to_vec()
-    }
-
-    #[test]
-    fn reference_key_write_mapping() {
-        // §2.5: inject_dta.py keywrite --key 1 --data 10000 --redundancy 1.
-        let b = hex("01 00 00 01 00000001 00002710");
-        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
-        assert_eq!(
-            r.header,
-            ReportHeader {
-                profile: Profile::ReferenceB,
-                immediate: false,
-                retransmittable: false,
-                seq: Some(0),
-                priority: Priority::Medium,
-            }
-        );
-        let Primitive::KeyWrite {
-            redundancy,
-            key,
-            value,
-        } = r.primitive
-        else {
-            panic!()
-        };
-        assert_eq!(redundancy, 1);
-        // The reference hashes the little-endian bytes of the big-endian key.
-        assert_eq!(key.as_bytes(), &[1, 0, 0, 0]);
-        // ... and copies the data bytes unchanged into memory.
-        assert_eq!(value.as_bytes(), &[0x00, 0x00, 0x27, 0x10]);
-        assert_eq!(reemit(&r, Profile::ReferenceB), b);
-    }
-
-    #[test]
-    fn reference_variant_a_reporter_packet() {
-        // The example Reporter: key = IPv4 source 10.0.0.1, N = 2, data = IP id 0x1234.
-        let b = hex("01 80 02 0a000001 00001234");
-        let r = parse_report(&b, &cfg(BaseVariant::A)).unwrap();
-        assert_eq!(r.header.profile, Profile::ReferenceA);
-        assert_eq!(r.header.seq, None);
-        assert!(r.header.immediate && !r.header.retransmittable);
-        let Primitive::KeyWrite { key, value, .. } = r.primitive else {
-            panic!()
-        };
-        assert_eq!(key, Key::from_u32_reference(0x0a00_0001));
-        assert_eq!(key.as_bytes(), &[1, 0, 0, 0x0a]);
-        assert_eq!(value.as_bytes(), &[0, 0, 0x12, 0x34]);
-        assert_eq!(reemit(&r, Profile::ReferenceA), b);
-    }
-
-    #[test]
-    fn reference_key_increment_mapping() {
-        let b = hex("03 05 40 04 00000001 0000000000000001");
-        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
-        assert_eq!(r.header.seq, Some(5));
-        assert!(r.header.retransmittable);
-        assert_eq!(
-            r.primitive,
-            Primitive::KeyIncrement {
-                redundancy: 4,
-                key: Key::from_u32_reference(1),
-                delta: 1
-            }
-        );
-        assert_eq!(reemit(&r, Profile::ReferenceB), b);
-    }
-
-    #[test]
-    fn reference_append_is_byte_swapped() {
-        let b = hex("02 00 00 00000003 11223344");
-        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
-        assert_eq!(
-            r.primitive,
-            Primitive::Append {
-                list: 3,
-                value: Value::new(&[0x44, 0x33, 0x22, 0x11]).unwrap()
-            }
-        );
-        assert_eq!(reemit(&r, Profile::ReferenceB), b);
-        // §2.5 all-zero Append.
-        let z = hex("02 00 00 00000000 00000000");
-        let r = parse_report(&z, &cfg(BaseVariant::B)).unwrap();
-        assert_eq!(
-            r.primitive,
-            Primitive::Append {
-                list: 0,
-                value: Value::new(&[0; 4]).unwrap()
-            }
-        );
-    }
-
-    #[test]
-    fn reference_postcard_mapping() {
-        let b = hex("04 00 01020304 05 0000beef");
-        let r = parse_report(&b, &cfg(BaseVariant::A)).unwrap();
-        assert_eq!(
-            r.primitive,
-            Primitive::Postcard {
-                flow: Key::new(&[1, 2, 3, 4]).unwrap(), // as received, not reversed
-                hop: 4,
-                path_len: 0,
-                value: 0xbeef,
-            }
-        );
-        assert_eq!(reemit(&r, Profile::ReferenceA), b);
-        // hopNum 0 does not exist in the reference numbering.
-        assert_eq!(
-            parse_report(&hex("04 00 01020304 00 0000beef"), &cfg(BaseVariant::A)),
-            Err(Error::Malformed)
-        );
-        // hopNum 255 maps to hop 254, the largest the reference can carry.
-        let r = parse_report(&hex("04 00 01020304 ff 0000beef"), &cfg(BaseVariant::A)).unwrap();
-        let Primitive::Postcard { hop, .. } = r.primitive else {
-            panic!()
-        };
-        assert_eq!(hop, 254);
-        let too_far = Report {
-            primitive: Primitive::Postcard {
-                flow: Key::new(&[1; 4]).unwrap(),
-                hop: 255,
-                path_len: 0,
-                value: 0,
-            },
-            ..r
-        };
-        assert_eq!(
-            too_far.buffer_len(Profile::ReferenceA),
-            Err(Error::Malformed)
-        );
-    }
-
-    #[test]
-    fn reference_priority_comes_from_config() {
-        let b = hex("01 00 00 01 00000001 00002710");
-        let c = ParseConfig {
-            reference_priority: Priority::High,
-            ..ParseConfig::default()
-        };
-        assert_eq!(
-            parse_report(&b, &c).unwrap().header.priority,
-            Priority::High
-        );
-    }
-
-    #[test]
-    fn extended_mapping() {
-        let b = hex("d1 01 a0 00 0000002a 02 0d 14 00 \
-             0a000001 0a000002 11 1f90 0050 \
-             00000001 00000002 00000003 00000004 00000005");
-        let r = parse_report(&b, &ParseConfig::default()).unwrap();
-        assert_eq!(
-            r.header,
-            ReportHeader {
-                profile: Profile::Extended,
-                immediate: true,
-                retransmittable: false,
-                seq: Some(42),
-                priority: Priority::High,
-            }
-        );
-        let Primitive::KeyWrite {
-            redundancy,
-            key,
-            value,
-        } = r.primitive
-        else {
-            panic!()
-        };
-        assert_eq!(
-            (redundancy, key.as_bytes(), value.as_bytes()),
-            (2, &b[12..25], &b[25..45])
-        );
-        assert_eq!(reemit(&r, Profile::Extended), b);
-        // The same report cannot travel in the reference profile.
-        assert_eq!(r.buffer_len(Profile::ReferenceB), Err(Error::Malformed));
-        let mut out = [0u8; MAX_EMIT_LEN];
-        assert_eq!(r.emit(Profile::ReferenceA, &mut out), Err(Error::Malformed));
-        assert_eq!(
-            r.emit(Profile::Extended, &mut out[..44]),
-            Err(Error::Truncated)
-        );
-    }
-
-    #[test]
-    fn cross_profile_emit() {
-        // A reference report re-emitted in the extended profile keeps memory-ready bytes.
-        let b = hex("02 07 c0 00000003 11223344");
-        let r = parse_report(&b, &cfg(BaseVariant::B)).unwrap();
-        let e = reemit(&r, Profile::Extended);
-        assert_eq!(e, hex("d1 02 d0 00 00000007 00000003 04 000000 44332211"));
-        let back = parse_report(&e, &ParseConfig::default()).unwrap();
-        assert_eq!(back.primitive, r.primitive);
-        // Variant A drops seq and retransmittable; B keeps seq mod 256.
-        let mut big = r;
-        big.header.seq = Some(0x1_0203);
-        assert_eq!(
-            reemit(&big, Profile::ReferenceA),
-            hex("02 80 00000003 11223344")
-        );
-        assert_eq!(
-            reemit(&big, Profile::ReferenceB),
-            hex("02 03 c0 00000003 11223344")
-        );
-    }
-
-    #[test]
-    fn dispatch_and_acceptance() {
-        let reference = hex("01 00 00 01 00000001 00002710");
-        let extended = hex("d1 03 50 00 01020304  04 04 0000 0000000000000007  0a000001");
-        let no_ref = ParseConfig {
-            accept_reference: false,
-            ..ParseConfig::default()
-        };
-        let no_ext = ParseConfig {
-            accept_extended: false,
-            ..ParseConfig::default()
-        };
-        assert_eq!(
-            parse_report(&reference, &no_ref),
-            Err(Error::UnsupportedVersion)
-        );
-        assert!(parse_report(&extended, &no_ref).is_ok());
-        assert_eq!(
-            parse_report(&extended, &no_ext),
-            Err(Error::UnsupportedVersion)
-        );
-        assert!(parse_report(&reference, &no_ext).is_ok());
-        assert_eq!(
-            parse_report(&[], &ParseConfig::default()),
-            Err(Error::Truncated)
-        );
-        assert_eq!(
-            parse_report(&[0xd7, 0, 0], &ParseConfig::default()),
-            Err(Error::UnsupportedVersion)
-        );
-        assert_eq!(
-            parse_report(&[0x09, 0, 0], &ParseConfig::default()),
-            Err(Error::UnknownOpcode)
-        );
-    }
-
-    #[test]
-    fn format_names_and_serde() {
-        use serde::de::value::{Error as DeError, StrDeserializer};
-        use serde::de::IntoDeserializer;
-        use serde::Deserialize;
-        for f in [
-            ReportFormat::Reference(BaseVariant::A),
-            ReportFormat::Reference(BaseVariant::B),
-            ReportFormat::Extended,
-        ] {
-            assert_eq!(f.to_string().parse::<ReportFormat>(), Ok(f));
-            let d: StrDeserializer<'_, DeError> = f.as_str().into_deserializer();
-            assert_eq!(ReportFormat::deserialize(d).unwrap(), f);
-            assert_eq!(ReportFormat::from(Profile::from(f)), f);
-        }
-        assert_eq!(
-            "reference".parse::<ReportFormat>(),
-            Err(UnknownReportFormat)
-        );
-        let d: StrDeserializer<'_, DeError> = "bogus".into_deserializer();
-        assert!(ReportFormat::deserialize(d).is_err());
-        let d: StrDeserializer<'_, DeError> = "high".into_deserializer();
-        assert_eq!(Priority::deserialize(d).unwrap(), Priority::High);
-        assert_eq!(Priority::default(), Priority::Medium);
-        assert!(Priority::Low < Priority::High);
-    }
-
-    fn arb_key4() -> impl Strategy<Value = Key> {
-        any::<[u8; 4]>().prop_map(|b| Key::new(&b).unwrap())
-    }
-    fn arb_value4() -> impl Strategy<Value = Value> {
-        any::<[u8; 4]>().prop_map(|b| Value::new(&b).unwrap())
-    }
-    fn arb_key() -> impl Strategy<Value = Key> {
-        proptest::collection::vec(any::<u8>(), 1..=MAX_KEY_LEN).prop_map(|v| Key::new(&v).unwrap())
-    }
-    fn arb_value() -> impl Strategy<Value = Value> {
-        proptest::collection::vec(any::<u8>(), 1..=MAX_VALUE_LEN)
-            .prop_map(|v| Value::new(&v).unwrap())
-    }
-    fn arb_priority() -> impl Strategy<Value = Priority> {
-        prop_oneof![
-            Just(Priority::Low),
-            Just(Priority::Medium),
-            Just(Priority::High)
-        ]
-    }
-
-    fn arb_reference_primitive() -> impl Strategy<Value = Primitive> {
-        prop_oneof![
-            (any::<u8>(), arb_key4(), arb_value4()).prop_map(|(redundancy, key, value)| {
-                Primitive::KeyWrite {
-                    redundancy,
-                    key,
-                    value,
-                }
-            }),
-            (any::<u8>(), arb_key4(), any::<u64>()).prop_map(|(redundancy, key, delta)| {
-                Primitive::KeyIncrement {
-                    redundancy,
-                    key,
-                    delta,
-                }
-            }),
-            (any::<u32>(), arb_value4())
-                .prop_map(|(list, value)| Primitive::Append { list, value }),
-            (arb_key4(), 0u8..=254, any::<u32>()).prop_map(|(flow, hop, value)| {
-                Primitive::Postcard {
-                    flow,
-                    hop,
-                    path_len: 0,
-                    value,
-                }
-            }),
-        ]
-    }
-
-    fn arb_extended_primitive() -> impl Strategy<Value = Primitive> {
-        prop_oneof![
-            (any::<u8>(), arb_key(), arb_value()).prop_map(|(redundancy, key, value)| {
-                Primitive::KeyWrite {
-                    redundancy,
-                    key,
-                    value,
-                }
-            }),
-            (any::<u8>(), arb_key(), any::<u64>()).prop_map(|(redundancy, key, delta)| {
-                Primitive::KeyIncrement {
-                    redundancy,
-                    key,
-                    delta,
-                }
-            }),
-            (any::<u32>(), arb_value()).prop_map(|(list, value)| Primitive::Append { list, value }),
-            (arb_key(), any::<u8>(), 0..=MAX_PATH_LEN, any::<u32>()).prop_map(
-                |(flow, hop, path_len, value)| {
-                    let hop = if path_len == 0 { hop } else { hop % path_len };
-                    Primitive::Postcard {
-                        flow,
-                        hop,
-                        path_len,
-                        value,
-                    }
-                }
-            ),
-        ]
-    }
-
-    /// Reports valid in a profile, together with a config that parses that profile.
-    fn arb_valid_report() -> impl Strategy<Value = (Report, ParseConfig)> {
-        let reference = (
-            prop_oneof![Just(BaseVariant::A), Just(BaseVariant::B)],
-            arb_reference_primitive(),
-            any::<bool>(),
-            any::<bool>(),
-            any::<u8>(),
-            arb_priority(),
-        )
-            .prop_map(|(variant, primitive, immediate, retx, seq, priority)| {
-                let b = variant == BaseVariant::B;
-                let header = ReportHeader {
-                    profile: Profile::reference(variant),
-                    immediate,
-                    retransmittable: b && retx,
-                    seq: b.then_some(u32::from(seq)),
-                    priority,
-                };
-                let cfg = ParseConfig {
-                    reference_variant: variant,
-                    reference_priority: priority,
-                    ..ParseConfig::default()
-                };
-                (Report { header, primitive }, cfg)
-            });
-        let extended = (
-            arb_extended_primitive(),
-            any::<bool>(),
-            any::<bool>(),
-            any::<u32>(),
-            arb_priority(),
-            prop_oneof![Just(BaseVariant::A), Just(BaseVariant::B)],
-        )
-            .prop_map(
-                |(primitive, immediate, retransmittable, seq, priority, variant)| {
-                    let header = ReportHeader {
-                        profile: Profile::Extended,
-                        immediate,
-                        retransmittable,
-                        seq: Some(seq),
-                        priority,
-                    };
-                    (Report { header, primitive }, cfg(variant))
-                },
-            );
-        prop_oneof![reference, extended]
-    }
-
-    fn arb_config() -> impl Strategy<Value = ParseConfig> {
-        (any::<bool>(), any::<bool>(), any::<bool>(), arb_priority()).prop_map(|(b, ar, ae, p)| {
-            ParseConfig {
-                reference_variant: if b { BaseVariant::B } else { BaseVariant::A },
-                accept_reference: ar,
-                accept_extended: ae,
-                reference_priority: p,
-            }
-        })
-    }
-
-    /// The fast path's own answer, `None` where it defers to the full parser.
-    fn fast_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
-        let mut deferred = false;
-        let mut out = Report::PLACEHOLDER;
-        let r = parse_fast(b, c, &mut out, |_, _, _| {
-            deferred = true;
-            Err(Error::Malformed)
-        });
-        if deferred {
-            None
-        } else {
-            r.expect("the fast path only returns reports");
-            Some(out)
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4096))]
-
-        /// The fast path never disagrees with the full parser.
-        #[test]
-        fn fast_path_agrees_with_full_parser(bytes in proptest::collection::vec(any::<u8>(), 0..64), c in arb_config()) {
-            if let Some(r) = fast_only(&bytes, &c) {
-                prop_assert_eq!(parse_checked(&bytes, &c), Ok(r));
-            }
-        }
-
-        /// Valid reports (the fast path's domain) take the fast path.
-        #[test]
-        fn valid_reports_take_the_fast_path((r, c) in arb_valid_report()) {
-            let mut out = [0u8; MAX_EMIT_LEN];
-            let n = r.emit(r.header.profile, &mut out).unwrap();
-            prop_assert_eq!(fast_only(&out[..n], &c), Some(r));
-            // Mutations of valid reports: still agree wherever the fast path answers.
-            for i in 0..n {
-                for flip in [0x01u8, 0x40, 0x80] {
-                    let mut m = out;
-                    m[i] ^= flip;
-                    if let Some(x) = fast_only(&m[..n], &c) {
-                        prop_assert_eq!(parse_checked(&m[..n], &c), Ok(x));
-                    }
-                }
-            }
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn roundtrip((r, c) in arb_valid_report()) {
-            let mut out = [0u8; MAX_EMIT_LEN];
-            let n = r.emit(r.header.profile, &mut out).unwrap();
-            prop_assert_eq!(r.buffer_len(r.header.profile), Ok(n));
-            prop_assert_eq!(parse_report(&out[..n], &c), Ok(r));
-        }
-
-        #[test]
-        fn extended_carries_every_reference_report((r, _c) in arb_valid_report()) {
-            // Memory-ready operands survive a trip through the extended profile unchanged.
-            let mut out = [0u8; MAX_EMIT_LEN];
-            let n = r.emit(Profile::Extended, &mut out).unwrap();
-            let back = parse_report(&out[..n], &ParseConfig::default()).unwrap();
-            prop_assert_eq!(back.primitive, r.primitive);
-            prop_assert_eq!(back.header.priority, r.header.priority);
-        }
-
-        #[test]
-        fn arbitrary_bytes_never_panic(
-            bytes in proptest::collection::vec(any::<u8>(), 0..72),
-            a in any::<bool>(),
-        ) {
-            let c = cfg(if a { BaseVariant::A } else { BaseVariant::B });
-            if let Ok(r) = parse_report(&bytes, &c) {
-                let mut out = [0u8; MAX_EMIT_LEN];
-                let n = r.emit(r.header.profile, &mut out).unwrap();
-                // Reference reserved flag bits are dropped by the mapping; all else survives.
-                if r.header.profile == Profile::Extended {
-                    prop_assert_eq!(&out[..n], &bytes[..]);
-                } else {
-                    prop_assert_eq!(n, bytes.len());
-                }
-            }
-        }
-    }
-}
+mod tests;
