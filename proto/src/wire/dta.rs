@@ -277,50 +277,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DtaHeader<T> {
     }
 }
 
-macro_rules! fixed_view {
-    ($(#[$doc:meta])* $name:ident, $len:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone)]
-        pub struct $name<T: AsRef<[u8]>> {
-            buffer: T,
-        }
-
-        impl<T: AsRef<[u8]>> $name<T> {
-            /// Length of this sub-header on the wire.
-            pub const LEN: usize = $len;
-
-            /// Wrap a buffer without checking its length.
-            #[inline]
-            pub const fn new_unchecked(buffer: T) -> Self {
-                $name { buffer }
-            }
-
-            /// Wrap a buffer, checking that it holds the whole sub-header.
-            #[inline]
-            pub fn new_checked(buffer: T) -> Result<Self> {
-                let h = Self::new_unchecked(buffer);
-                h.check_len()?;
-                Ok(h)
-            }
-
-            /// [`Error::Truncated`] if the buffer is shorter than the sub-header.
-            #[inline]
-            pub fn check_len(&self) -> Result<()> {
-                if self.buffer.as_ref().len() < Self::LEN {
-                    Err(Error::Truncated)
-                } else {
-                    Ok(())
-                }
-            }
-
-            /// The wrapped buffer.
-            #[inline]
-            pub fn into_inner(self) -> T {
-                self.buffer
-            }
-        }
-    };
-}
+use crate::wire::view::fixed_view;
 
 fixed_view!(
     /// A view of the Key-Write sub-header: `redundancy u8 | key u32 | data u32` (9 B).

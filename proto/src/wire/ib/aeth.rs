@@ -115,7 +115,7 @@ impl Syndrome {
     }
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of an ACK Extended Transport Header.
     Aeth,
     AETH_LEN

@@ -22,7 +22,7 @@ mod field {
     }
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of an Atomic Extended Transport Header.
     AtomicEth,
     ATOMIC_ETH_LEN
@@ -130,7 +130,7 @@ impl AtomicEthRepr {
     }
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of an Atomic Acknowledge Extended Transport Header.
     AtomicAckEth,
     ATOMIC_ACK_ETH_LEN

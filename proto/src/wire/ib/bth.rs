@@ -19,7 +19,7 @@ mod field {
     pub const ACK_REQ_PSN: Range<usize> = ACK_REQ..PSN.end;
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of a Base Transport Header.
     Bth,
     BTH_LEN

@@ -10,7 +10,7 @@ mod field {
     pub const SRC_QP: Range<usize> = 5..8;
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of a Datagram Extended Transport Header.
     Deth,
     DETH_LEN

@@ -8,7 +8,7 @@ mod field {
     pub const IMM: Range<usize> = 0..4;
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of the immediate data header.
     ImmDt,
     IMMDT_LEN

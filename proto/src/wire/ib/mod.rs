@@ -329,49 +329,6 @@ fn wr_u24(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 3].copy_from_slice(&v.to_be_bytes()[1..]);
 }
 
-/// Declares a fixed-length header view with the usual constructors.
-macro_rules! fixed_view {
-    ($(#[$doc:meta])* $name:ident, $len:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq)]
-        pub struct $name<T: AsRef<[u8]>> {
-            buffer: T,
-        }
-
-        impl<T: AsRef<[u8]>> $name<T> {
-            /// Wraps a buffer without checking its length.
-            #[inline]
-            pub const fn new_unchecked(buffer: T) -> Self {
-                $name { buffer }
-            }
-
-            /// Wraps a buffer after checking it holds the whole header.
-            #[inline]
-            pub fn new_checked(buffer: T) -> $crate::wire::Result<Self> {
-                let h = Self::new_unchecked(buffer);
-                h.check_len()?;
-                Ok(h)
-            }
-
-            /// Checks that the buffer holds the whole header (extra bytes are allowed).
-            #[inline]
-            pub fn check_len(&self) -> $crate::wire::Result<()> {
-                if self.buffer.as_ref().len() < $len {
-                    Err($crate::wire::Error::Truncated)
-                } else {
-                    Ok(())
-                }
-            }
-
-            /// Returns the underlying buffer.
-            #[inline]
-            pub fn into_inner(self) -> T {
-                self.buffer
-            }
-        }
-    };
-}
-
 mod aeth;
 mod atomic;
 mod bth;

@@ -10,7 +10,7 @@ mod field {
     pub const DMA_LEN: Range<usize> = 12..16;
 }
 
-fixed_view!(
+crate::wire::view::fixed_view!(
     /// A view of an RDMA Extended Transport Header.
     Reth,
     RETH_LEN
