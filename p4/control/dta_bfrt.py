@@ -1,6 +1,6 @@
 """dta_bfrt.py: the control plane of p4/translator/dta_translator.p4 (bfrt_python).
 
-It reads the same TOML file as the software translator (translator/src/config.rs: [translator],
+It reads the same TOML file as the software translator (translator/src/config/: [translator],
 [reports], [append], [postcard], [reliability], [[collector]] with `metadata` = the collector's
 published CollectorMeta JSON, [routing]; or `cluster = FILE`, a collector cluster's file, see
 apply_cluster) and fills the program's tables, registers and multicast groups.

@@ -10,7 +10,7 @@
  *   HyperLogLog  2^DTA_RSK_HLL_P registers of ranks (1-byte cells, merge op 1, max); the hash is
  *                simple tabulation over CRC-32 with IND_POLY_SK_HLL of the flow key.
  *
- * Both are the `tofino` hash profile of dta_proto (proto/src/sketch.rs, "The Tofino hash
+ * Both are the `tofino` hash profile of dta_proto (proto/src/sketch/mod.rs, "The Tofino hash
  * profile"): collector stores fed by this program are configured `hash = "tofino"`. The flow
  * key is the 13-byte IPv4 5-tuple: source, destination, protocol, source port, destination port
  * (ports 0 unless the packet is an unfragmented, option-less TCP or UDP packet).
