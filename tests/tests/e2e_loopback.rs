@@ -28,18 +28,13 @@ struct System {
     translator: Translator,
     sock: std::net::UdpSocket,
     sent: u64,
-    _dir: std::path::PathBuf,
+    _dir: dta_tests::scratch::ScratchDir,
 }
 
 impl System {
     fn start(stores: Vec<StoreConfig>, append_flush_us: u64) -> System {
-        let dir = std::env::temp_dir().join(format!(
-            "dta-e2e-{}-{}",
-            std::process::id(),
-            free_port(Ipv4Addr::LOCALHOST)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let meta = dir.join("collector.json");
+        let dir = dta_tests::scratch::ScratchDir::new("dta-e2e");
+        let meta = dir.path().join("collector.json");
         let c_ip = Ipv4Addr::new(127, 0, 0, 1);
         let t_ip = Ipv4Addr::new(127, 0, 0, 2);
         let roce_t = SocketAddrV4::new(t_ip, free_port(t_ip));

@@ -115,7 +115,7 @@ struct System {
     sock: UdpSocket,
     nacks: UdpSocket,
     sent: u64,
-    _dir: std::path::PathBuf,
+    _dir: dta_tests::scratch::ScratchDir,
 }
 
 impl System {
@@ -125,13 +125,8 @@ impl System {
 
     /// A system whose stores keep `slots` epochs, merging `expected` switches.
     fn start_with(hash: SketchHash, slots: u32, expected: u16) -> System {
-        let dir = std::env::temp_dir().join(format!(
-            "dta-sketch-{}-{}",
-            std::process::id(),
-            free_port(Ipv4Addr::LOCALHOST)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let meta = dir.join("collector.json");
+        let dir = dta_tests::scratch::ScratchDir::new("dta-sketch");
+        let meta = dir.path().join("collector.json");
         let c_ip = Ipv4Addr::new(127, 0, 0, 1);
         let t_ip = Ipv4Addr::new(127, 0, 0, 2);
         let roce_t = SocketAddrV4::new(t_ip, free_port(t_ip));
