@@ -16,7 +16,7 @@
 //! a batch not yet written, writes whatever changed when it fires (stragglers' columns arrive
 //! later and are written again); once the epoch has merged nothing for a flush delay, it NACKs
 //! the switches expected in the epoch that have not sent their whole sketch (a lost last column
-//! reveals no gap), at most [`STRAGGLER_ROUNDS`] rounds per epoch.
+//! reveals no gap), at most [`STRAGGLER_ROUNDS`] rounds in a row that merge nothing.
 //!
 //! # No single datagram in charge (issue 28)
 //! * **Members.** A switch is *expected* in the current epoch (a member) if it is configured
@@ -188,7 +188,11 @@ pub struct SketchMerge {
     /// When the current epoch last merged a column (stragglers are NACKed, and a quorum
     /// without every member moves on, only once the epoch has been quiet for a flush delay).
     last_merge: u64,
+    /// Straggler rounds in a row that merged nothing (a round that was answered, or that
+    /// other members' streaming followed, starts the count again).
     straggler_rounds: u32,
+    /// `last_merge` when the last straggler round ran.
+    round_merge: u64,
     /// One batch's column records.
     scratch: Vec<u8>,
 }
@@ -249,6 +253,7 @@ impl SketchMerge {
             far: [(0, 0); FAR_TALLY],
             deadline: None,
             last_merge: 0,
+            round_merge: 0,
             straggler_rounds: 0,
             scratch: vec![0; layout.batch_len()],
             settings: s,
@@ -870,6 +875,12 @@ impl StorePrimitive for SketchMerge {
             self.deadline.or(Some(now + flush))
         } else {
             let mut again = !written || agreed;
+            // Only rounds that nothing answered are spent: a fleet streaming slower than the
+            // flush delay must not use them up before a last column goes missing.
+            if self.last_merge != self.round_merge {
+                self.round_merge = self.last_merge;
+                self.straggler_rounds = 0;
+            }
             if self.straggler_rounds < STRAGGLER_ROUNDS {
                 self.straggler_rounds += 1;
                 again |= self.nack_stragglers(tx, c);
