@@ -17,6 +17,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use dta_tests::scratch::ScratchDir;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -43,24 +45,6 @@ fn netns_missing() -> Option<String> {
     match py {
         Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "True" => None,
         _ => Some("python3 3.11+ (tomllib) not found".into()),
-    }
-}
-
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("dta-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -137,11 +121,11 @@ fn twin_check_harness_against_a_standin() {
     if let Some(why) = netns_missing() {
         return skip(TEST, &why);
     }
-    let sde = TempDir::new("standin-sde");
-    std::os::unix::fs::symlink(root().join("p4/control/standin"), sde.0.join("bin"))
+    let sde = ScratchDir::new("dta-standin-sde");
+    std::os::unix::fs::symlink(root().join("p4/control/standin"), sde.path().join("bin"))
         .expect("symlink the stand-in SDE");
-    let build = TempDir::new("standin-build");
-    std::fs::write(build.0.join("dta_translator.conf"), "{}\n").expect("conf");
+    let build = ScratchDir::new("dta-standin-build");
+    std::fs::write(build.path().join("dta_translator.conf"), "{}\n").expect("conf");
     for (case, corrupt) in [
         ("keywrite_psn_resync", false),
         ("sketch_gap_nack", false),
@@ -149,7 +133,7 @@ fn twin_check_harness_against_a_standin() {
     ] {
         let dir = root().join("tests/corpus").join(case);
         let mut env = vec![
-            ("SDE_INSTALL", sde.0.display().to_string()),
+            ("SDE_INSTALL", sde.path().display().to_string()),
             ("DTA_STANDIN_CASE", dir.display().to_string()),
             (
                 "DTA_STANDIN_CORRUPT",
@@ -161,9 +145,14 @@ fn twin_check_harness_against_a_standin() {
         if let Some(schema) = reduced_schema(&dir) {
             env.push(("DTA_STANDIN_SCHEMA", schema.display().to_string()));
         }
-        let out = build.0.join(format!("out-{case}-{corrupt}"));
+        let out = build.path().join(format!("out-{case}-{corrupt}"));
         let out = out.display().to_string();
-        let r = twin(&build.0, &dir, &env, &["--quiet-ms", "300", "--out", &out]);
+        let r = twin(
+            build.path(),
+            &dir,
+            &env,
+            &["--quiet-ms", "300", "--out", &out],
+        );
         if corrupt {
             assert!(!r.equal, "{case}: a wrong ICRC passed: {}", r.line);
             assert!(r.line.contains("\"ICRC\""), "{case}: {}", r.line);
