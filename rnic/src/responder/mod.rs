@@ -195,6 +195,19 @@ struct Qp {
     /// checked by reconstruction, and what it depends on (the fast path's cache).
     icrc_prefix: Option<(IcrcPrefixKey, u32)>,
     counters: RnicCounters,
+    /// WRITEs executed by [`Responder::write_fast`]: each counts once in `rcvd_pkts` and
+    /// once in `writes`, added when the counters are read ([`Qp::counters`]).
+    fast_writes: u64,
+}
+
+impl Qp {
+    /// The QP's counters, the fast path's included.
+    fn counters(&self) -> RnicCounters {
+        let mut c = self.counters;
+        c.rcvd_pkts += self.fast_writes;
+        c.writes += self.fast_writes;
+        c
+    }
 }
 
 /// What [`icrc::reconstructed_prefix`] depends on besides the peer's address: the
@@ -419,6 +432,7 @@ impl Responder {
             atomic_ack_tmpl,
             icrc_prefix: None,
             counters: RnicCounters::default(),
+            fast_writes: 0,
         });
         qpn
     }
@@ -427,7 +441,7 @@ impl Responder {
     pub fn destroy_qp(&mut self, qpn: Qpn) {
         if let Some(i) = self.qp_index(qpn) {
             if let Some(qp) = self.qps[i].take() {
-                self.counters.merge(&qp.counters);
+                self.counters.merge(&qp.counters());
             }
         }
     }
@@ -464,7 +478,7 @@ impl Responder {
     pub fn qp_counters(&self, qpn: Qpn) -> Option<RnicCounters> {
         self.qp_index(qpn)
             .and_then(|i| self.qps[i].as_ref())
-            .map(|q| q.counters)
+            .map(|q| q.counters())
     }
 
     /// QPNs of all live QPs.
@@ -476,7 +490,7 @@ impl Responder {
     pub fn counters(&self) -> RnicCounters {
         let mut c = self.counters;
         for q in self.qps.iter().flatten() {
-            c.merge(&q.counters);
+            c.merge(&q.counters());
         }
         c
     }
