@@ -388,7 +388,7 @@ mod fold16 {
     use core::arch::x86_64::{
         __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
         _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_shuffle_epi8,
-        _mm_slli_si128, _mm_srl_epi64, _mm_srli_si128, _mm_xor_si128,
+        _mm_srl_epi64, _mm_srli_si128, _mm_xor_si128,
     };
     use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -428,8 +428,9 @@ mod fold16 {
 
     const FOLD_HI: u64 = xpow_mod(191).reverse_bits();
     const FOLD_LO: u64 = xpow_mod(127).reverse_bits();
-    const K95: u64 = xpow_mod(95).reverse_bits();
-    const K63: u64 = xpow_mod(63).reverse_bits();
+    /// `(x^95 mod P)·x^32` and `(x^64 mod P)·x^31` as operands (see `reduce`).
+    const K4: u64 = xpow_mod(95).reverse_bits() >> 32;
+    const K5: u64 = xpow_mod(64).reverse_bits() >> 31;
     const MU: u64 = barrett_mu().reverse_bits();
     const P65: u64 = ((1u64 << 32) | POLY as u64).reverse_bits();
 
@@ -543,21 +544,30 @@ mod fold16 {
         _mm_xor_si128(_mm_xor_si128(lo, hi), b)
     }
 
-    /// The CRC register `X·x^32 mod P` of the accumulator: 128 → 96 → 64 bits as
-    /// `Clmul::reduce`, then Barrett on the 64-bit remainder with 33-bit constants, which
-    /// keeps it in vector registers: with `V`'s low half `L`, `T = L·μ'`, `S = (T mod x^32)·P'`
-    /// and the register is the high half of `V ^ S` (`Clmul::reduce` with the shifts of its
-    /// 64-bit constants, `MU = μ' << 31` and `P65 = P' << 31`, taken out).
+    /// The CRC register `X·x^32 mod P` of the accumulator `X = X_a·x^64 + X_b` (`X_a` its
+    /// first eight bytes), in the convention of `crc::fold` (an operand's bit `i` is the
+    /// coefficient of `x^(63-i)`, a product comes out as `A·B` with bit `j` at `x^(126-j)`):
+    ///
+    /// - `Y = X_a·K4 + X_b·x^63`, with `K4 = (x^95 mod P)·x^32 ≡ x^127`: `Y ≡ X·x^63`, and
+    ///   `Y`'s 95 bits are a multiple of `x^32`;
+    /// - `Z = Y_top·K5 + (Y - Y_top·x^63)·x^32`, with `Y_top` its top 32 coefficients and
+    ///   `K5 = (x^64 mod P)·x^31 ≡ x^95`: `Z ≡ Y·x^32 ≡ X·x^95`, 64 bits, a multiple of
+    ///   `x^63`; read as a 64-bit operand `V` (bit `i` at `x^(63-i)`), `V ≡ X·x^32`;
+    /// - Barrett on `V` with its low half `L`: `T = L·μ'`, `S = (T mod x^32)·P'`, and the
+    ///   register is the high half of `V ^ S` (`Clmul::reduce` with the shifts of its 64-bit
+    ///   constants, `MU = μ' << 31` and `P65 = P' << 31`, taken out).
+    ///
+    /// Four multiplies, all in vector registers.
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     fn reduce(x: __m128i) -> u32 {
-        let kk = _mm_set_epi64x(K63 as i64, K95 as i64);
-        let z = _mm_xor_si128(
-            _mm_clmulepi64_si128::<0x00>(x, kk),
-            _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)),
-        );
-        let v = _mm_srli_si128::<8>(_mm_xor_si128(_mm_clmulepi64_si128::<0x10>(z, kk), z));
         let low32 = _mm_cvtsi64_si128(0xFFFF_FFFF);
+        let k = _mm_set_epi64x(K5 as i64, K4 as i64);
+        let y = _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, k), _mm_srli_si128::<8>(x));
+        let v = _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x10>(_mm_and_si128(y, low32), k),
+            _mm_srli_si128::<4>(y),
+        );
         let pu = _mm_set_epi64x((MU >> 31) as i64, (P65 >> 31) as i64);
         let t = _mm_clmulepi64_si128::<0x10>(_mm_and_si128(v, low32), pu);
         let s = _mm_clmulepi64_si128::<0x00>(_mm_and_si128(t, low32), pu);

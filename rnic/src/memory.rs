@@ -419,24 +419,46 @@ unsafe fn atomic_copy_in(dst: *mut u8, src: &[u8]) {
 unsafe fn atomic_copy_words(dst: *mut u8, src: &[u8]) {
     debug_assert!(dst as usize % 8 == 0 && src.len() % 8 == 0);
     let dst = dst as *mut u64;
-    // Two words a step (half the loop overhead for the usual 32- to 128-byte payloads).
-    let mut pairs = src.chunks_exact(16);
-    let mut i = 0;
-    for c in &mut pairs {
-        let (a, b) = c.split_at(8);
-        let a = u64::from_ne_bytes(a.try_into().expect("8 bytes"));
-        let b = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
-        // SAFETY: words i and i + 1 are 8-aligned and inside `dst..dst + src.len()` per the
-        // contract.
+    let src_words = src.as_ptr() as *const [u8; 8];
+    let store = |i: usize| {
+        // SAFETY: callers pass i < src.len() / 8: bytes 8i..8i + 8 of `src` are readable
+        // (an array of bytes, any alignment will do), and word i of `dst` is 8-aligned and
+        // inside `dst..dst + src.len()` per the contract.
         unsafe {
-            AtomicU64::from_ptr(dst.add(i)).store(a, Ordering::Relaxed);
-            AtomicU64::from_ptr(dst.add(i + 1)).store(b, Ordering::Relaxed);
+            let w = u64::from_ne_bytes(src_words.add(i).read());
+            AtomicU64::from_ptr(dst.add(i)).store(w, Ordering::Relaxed);
         }
-        i += 2;
-    }
-    if let Some(w) = pairs.remainder().first_chunk::<8>() {
-        // SAFETY: as above, the last word.
-        unsafe { AtomicU64::from_ptr(dst.add(i)).store(u64::from_ne_bytes(*w), Ordering::Relaxed) };
+    };
+    // Up to four words (a Key-Write slot) straight, more two at a time.
+    match src.len() / 8 {
+        0 => {}
+        1 => store(0),
+        2 => {
+            store(0);
+            store(1);
+        }
+        3 => {
+            store(0);
+            store(1);
+            store(2);
+        }
+        4 => {
+            store(0);
+            store(1);
+            store(2);
+            store(3);
+        }
+        n => {
+            let mut i = 0;
+            while i + 2 <= n {
+                store(i);
+                store(i + 1);
+                i += 2;
+            }
+            if i < n {
+                store(i);
+            }
+        }
     }
 }
 
