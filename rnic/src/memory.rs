@@ -588,6 +588,11 @@ mod tests {
         r.read(3, &mut out).unwrap();
         assert_eq!(&out, b"hello world, unaligned");
         assert_eq!(r.write(90, &[0; 11]), Err(OutOfBounds));
+        // Whole aligned words (the word-store path) are bounds-checked the same way.
+        r.write(88, &[7; 8]).unwrap();
+        assert_eq!(r.write(96, &[0; 8]), Err(OutOfBounds));
+        assert_eq!(r.write(64, &[0; 40]), Err(OutOfBounds));
+        assert_eq!(r.write(u64::MAX - 7, &[0; 8]), Err(OutOfBounds));
         assert_eq!(r.write(u64::MAX, &[0; 1]), Err(OutOfBounds));
         assert_eq!(r.read(100, &mut [0; 1]), Err(OutOfBounds));
         r.write(100, &[]).unwrap();
@@ -634,7 +639,9 @@ mod tests {
         let r = Region::anonymous(256, false).unwrap();
         let bg: Vec<u8> = (0..256).map(|i| (i as u8) ^ 0xA5).collect();
         for off in 0..8u64 {
-            for len in 1..=64usize {
+            // Up to twelve words: the straight stores of one to four words and the loop's
+            // odd and even counts when offset and length are whole words.
+            for len in 1..=96usize {
                 r.write(0, &bg).unwrap();
                 let data: Vec<u8> = (0..len)
                     .map(|i| (i as u8).wrapping_mul(13) ^ off as u8)

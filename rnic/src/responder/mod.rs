@@ -41,7 +41,7 @@ mod execute;
 mod fast;
 mod reply;
 
-use execute::{duplicate, execute, push_cq, requester_response, verify_icrc, Step};
+use execute::{duplicate, execute, push_cq, requester_response, verify_icrc_cached, Step};
 use reply::{count_tx, pump_read, send_ack, tx_offset};
 
 /// The first QPN handed out (rxe also starts at 17; 0 and 1 are special).
@@ -194,6 +194,9 @@ struct Qp {
     /// The ICRC register after the masked IPv4 and UDP headers of the peer's last datagram
     /// checked by reconstruction, and what it depends on (the fast path's cache).
     icrc_prefix: Option<(IcrcPrefixKey, u32)>,
+    /// The same for the general path ([`execute::verify_icrc_cached`]), kept apart so that
+    /// requests of other shapes (atomics, READs) do not evict the fast path's.
+    icrc_prefix_general: Option<(IcrcPrefixKey, u32)>,
     counters: RnicCounters,
     /// WRITEs executed by [`Responder::write_fast`]: each counts once in `rcvd_pkts` and
     /// once in `writes`, added when the counters are read ([`Qp::counters`]).
@@ -431,6 +434,7 @@ impl Responder {
             ack_tmpl,
             atomic_ack_tmpl,
             icrc_prefix: None,
+            icrc_prefix_general: None,
             counters: RnicCounters::default(),
             fast_writes: 0,
         });
@@ -629,7 +633,7 @@ impl Responder {
             return;
         }
         if qp.cfg.verify_icrc {
-            match verify_icrc(d) {
+            match verify_icrc_cached(&mut qp.icrc_prefix_general, d) {
                 IcrcVerdict::Ok => {}
                 IcrcVerdict::OkSolvedIdent(_) => qp.counters.icrc_ident_solved += 1,
                 IcrcVerdict::Bad => {
