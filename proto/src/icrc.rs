@@ -269,12 +269,12 @@ pub fn check_reconstructed(h: &ReconstructedHeader, transport_with_icrc: &[u8]) 
     if !(BTH_LEN + ICRC_LEN..=MAX_TRANSPORT_LEN).contains(&len) {
         return IcrcVerdict::Bad;
     }
-    let computed = transport_icrc(reconstructed_prefix(h, len), transport_with_icrc);
-    let wire = wire_icrc(transport_with_icrc);
-    if computed == wire {
+    let prefix = reconstructed_prefix(h, len);
+    if check_after_prefix(prefix, transport_with_icrc) {
         return IcrcVerdict::Ok;
     }
-    solved_verdict(computed ^ wire, len - ICRC_LEN)
+    let computed = transport_icrc(prefix, transport_with_icrc);
+    solved_verdict(computed ^ wire_icrc(transport_with_icrc), len - ICRC_LEN)
 }
 
 /// Longest UDP payload an IPv4 datagram carries.
@@ -322,10 +322,257 @@ pub fn reconstructed_icrc(h: &ReconstructedHeader, transport_with_icrc: &[u8]) -
 /// Whether the ICRC of `transport_with_icrc` is right, given the register after the seed and
 /// the masked IPv4 and UDP headers ([`reconstructed_prefix`]). False for anything shorter than
 /// a BTH and an ICRC.
+///
+/// With carry-less multiplication (and SSSE3) at hand this is [`residue_fold`]'s single pass
+/// over the whole transport, its ICRC included; otherwise [`check_after_prefix_tables`].
+/// Both give the same verdict for every input.
 #[inline]
 pub fn check_after_prefix(prefix: u32, transport_with_icrc: &[u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if fold16::available() {
+        return fold16::check(prefix, transport_with_icrc);
+    }
+    check_portable(prefix, transport_with_icrc)
+}
+
+/// [`check_after_prefix_tables`] out of line, so that [`check_after_prefix`] inlines small.
+#[inline(never)]
+fn check_portable(prefix: u32, transport_with_icrc: &[u8]) -> bool {
+    check_after_prefix_tables(prefix, transport_with_icrc)
+}
+
+/// [`check_after_prefix`] by computing the ICRC of the transport ([`Crc32::update_or_first`]:
+/// the generic folds where the CPU has them, and the tables for the last bytes) and comparing
+/// it with the one it carries: the portable path, and the reference for the fast one.
+///
+/// [`Crc32::update_or_first`]: crate::crc::Crc32::update_or_first
+#[inline]
+pub fn check_after_prefix_tables(prefix: u32, transport_with_icrc: &[u8]) -> bool {
     transport_with_icrc.len() >= BTH_LEN + ICRC_LEN
         && transport_icrc(prefix, transport_with_icrc) == wire_icrc(transport_with_icrc)
+}
+
+/// The CRC register after any message followed by its own CRC (least significant byte first):
+/// feeding a register its own complement leaves the register of four 0xFF bytes from zero.
+/// A transport's ICRC is right exactly when the register after the prefix and the whole
+/// transport, ICRC included, is this (the map from the register's error to this one's is a
+/// bijection: four zero bytes multiply by x^32, which is invertible modulo the polynomial).
+pub const RESIDUE: u32 = 0xDEBB_20E3;
+
+/// The CRC register after `prefix` and the whole of `transport_with_icrc` (BTH byte 4
+/// masked), equal to [`RESIDUE`] exactly when its ICRC is right; `None` where the CPU lacks
+/// carry-less multiplication or SSSE3, or the transport is shorter than a BTH and an ICRC.
+/// What [`check_after_prefix`] computes; public for tests and benchmarks.
+pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    if transport_with_icrc.len() >= BTH_LEN + ICRC_LEN && fold16::available() {
+        return Some(fold16::residue(prefix, transport_with_icrc));
+    }
+    let _ = (prefix, transport_with_icrc);
+    None
+}
+
+/// The fixed-shape ICRC check by PCLMULQDQ: the transport, ICRC included, is split as an
+/// `r`-byte head (its length modulo 16) and whole 16-byte blocks, and the head comes first as
+/// a block of its own, zero-padded in front. Leading zeros leave a zero register unchanged, so
+/// with the prefix register XORed into the transport's first four bytes (what feeding them
+/// from that register means) the head block is exact, and every byte is folded 16 at a time:
+/// no per-byte tables, no branch on the length beyond the block loop. The final register is
+/// then compared with [`RESIDUE`] instead of extracting and comparing the ICRC.
+///
+/// The constants are those of [`crate::crc::fold::FoldKeys`] for the IEEE polynomial (the
+/// arithmetic is described there), computed here because that type keeps them private.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod fold16 {
+    use core::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
+        _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_shuffle_epi8,
+        _mm_srl_epi64, _mm_srli_si128, _mm_xor_si128,
+    };
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    /// The IEEE polynomial, normal form.
+    const POLY: u32 = 0x04C1_1DB7;
+
+    /// `x^n mod P`, normal form.
+    const fn xpow_mod(n: u32) -> u64 {
+        let p33 = (1u64 << 32) | POLY as u64;
+        let mut r = 1u64;
+        let mut i = 0;
+        while i < n {
+            r <<= 1;
+            if r & (1 << 32) != 0 {
+                r ^= p33;
+            }
+            i += 1;
+        }
+        r
+    }
+
+    /// `⌊x^64 / P⌋`.
+    const fn barrett_mu() -> u64 {
+        let p33 = (1u128 << 32) | POLY as u128;
+        let mut rem = 1u128 << 64;
+        let mut q = 0u64;
+        let mut i = 64;
+        while i >= 32 {
+            if rem & (1u128 << i) != 0 {
+                q |= 1 << (i - 32);
+                rem ^= p33 << (i - 32);
+            }
+            i -= 1;
+        }
+        q
+    }
+
+    const FOLD_HI: u64 = xpow_mod(191).reverse_bits();
+    const FOLD_LO: u64 = xpow_mod(127).reverse_bits();
+    /// `(x^95 mod P)·x^32` and `(x^64 mod P)·x^31` as operands (see `reduce`).
+    const K4: u64 = xpow_mod(95).reverse_bits() >> 32;
+    const K5: u64 = xpow_mod(64).reverse_bits() >> 31;
+    const MU: u64 = barrett_mu().reverse_bits();
+    const P65: u64 = ((1u64 << 32) | POLY as u64).reverse_bits();
+
+    /// PSHUFB controls: `HEAD[r..r + 16]` moves a block's first `r` bytes to its end, zeros in
+    /// front (0x80 selects zero).
+    static HEAD: [u8; 32] = {
+        let mut t = [0x80u8; 32];
+        let mut i = 0;
+        while i < 16 {
+            t[16 + i] = i as u8;
+            i += 1;
+        }
+        t
+    };
+
+    /// 0: not looked up; 1: present; 2: absent.
+    static AVAILABLE: AtomicU8 = AtomicU8::new(0);
+
+    /// PCLMULQDQ, SSE4.1 and SSSE3 (PSHUFB), looked up once.
+    #[inline(always)]
+    pub(super) fn available() -> bool {
+        match AVAILABLE.load(Ordering::Relaxed) {
+            1 => true,
+            2 => false,
+            _ => look_up(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn look_up() -> bool {
+        let yes = crate::cpu::has_pclmul() && std::arch::is_x86_feature_detected!("ssse3");
+        AVAILABLE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+        yes
+    }
+
+    /// The register after `prefix` and `t` (at least 16 bytes), BTH byte 4 masked.
+    #[inline]
+    pub(super) fn residue(prefix: u32, t: &[u8]) -> u32 {
+        debug_assert!(available() && t.len() >= 16);
+        // SAFETY: `available()` saw PCLMULQDQ, SSE4.1 and SSSE3 on this CPU (callers check it
+        // first; the debug assertion repeats it).
+        unsafe { residue_pclmul(prefix, t) }
+    }
+
+    /// Whether `t` (BTH .. ICRC) carries the right ICRC after `prefix`: false below 16 bytes.
+    #[inline]
+    pub(super) fn check(prefix: u32, t: &[u8]) -> bool {
+        debug_assert!(available());
+        // SAFETY: as in `residue`.
+        unsafe { check_pclmul(prefix, t) }
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    fn check_pclmul(prefix: u32, t: &[u8]) -> bool {
+        t.len() >= 16 && residue_pclmul(prefix, t) == super::RESIDUE
+    }
+
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    fn residue_pclmul(prefix: u32, t: &[u8]) -> u32 {
+        let n = t.len();
+        if n < 16 {
+            return 0;
+        }
+        let r = n % 16;
+        let p = t.as_ptr();
+        // SAFETY: bytes 0..16 and r..r + 16 of `t` are readable (n >= 16, and n - r is a
+        // nonzero multiple of 16); the loads are unaligned.
+        let (first, b0) = unsafe { (_mm_loadu_si128(p.cast()), _mm_loadu_si128(p.add(r).cast())) };
+        // The prefix register goes into bytes 0..4 and the BTH mask sets byte 4: ORed first,
+        // then XORed, as `update_or_first` does (the bytes differ, so the order is moot).
+        let mask = _mm_cvtsi64_si128(0xFF << 32);
+        let state = _mm_cvtsi32_si128(prefix as i32);
+        let x0 = _mm_xor_si128(_mm_or_si128(first, mask), state);
+        let x = if r == 0 {
+            x0
+        } else {
+            // The head: the first r bytes, right-aligned behind 16 - r zeros.
+            // SAFETY: r < 16, so HEAD[r..r + 16] is inside the 32-byte table.
+            let ctl = unsafe { _mm_loadu_si128(HEAD.as_ptr().add(r).cast()) };
+            // The first whole block starts at byte r; of what was masked and XORed in, bytes
+            // r.. land in it (shifted by 8r bits, nothing from r = 8 on).
+            let shift = _mm_cvtsi32_si128(8 * r as i32);
+            let b0 = _mm_xor_si128(
+                _mm_or_si128(b0, _mm_srl_epi64(mask, shift)),
+                _mm_srl_epi64(state, shift),
+            );
+            fold(_mm_shuffle_epi8(x0, ctl), b0)
+        };
+        // The remaining whole blocks, one fold each: a plain loop (two or three blocks, for
+        // the usual frames, cost less this way than a dispatch to unrolled folds).
+        let mut x = x;
+        let mut q = r + 16;
+        while q < n {
+            // SAFETY: q = r + 16k < n and n - q is a multiple of 16: bytes q..q + 16 of `t`
+            // are readable; the load is unaligned.
+            x = fold(x, unsafe { _mm_loadu_si128(p.add(q).cast()) });
+            q += 16;
+        }
+        reduce(x)
+    }
+
+    /// The accumulator `x` moved past one more block `b`: two carry-less multiplies.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    fn fold(x: __m128i, b: __m128i) -> __m128i {
+        let k = _mm_set_epi64x(FOLD_LO as i64, FOLD_HI as i64);
+        let lo = _mm_clmulepi64_si128::<0x00>(x, k);
+        let hi = _mm_clmulepi64_si128::<0x11>(x, k);
+        _mm_xor_si128(_mm_xor_si128(lo, hi), b)
+    }
+
+    /// The CRC register `X·x^32 mod P` of the accumulator `X = X_a·x^64 + X_b` (`X_a` its
+    /// first eight bytes), in the convention of `crc::fold` (an operand's bit `i` is the
+    /// coefficient of `x^(63-i)`, a product comes out as `A·B` with bit `j` at `x^(126-j)`):
+    ///
+    /// - `Y = X_a·K4 + X_b·x^63`, with `K4 = (x^95 mod P)·x^32 ≡ x^127`: `Y ≡ X·x^63`, and
+    ///   `Y`'s 95 bits are a multiple of `x^32`;
+    /// - `Z = Y_top·K5 + (Y - Y_top·x^63)·x^32`, with `Y_top` its top 32 coefficients and
+    ///   `K5 = (x^64 mod P)·x^31 ≡ x^95`: `Z ≡ Y·x^32 ≡ X·x^95`, 64 bits, a multiple of
+    ///   `x^63`; read as a 64-bit operand `V` (bit `i` at `x^(63-i)`), `V ≡ X·x^32`;
+    /// - Barrett on `V` with its low half `L`: `T = L·μ'`, `S = (T mod x^32)·P'`, and the
+    ///   register is the high half of `V ^ S` (`Clmul::reduce` with the shifts of its 64-bit
+    ///   constants, `MU = μ' << 31` and `P65 = P' << 31`, taken out).
+    ///
+    /// Four multiplies, all in vector registers.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn reduce(x: __m128i) -> u32 {
+        let low32 = _mm_cvtsi64_si128(0xFFFF_FFFF);
+        let k = _mm_set_epi64x(K5 as i64, K4 as i64);
+        let y = _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, k), _mm_srli_si128::<8>(x));
+        let v = _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x10>(_mm_and_si128(y, low32), k),
+            _mm_srli_si128::<4>(y),
+        );
+        let pu = _mm_set_epi64x((MU >> 31) as i64, (P65 >> 31) as i64);
+        let t = _mm_clmulepi64_si128::<0x10>(_mm_and_si128(v, low32), pu);
+        let s = _mm_clmulepi64_si128::<0x00>(_mm_and_si128(t, low32), pu);
+        _mm_extract_epi32::<1>(_mm_xor_si128(v, s)) as u32
+    }
 }
 
 /// The ICRC of a transport (BTH .. ICRC, at least a BTH and an ICRC) from the register after
@@ -652,8 +899,133 @@ mod tests {
         })
     }
 
+    /// The raw CRC register after `data` from `state`, one bit at a time (no tables, no folds).
+    fn register_bitwise(mut c: u32, data: &[u8]) -> u32 {
+        for &b in data {
+            c ^= b as u32;
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    (c >> 1) ^ 0xEDB8_8320
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        c
+    }
+
+    /// A transport with BTH byte 4 masked, as the ICRC sees it.
+    fn bth_masked(t: &[u8]) -> Vec<u8> {
+        let mut m = t.to_vec();
+        if m.len() > 4 {
+            m[4] = 0xFF;
+        }
+        m
+    }
+
+    /// Whether `t`'s ICRC is right after `prefix`, by the bit-serial reference.
+    fn verdict_bitwise(prefix: u32, t: &[u8]) -> bool {
+        if t.len() < BTH_LEN + ICRC_LEN {
+            return false;
+        }
+        let (body, icrc) = t.split_at(t.len() - ICRC_LEN);
+        !register_bitwise(prefix, &bth_masked(body)) == u32::from_le_bytes(icrc.try_into().unwrap())
+    }
+
+    /// A transport of `body` and its right ICRC after `prefix`, by the reference.
+    fn sealed_after(prefix: u32, body: &[u8]) -> Vec<u8> {
+        let mut t = body.to_vec();
+        t.extend_from_slice(&(!register_bitwise(prefix, &bth_masked(body))).to_le_bytes());
+        t
+    }
+
+    /// The fast check, the tables and the reference agree on `t`; the fold's register is the
+    /// reference register of the whole transport.
+    fn assert_paths_agree(prefix: u32, t: &[u8]) -> bool {
+        let want = verdict_bitwise(prefix, t);
+        assert_eq!(
+            check_after_prefix_tables(prefix, t),
+            want,
+            "tables, len {}",
+            t.len()
+        );
+        assert_eq!(
+            check_after_prefix(prefix, t),
+            want,
+            "dispatch, len {}",
+            t.len()
+        );
+        if let Some(reg) = residue_fold(prefix, t) {
+            assert_eq!(
+                reg,
+                register_bitwise(prefix, &bth_masked(t)),
+                "len {}",
+                t.len()
+            );
+            assert_eq!(reg == RESIDUE, want, "residue, len {}", t.len());
+        }
+        want
+    }
+
+    #[test]
+    fn residue_of_a_sealed_message() {
+        let t = sealed_after(0x1234_5678, &[7u8; 33]);
+        assert_eq!(register_bitwise(0x1234_5678, &bth_masked(&t)), RESIDUE);
+    }
+
+    #[test]
+    fn fold_is_used_where_the_cpu_has_it() {
+        let t = sealed_after(ICRC_SEED, &[1u8; 40]);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            residue_fold(ICRC_SEED, &t).is_some(),
+            crate::cpu::has_pclmul() && std::arch::is_x86_feature_detected!("ssse3")
+        );
+        assert!(residue_fold(ICRC_SEED, &t[..15]).is_none());
+    }
+
+    #[test]
+    fn fast_check_every_length_and_byte_flip() {
+        // Every head length (0..16) several times over, intact and with each byte corrupted.
+        for len in 0..=120usize {
+            let body: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+            let prefix = 0x9E37_79B9u32.rotate_left(len as u32);
+            let t = sealed_after(prefix, &body);
+            assert_eq!(assert_paths_agree(prefix, &t), len >= BTH_LEN);
+            for i in 0..t.len() {
+                let mut c = t.clone();
+                c[i] ^= 0x41;
+                // Byte 4 (FECN, BECN, reserved) is masked: still right.
+                assert_eq!(assert_paths_agree(prefix, &c), i == 4 && len >= BTH_LEN);
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn fast_check_matches_tables_and_reference(
+            body in proptest::collection::vec(any::<u8>(), 0..400), prefix in any::<u32>(),
+            how in 0u8..5, at in any::<usize>(), bit in 0u8..8, junk in any::<u32>()) {
+            let mut t = sealed_after(prefix, &body);
+            let n = t.len();
+            match how {
+                0 => {}
+                1 => t[at % n] ^= 1 << bit,
+                2 => t[n - 4..].copy_from_slice(&junk.to_le_bytes()),
+                3 => t.truncate(at % (n + 1)),
+                _ => {
+                    let i = at % n;
+                    t[i] ^= 1 << bit;
+                    t[(i + 1 + junk as usize % 7) % n] ^= junk as u8;
+                }
+            }
+            let want = assert_paths_agree(prefix, &t);
+            if how == 0 {
+                prop_assert_eq!(want, body.len() >= BTH_LEN);
+            }
+        }
+
 
         #[test]
         fn matches_reference(body in proptest::collection::vec(any::<u8>(), 0..300),

@@ -41,7 +41,7 @@ mod execute;
 mod fast;
 mod reply;
 
-use execute::{duplicate, execute, push_cq, requester_response, verify_icrc, Step};
+use execute::{duplicate, execute, push_cq, requester_response, verify_icrc_cached, Step};
 use reply::{count_tx, pump_read, send_ack, tx_offset};
 
 /// The first QPN handed out (rxe also starts at 17; 0 and 1 are special).
@@ -194,7 +194,23 @@ struct Qp {
     /// The ICRC register after the masked IPv4 and UDP headers of the peer's last datagram
     /// checked by reconstruction, and what it depends on (the fast path's cache).
     icrc_prefix: Option<(IcrcPrefixKey, u32)>,
+    /// The same for the general path ([`execute::verify_icrc_cached`]), kept apart so that
+    /// requests of other shapes (atomics, READs) do not evict the fast path's.
+    icrc_prefix_general: Option<(IcrcPrefixKey, u32)>,
     counters: RnicCounters,
+    /// WRITEs executed by [`Responder::write_fast`]: each counts once in `rcvd_pkts` and
+    /// once in `writes`, added when the counters are read ([`Qp::counters`]).
+    fast_writes: u64,
+}
+
+impl Qp {
+    /// The QP's counters, the fast path's included.
+    fn counters(&self) -> RnicCounters {
+        let mut c = self.counters;
+        c.rcvd_pkts += self.fast_writes;
+        c.writes += self.fast_writes;
+        c
+    }
 }
 
 /// What [`icrc::reconstructed_prefix`] depends on besides the peer's address: the
@@ -418,7 +434,9 @@ impl Responder {
             ack_tmpl,
             atomic_ack_tmpl,
             icrc_prefix: None,
+            icrc_prefix_general: None,
             counters: RnicCounters::default(),
+            fast_writes: 0,
         });
         qpn
     }
@@ -427,7 +445,7 @@ impl Responder {
     pub fn destroy_qp(&mut self, qpn: Qpn) {
         if let Some(i) = self.qp_index(qpn) {
             if let Some(qp) = self.qps[i].take() {
-                self.counters.merge(&qp.counters);
+                self.counters.merge(&qp.counters());
             }
         }
     }
@@ -464,7 +482,7 @@ impl Responder {
     pub fn qp_counters(&self, qpn: Qpn) -> Option<RnicCounters> {
         self.qp_index(qpn)
             .and_then(|i| self.qps[i].as_ref())
-            .map(|q| q.counters)
+            .map(|q| q.counters())
     }
 
     /// QPNs of all live QPs.
@@ -476,7 +494,7 @@ impl Responder {
     pub fn counters(&self) -> RnicCounters {
         let mut c = self.counters;
         for q in self.qps.iter().flatten() {
-            c.merge(&q.counters);
+            c.merge(&q.counters());
         }
         c
     }
@@ -615,7 +633,7 @@ impl Responder {
             return;
         }
         if qp.cfg.verify_icrc {
-            match verify_icrc(d) {
+            match verify_icrc_cached(&mut qp.icrc_prefix_general, d) {
                 IcrcVerdict::Ok => {}
                 IcrcVerdict::OkSolvedIdent(_) => qp.counters.icrc_ident_solved += 1,
                 IcrcVerdict::Bad => {
