@@ -93,11 +93,9 @@ impl Key {
         if len == 0 || len > MAX_KEY_LEN {
             return None;
         }
-        let mask = &TAIL_MASKS[len];
-        let mut bytes = [0u8; MAX_KEY_LEN];
-        for i in 0..MAX_KEY_LEN {
-            bytes[i] = window[i] & mask[i];
-        }
+        // One 16-byte AND (the byte loop compiled to fourteen instructions).
+        let bytes =
+            (u128::from_ne_bytes(*window) & u128::from_ne_bytes(TAIL_MASKS[len])).to_ne_bytes();
         Some(Key {
             len: len as u8,
             bytes,

@@ -346,12 +346,14 @@ impl QpSender {
         };
         match take {
             Take::Direct { psn, ack_req } => {
-                let qp = &mut self.qp;
-                let ok = tx.push_with(self.dest, self.off, |buf| {
-                    let copy = qp.direct_slot(psn);
-                    t.emit_write_padded(buf, copy, psn, ack_req, va, imm, payload, tail)
-                });
-                debug_assert!(ok, "room was checked");
+                // `take` saw room in `tx`. Written into the batch's slot and committed in two
+                // steps: as a `push_with` closure the frame writer was called, not inlined.
+                if let Some(buf) = tx.next_slot() {
+                    let copy = self.qp.direct_slot(psn);
+                    let n = t.emit_write_padded(buf, copy, psn, ack_req, va, imm, payload, tail);
+                    let ok = tx.commit(self.dest, self.off, n);
+                    debug_assert!(ok, "room was checked");
+                }
                 c.frames += 1;
             }
             Take::Queued { psn } => {
@@ -411,12 +413,13 @@ impl QpSender {
         };
         match take {
             Take::Direct { psn, ack_req } => {
-                let qp = &mut self.qp;
-                let ok = tx.push_with(self.dest, self.off, |buf| {
-                    let copy = qp.direct_slot(psn);
-                    t.emit_write(buf, copy, psn, ack_req, va, imm, payload, tail)
-                });
-                debug_assert!(ok, "room was checked");
+                // As in `emit_padded`.
+                if let Some(buf) = tx.next_slot() {
+                    let copy = self.qp.direct_slot(psn);
+                    let n = t.emit_write(buf, copy, psn, ack_req, va, imm, payload, tail);
+                    let ok = tx.commit(self.dest, self.off, n);
+                    debug_assert!(ok, "room was checked");
+                }
                 c.frames += 1;
             }
             Take::Queued { psn } => {
