@@ -131,14 +131,15 @@ const fn prefix<const N: usize>(polys: &[u32]) -> [u32; N] {
 
 /// Every used entry of [`POLYNOMIALS`] as a lane of carry-less-multiply hashing (the
 /// independent profile's hot path when the CPU has PCLMULQDQ): a report computes only the
-/// lanes it needs (Key-Write with N = 2: the checksum and two slots, three lanes of about
-/// twelve instructions each). The table-driven lanes below serve CPUs without it.
+/// lanes it needs, straight-line for the usual counts (Key-Write with N = 2: the checksum and
+/// two slots, three lanes of about fourteen instructions each; a Postcarding cache index, one
+/// lane). The table-driven lanes below serve CPUs without it.
 static HASH_FOLD: FoldLanes<FOLD_LANE_COUNT> = FoldLanes::new(&prefix(&POLYNOMIALS));
 const FOLD_LANE_COUNT: usize = HOP_POLY_BASE + MAX_HOPS;
 
-/// Key-Write / Key-Increment (independent profile), one pass: lane 0 the checksum, lane 1 + r
-/// replica r's slot function (r < 3; further replicas use their own engines). Four lanes keep
-/// a table row at 16 bytes, one vector XOR per key byte.
+/// Key-Write / Key-Increment (independent profile) on CPUs without PCLMULQDQ, one pass: lane 0
+/// the checksum, lane 1 + r replica r's slot function (r < 3; further replicas use their own
+/// engines). Four lanes keep a table row at 16 bytes, one vector XOR per key byte.
 static KEY_LANES: LazyLock<MultiCrc<KEY_LANE_COUNT, { KEY_LANE_COUNT / 2 }>> =
     LazyLock::new(|| {
         MultiCrc::new(&POLYNOMIALS[CHECKSUM_POLY_INDEX..CHECKSUM_POLY_INDEX + KEY_LANE_COUNT])
@@ -148,8 +149,8 @@ const KEY_LANE_COUNT: usize = 4;
 const KEY_LANE_REPLICAS: usize = KEY_LANE_COUNT - 1;
 const _: () = assert!(CHECKSUM_POLY_INDEX + 1 == REPLICA_POLY_BASE);
 
-/// Postcarding (independent profile), one pass: lanes 0..2 chunk replicas 0 and 1, lanes
-/// 2.. hops 0..6.
+/// Postcarding (independent profile) on CPUs without PCLMULQDQ, one pass: lanes 0..2 chunk
+/// replicas 0 and 1, lanes 2.. hops 0..6.
 static POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
     let mut p = vec![
         POLYNOMIALS[REPLICA_POLY_BASE],
@@ -161,9 +162,9 @@ static POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
 const POSTCARD_LANE_REPLICAS: usize = 2;
 const POSTCARD_LANE_HOPS: usize = LANES - POSTCARD_LANE_REPLICAS;
 
-/// The Postcarding cache index of the independent profile ([`ShortCrc`]: sixteen independent
-/// table loads, where a table-driven CRC chains a load per step). It is computed for every
-/// postcard, so its latency is on the hot path.
+/// The Postcarding cache index of the independent profile on CPUs without PCLMULQDQ
+/// ([`ShortCrc`]: sixteen independent table loads, where a table-driven CRC chains a load per
+/// step). It is computed for every postcard, so its latency is on the hot path.
 static CACHE_LANE: LazyLock<ShortCrc> =
     LazyLock::new(|| ShortCrc::new(POLYNOMIALS[CACHE_POLY_INDEX]));
 

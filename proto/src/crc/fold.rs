@@ -13,18 +13,22 @@
 //!   where `X_a` is the block's first eight bytes (the higher powers) and `X_b` the last eight;
 //! - **reduce** a 128-bit `X` to the register `X·x^32 mod P`: `X_a·(x^95 mod P)·x + X_b·x^32`
 //!   (96 bits), then its top 32 bits times `(x^63 mod P)·x` onto its low 64 (64 bits), then
-//!   Barrett with `μ = ⌊x^64 / P⌋`, exact for a remainder of degree < 64.
+//!   Barrett with `μ = ⌊x^64 / P⌋`, exact for a remainder of degree < 64;
+//! - **one block** ([`Clmul::block_reg`], [`BlockKeys`]): the first step as in reduce, then
+//!   Barrett over all 96 bits with `μ' = ⌊x^96 / P⌋`: three multiplies instead of four.
 //!
-//! [`Fold::reduce`] of a 16-byte block is thus the CRC register of those 16 bytes from zero,
-//! which is also how a key of at most 16 bytes, right-aligned behind zeros, is hashed: leading
-//! zeros leave a zero register unchanged.
+//! [`Clmul::reduce`] (or [`Clmul::block_reg`]) of a 16-byte block is thus the CRC register of
+//! those 16 bytes from zero, which is also how a key of at most 16 bytes, right-aligned behind
+//! zeros, is hashed: leading zeros leave a zero register unchanged.
 //!
 //! # Two implementations, chosen at run time
 //! [`Clmul::detect`] picks the CPU's carry-less multiply (PCLMULQDQ on x86-64) when it has one,
 //! else a portable bit-serial multiply; both compute the same products, so every function here
 //! gives the same result either way (checked by the property tests against the table-driven
 //! engine). The portable multiply is slow (64 steps); callers that have a table-driven path
-//! keep using it when [`Clmul::is_native`] is false.
+//! keep using it when [`Clmul::is_native`] is false. The per-report paths
+//! ([`Clmul::block_lanes`], [`Clmul::update_word_blocks`]) also have VEX-encoded copies, taken
+//! when the CPU has AVX2: three-operand forms spare the SSE forms' register copies.
 
 /// Constants of one polynomial (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

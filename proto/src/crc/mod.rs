@@ -1,4 +1,5 @@
-//! Table-driven reflected CRC-32 with any polynomial, as Tofino's hash engine computes it.
+//! Reflected CRC-32 with any polynomial, as Tofino's hash engine computes it: by tables, and by
+//! carry-less multiplication where the CPU has it.
 //!
 //! Every CRC in DTA is *reflected* with init `0xFFFF_FFFF` and final XOR `0xFFFF_FFFF`: the IEEE
 //! CRC-32 of the ICRC and the reference Key-Write hash, the reference Postcarding hop hashes and
@@ -11,6 +12,13 @@
 //! folds 16-byte blocks by carry-less multiplication ([`fold`]) when the CPU has it, for every
 //! polynomial (`crc32fast` does so only for IEEE and only from 128 bytes, anchors §B.4), and
 //! finishes the last few bytes by the tables; both ways give the same register.
+//!
+//! Per report, the short inputs go by carry-less multiplication alone when the CPU has it:
+//! a key of at most 16 bytes is one 16-byte block whatever its length, so [`FoldLanes`] hashes
+//! it under each polynomial asked for by three multiplies (Key-Write with N = 2: the checksum
+//! and two slots in about 50 instructions, where the four-lane [`MultiCrc`] pass took about
+//! 90); a padded payload of whole blocks ([`Crc32::reg_of_word_and_blocks`]) folds
+//! straight-line. [`MultiCrc`] and [`ShortCrc`] remain for CPUs without it.
 //!
 //! The API exposes the raw register (`update`) so callers can precompute the CRC of a constant
 //! prefix once (per connection) and resume from it per packet.
@@ -105,8 +113,10 @@ impl Crc32 {
     /// The register from zero over `head` (if given) and then `data`, as
     /// `update(update(0, head), data)`: when `data` is whole 16-byte blocks and the CPU has a
     /// carry-less multiply, every block (the head as the end of one more) is folded and the
-    /// register reduced from it by three multiplies, with no tables and no length to dispatch
-    /// on beyond the block count (a 32-byte Key-Write slot: about 30 instructions).
+    /// register reduced from it by three multiplies, with no tables and no loop (a 32-byte
+    /// Key-Write slot: about 30 instructions, where the general fold with its table-driven
+    /// immediate took about 80). Other lengths, and CPUs without the multiply, take
+    /// [`Crc32::update`]; the result is the same.
     #[inline]
     pub fn reg_of_word_and_blocks(&self, head: Option<[u8; 4]>, data: &[u8]) -> u32 {
         let m = fold::Clmul::detect();
@@ -380,7 +390,8 @@ impl<const L: usize, const W: usize> core::fmt::Debug for MultiCrc<L, W> {
 /// row entry is zero). Only the initial register's share depends on the length. No branches:
 /// sixteen byte loads and sixteen table XORs, none depending on another, where a table-driven
 /// CRC chains one load per step. Used where a key's hash is on the critical path of every
-/// report (the Postcarding cache index). Tables are 16 KiB.
+/// report (the Postcarding cache index) and the CPU has no carry-less multiply for
+/// [`FoldLanes`], and for the reference profile's cache index. Tables are 16 KiB.
 pub struct ShortCrc {
     rows: Box<[[u32; 256]; MULTI_MAX_LEN]>,
     base: [u32; MULTI_MAX_LEN + 1],
@@ -439,11 +450,12 @@ impl core::fmt::Debug for ShortCrc {
 ///
 /// The block's register from zero is the key's (leading zeros leave a zero register as it
 /// is), so a lane is three multiplies and a few shifts and XORs, plus its polynomial's share
-/// of the initial register for the key's length: about twelve instructions a lane with
-/// PCLMULQDQ, against a table row XOR per key byte. Each lane's constants are 32 bytes in one
-/// place, the lengths' initial shares next to each other per length. Built at compile time.
-/// The portable multiply is slow: callers use [`FoldLanes::native`] to choose between this
-/// and their tables.
+/// of the initial register for the key's length: about fourteen instructions a lane with
+/// PCLMULQDQ in VEX encoding (AVX2 CPUs), seventeen in SSE encoding, against a table row XOR
+/// per key byte for every lane. Each lane's constants are 32 bytes in one place, the lengths'
+/// initial shares next to each other per length. Built at compile time, nothing to
+/// initialise. The portable multiply is slow: callers use [`FoldLanes::native`] to choose
+/// between this and their tables.
 pub struct FoldLanes<const L: usize> {
     keys: [fold::BlockKeys; L],
     base: [[u32; L]; MULTI_MAX_LEN + 1],
