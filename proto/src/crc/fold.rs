@@ -254,6 +254,16 @@ impl Clmul {
         core::array::from_fn(|i| base[i] ^ self.block_reg(&keys[i], x))
     }
 
+    /// The register after the 16 bytes of `block` from `state` (the register is XORed into the
+    /// block's first four bytes), by [`Clmul::block_reg`].
+    #[inline]
+    pub fn update_block(self, k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        if self.native {
+            return native::update_block(k, state, block);
+        }
+        self.block_reg(&k.block, u128::from_le_bytes(*block) ^ state as u128)
+    }
+
     /// The CRC register from zero over `head` and then `data`, whose length is a multiple of
     /// 16 (the whole of it is folded; no tables).
     ///
@@ -515,6 +525,31 @@ mod native {
         }
     }
 
+    /// [`super::Clmul::update_block`] by PCLMULQDQ, in VEX encoding when the CPU has AVX2.
+    #[inline]
+    pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        if crate::cpu::has_avx2() {
+            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
+            unsafe { update_block_avx(k, state, block) }
+        } else {
+            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
+            // SSE4.1.
+            unsafe { update_block_pclmul(k, state, block) }
+        }
+    }
+
+    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
+    fn update_block_avx(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        update_block_pclmul(k, state, block)
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn update_block_pclmul(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        let x = _mm_xor_si128(load(block), _mm_cvtsi32_si128(state as i32));
+        block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
+    }
+
     /// [`super::Clmul::block_lanes`] by PCLMULQDQ, in VEX encoding when the CPU has AVX2.
     #[inline(always)]
     pub(super) fn block_lanes<const N: usize>(
@@ -706,6 +741,10 @@ mod native {
     ) -> [u32; N] {
         Clmul::portable().block_lanes(keys, base, block)
     }
+
+    pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        Clmul::portable().update_block(k, state, block)
+    }
 }
 
 #[cfg(test)]
@@ -788,6 +827,8 @@ mod tests {
                 prop_assert_eq!(first, want ^ 7);
                 prop_assert_eq!(out[0], (want ^ 9) & 0xFF);
                 prop_assert_eq!(m.block_lanes(&[k.block; 2], &[7, 9], &x.to_le_bytes()), [want ^ 7, want ^ 9]);
+                let s = (x >> 64) as u32 ^ 0x5A5A_0F0F;
+                prop_assert_eq!(m.update_block(&k, s, &x.to_le_bytes()), c.update_tables(s, &x.to_le_bytes()));
             }
         }
     }

@@ -11,7 +11,8 @@
 //! short inputs (4–16 byte keys) at a few nanoseconds. From 32 bytes on, [`Crc32::update`]
 //! folds 16-byte blocks by carry-less multiplication ([`fold`]) when the CPU has it, for every
 //! polynomial (`crc32fast` does so only for IEEE and only from 128 bytes, anchors §B.4), and
-//! finishes the last few bytes by the tables; both ways give the same register.
+//! finishes the last few bytes by the tables; both ways give the same register. Exactly 16
+//! bytes are one block reduced by three multiplies.
 //!
 //! Per report, the short inputs go by carry-less multiplication alone when the CPU has it:
 //! a key of at most 16 bytes is one 16-byte block whatever its length, so [`FoldLanes`] hashes
@@ -76,10 +77,17 @@ impl Crc32 {
 
     /// Feeds `data` into the raw register `state` and returns the new register.
     ///
-    /// Start from [`CRC_INIT`]; the final CRC is `!state` (see [`Crc32::finish`]).
-    #[inline]
+    /// Start from [`CRC_INIT`]; the final CRC is `!state` (see [`Crc32::finish`]). Exactly 16
+    /// bytes (an atomic's operands) take [`fold::Clmul::update_block`] when the CPU has a
+    /// carry-less multiply (about 25 instructions, against about 70 by the tables); always
+    /// inlined, so callers of other or constant lengths keep their branch-free code.
+    #[inline(always)]
     pub fn update(&self, state: u32, data: &[u8]) -> u32 {
         let m = fold::Clmul::detect();
+        // Exactly one block (an atomic's operands): three multiplies, no tables.
+        if let (Ok(block), true) = (<&[u8; 16]>::try_from(data), m.is_native()) {
+            return m.update_block(&self.keys, state, block);
+        }
         if data.len() >= FOLD_MIN_LEN && m.is_native() {
             let (reg, rest) = m.update_blocks(&self.keys, state, data);
             return if rest.is_empty() {
