@@ -280,10 +280,9 @@ impl KeyHasher {
     #[inline]
     pub fn slots(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) {
         assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
-        let bytes = key.as_bytes();
         match self.profile {
             HashProfile::Reference => {
-                self.reference_slots(IEEE.update(CRC_INIT, bytes), n, out);
+                self.reference_checksum_and_slots(key, n, out);
             }
             HashProfile::Independent => {
                 self.independent(key, n, out);
@@ -361,17 +360,27 @@ impl KeyHasher {
     #[inline]
     pub fn checksum_and_slots(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
         match self.profile {
-            HashProfile::Reference => {
-                assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
-                let reg = IEEE.update(CRC_INIT, key.as_bytes());
-                self.reference_slots(reg, n, out);
-                Crc32::finish(reg)
-            }
+            HashProfile::Reference => self.reference_checksum_and_slots(key, n, out),
             HashProfile::Independent => {
                 assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
                 self.independent(key, n, out)
             }
         }
+    }
+
+    /// [`KeyHasher::checksum_and_slots`] of the reference profile, out of line (the
+    /// independent profile's path then needs fewer registers saved).
+    #[inline(never)]
+    fn reference_checksum_and_slots(
+        &self,
+        key: &Key,
+        n: usize,
+        out: &mut [u32; MAX_REDUNDANCY],
+    ) -> u32 {
+        assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
+        let reg = IEEE.update(CRC_INIT, key.as_bytes());
+        self.reference_slots(reg, n, out);
+        Crc32::finish(reg)
     }
 }
 
