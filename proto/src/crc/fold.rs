@@ -703,6 +703,38 @@ mod native {
         }
         block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
     }
+
+    /// What [`sse_forms`] computes.
+    #[cfg(test)]
+    pub(super) type SseForms = ([u32; 2], (u32, [u32; 1]), u32, u32);
+
+    /// The SSE-encoded forms, whatever the CPU has beyond PCLMULQDQ and SSE4.1 (an AVX2 CPU
+    /// takes the VEX-encoded ones otherwise): [`block_lanes_pclmul`], [`block_regs_pclmul`]
+    /// (lane 0 and the rest), [`update_block_pclmul`] and [`update_word_blocks_pclmul`] of
+    /// `data` behind the head `state`. `None` without PCLMULQDQ.
+    #[cfg(test)]
+    pub(super) fn sse_forms(
+        k: &FoldKeys,
+        block: &[u8; 16],
+        state: u32,
+        data: &[u8],
+    ) -> Option<SseForms> {
+        if !crate::cpu::has_pclmul() {
+            return None;
+        }
+        let (keys, base) = ([k.block; 2], [7, 9]);
+        let mut rest = [0u32; 1];
+        // SAFETY: PCLMULQDQ and SSE4.1 were just seen.
+        unsafe {
+            let r0 = block_regs_pclmul(&keys, &base, block, [!0, 0xFF], &mut rest);
+            Some((
+                block_lanes_pclmul(&keys, &base, block),
+                (r0, rest),
+                update_block_pclmul(k, state, block),
+                update_word_blocks_pclmul(k, state, data),
+            ))
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -829,6 +861,28 @@ mod tests {
                 prop_assert_eq!(m.block_lanes(&[k.block; 2], &[7, 9], &x.to_le_bytes()), [want ^ 7, want ^ 9]);
                 let s = (x >> 64) as u32 ^ 0x5A5A_0F0F;
                 prop_assert_eq!(m.update_block(&k, s, &x.to_le_bytes()), c.update_tables(s, &x.to_le_bytes()));
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    proptest! {
+        #[test]
+        fn sse_forms_match_the_portable_ones(x in any::<u128>(), state in any::<u32>(),
+                                             data in proptest::collection::vec(any::<u8>(), 0..=5),
+                                             pi in 0usize..4) {
+            let poly = POLYS[pi];
+            let k = FoldKeys::new(poly);
+            let block = x.to_le_bytes();
+            let data: Vec<u8> = data.iter().flat_map(|&b| [b; 16]).collect();
+            let p = Clmul::portable();
+            if let Some((lanes, (r0, rest), one, words)) = native::sse_forms(&k, &block, state, &data) {
+                prop_assert_eq!(lanes, p.block_lanes(&[k.block; 2], &[7, 9], &block));
+                let mut want_rest = [0u32; 1];
+                prop_assert_eq!(r0, p.block_regs(&[k.block; 2], &[7, 9], &block, [!0, 0xFF], &mut want_rest));
+                prop_assert_eq!(rest, want_rest);
+                prop_assert_eq!(one, p.update_block(&k, state, &block));
+                prop_assert_eq!(words, p.update_word_blocks(&k, Some(state.to_le_bytes()), &data));
             }
         }
     }
