@@ -8,7 +8,8 @@
 //!   carries (BTH, RETH, AtomicETH, AtomicAckETH, AETH, ImmDt, DETH).
 //! - [`icrc`]: the RoCEv2 invariant CRC exactly as Linux rxe computes and checks it, with a
 //!   per-connection precomputed prefix so a 64-byte frame costs a few nanoseconds.
-//! - [`crc`]: the table-driven reflected CRC-32 engine behind the ICRC and every hash.
+//! - [`crc`]: the reflected CRC-32 engines behind the ICRC and every hash: tables, and
+//!   carry-less multiplication where the CPU has it.
 //! - [`hash`]: the two hash profiles (`reference`, bit-for-bit the Tofino artefact; and
 //!   `independent`, one polynomial per replica, the default) for Key-Write, Key-Increment and
 //!   Postcarding.

@@ -13,18 +13,22 @@
 //!   where `X_a` is the block's first eight bytes (the higher powers) and `X_b` the last eight;
 //! - **reduce** a 128-bit `X` to the register `X·x^32 mod P`: `X_a·(x^95 mod P)·x + X_b·x^32`
 //!   (96 bits), then its top 32 bits times `(x^63 mod P)·x` onto its low 64 (64 bits), then
-//!   Barrett with `μ = ⌊x^64 / P⌋`, exact for a remainder of degree < 64.
+//!   Barrett with `μ = ⌊x^64 / P⌋`, exact for a remainder of degree < 64;
+//! - **one block** ([`Clmul::block_reg`], [`BlockKeys`]): the first step as in reduce, then
+//!   Barrett over all 96 bits with `μ' = ⌊x^96 / P⌋`: three multiplies instead of four.
 //!
-//! [`Fold::reduce`] of a 16-byte block is thus the CRC register of those 16 bytes from zero,
-//! which is also how a key of at most 16 bytes, right-aligned behind zeros, is hashed: leading
-//! zeros leave a zero register unchanged.
+//! [`Clmul::reduce`] (or [`Clmul::block_reg`]) of a 16-byte block is thus the CRC register of
+//! those 16 bytes from zero, which is also how a key of at most 16 bytes, right-aligned behind
+//! zeros, is hashed: leading zeros leave a zero register unchanged.
 //!
 //! # Two implementations, chosen at run time
 //! [`Clmul::detect`] picks the CPU's carry-less multiply (PCLMULQDQ on x86-64) when it has one,
 //! else a portable bit-serial multiply; both compute the same products, so every function here
 //! gives the same result either way (checked by the property tests against the table-driven
 //! engine). The portable multiply is slow (64 steps); callers that have a table-driven path
-//! keep using it when [`Clmul::is_native`] is false.
+//! keep using it when [`Clmul::is_native`] is false. The per-report paths
+//! ([`Clmul::block_lanes`], [`Clmul::update_word_blocks`]) also have VEX-encoded copies, taken
+//! when the CPU has AVX2: three-operand forms spare the SSE forms' register copies.
 
 /// Constants of one polynomial (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +43,8 @@ pub struct FoldKeys {
     mu: u64,
     /// `rev_64(P)`, with its `x^32` term.
     p: u64,
+    /// The reduction of one block by three multiplies.
+    block: BlockKeys,
 }
 
 /// `x^n mod P` (normal form: bit i is the coefficient of x^i; `poly` without its x^32 term).
@@ -72,6 +78,53 @@ const fn barrett_mu(poly: u32) -> u64 {
     q
 }
 
+/// `⌊x^96 / P⌋` without its `x^64` term (it always has one).
+const fn barrett_mu96_low(poly: u32) -> u64 {
+    let p33 = (1u128 << 32) | poly as u128;
+    let mut rem = 1u128 << 96;
+    let mut q = 0u128;
+    let mut i = 96;
+    while i >= 32 {
+        if rem & (1u128 << i) != 0 {
+            q |= 1 << (i - 32);
+            rem ^= p33 << (i - 32);
+        }
+        i -= 1;
+    }
+    q as u64
+}
+
+/// Constants of one polynomial for [`Clmul::block_reg`]: the register of one 16-byte block
+/// (a key of at most 16 bytes behind zeros) by three carry-less multiplies. 32 bytes, aligned
+/// so that one lane's constants are two vector loads.
+///
+/// For `X` (the block's polynomial, degree < 128, `X = X_a·x^64 + X_b`):
+/// `Z = X_a·(x^95 mod P)·x + X_b·x^32 ≡ X·x^32` (degree < 96, as in [`Clmul::reduce`]); then
+/// Barrett over 96 bits: `Q = ⌊⌊Z / x^32⌋·μ' / x^64⌋` with `μ' = ⌊x^96 / P⌋` (degree 64,
+/// so `Q = Z_hi + ⌊Z_hi·(μ' − x^64) / x^64⌋`, exact for polynomials), and the register is
+/// `(Z + Q·P) mod x^32`, of which only `Q·(P − x^32)` reaches the low 32 coefficients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(16))]
+pub struct BlockKeys {
+    /// `rev_64(x^95 mod P)`, `rev_64(⌊x^96 / P⌋ − x^64)`.
+    k: [u64; 2],
+    /// `rev_64(P − x^32)`, and a zero word.
+    p: [u64; 2],
+}
+
+impl BlockKeys {
+    /// The constants of `poly` (normal form, x^32 implied).
+    pub const fn new(poly: u32) -> BlockKeys {
+        BlockKeys {
+            k: [
+                xpow_mod(95, poly).reverse_bits(),
+                barrett_mu96_low(poly).reverse_bits(),
+            ],
+            p: [(poly as u64).reverse_bits(), 0],
+        }
+    }
+}
+
 impl FoldKeys {
     /// The constants of `poly` (normal form, x^32 implied).
     pub const fn new(poly: u32) -> FoldKeys {
@@ -84,6 +137,7 @@ impl FoldKeys {
             k63: xpow_mod(63, poly).reverse_bits(),
             mu: barrett_mu(poly).reverse_bits(),
             p: ((1u64 << 32) | poly as u64).reverse_bits(),
+            block: BlockKeys::new(poly),
         }
     }
 }
@@ -139,6 +193,95 @@ impl Clmul {
         let q = ((t >> 31) as u64) & 0xFFFF_FFFF_0000_0000;
         let s = self.mul(q, k.p);
         (v >> 32) as u32 ^ (s >> 95) as u32
+    }
+
+    /// The CRC register `X·x^32 mod P` of the 16-byte block `x` (loaded little-endian), like
+    /// [`Clmul::reduce`] but by three multiplies (see [`BlockKeys`]).
+    #[inline]
+    pub fn block_reg(self, k: &BlockKeys, x: u128) -> u32 {
+        // Z: X_a·(x^95 mod P)·x + X_b·x^32, in bits 32..128.
+        let z = self.mul(x as u64, k.k[0]) ^ (((x >> 64) as u64 as u128) << 32);
+        // rev_64(Z_hi) is bits 32..96; the product comes out one place short.
+        let zh = (z >> 32) as u64;
+        let q = zh ^ ((self.mul(zh, k.k[1]) as u64) << 1);
+        // The low 32 coefficients of Z + Q·(P − x^32): bits 96..128 and bits 95..127.
+        (z >> 96) as u32 ^ (self.mul(q, k.p[0]) >> 95) as u32
+    }
+
+    /// The checksums of one short key behind zeros (`block`) under several polynomials:
+    /// lane `i` is `base[i] ^` [`Clmul::block_reg`]`(keys[i], block)`, `base` holding each
+    /// polynomial's share of the initial register. Lane 0 is returned ANDed with `masks[0]`,
+    /// lanes `1..=rest.len()` are written to `rest` ANDed with `masks[1]` (a checksum and slot
+    /// indices, without a buffer in between).
+    ///
+    /// # Panics
+    /// If `keys` or `base` has fewer than `1 + rest.len()` entries.
+    #[inline]
+    pub fn block_regs(
+        self,
+        keys: &[BlockKeys],
+        base: &[u32],
+        block: &[u8; 16],
+        masks: [u32; 2],
+        rest: &mut [u32],
+    ) -> u32 {
+        let n = 1 + rest.len();
+        let (keys, base) = (&keys[..n], &base[..n]);
+        if self.native {
+            return native::block_regs(keys, base, block, masks, rest);
+        }
+        let x = u128::from_le_bytes(*block);
+        for ((o, k), &b) in rest.iter_mut().zip(&keys[1..]).zip(&base[1..]) {
+            *o = (b ^ self.block_reg(k, x)) & masks[1];
+        }
+        (base[0] ^ self.block_reg(&keys[0], x)) & masks[0]
+    }
+
+    /// [`Clmul::block_regs`] of a number of lanes known at compile time, unmasked: lane `i`
+    /// is `base[i] ^` [`Clmul::block_reg`]`(keys[i], block)`. Straight-line code, no slices:
+    /// the per-report form (a Key-Write checksum and its N slots, a cache index).
+    #[inline(always)]
+    pub fn block_lanes<const N: usize>(
+        self,
+        keys: &[BlockKeys; N],
+        base: &[u32; N],
+        block: &[u8; 16],
+    ) -> [u32; N] {
+        if self.native {
+            return native::block_lanes(keys, base, block);
+        }
+        let x = u128::from_le_bytes(*block);
+        core::array::from_fn(|i| base[i] ^ self.block_reg(&keys[i], x))
+    }
+
+    /// The register after the 16 bytes of `block` from `state` (the register is XORed into the
+    /// block's first four bytes), by [`Clmul::block_reg`].
+    #[inline]
+    pub fn update_block(self, k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        if self.native {
+            return native::update_block(k, state, block);
+        }
+        self.block_reg(&k.block, u128::from_le_bytes(*block) ^ state as u128)
+    }
+
+    /// The CRC register from zero over `head` and then `data`, whose length is a multiple of
+    /// 16 (the whole of it is folded; no tables).
+    ///
+    /// # Panics
+    /// If `data`'s length is not a multiple of 16.
+    #[inline]
+    pub fn update_word_blocks(self, k: &FoldKeys, head: Option<[u8; 4]>, data: &[u8]) -> u32 {
+        assert!(data.len() % 16 == 0, "whole blocks");
+        let head = head.map_or(0, u32::from_le_bytes);
+        if self.native {
+            return native::update_word_blocks(k, head, data);
+        }
+        // The head is the end of a block of zeros: leading zeros leave a zero register as it is.
+        let mut x = (head as u128) << 96;
+        for b in data.chunks_exact(16) {
+            x = self.fold(k, x) ^ load(b);
+        }
+        self.reduce(k, x)
     }
 
     /// `x·x^128 mod P` as a 128-bit block (the accumulator moved past one more block).
@@ -213,11 +356,11 @@ fn native_available() -> bool {
 mod native {
     use core::arch::x86_64::{
         __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
-        _mm_extract_epi64, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_slli_si128,
-        _mm_srli_si128, _mm_xor_si128,
+        _mm_extract_epi32, _mm_extract_epi64, _mm_load_si128, _mm_loadu_si128, _mm_or_si128,
+        _mm_set_epi64x, _mm_slli_epi64, _mm_slli_si128, _mm_srli_si128, _mm_xor_si128,
     };
 
-    use super::FoldKeys;
+    use super::{BlockKeys, FoldKeys};
 
     /// PCLMULQDQ on two 64-bit operands.
     #[inline(always)]
@@ -286,11 +429,317 @@ mod native {
         let s_hi = _mm_extract_epi64::<1>(s) as u64;
         (v >> 32) as u32 ^ (s_hi >> 31) as u32
     }
+    /// [`super::Clmul::block_regs`] by PCLMULQDQ: three multiplies per lane, the block loaded
+    /// and its high half shifted once for all lanes. `keys` and `base` are `1 + rest.len()`
+    /// long.
+    #[inline]
+    pub(super) fn block_regs(
+        keys: &[BlockKeys],
+        base: &[u32],
+        block: &[u8; 16],
+        masks: [u32; 2],
+        rest: &mut [u32],
+    ) -> u32 {
+        if crate::cpu::has_avx2() {
+            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
+            unsafe { block_regs_avx(keys, base, block, masks, rest) }
+        } else {
+            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
+            // SSE4.1.
+            unsafe { block_regs_pclmul(keys, base, block, masks, rest) }
+        }
+    }
+
+    /// [`block_regs_pclmul`] in VEX encoding: three-operand instructions save the register
+    /// copies of the two-operand SSE forms (three a lane).
+    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
+    fn block_regs_avx(
+        keys: &[BlockKeys],
+        base: &[u32],
+        block: &[u8; 16],
+        masks: [u32; 2],
+        rest: &mut [u32],
+    ) -> u32 {
+        block_regs_pclmul(keys, base, block, masks, rest)
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn block_regs_pclmul(
+        keys: &[BlockKeys],
+        base: &[u32],
+        block: &[u8; 16],
+        masks: [u32; 2],
+        rest: &mut [u32],
+    ) -> u32 {
+        // SAFETY: `block` is 16 readable bytes; the load is unaligned.
+        let x = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
+        let xs = _mm_slli_si128::<4>(_mm_srli_si128::<8>(x));
+        let ((k0, keys), (b0, base)) = (
+            keys.split_first().expect("a lane"),
+            base.split_first().expect("a lane"),
+        );
+        let (m, x) = (masks[1], Block { x, xs });
+        // Straight-line code for up to eight more lanes (N replicas): no loop to run.
+        macro_rules! fixed {
+            ($($n:literal)*) => {
+                match rest.len() {
+                    $($n => lanes_n::<$n>(
+                        keys.first_chunk().expect("lanes"),
+                        base.first_chunk().expect("lanes"),
+                        x,
+                        m,
+                        rest.try_into().expect("lanes"),
+                    ),)*
+                    _ => {
+                        for ((o, k), &b) in rest.iter_mut().zip(keys).zip(base) {
+                            *o = (b ^ block_reg_pclmul(k, x.x, x.xs)) & m;
+                        }
+                    }
+                }
+            };
+        }
+        fixed!(0 1 2 3 4 5 6 7 8);
+        (b0 ^ block_reg_pclmul(k0, x.x, x.xs)) & masks[0]
+    }
+
+    /// A block and its high half moved to bits 32..96.
+    #[derive(Clone, Copy)]
+    struct Block {
+        x: __m128i,
+        xs: __m128i,
+    }
+
+    /// `N` lanes of [`super::Clmul::block_regs`], unrolled.
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn lanes_n<const N: usize>(
+        keys: &[BlockKeys; N],
+        base: &[u32; N],
+        x: Block,
+        mask: u32,
+        out: &mut [u32; N],
+    ) {
+        for i in 0..N {
+            out[i] = (base[i] ^ block_reg_pclmul(&keys[i], x.x, x.xs)) & mask;
+        }
+    }
+
+    /// [`super::Clmul::update_block`] by PCLMULQDQ, in VEX encoding when the CPU has AVX2.
+    #[inline]
+    pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        if crate::cpu::has_avx2() {
+            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
+            unsafe { update_block_avx(k, state, block) }
+        } else {
+            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
+            // SSE4.1.
+            unsafe { update_block_pclmul(k, state, block) }
+        }
+    }
+
+    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
+    fn update_block_avx(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        update_block_pclmul(k, state, block)
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn update_block_pclmul(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        let x = _mm_xor_si128(load(block), _mm_cvtsi32_si128(state as i32));
+        block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
+    }
+
+    /// [`super::Clmul::block_lanes`] by PCLMULQDQ, in VEX encoding when the CPU has AVX2.
+    #[inline(always)]
+    pub(super) fn block_lanes<const N: usize>(
+        keys: &[BlockKeys; N],
+        base: &[u32; N],
+        block: &[u8; 16],
+    ) -> [u32; N] {
+        if crate::cpu::has_avx2() {
+            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
+            unsafe { block_lanes_avx(keys, base, block) }
+        } else {
+            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
+            // SSE4.1.
+            unsafe { block_lanes_pclmul(keys, base, block) }
+        }
+    }
+
+    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
+    fn block_lanes_avx<const N: usize>(
+        keys: &[BlockKeys; N],
+        base: &[u32; N],
+        block: &[u8; 16],
+    ) -> [u32; N] {
+        block_lanes_pclmul(keys, base, block)
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn block_lanes_pclmul<const N: usize>(
+        keys: &[BlockKeys; N],
+        base: &[u32; N],
+        block: &[u8; 16],
+    ) -> [u32; N] {
+        // SAFETY: `block` is 16 readable bytes; the load is unaligned.
+        let x = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
+        let xs = _mm_slli_si128::<4>(_mm_srli_si128::<8>(x));
+        let mut out = [0u32; N];
+        for i in 0..N {
+            out[i] = base[i] ^ block_reg_pclmul(&keys[i], x, xs);
+        }
+        out
+    }
+
+    /// [`super::Clmul::block_reg`] of `x`, given `xs` = `x`'s high half moved to bits 32..96.
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn block_reg_pclmul(k: &BlockKeys, x: __m128i, xs: __m128i) -> u32 {
+        // SAFETY: `BlockKeys` is `repr(C, align(16))` with `k` at offset 0 and `p` at 16: both
+        // are 16 readable bytes at 16-byte alignment.
+        let (kk, p) = unsafe {
+            (
+                _mm_load_si128(k.k.as_ptr().cast()),
+                _mm_load_si128(k.p.as_ptr().cast()),
+            )
+        };
+        let z = _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, kk), xs);
+        let zh = _mm_srli_si128::<4>(z);
+        let q = _mm_xor_si128(
+            zh,
+            _mm_slli_epi64::<1>(_mm_clmulepi64_si128::<0x10>(zh, kk)),
+        );
+        let s = _mm_clmulepi64_si128::<0x00>(q, p);
+        _mm_extract_epi32::<3>(_mm_xor_si128(z, _mm_slli_epi64::<1>(s))) as u32
+    }
+
+    /// [`super::Clmul::update_word_blocks`] by PCLMULQDQ (`head` as a little-endian word, zero
+    /// for none).
+    #[inline]
+    pub(super) fn update_word_blocks(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+        if crate::cpu::has_avx2() {
+            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
+            unsafe { update_word_blocks_avx(k, head, data) }
+        } else {
+            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
+            // SSE4.1.
+            unsafe { update_word_blocks_pclmul(k, head, data) }
+        }
+    }
+
+    /// [`update_word_blocks_pclmul`] in VEX encoding (see [`block_regs_avx`]).
+    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
+    fn update_word_blocks_avx(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+        update_word_blocks_pclmul(k, head, data)
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn update_word_blocks_pclmul(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+        // Up to four blocks (a padded payload of up to 64 bytes) straight-line, no loop.
+        match data.len() / 16 {
+            0 => word_blocks_n::<0>(k, head, data),
+            1 => word_blocks_n::<1>(k, head, data),
+            2 => word_blocks_n::<2>(k, head, data),
+            3 => word_blocks_n::<3>(k, head, data),
+            4 => word_blocks_n::<4>(k, head, data),
+            _ => word_blocks_any(k, head, data),
+        }
+    }
+
+    /// `x` moved past one more block.
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn fold_by(k: &FoldKeys, x: __m128i) -> __m128i {
+        let fold = _mm_set_epi64x(k.fold[1] as i64, k.fold[0] as i64);
+        _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(x, fold),
+            _mm_clmulepi64_si128::<0x11>(x, fold),
+        )
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn load(b: &[u8; 16]) -> __m128i {
+        // SAFETY: `b` is 16 readable bytes; the load is unaligned.
+        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+    }
+
+    /// The accumulator after `head` (the end of a block of zeros, which leave a zero register
+    /// as it is) and the first block.
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn head_and(k: &FoldKeys, head: u32, first: Option<&[u8; 16]>) -> __m128i {
+        let h = _mm_slli_si128::<12>(_mm_cvtsi32_si128(head as i32));
+        match first {
+            Some(b) if head != 0 => _mm_xor_si128(fold_by(k, h), load(b)),
+            Some(b) => load(b),
+            None => h,
+        }
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn word_blocks_n<const N: usize>(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+        let data = &data[..16 * N];
+        let block = |i: usize| -> &[u8; 16] { data[16 * i..16 * i + 16].try_into().expect("16") };
+        let mut x = head_and(k, head, (N > 0).then(|| block(0)));
+        for i in 1..N {
+            x = _mm_xor_si128(fold_by(k, x), load(block(i)));
+        }
+        block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn word_blocks_any(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+        let mut blocks = data
+            .chunks_exact(16)
+            .map(|b| <&[u8; 16]>::try_from(b).expect("a block"));
+        let mut x = head_and(k, head, blocks.next());
+        for b in blocks {
+            x = _mm_xor_si128(fold_by(k, x), load(b));
+        }
+        block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
+    }
+
+    /// What [`sse_forms`] computes.
+    #[cfg(test)]
+    pub(super) type SseForms = ([u32; 2], (u32, [u32; 1]), u32, u32);
+
+    /// The SSE-encoded forms, whatever the CPU has beyond PCLMULQDQ and SSE4.1 (an AVX2 CPU
+    /// takes the VEX-encoded ones otherwise): [`block_lanes_pclmul`], [`block_regs_pclmul`]
+    /// (lane 0 and the rest), [`update_block_pclmul`] and [`update_word_blocks_pclmul`] of
+    /// `data` behind the head `state`. `None` without PCLMULQDQ.
+    #[cfg(test)]
+    pub(super) fn sse_forms(
+        k: &FoldKeys,
+        block: &[u8; 16],
+        state: u32,
+        data: &[u8],
+    ) -> Option<SseForms> {
+        if !crate::cpu::has_pclmul() {
+            return None;
+        }
+        let (keys, base) = ([k.block; 2], [7, 9]);
+        let mut rest = [0u32; 1];
+        // SAFETY: PCLMULQDQ and SSE4.1 were just seen.
+        unsafe {
+            let r0 = block_regs_pclmul(&keys, &base, block, [!0, 0xFF], &mut rest);
+            Some((
+                block_lanes_pclmul(&keys, &base, block),
+                (r0, rest),
+                update_block_pclmul(k, state, block),
+                update_word_blocks_pclmul(k, state, data),
+            ))
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 mod native {
-    use super::{Clmul, FoldKeys};
+    use super::{BlockKeys, Clmul, FoldKeys};
 
     #[inline(always)]
     pub(super) fn mul(a: u64, b: u64) -> u128 {
@@ -301,6 +750,32 @@ mod native {
         Clmul::portable()
             .update_blocks_or(k, state, data, first_or)
             .0
+    }
+
+    pub(super) fn block_regs(
+        keys: &[BlockKeys],
+        base: &[u32],
+        block: &[u8; 16],
+        masks: [u32; 2],
+        rest: &mut [u32],
+    ) -> u32 {
+        Clmul::portable().block_regs(keys, base, block, masks, rest)
+    }
+
+    pub(super) fn update_word_blocks(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+        Clmul::portable().update_word_blocks(k, Some(head.to_le_bytes()), data)
+    }
+
+    pub(super) fn block_lanes<const N: usize>(
+        keys: &[BlockKeys; N],
+        base: &[u32; N],
+        block: &[u8; 16],
+    ) -> [u32; N] {
+        Clmul::portable().block_lanes(keys, base, block)
+    }
+
+    pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
+        Clmul::portable().update_block(k, state, block)
     }
 }
 
@@ -365,6 +840,49 @@ mod tests {
             for m in [Clmul::portable(), Clmul::detect()] {
                 let (r, rest) = m.update_blocks_or(&k, CRC_INIT, &data, mask);
                 prop_assert_eq!(IEEE.update(r, rest), IEEE.update(CRC_INIT, &masked));
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn block_reg_is_reduce(x in any::<u128>(), pi in 0usize..4) {
+            let poly = POLYS[pi];
+            let k = FoldKeys::new(poly);
+            let c = Crc32::new(poly);
+            let want = c.update_tables(0, &x.to_le_bytes());
+            for m in [Clmul::portable(), Clmul::detect()] {
+                prop_assert_eq!(m.reduce(&k, x), want);
+                prop_assert_eq!(m.block_reg(&k.block, x), want);
+                let mut out = [0u32; 1];
+                let first = m.block_regs(&[k.block; 2], &[7, 9], &x.to_le_bytes(), [!0, 0xFF], &mut out);
+                prop_assert_eq!(first, want ^ 7);
+                prop_assert_eq!(out[0], (want ^ 9) & 0xFF);
+                prop_assert_eq!(m.block_lanes(&[k.block; 2], &[7, 9], &x.to_le_bytes()), [want ^ 7, want ^ 9]);
+                let s = (x >> 64) as u32 ^ 0x5A5A_0F0F;
+                prop_assert_eq!(m.update_block(&k, s, &x.to_le_bytes()), c.update_tables(s, &x.to_le_bytes()));
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    proptest! {
+        #[test]
+        fn sse_forms_match_the_portable_ones(x in any::<u128>(), state in any::<u32>(),
+                                             data in proptest::collection::vec(any::<u8>(), 0..=5),
+                                             pi in 0usize..4) {
+            let poly = POLYS[pi];
+            let k = FoldKeys::new(poly);
+            let block = x.to_le_bytes();
+            let data: Vec<u8> = data.iter().flat_map(|&b| [b; 16]).collect();
+            let p = Clmul::portable();
+            if let Some((lanes, (r0, rest), one, words)) = native::sse_forms(&k, &block, state, &data) {
+                prop_assert_eq!(lanes, p.block_lanes(&[k.block; 2], &[7, 9], &block));
+                let mut want_rest = [0u32; 1];
+                prop_assert_eq!(r0, p.block_regs(&[k.block; 2], &[7, 9], &block, [!0, 0xFF], &mut want_rest));
+                prop_assert_eq!(rest, want_rest);
+                prop_assert_eq!(one, p.update_block(&k, state, &block));
+                prop_assert_eq!(words, p.update_word_blocks(&k, Some(state.to_le_bytes()), &data));
             }
         }
     }

@@ -321,12 +321,9 @@ impl RdmaTemplate {
                 && imm.is_some() == (self.kind == RdmaKind::WriteImm)
                 && self.kind != RdmaKind::Atomic
         );
-        let reg = match imm {
-            Some(v) => IEEE.update(0, &v.to_be_bytes()),
-            None => 0,
-        };
-        IEEE.update(
-            reg,
+        // Whole 16-byte blocks (a 32-byte Key-Write slot) are folded, the immediate with them.
+        IEEE.reg_of_word_and_blocks(
+            imm.map(u32::to_be_bytes),
             &payload[..self.payload_len + pad_len(self.payload_len)],
         )
     }
