@@ -19,7 +19,7 @@
 
 use std::sync::LazyLock;
 
-use crate::crc::{Crc32, FoldLanes, MultiCrc, ShortCrc, CRC_INIT, IEEE, LANES};
+use crate::crc::{Crc32, MultiCrc, ShortCrc, CRC_INIT, IEEE, LANES};
 use crate::types::Key;
 
 /// Which family of hash functions a store uses.
@@ -119,27 +119,9 @@ const fn engines<const N: usize>(polys: &[u32]) -> [Crc32; N] {
 static ENGINES: [Crc32; HOP_POLY_BASE + MAX_HOPS] = engines(&POLYNOMIALS);
 static REFERENCE_HOP_ENGINES: [Crc32; 5] = engines(&REFERENCE_HOP_POLYNOMIALS);
 
-const fn prefix<const N: usize>(polys: &[u32]) -> [u32; N] {
-    let mut out = [0; N];
-    let mut i = 0;
-    while i < N {
-        out[i] = polys[i];
-        i += 1;
-    }
-    out
-}
-
-/// Every used entry of [`POLYNOMIALS`] as a lane of carry-less-multiply hashing (the
-/// independent profile's hot path when the CPU has PCLMULQDQ): a report computes only the
-/// lanes it needs, straight-line for the usual counts (Key-Write with N = 2: the checksum and
-/// two slots, three lanes of about fourteen instructions each; a Postcarding cache index, one
-/// lane). The table-driven lanes below serve CPUs without it.
-static HASH_FOLD: FoldLanes<FOLD_LANE_COUNT> = FoldLanes::new(&prefix(&POLYNOMIALS));
-const FOLD_LANE_COUNT: usize = HOP_POLY_BASE + MAX_HOPS;
-
-/// Key-Write / Key-Increment (independent profile) on CPUs without PCLMULQDQ, one pass: lane 0
-/// the checksum, lane 1 + r replica r's slot function (r < 3; further replicas use their own
-/// engines). Four lanes keep a table row at 16 bytes, one vector XOR per key byte.
+/// Key-Write / Key-Increment (independent profile), one pass: lane 0 the checksum, lane 1 + r
+/// replica r's slot function (r < 3; further replicas use their own engines). Four lanes keep
+/// a table row at 16 bytes, one vector XOR per key byte.
 static KEY_LANES: LazyLock<MultiCrc<KEY_LANE_COUNT, { KEY_LANE_COUNT / 2 }>> =
     LazyLock::new(|| {
         MultiCrc::new(&POLYNOMIALS[CHECKSUM_POLY_INDEX..CHECKSUM_POLY_INDEX + KEY_LANE_COUNT])
@@ -149,8 +131,8 @@ const KEY_LANE_COUNT: usize = 4;
 const KEY_LANE_REPLICAS: usize = KEY_LANE_COUNT - 1;
 const _: () = assert!(CHECKSUM_POLY_INDEX + 1 == REPLICA_POLY_BASE);
 
-/// Postcarding (independent profile) on CPUs without PCLMULQDQ, one pass: lanes 0..2 chunk
-/// replicas 0 and 1, lanes 2.. hops 0..6.
+/// Postcarding (independent profile), one pass: lanes 0..2 chunk replicas 0 and 1, lanes
+/// 2.. hops 0..6.
 static POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
     let mut p = vec![
         POLYNOMIALS[REPLICA_POLY_BASE],
@@ -162,9 +144,9 @@ static POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
 const POSTCARD_LANE_REPLICAS: usize = 2;
 const POSTCARD_LANE_HOPS: usize = LANES - POSTCARD_LANE_REPLICAS;
 
-/// The Postcarding cache index of the independent profile on CPUs without PCLMULQDQ
-/// ([`ShortCrc`]: sixteen independent table loads, where a table-driven CRC chains a load per
-/// step). It is computed for every postcard, so its latency is on the hot path.
+/// The Postcarding cache index of the independent profile ([`ShortCrc`]: sixteen independent
+/// table loads, where a table-driven CRC chains a load per step). It is computed for every
+/// postcard, so its latency is on the hot path.
 static CACHE_LANE: LazyLock<ShortCrc> =
     LazyLock::new(|| ShortCrc::new(POLYNOMIALS[CACHE_POLY_INDEX]));
 
@@ -178,29 +160,6 @@ static REFERENCE_POSTCARD_LANES: LazyLock<MultiCrc> = LazyLock::new(|| {
     p.extend_from_slice(&REFERENCE_HOP_POLYNOMIALS);
     MultiCrc::new(&p)
 });
-
-/// `dst[..N]` = the checksums of `key` under lanes `first..first + N` of [`HASH_FOLD`],
-/// ANDed with `mask`.
-#[inline(always)]
-fn fold_into<const N: usize>(
-    m: crate::crc::fold::Clmul,
-    key: &Key,
-    first: usize,
-    mask: u32,
-    dst: &mut [u32],
-) {
-    let h: [u32; N] = HASH_FOLD.checksums_padded_n(m, key.padded(), key.len(), first);
-    for (d, v) in dst[..N].iter_mut().zip(h) {
-        *d = v & mask;
-    }
-}
-
-/// [`fold_into`] of `dst.len()` (at least one) lanes, in a loop.
-#[inline(never)]
-fn fold_slice(m: crate::crc::fold::Clmul, key: &Key, first: usize, mask: u32, dst: &mut [u32]) {
-    let (d0, ds) = dst.split_first_mut().expect("a lane");
-    *d0 = HASH_FOLD.checksums_padded(m, key.padded(), key.len(), first, [mask; 2], ds);
-}
 
 /// What emitting a flow's chunk needs: its hop hashes and chunk indices, computed together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,9 +239,10 @@ impl KeyHasher {
     #[inline]
     pub fn slots(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) {
         assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
+        let bytes = key.as_bytes();
         match self.profile {
             HashProfile::Reference => {
-                self.reference_checksum_and_slots(key, n, out);
+                self.reference_slots(IEEE.update(CRC_INIT, bytes), n, out);
             }
             HashProfile::Independent => {
                 self.independent(key, n, out);
@@ -290,48 +250,9 @@ impl KeyHasher {
         }
     }
 
-    /// Independent profile: the replicas' slots, and the checksum: the lanes `0..=n` of
-    /// [`HASH_FOLD`] when the CPU has a carry-less multiply, else the tables.
-    #[inline(always)]
+    /// Independent profile: the replicas' slots, and the checksum (lane 0 of the one pass).
+    #[inline]
     fn independent(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
-        match FoldLanes::<FOLD_LANE_COUNT>::native() {
-            // Straight-line code for each N.
-            Some(m) => match n {
-                0 => self.fold_lanes::<1>(m, key, out),
-                1 => self.fold_lanes::<2>(m, key, out),
-                2 => self.fold_lanes::<3>(m, key, out),
-                3 => self.fold_lanes::<4>(m, key, out),
-                4 => self.fold_lanes::<5>(m, key, out),
-                5 => self.fold_lanes::<6>(m, key, out),
-                6 => self.fold_lanes::<7>(m, key, out),
-                7 => self.fold_lanes::<8>(m, key, out),
-                8 => self.fold_lanes::<9>(m, key, out),
-                _ => panic!("redundancy out of range"),
-            },
-            None => self.independent_tables(key, n, out),
-        }
-    }
-
-    /// The checksum and the slots of replicas `0..N - 1` by [`HASH_FOLD`].
-    #[inline(always)]
-    fn fold_lanes<const N: usize>(
-        &self,
-        m: crate::crc::fold::Clmul,
-        key: &Key,
-        out: &mut [u32; MAX_REDUNDANCY],
-    ) -> u32 {
-        let h: [u32; N] =
-            HASH_FOLD.checksums_padded_n(m, key.padded(), key.len(), CHECKSUM_POLY_INDEX);
-        for r in 1..N {
-            out[r - 1] = h[r] & self.mask;
-        }
-        h[0]
-    }
-
-    /// [`KeyHasher::independent`] by the tables (one [`MultiCrc`] pass for the checksum and
-    /// the first replicas).
-    #[inline(never)]
-    fn independent_tables(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
         let lanes = KEY_LANES.checksums_padded(key.padded(), key.len());
         let bytes = key.as_bytes();
         for (r, o) in out[..n].iter_mut().enumerate() {
@@ -360,27 +281,17 @@ impl KeyHasher {
     #[inline]
     pub fn checksum_and_slots(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
         match self.profile {
-            HashProfile::Reference => self.reference_checksum_and_slots(key, n, out),
+            HashProfile::Reference => {
+                assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
+                let reg = IEEE.update(CRC_INIT, key.as_bytes());
+                self.reference_slots(reg, n, out);
+                Crc32::finish(reg)
+            }
             HashProfile::Independent => {
                 assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
                 self.independent(key, n, out)
             }
         }
-    }
-
-    /// [`KeyHasher::checksum_and_slots`] of the reference profile, out of line (the
-    /// independent profile's path then needs fewer registers saved).
-    #[inline(never)]
-    fn reference_checksum_and_slots(
-        &self,
-        key: &Key,
-        n: usize,
-        out: &mut [u32; MAX_REDUNDANCY],
-    ) -> u32 {
-        assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
-        let reg = IEEE.update(CRC_INIT, key.as_bytes());
-        self.reference_slots(reg, n, out);
-        Crc32::finish(reg)
     }
 }
 
@@ -463,14 +374,7 @@ impl PostcardHasher {
     pub fn cache_index(&self, key: &Key) -> u32 {
         let lane = match self.profile {
             HashProfile::Reference => &REFERENCE_CACHE_LANE,
-            HashProfile::Independent => match FoldLanes::<FOLD_LANE_COUNT>::native() {
-                Some(m) => {
-                    let [h] =
-                        HASH_FOLD.checksums_padded_n(m, key.padded(), key.len(), CACHE_POLY_INDEX);
-                    return h & self.cache_mask;
-                }
-                None => &CACHE_LANE,
-            },
+            HashProfile::Independent => &CACHE_LANE,
         };
         lane.checksum_padded(key.padded(), key.len()) & self.cache_mask
     }
@@ -540,53 +444,25 @@ impl PostcardHasher {
                     } & self.chunk_mask;
                 }
             }
-            HashProfile::Independent => match FoldLanes::<FOLD_LANE_COUNT>::native() {
-                // Only the lanes asked for: the hops', then the replicas' chunks, straight-line
-                // for the usual counts.
-                Some(m) => {
-                    match hops {
-                        1 => fold_into::<1>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        2 => fold_into::<2>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        3 => fold_into::<3>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        4 => fold_into::<4>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        5 => fold_into::<5>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        6 => fold_into::<6>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        7 => fold_into::<7>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        8 => fold_into::<8>(m, key, HOP_POLY_BASE, !0, &mut d.hop),
-                        _ => fold_slice(m, key, HOP_POLY_BASE, !0, &mut d.hop[..hops]),
-                    }
-                    let (c, mask) = (&mut d.chunk, self.chunk_mask);
-                    match replicas {
-                        0 => {}
-                        1 => fold_into::<1>(m, key, REPLICA_POLY_BASE, mask, c),
-                        2 => fold_into::<2>(m, key, REPLICA_POLY_BASE, mask, c),
-                        _ => fold_slice(m, key, REPLICA_POLY_BASE, mask, &mut c[..replicas]),
-                    }
+            HashProfile::Independent
+                if hops <= POSTCARD_LANE_HOPS && replicas <= POSTCARD_LANE_REPLICAS =>
+            {
+                let lanes = POSTCARD_LANES.checksums_padded(key.padded(), key.len());
+                for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
+                    *c = lanes[r] & self.chunk_mask;
                 }
-                None => self.independent_digest_tables(key, replicas, &mut d),
-            },
+                d.hop[..hops].copy_from_slice(&lanes[POSTCARD_LANE_REPLICAS..][..hops]);
+            }
+            HashProfile::Independent => {
+                for (h, x) in d.hop[..hops].iter_mut().enumerate() {
+                    *x = self.hop_hash(key, h);
+                }
+                for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
+                    *c = self.chunk(key, r as u8);
+                }
+            }
         }
         d
-    }
-
-    /// The independent profile's [`PostcardHasher::digest`] by the tables.
-    #[inline(never)]
-    fn independent_digest_tables(&self, key: &Key, replicas: usize, d: &mut FlowDigest) {
-        let hops = self.hops as usize;
-        if hops <= POSTCARD_LANE_HOPS && replicas <= POSTCARD_LANE_REPLICAS {
-            let lanes = POSTCARD_LANES.checksums_padded(key.padded(), key.len());
-            for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
-                *c = lanes[r] & self.chunk_mask;
-            }
-            d.hop[..hops].copy_from_slice(&lanes[POSTCARD_LANE_REPLICAS..][..hops]);
-        } else {
-            for (h, x) in d.hop[..hops].iter_mut().enumerate() {
-                *x = self.hop_hash(key, h);
-            }
-            for (r, c) in d.chunk[..replicas].iter_mut().enumerate() {
-                *c = self.chunk(key, r as u8);
-            }
-        }
     }
 
     /// [`encode`](Self::encode) from the hop's hash (e.g. a [`FlowDigest`] entry).
@@ -1039,58 +915,6 @@ mod tests {
                     prop_assert!(s < h.slot_count());
                 }
                 prop_assert!(out[n..].iter().all(|&s| s == u32::MAX));
-            }
-        }
-
-        #[test]
-        fn independent_fold_matches_tables_and_bitwise(
-            bytes in proptest::collection::vec(any::<u8>(), 1..=16),
-            log in 1u32..=31, n in 0usize..=MAX_REDUNDANCY, cache_log in 0u32..=31,
-        ) {
-            let key = Key::new(&bytes).unwrap();
-            let h = KeyHasher::new(HashProfile::Independent, 1 << log).unwrap();
-            let bitwise = |p: u32| {
-                let r = p.reverse_bits();
-                let mut c = CRC_INIT;
-                for &b in &bytes {
-                    c ^= b as u32;
-                    for _ in 0..8 {
-                        c = if c & 1 != 0 { (c >> 1) ^ r } else { c >> 1 };
-                    }
-                }
-                !c
-            };
-            let (mut fast, mut tables) = ([u32::MAX; MAX_REDUNDANCY], [u32::MAX; MAX_REDUNDANCY]);
-            let c = h.independent(&key, n, &mut fast);
-            prop_assert_eq!(c, h.independent_tables(&key, n, &mut tables));
-            prop_assert_eq!(c, bitwise(CHECKSUM_POLY));
-            prop_assert_eq!(fast, tables);
-            for (r, &s) in fast[..n].iter().enumerate() {
-                prop_assert_eq!(s, bitwise(replica_poly(r)) & h.mask);
-            }
-            // Every lane, by both multipliers (the portable one called directly).
-            for m in [crate::crc::fold::Clmul::portable(), crate::crc::fold::Clmul::detect()] {
-                let mut all = [0u32; FOLD_LANE_COUNT];
-                all[0] = HASH_FOLD.checksums_padded(m, key.padded(), key.len(), 0, [!0; 2], &mut all[1..]);
-                for (lane, &v) in all.iter().enumerate() {
-                    prop_assert_eq!(v, bitwise(POLYNOMIALS[lane]), "lane {}", lane);
-                }
-            }
-            let p = PostcardHasher::new(HashProfile::Independent, 2, 1 << cache_log, 5).unwrap();
-            prop_assert_eq!(p.cache_index(&key), CACHE_LANE.checksum_padded(key.padded(), key.len()) & p.cache_mask);
-            prop_assert_eq!(p.cache_index(&key), bitwise(CACHE_POLY) & p.cache_mask);
-            for hops in 1..=MAX_HOPS as u8 {
-                let p = PostcardHasher::new(HashProfile::Independent, 1 << log, 2, hops).unwrap();
-                let mut tables = FlowDigest { hop: [0; MAX_HOPS], chunk: [0; MAX_REDUNDANCY] };
-                p.independent_digest_tables(&key, n, &mut tables);
-                let d = p.digest(&key, n);
-                prop_assert_eq!(d, tables);
-                for (hop, &v) in d.hop[..hops as usize].iter().enumerate() {
-                    prop_assert_eq!(v, bitwise(hop_poly(hop)));
-                }
-                for (r, &c) in d.chunk[..n].iter().enumerate() {
-                    prop_assert_eq!(c, bitwise(replica_poly(r)) & p.chunk_mask);
-                }
             }
         }
 

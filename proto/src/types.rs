@@ -41,7 +41,7 @@ fn copy_short<const N: usize>(dst: &mut [u8; N], src: &[u8]) {
 /// store ([`Key::from_window`]); the key moves and compares later read it with the same width,
 /// so the CPU forwards them from that store (a key assembled from several narrower stores
 /// stalls every wider load of it). The leading zeros also let short-key CRCs use fixed table
-/// rows (`crc::ShortCrc`) or fold the block as it is (`crc::FoldLanes`).
+/// rows (`crc::ShortCrc`, `crc::MultiCrc`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Key {
     len: u8,

@@ -18,8 +18,7 @@
 //!   Barrett over all 96 bits with `μ' = ⌊x^96 / P⌋`: three multiplies instead of four.
 //!
 //! [`Clmul::reduce`] (or [`Clmul::block_reg`]) of a 16-byte block is thus the CRC register of
-//! those 16 bytes from zero, which is also how a key of at most 16 bytes, right-aligned behind
-//! zeros, is hashed: leading zeros leave a zero register unchanged.
+//! those 16 bytes from zero (leading zeros leave a zero register unchanged).
 //!
 //! # Two implementations, chosen at run time
 //! [`Clmul::detect`] picks the CPU's carry-less multiply (PCLMULQDQ on x86-64) when it has one,
@@ -27,7 +26,7 @@
 //! gives the same result either way (checked by the property tests against the table-driven
 //! engine). The portable multiply is slow (64 steps); callers that have a table-driven path
 //! keep using it when [`Clmul::is_native`] is false. The per-report paths
-//! ([`Clmul::block_lanes`], [`Clmul::update_word_blocks`]) also have VEX-encoded copies, taken
+//! ([`Clmul::update_block`], [`Clmul::update_word_blocks`]) also have VEX-encoded copies, taken
 //! when the CPU has AVX2: three-operand forms spare the SSE forms' register copies.
 
 /// Constants of one polynomial (see the module docs).
@@ -208,52 +207,6 @@ impl Clmul {
         (z >> 96) as u32 ^ (self.mul(q, k.p[0]) >> 95) as u32
     }
 
-    /// The checksums of one short key behind zeros (`block`) under several polynomials:
-    /// lane `i` is `base[i] ^` [`Clmul::block_reg`]`(keys[i], block)`, `base` holding each
-    /// polynomial's share of the initial register. Lane 0 is returned ANDed with `masks[0]`,
-    /// lanes `1..=rest.len()` are written to `rest` ANDed with `masks[1]` (a checksum and slot
-    /// indices, without a buffer in between).
-    ///
-    /// # Panics
-    /// If `keys` or `base` has fewer than `1 + rest.len()` entries.
-    #[inline]
-    pub fn block_regs(
-        self,
-        keys: &[BlockKeys],
-        base: &[u32],
-        block: &[u8; 16],
-        masks: [u32; 2],
-        rest: &mut [u32],
-    ) -> u32 {
-        let n = 1 + rest.len();
-        let (keys, base) = (&keys[..n], &base[..n]);
-        if self.native {
-            return native::block_regs(keys, base, block, masks, rest);
-        }
-        let x = u128::from_le_bytes(*block);
-        for ((o, k), &b) in rest.iter_mut().zip(&keys[1..]).zip(&base[1..]) {
-            *o = (b ^ self.block_reg(k, x)) & masks[1];
-        }
-        (base[0] ^ self.block_reg(&keys[0], x)) & masks[0]
-    }
-
-    /// [`Clmul::block_regs`] of a number of lanes known at compile time, unmasked: lane `i`
-    /// is `base[i] ^` [`Clmul::block_reg`]`(keys[i], block)`. Straight-line code, no slices:
-    /// the per-report form (a Key-Write checksum and its N slots, a cache index).
-    #[inline(always)]
-    pub fn block_lanes<const N: usize>(
-        self,
-        keys: &[BlockKeys; N],
-        base: &[u32; N],
-        block: &[u8; 16],
-    ) -> [u32; N] {
-        if self.native {
-            return native::block_lanes(keys, base, block);
-        }
-        let x = u128::from_le_bytes(*block);
-        core::array::from_fn(|i| base[i] ^ self.block_reg(&keys[i], x))
-    }
-
     /// The register after the 16 bytes of `block` from `state` (the register is XORed into the
     /// block's first four bytes), by [`Clmul::block_reg`].
     #[inline]
@@ -429,102 +382,6 @@ mod native {
         let s_hi = _mm_extract_epi64::<1>(s) as u64;
         (v >> 32) as u32 ^ (s_hi >> 31) as u32
     }
-    /// [`super::Clmul::block_regs`] by PCLMULQDQ: three multiplies per lane, the block loaded
-    /// and its high half shifted once for all lanes. `keys` and `base` are `1 + rest.len()`
-    /// long.
-    #[inline]
-    pub(super) fn block_regs(
-        keys: &[BlockKeys],
-        base: &[u32],
-        block: &[u8; 16],
-        masks: [u32; 2],
-        rest: &mut [u32],
-    ) -> u32 {
-        if crate::cpu::has_avx2() {
-            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
-            unsafe { block_regs_avx(keys, base, block, masks, rest) }
-        } else {
-            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
-            // SSE4.1.
-            unsafe { block_regs_pclmul(keys, base, block, masks, rest) }
-        }
-    }
-
-    /// [`block_regs_pclmul`] in VEX encoding: three-operand instructions save the register
-    /// copies of the two-operand SSE forms (three a lane).
-    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
-    fn block_regs_avx(
-        keys: &[BlockKeys],
-        base: &[u32],
-        block: &[u8; 16],
-        masks: [u32; 2],
-        rest: &mut [u32],
-    ) -> u32 {
-        block_regs_pclmul(keys, base, block, masks, rest)
-    }
-
-    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    #[inline]
-    fn block_regs_pclmul(
-        keys: &[BlockKeys],
-        base: &[u32],
-        block: &[u8; 16],
-        masks: [u32; 2],
-        rest: &mut [u32],
-    ) -> u32 {
-        // SAFETY: `block` is 16 readable bytes; the load is unaligned.
-        let x = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
-        let xs = _mm_slli_si128::<4>(_mm_srli_si128::<8>(x));
-        let ((k0, keys), (b0, base)) = (
-            keys.split_first().expect("a lane"),
-            base.split_first().expect("a lane"),
-        );
-        let (m, x) = (masks[1], Block { x, xs });
-        // Straight-line code for up to eight more lanes (N replicas): no loop to run.
-        macro_rules! fixed {
-            ($($n:literal)*) => {
-                match rest.len() {
-                    $($n => lanes_n::<$n>(
-                        keys.first_chunk().expect("lanes"),
-                        base.first_chunk().expect("lanes"),
-                        x,
-                        m,
-                        rest.try_into().expect("lanes"),
-                    ),)*
-                    _ => {
-                        for ((o, k), &b) in rest.iter_mut().zip(keys).zip(base) {
-                            *o = (b ^ block_reg_pclmul(k, x.x, x.xs)) & m;
-                        }
-                    }
-                }
-            };
-        }
-        fixed!(0 1 2 3 4 5 6 7 8);
-        (b0 ^ block_reg_pclmul(k0, x.x, x.xs)) & masks[0]
-    }
-
-    /// A block and its high half moved to bits 32..96.
-    #[derive(Clone, Copy)]
-    struct Block {
-        x: __m128i,
-        xs: __m128i,
-    }
-
-    /// `N` lanes of [`super::Clmul::block_regs`], unrolled.
-    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    #[inline]
-    fn lanes_n<const N: usize>(
-        keys: &[BlockKeys; N],
-        base: &[u32; N],
-        x: Block,
-        mask: u32,
-        out: &mut [u32; N],
-    ) {
-        for i in 0..N {
-            out[i] = (base[i] ^ block_reg_pclmul(&keys[i], x.x, x.xs)) & mask;
-        }
-    }
-
     /// [`super::Clmul::update_block`] by PCLMULQDQ, in VEX encoding when the CPU has AVX2.
     #[inline]
     pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
@@ -548,49 +405,6 @@ mod native {
     fn update_block_pclmul(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
         let x = _mm_xor_si128(load(block), _mm_cvtsi32_si128(state as i32));
         block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
-    }
-
-    /// [`super::Clmul::block_lanes`] by PCLMULQDQ, in VEX encoding when the CPU has AVX2.
-    #[inline(always)]
-    pub(super) fn block_lanes<const N: usize>(
-        keys: &[BlockKeys; N],
-        base: &[u32; N],
-        block: &[u8; 16],
-    ) -> [u32; N] {
-        if crate::cpu::has_avx2() {
-            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
-            unsafe { block_lanes_avx(keys, base, block) }
-        } else {
-            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
-            // SSE4.1.
-            unsafe { block_lanes_pclmul(keys, base, block) }
-        }
-    }
-
-    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
-    fn block_lanes_avx<const N: usize>(
-        keys: &[BlockKeys; N],
-        base: &[u32; N],
-        block: &[u8; 16],
-    ) -> [u32; N] {
-        block_lanes_pclmul(keys, base, block)
-    }
-
-    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    #[inline]
-    fn block_lanes_pclmul<const N: usize>(
-        keys: &[BlockKeys; N],
-        base: &[u32; N],
-        block: &[u8; 16],
-    ) -> [u32; N] {
-        // SAFETY: `block` is 16 readable bytes; the load is unaligned.
-        let x = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
-        let xs = _mm_slli_si128::<4>(_mm_srli_si128::<8>(x));
-        let mut out = [0u32; N];
-        for i in 0..N {
-            out[i] = base[i] ^ block_reg_pclmul(&keys[i], x, xs);
-        }
-        out
     }
 
     /// [`super::Clmul::block_reg`] of `x`, given `xs` = `x`'s high half moved to bits 32..96.
@@ -629,7 +443,8 @@ mod native {
         }
     }
 
-    /// [`update_word_blocks_pclmul`] in VEX encoding (see [`block_regs_avx`]).
+    /// [`update_word_blocks_pclmul`] in VEX encoding: three-operand instructions save the
+    /// register copies of the two-operand SSE forms.
     #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
     fn update_word_blocks_avx(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
         update_word_blocks_pclmul(k, head, data)
@@ -706,12 +521,12 @@ mod native {
 
     /// What [`sse_forms`] computes.
     #[cfg(test)]
-    pub(super) type SseForms = ([u32; 2], (u32, [u32; 1]), u32, u32);
+    pub(super) type SseForms = (u32, u32);
 
     /// The SSE-encoded forms, whatever the CPU has beyond PCLMULQDQ and SSE4.1 (an AVX2 CPU
-    /// takes the VEX-encoded ones otherwise): [`block_lanes_pclmul`], [`block_regs_pclmul`]
-    /// (lane 0 and the rest), [`update_block_pclmul`] and [`update_word_blocks_pclmul`] of
-    /// `data` behind the head `state`. `None` without PCLMULQDQ.
+    /// takes the VEX-encoded ones otherwise): [`update_block_pclmul`] and
+    /// [`update_word_blocks_pclmul`] of `data` behind the head `state`. `None` without
+    /// PCLMULQDQ.
     #[cfg(test)]
     pub(super) fn sse_forms(
         k: &FoldKeys,
@@ -722,14 +537,9 @@ mod native {
         if !crate::cpu::has_pclmul() {
             return None;
         }
-        let (keys, base) = ([k.block; 2], [7, 9]);
-        let mut rest = [0u32; 1];
         // SAFETY: PCLMULQDQ and SSE4.1 were just seen.
         unsafe {
-            let r0 = block_regs_pclmul(&keys, &base, block, [!0, 0xFF], &mut rest);
             Some((
-                block_lanes_pclmul(&keys, &base, block),
-                (r0, rest),
                 update_block_pclmul(k, state, block),
                 update_word_blocks_pclmul(k, state, data),
             ))
@@ -739,7 +549,7 @@ mod native {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod native {
-    use super::{BlockKeys, Clmul, FoldKeys};
+    use super::{Clmul, FoldKeys};
 
     #[inline(always)]
     pub(super) fn mul(a: u64, b: u64) -> u128 {
@@ -752,26 +562,8 @@ mod native {
             .0
     }
 
-    pub(super) fn block_regs(
-        keys: &[BlockKeys],
-        base: &[u32],
-        block: &[u8; 16],
-        masks: [u32; 2],
-        rest: &mut [u32],
-    ) -> u32 {
-        Clmul::portable().block_regs(keys, base, block, masks, rest)
-    }
-
     pub(super) fn update_word_blocks(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
         Clmul::portable().update_word_blocks(k, Some(head.to_le_bytes()), data)
-    }
-
-    pub(super) fn block_lanes<const N: usize>(
-        keys: &[BlockKeys; N],
-        base: &[u32; N],
-        block: &[u8; 16],
-    ) -> [u32; N] {
-        Clmul::portable().block_lanes(keys, base, block)
     }
 
     pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
@@ -854,11 +646,6 @@ mod tests {
             for m in [Clmul::portable(), Clmul::detect()] {
                 prop_assert_eq!(m.reduce(&k, x), want);
                 prop_assert_eq!(m.block_reg(&k.block, x), want);
-                let mut out = [0u32; 1];
-                let first = m.block_regs(&[k.block; 2], &[7, 9], &x.to_le_bytes(), [!0, 0xFF], &mut out);
-                prop_assert_eq!(first, want ^ 7);
-                prop_assert_eq!(out[0], (want ^ 9) & 0xFF);
-                prop_assert_eq!(m.block_lanes(&[k.block; 2], &[7, 9], &x.to_le_bytes()), [want ^ 7, want ^ 9]);
                 let s = (x >> 64) as u32 ^ 0x5A5A_0F0F;
                 prop_assert_eq!(m.update_block(&k, s, &x.to_le_bytes()), c.update_tables(s, &x.to_le_bytes()));
             }
@@ -876,11 +663,7 @@ mod tests {
             let block = x.to_le_bytes();
             let data: Vec<u8> = data.iter().flat_map(|&b| [b; 16]).collect();
             let p = Clmul::portable();
-            if let Some((lanes, (r0, rest), one, words)) = native::sse_forms(&k, &block, state, &data) {
-                prop_assert_eq!(lanes, p.block_lanes(&[k.block; 2], &[7, 9], &block));
-                let mut want_rest = [0u32; 1];
-                prop_assert_eq!(r0, p.block_regs(&[k.block; 2], &[7, 9], &block, [!0, 0xFF], &mut want_rest));
-                prop_assert_eq!(rest, want_rest);
+            if let Some((one, words)) = native::sse_forms(&k, &block, state, &data) {
                 prop_assert_eq!(one, p.update_block(&k, state, &block));
                 prop_assert_eq!(words, p.update_word_blocks(&k, Some(state.to_le_bytes()), &data));
             }

@@ -14,12 +14,14 @@
 //! finishes the last few bytes by the tables; both ways give the same register. Exactly 16
 //! bytes are one block reduced by three multiplies.
 //!
-//! Per report, the short inputs go by carry-less multiplication alone when the CPU has it:
-//! a key of at most 16 bytes is one 16-byte block whatever its length, so [`FoldLanes`] hashes
-//! it under each polynomial asked for by three multiplies (Key-Write with N = 2: the checksum
-//! and two slots in about 50 instructions, where the four-lane [`MultiCrc`] pass took about
-//! 90); a padded payload of whole blocks ([`Crc32::reg_of_word_and_blocks`]) folds
-//! straight-line. [`MultiCrc`] and [`ShortCrc`] remain for CPUs without it.
+//! A padded payload of whole blocks ([`Crc32::reg_of_word_and_blocks`]) folds straight-line.
+//!
+//! Keys (at most 16 bytes) are hashed by the tables' linearity ([`MultiCrc`], [`ShortCrc`]):
+//! sixteen independent loads per key. Hashing them by carry-less multiplication instead (three
+//! dependent multiplies per polynomial) took fewer instructions (Key-Write N = 2: about 50
+//! against 90) but measured 5-12 % fewer reports per second on the pipeline (paired, pinned,
+//! issue 30): the multiplies' latency sits on every report's critical path, the table loads
+//! overlap.
 //!
 //! The API exposes the raw register (`update`) so callers can precompute the CRC of a constant
 //! prefix once (per connection) and resume from it per packet.
@@ -398,8 +400,7 @@ impl<const L: usize, const W: usize> core::fmt::Debug for MultiCrc<L, W> {
 /// row entry is zero). Only the initial register's share depends on the length. No branches:
 /// sixteen byte loads and sixteen table XORs, none depending on another, where a table-driven
 /// CRC chains one load per step. Used where a key's hash is on the critical path of every
-/// report (the Postcarding cache index) and the CPU has no carry-less multiply for
-/// [`FoldLanes`], and for the reference profile's cache index. Tables are 16 KiB.
+/// report (the Postcarding cache index). Tables are 16 KiB.
 pub struct ShortCrc {
     rows: Box<[[u32; 256]; MULTI_MAX_LEN]>,
     base: [u32; MULTI_MAX_LEN + 1],
@@ -448,118 +449,6 @@ impl ShortCrc {
 impl core::fmt::Debug for ShortCrc {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("ShortCrc")
-    }
-}
-
-/// The CRC-32s (init all ones, final inversion) of one key of at most 16 bytes, held
-/// right-aligned in a 16-byte block as [`ShortCrc`] and [`MultiCrc`] take it, under any of
-/// `L` polynomials, computing only the lanes asked for, by carry-less multiplication
-/// ([`fold::Clmul::block_reg`]).
-///
-/// The block's register from zero is the key's (leading zeros leave a zero register as it
-/// is), so a lane is three multiplies and a few shifts and XORs, plus its polynomial's share
-/// of the initial register for the key's length: about fourteen instructions a lane with
-/// PCLMULQDQ in VEX encoding (AVX2 CPUs), seventeen in SSE encoding, against a table row XOR
-/// per key byte for every lane. Each lane's constants are 32 bytes in one place, the lengths'
-/// initial shares next to each other per length. Built at compile time, nothing to
-/// initialise. The portable multiply is slow: callers use [`FoldLanes::native`] to choose
-/// between this and their tables.
-pub struct FoldLanes<const L: usize> {
-    keys: [fold::BlockKeys; L],
-    base: [[u32; L]; MULTI_MAX_LEN + 1],
-}
-
-impl<const L: usize> FoldLanes<L> {
-    /// The lanes of `polys` (normal form).
-    pub const fn new(polys: &[u32; L]) -> FoldLanes<L> {
-        let mut keys = [fold::BlockKeys::new(0); L];
-        let mut base = [[0u32; L]; MULTI_MAX_LEN + 1];
-        let mut lane = 0;
-        while lane < L {
-            keys[lane] = fold::BlockKeys::new(polys[lane]);
-            let rpoly = polys[lane].reverse_bits();
-            let mut reg = CRC_INIT;
-            let mut len = 0;
-            while len <= MULTI_MAX_LEN {
-                base[len][lane] = !reg;
-                let mut k = 0;
-                while k < 8 {
-                    reg = if reg & 1 != 0 {
-                        (reg >> 1) ^ rpoly
-                    } else {
-                        reg >> 1
-                    };
-                    k += 1;
-                }
-                len += 1;
-            }
-            lane += 1;
-        }
-        FoldLanes { keys, base }
-    }
-
-    /// The CPU's carry-less multiply, if it has one: the only multiplier worth using here on
-    /// a hot path (see [`fold::Clmul::detect`]).
-    #[inline]
-    pub fn native() -> Option<fold::Clmul> {
-        let m = fold::Clmul::detect();
-        m.is_native().then_some(m)
-    }
-
-    /// The checksums of `block[16 - len..]` (`block[..16 - len]` must be zero) by the
-    /// multiplier `m`: lane `first`'s is returned ANDed with `masks[0]`, lane `first + 1 + i`'s
-    /// goes to `rest[i]` ANDed with `masks[1]`.
-    ///
-    /// # Panics
-    /// If `len` is above 16 or the lanes run past `L`.
-    #[inline(always)]
-    pub fn checksums_padded(
-        &self,
-        m: fold::Clmul,
-        block: &[u8; MULTI_MAX_LEN],
-        len: usize,
-        first: usize,
-        masks: [u32; 2],
-        rest: &mut [u32],
-    ) -> u32 {
-        debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
-        m.block_regs(
-            &self.keys[first..],
-            &self.base[len][first..],
-            block,
-            masks,
-            rest,
-        )
-    }
-}
-
-impl<const L: usize> FoldLanes<L> {
-    /// The checksums of `block[16 - len..]` (`block[..16 - len]` must be zero) under lanes
-    /// `first..first + N`, by the multiplier `m`: straight-line code for a lane count known
-    /// at compile time (see [`fold::Clmul::block_lanes`]).
-    ///
-    /// # Panics
-    /// If `len` is above 16 or the lanes run past `L`.
-    #[inline(always)]
-    pub fn checksums_padded_n<const N: usize>(
-        &self,
-        m: fold::Clmul,
-        block: &[u8; MULTI_MAX_LEN],
-        len: usize,
-        first: usize,
-    ) -> [u32; N] {
-        debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
-        let keys = self.keys[first..].first_chunk().expect("lanes within L");
-        let base = self.base[len][first..]
-            .first_chunk()
-            .expect("lanes within L");
-        m.block_lanes(keys, base, block)
-    }
-}
-
-impl<const L: usize> core::fmt::Debug for FoldLanes<L> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("FoldLanes")
     }
 }
 
@@ -682,57 +571,7 @@ mod tests {
         p
     }
 
-    #[test]
-    fn fold_lanes_every_length_and_lane() {
-        let polys: [u32; 38] = lane_polys().try_into().unwrap();
-        let f = FoldLanes::new(&polys);
-        let data: Vec<u8> = (0..16u32).map(|i| (i * 113 + 71) as u8).collect();
-        for len in 0..=MULTI_MAX_LEN {
-            let mut block = [0u8; MULTI_MAX_LEN];
-            block[MULTI_MAX_LEN - len..].copy_from_slice(&data[..len]);
-            for m in [fold::Clmul::portable(), fold::Clmul::detect()] {
-                let mut out = [0u32; 38];
-                out[0] = f.checksums_padded(m, &block, len, 0, [!0; 2], &mut out[1..]);
-                assert_eq!(f.checksums_padded_n::<38>(m, &block, len, 0), out);
-                assert_eq!(f.checksums_padded_n::<3>(m, &block, len, 35), out[35..]);
-                for (lane, &p) in polys.iter().enumerate() {
-                    assert_eq!(out[lane], bitwise(p, &data[..len]), "{p:#x} len {len}");
-                }
-            }
-        }
-    }
-
     proptest::proptest! {
-        #[test]
-        fn fold_lanes_match_tables_and_bitwise(
-            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=16),
-            first in 0usize..38, count in 1usize..=38, masks in proptest::prelude::any::<[u32; 2]>(),
-        ) {
-            let polys: [u32; 38] = lane_polys().try_into().unwrap();
-            let f = FoldLanes::new(&polys);
-            let len = bytes.len();
-            let mut block = [0u8; MULTI_MAX_LEN];
-            block[MULTI_MAX_LEN - len..].copy_from_slice(&bytes);
-            let count = count.min(38 - first);
-            for m in [fold::Clmul::portable(), fold::Clmul::detect()] {
-                let mut out = [0u32; 38];
-                let (head, rest) = out.split_at_mut(1);
-                head[0] = f.checksums_padded(m, &block, len, first, masks, &mut rest[..count - 1]);
-                for (i, &got) in out[..count].iter().enumerate() {
-                    let p = polys[first + i];
-                    let mask = masks[(i > 0) as usize];
-                    let got = got | !mask;
-                    let unmask = |v: u32| v | !mask;
-                    let tables = !Crc32::new(p).update_tables(CRC_INIT, &bytes);
-                    proptest::prop_assert_eq!(got, unmask(tables), "{:#x} len {}", p, len);
-                    proptest::prop_assert_eq!(got, unmask(!bitwise_reg(p, CRC_INIT, &bytes)));
-                    let s = ShortCrc::new(p);
-                    proptest::prop_assert_eq!(got, unmask(s.checksum_padded(&block, len)));
-                }
-                proptest::prop_assert!(out[count..].iter().all(|&o| o == 0));
-            }
-        }
-
         #[test]
         fn word_and_blocks_match_tables_and_bitwise(
             data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=80),
