@@ -192,8 +192,9 @@ struct Qp {
     ack_tmpl: FrameTemplate,
     atomic_ack_tmpl: FrameTemplate,
     /// The ICRC register after the masked IPv4 and UDP headers of the peer's last datagram
-    /// checked by reconstruction, and what it depends on (the fast path's cache).
-    icrc_prefix: Option<(IcrcPrefixKey, u32)>,
+    /// checked by reconstruction, and what it depends on (the fast path's cache; the
+    /// [`FastIcrcKey::EMPTY`] key matches no datagram).
+    icrc_fast: (FastIcrcKey, u32),
     /// The same for the general path ([`execute::verify_icrc_cached`]), kept apart so that
     /// requests of other shapes (atomics, READs) do not evict the fast path's.
     icrc_prefix_general: Option<(IcrcPrefixKey, u32)>,
@@ -201,6 +202,8 @@ struct Qp {
     /// WRITEs executed by [`Responder::write_fast`]: each counts once in `rcvd_pkts` and
     /// once in `writes`, added when the counters are read ([`Qp::counters`]).
     fast_writes: u64,
+    /// The fast path's last R_Key: a registered region with remote write access.
+    write_mr: WriteMr,
 }
 
 impl Qp {
@@ -220,6 +223,45 @@ struct IcrcPrefixKey {
     len: usize,
     src: SocketAddrV4,
     dst: SocketAddrV4,
+}
+
+/// [`IcrcPrefixKey`] packed into two words for the fast path's compare: the transport length
+/// and both addresses, as the datagram carries them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FastIcrcKey([u64; 2]);
+
+impl FastIcrcKey {
+    /// Length 0: no datagram the fast path looks up (at least 32 bytes) has it.
+    const EMPTY: FastIcrcKey = FastIcrcKey([0; 2]);
+
+    #[inline(always)]
+    fn of(d: &Datagram<'_>) -> FastIcrcKey {
+        let ip = |a: &SocketAddrV4| u32::from_ne_bytes(a.ip().octets()) as u64;
+        FastIcrcKey([
+            ip(&d.src) | ip(&d.dst) << 32,
+            d.payload.len() as u64 | (d.src.port() as u64) << 32 | (d.dst.port() as u64) << 48,
+        ])
+    }
+}
+
+/// The registration the fast path wrote to last, kept in the QP so that a WRITE naming the
+/// same R_Key skips the device's table: filled only for a registered region with remote
+/// write access; [`Responder::deregister`] (and a registration) empties every QP's, so a
+/// deregistered region is never written through it (nor kept mapped by it).
+struct WriteMr {
+    /// The R_Key, widened; [`WriteMr::EMPTY`]'s matches no R_Key on the wire.
+    rkey: u64,
+    /// The region's virtual address.
+    base: u64,
+    region: Option<Arc<Region>>,
+}
+
+impl WriteMr {
+    const EMPTY: WriteMr = WriteMr {
+        rkey: u64::MAX,
+        base: 0,
+        region: None,
+    };
 }
 
 /// A SEND awaiting its ACK, kept for retransmission.
@@ -370,6 +412,7 @@ impl Responder {
             }
         };
         let base = region.addr();
+        self.forget_write_mrs();
         self.mrs[idx] = Some(Mr {
             rkey,
             region,
@@ -385,7 +428,15 @@ impl Responder {
         if let Some(slot) = self.mrs.get_mut(idx) {
             if slot.as_ref().is_some_and(|m| m.rkey == rkey) {
                 *slot = None;
+                self.forget_write_mrs();
             }
+        }
+    }
+
+    /// Empties every QP's [`WriteMr`]: the fast path looks its next R_Key up again.
+    fn forget_write_mrs(&mut self) {
+        for qp in self.qps.iter_mut().flatten() {
+            qp.write_mr = WriteMr::EMPTY;
         }
     }
 
@@ -433,10 +484,11 @@ impl Responder {
             pending_sends: VecDeque::new(),
             ack_tmpl,
             atomic_ack_tmpl,
-            icrc_prefix: None,
+            icrc_fast: (FastIcrcKey::EMPTY, 0),
             icrc_prefix_general: None,
             counters: RnicCounters::default(),
             fast_writes: 0,
+            write_mr: WriteMr::EMPTY,
         });
         qpn
     }
