@@ -362,7 +362,10 @@ pub const RESIDUE: u32 = 0xDEBB_20E3;
 /// The CRC register after `prefix` and the whole of `transport_with_icrc` (BTH byte 4
 /// masked), equal to [`RESIDUE`] exactly when its ICRC is right; `None` where the CPU lacks
 /// carry-less multiplication or SSSE3, or the transport is shorter than a BTH and an ICRC.
-/// What [`check_after_prefix`] computes; public for tests and benchmarks.
+/// What [`check_after_prefix`] computes; public for tests and benchmarks. Given the
+/// transport without its ICRC (at least 16 bytes), the register whose complement is the ICRC
+/// ([`crate::wire::roce::FrameTemplate::emit`] computes an ACK's ICRC so).
+#[inline]
 pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
     #[cfg(target_arch = "x86_64")]
     if transport_with_icrc.len() >= BTH_LEN + ICRC_LEN && fold16::available() {

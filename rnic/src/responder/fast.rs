@@ -69,8 +69,7 @@ impl Responder {
             if d.ip.is_some() {
                 return false;
             }
-            let key = FastIcrcKey::of(d);
-            let prefix = if qp.icrc_fast.0 == key {
+            let prefix = if qp.icrc_fast.0.matches(d) {
                 qp.icrc_fast.1
             } else {
                 if !addr_ok(d, &qp.cfg.peer) {
@@ -83,7 +82,7 @@ impl Responder {
                     dst_port: d.dst.port(),
                 };
                 let reg = icrc::reconstructed_prefix(&h, p.len());
-                qp.icrc_fast = (key, reg);
+                qp.icrc_fast = (FastIcrcKey::of(d), reg);
                 reg
             };
             if !icrc::check_after_prefix(prefix, p) {

@@ -225,22 +225,48 @@ struct IcrcPrefixKey {
     dst: SocketAddrV4,
 }
 
-/// [`IcrcPrefixKey`] packed into two words for the fast path's compare: the transport length
-/// and both addresses, as the datagram carries them.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct FastIcrcKey([u64; 2]);
+/// [`IcrcPrefixKey`] for the fast path, compared field by field without branches: the
+/// transport length and both addresses, as the datagram carries them.
+#[derive(Clone, Copy)]
+struct FastIcrcKey {
+    len: usize,
+    src_ip: u32,
+    dst_ip: u32,
+    src_port: u16,
+    dst_port: u16,
+}
 
 impl FastIcrcKey {
     /// Length 0: no datagram the fast path looks up (at least 32 bytes) has it.
-    const EMPTY: FastIcrcKey = FastIcrcKey([0; 2]);
+    const EMPTY: FastIcrcKey = FastIcrcKey {
+        len: 0,
+        src_ip: 0,
+        dst_ip: 0,
+        src_port: 0,
+        dst_port: 0,
+    };
 
     #[inline(always)]
     fn of(d: &Datagram<'_>) -> FastIcrcKey {
-        let ip = |a: &SocketAddrV4| u32::from_ne_bytes(a.ip().octets()) as u64;
-        FastIcrcKey([
-            ip(&d.src) | ip(&d.dst) << 32,
-            d.payload.len() as u64 | (d.src.port() as u64) << 32 | (d.dst.port() as u64) << 48,
-        ])
+        FastIcrcKey {
+            len: d.payload.len(),
+            src_ip: u32::from_ne_bytes(d.src.ip().octets()),
+            dst_ip: u32::from_ne_bytes(d.dst.ip().octets()),
+            src_port: d.src.port(),
+            dst_port: d.dst.port(),
+        }
+    }
+
+    /// Whether `d` has this key: every field XORed, ORed together, one test.
+    #[inline(always)]
+    fn matches(&self, d: &Datagram<'_>) -> bool {
+        let k = FastIcrcKey::of(d);
+        (self.len ^ k.len)
+            | (self.src_ip ^ k.src_ip) as usize
+            | (self.dst_ip ^ k.dst_ip) as usize
+            | (self.src_port ^ k.src_port) as usize
+            | (self.dst_port ^ k.dst_port) as usize
+            == 0
     }
 }
 
