@@ -380,8 +380,9 @@ pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
 /// a block of its own, zero-padded in front. Leading zeros leave a zero register unchanged, so
 /// with the prefix register XORed into the transport's first four bytes (what feeding them
 /// from that register means) the head block is exact, and every byte is folded 16 at a time:
-/// no per-byte tables, no branch on the length beyond the block loop. The final register is
-/// then compared with [`RESIDUE`] instead of extracting and comparing the ICRC.
+/// no per-byte tables, no branch on the length beyond the block loop. The final accumulator
+/// is then tested for [`RESIDUE`] (by exact division, `is_residue`) instead of extracting and
+/// comparing the ICRC.
 ///
 /// The constants are those of [`crate::crc::fold::FoldKeys`] for the IEEE polynomial (the
 /// arithmetic is described there), computed here because that type keeps them private.
