@@ -176,6 +176,8 @@ struct Qp {
     cfg: QpConfig,
     state: QpState,
     epsn: Psn,
+    /// Messages completed, free-running: the AETH carries its low 24 bits (the MSN;
+    /// `AethRepr` masks it), so the per-packet paths count without masking.
     msn: u32,
     sent_psn_nak: bool,
     recv_credits: u32,
@@ -346,7 +348,7 @@ pub struct Responder {
     /// The QPN of slot 0 ([`QPN_BASE`] unless [`Responder::set_qpn_base`] moved it).
     qpn_base: u32,
     /// Plain WRITEs take [`Responder::write_fast`] (off only to test it against the general
-    /// path).
+    /// path; read by unit-test builds alone).
     fast_path: bool,
 }
 
