@@ -362,7 +362,10 @@ pub const RESIDUE: u32 = 0xDEBB_20E3;
 /// The CRC register after `prefix` and the whole of `transport_with_icrc` (BTH byte 4
 /// masked), equal to [`RESIDUE`] exactly when its ICRC is right; `None` where the CPU lacks
 /// carry-less multiplication or SSSE3, or the transport is shorter than a BTH and an ICRC.
-/// What [`check_after_prefix`] computes; public for tests and benchmarks.
+/// What [`check_after_prefix`] computes; public for tests and benchmarks. Given the
+/// transport without its ICRC (at least 16 bytes), the register whose complement is the ICRC
+/// ([`crate::wire::roce::FrameTemplate::emit`] computes an ACK's ICRC so).
+#[inline]
 pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
     #[cfg(target_arch = "x86_64")]
     if transport_with_icrc.len() >= BTH_LEN + ICRC_LEN && fold16::available() {
@@ -377,8 +380,9 @@ pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
 /// a block of its own, zero-padded in front. Leading zeros leave a zero register unchanged, so
 /// with the prefix register XORed into the transport's first four bytes (what feeding them
 /// from that register means) the head block is exact, and every byte is folded 16 at a time:
-/// no per-byte tables, no branch on the length beyond the block loop. The final register is
-/// then compared with [`RESIDUE`] instead of extracting and comparing the ICRC.
+/// no per-byte tables, no branch on the length beyond the block loop. The final accumulator
+/// is then tested for [`RESIDUE`] (by exact division, `is_residue`) instead of extracting and
+/// comparing the ICRC.
 ///
 /// The constants are those of [`crate::crc::fold::FoldKeys`] for the IEEE polynomial (the
 /// arithmetic is described there), computed here because that type keeps them private.
@@ -388,7 +392,7 @@ mod fold16 {
     use core::arch::x86_64::{
         __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
         _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_shuffle_epi8,
-        _mm_srl_epi64, _mm_srli_si128, _mm_xor_si128,
+        _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128, _mm_xor_si128,
     };
     use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -433,6 +437,25 @@ mod fold16 {
     const K5: u64 = xpow_mod(64).reverse_bits() >> 31;
     const MU: u64 = barrett_mu().reverse_bits();
     const P65: u64 = ((1u64 << 32) | POLY as u64).reverse_bits();
+    /// `P^-1 mod x^64` as an operand (bit `i` the coefficient of `x^(63-i)`).
+    const P_INV: u64 = poly_inverse_mod_x64().reverse_bits();
+
+    /// `Q` with `P·Q ≡ 1 (mod x^64)`, normal form (bit `b` the coefficient of `x^b`): the
+    /// coefficients of `Q` low to high, each cancelling the lowest one of `1 - P·Q` left.
+    const fn poly_inverse_mod_x64() -> u64 {
+        let p = (1u64 << 32) | POLY as u64;
+        let mut want = 1u64;
+        let mut q = 0u64;
+        let mut b = 0;
+        while b < 64 {
+            if want & (1 << b) != 0 {
+                q |= 1 << b;
+                want ^= p << b;
+            }
+            b += 1;
+        }
+        q
+    }
 
     /// PSHUFB controls: `HEAD[r..r + 16]` moves a block's first `r` bytes to its end, zeros in
     /// front (0x80 selects zero).
@@ -486,16 +509,25 @@ mod fold16 {
 
     #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
     fn check_pclmul(prefix: u32, t: &[u8]) -> bool {
-        t.len() >= 16 && residue_pclmul(prefix, t) == super::RESIDUE
+        t.len() >= 16 && is_residue(fold_pclmul(prefix, t))
     }
 
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
     fn residue_pclmul(prefix: u32, t: &[u8]) -> u32 {
-        let n = t.len();
-        if n < 16 {
+        if t.len() < 16 {
             return 0;
         }
+        reduce(fold_pclmul(prefix, t))
+    }
+
+    /// The 128-bit accumulator after `prefix` and `t` (at least 16 bytes), BTH byte 4
+    /// masked: what `reduce` turns into the CRC register.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    fn fold_pclmul(prefix: u32, t: &[u8]) -> __m128i {
+        let n = t.len();
+        debug_assert!(n >= 16);
         let r = n % 16;
         let p = t.as_ptr();
         // SAFETY: bytes 0..16 and r..r + 16 of `t` are readable (n >= 16, and n - r is a
@@ -521,17 +553,29 @@ mod fold16 {
             );
             fold(_mm_shuffle_epi8(x0, ctl), b0)
         };
-        // The remaining whole blocks, one fold each: a plain loop (two or three blocks, for
-        // the usual frames, cost less this way than a dispatch to unrolled folds).
+        // The remaining whole blocks, one fold each: two a step, then the odd one (two or
+        // three blocks, for the usual frames, cost less this way than a dispatch to unrolled
+        // folds, and the loop's own instructions are paid once per pair).
         let mut x = x;
         let mut q = r + 16;
-        while q < n {
+        while q + 32 <= n {
+            // SAFETY: q = r + 16k and q + 32 <= n: bytes q..q + 32 of `t` are readable; the
+            // loads are unaligned.
+            let (b1, b2) = unsafe {
+                (
+                    _mm_loadu_si128(p.add(q).cast()),
+                    _mm_loadu_si128(p.add(q + 16).cast()),
+                )
+            };
+            x = fold(fold(x, b1), b2);
+            q += 32;
+        }
+        if q < n {
             // SAFETY: q = r + 16k < n and n - q is a multiple of 16: bytes q..q + 16 of `t`
             // are readable; the load is unaligned.
             x = fold(x, unsafe { _mm_loadu_si128(p.add(q).cast()) });
-            q += 16;
         }
-        reduce(x)
+        x
     }
 
     /// The accumulator `x` moved past one more block `b`: two carry-less multiplies.
@@ -547,31 +591,139 @@ mod fold16 {
     /// The CRC register `X·x^32 mod P` of the accumulator `X = X_a·x^64 + X_b` (`X_a` its
     /// first eight bytes), in the convention of `crc::fold` (an operand's bit `i` is the
     /// coefficient of `x^(63-i)`, a product comes out as `A·B` with bit `j` at `x^(126-j)`):
+    /// [`to_64`]'s `V ≡ X·x^32`, then Barrett on `V` with its low half `L`: `T = L·μ'`,
+    /// `S = (T mod x^32)·P'`, and the register is the high half of `V ^ S`
+    /// (`Clmul::reduce` with the shifts of its 64-bit constants, `MU = μ' << 31` and
+    /// `P65 = P' << 31`, taken out). Four multiplies, all in vector registers.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn reduce(x: __m128i) -> u32 {
+        let low32 = _mm_cvtsi64_si128(0xFFFF_FFFF);
+        let v = to_64(x);
+        let pu = _mm_set_epi64x((MU >> 31) as i64, (P65 >> 31) as i64);
+        let t = _mm_clmulepi64_si128::<0x10>(_mm_and_si128(v, low32), pu);
+        let s = _mm_clmulepi64_si128::<0x00>(_mm_and_si128(t, low32), pu);
+        _mm_extract_epi32::<1>(_mm_xor_si128(v, s)) as u32
+    }
+
+    /// The accumulator `X` folded to 64 bits: the low lane of the result, read as an operand
+    /// `V` (bit `i` at `x^(63-i)`), is `≡ X·x^32` (mod P); the high lane is not part of it.
     ///
     /// - `Y = X_a·K4 + X_b·x^63`, with `K4 = (x^95 mod P)·x^32 ≡ x^127`: `Y ≡ X·x^63`, and
     ///   `Y`'s 95 bits are a multiple of `x^32`;
     /// - `Z = Y_top·K5 + (Y - Y_top·x^63)·x^32`, with `Y_top` its top 32 coefficients and
     ///   `K5 = (x^64 mod P)·x^31 ≡ x^95`: `Z ≡ Y·x^32 ≡ X·x^95`, 64 bits, a multiple of
-    ///   `x^63`; read as a 64-bit operand `V` (bit `i` at `x^(63-i)`), `V ≡ X·x^32`;
-    /// - Barrett on `V` with its low half `L`: `T = L·μ'`, `S = (T mod x^32)·P'`, and the
-    ///   register is the high half of `V ^ S` (`Clmul::reduce` with the shifts of its 64-bit
-    ///   constants, `MU = μ' << 31` and `P65 = P' << 31`, taken out).
-    ///
-    /// Four multiplies, all in vector registers.
+    ///   `x^63`, so `V = Z / x^63 ≡ X·x^32`.
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    fn reduce(x: __m128i) -> u32 {
+    fn to_64(x: __m128i) -> __m128i {
         let low32 = _mm_cvtsi64_si128(0xFFFF_FFFF);
         let k = _mm_set_epi64x(K5 as i64, K4 as i64);
         let y = _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, k), _mm_srli_si128::<8>(x));
-        let v = _mm_xor_si128(
+        _mm_xor_si128(
             _mm_clmulepi64_si128::<0x10>(_mm_and_si128(y, low32), k),
             _mm_srli_si128::<4>(y),
+        )
+    }
+
+    /// Whether `reduce(x) == RESIDUE`, by exact division instead of Barrett: with
+    /// `W = V + R` (`V` from [`to_64`], `R` the residue's polynomial, degree < 32),
+    /// `reduce(x) == RESIDUE` exactly when `P` divides `W`, that is `W = q·P` with
+    /// `deg q < 32` (both sides have degree < 64). `P` has a constant term, so it is
+    /// invertible modulo `x^64`; with `P_INV = P^-1 mod x^64`, `W = q·P` for such a `q`
+    /// exactly when `W·P_INV mod x^64` (which is then `q`) has no coefficient from `x^32`
+    /// to `x^63`: `W ≡ (W·P_INV mod x^64)·P (mod x^64)`, and a degree-< 32 factor makes
+    /// that product exact. One multiply and a test instead of Barrett's two.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn is_residue(x: __m128i) -> bool {
+        // The residue's register bit i is the coefficient of x^(31-i): operand bit 32 + i.
+        let w = _mm_xor_si128(
+            to_64(x),
+            _mm_cvtsi64_si128(((super::RESIDUE as u64) << 32) as i64),
         );
-        let pu = _mm_set_epi64x((MU >> 31) as i64, (P65 >> 31) as i64);
-        let t = _mm_clmulepi64_si128::<0x10>(_mm_and_si128(v, low32), pu);
-        let s = _mm_clmulepi64_si128::<0x00>(_mm_and_si128(t, low32), pu);
-        _mm_extract_epi32::<1>(_mm_xor_si128(v, s)) as u32
+        let prod = _mm_clmulepi64_si128::<0x00>(w, _mm_cvtsi64_si128(P_INV as i64));
+        // Product bit j is the coefficient of x^(126-j): x^63..x^32 are bits 63..94.
+        let mask = _mm_set_epi64x(0x7FFF_FFFF, i64::MIN);
+        _mm_testz_si128(prod, mask) == 1
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Carry-less product modulo x^64, normal form.
+        fn clmul_low(a: u64, b: u64) -> u64 {
+            (0..64)
+                .filter(|i| b >> i & 1 != 0)
+                .fold(0, |acc, i| acc ^ a << i)
+        }
+
+        #[test]
+        fn p_inv_is_the_inverse_mod_x64() {
+            let p = (1u64 << 32) | POLY as u64;
+            assert_eq!(clmul_low(p, P_INV.reverse_bits()), 1);
+        }
+
+        #[test]
+        fn exact_division_agrees_with_barrett() {
+            if !available() {
+                return;
+            }
+            // Accumulators with and without the residue: reduce is linear, so x ^ e with
+            // reduce(e) = reduce(x) ^ RESIDUE has it; e is a sum of unit accumulators, picked
+            // by elimination over a basis of their registers.
+            let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+            let mut next = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            // SAFETY: `available()` saw the CPU features the functions enable.
+            unsafe {
+                let unit = |i: u32| {
+                    let (lo, hi) = if i < 64 {
+                        (1u64 << i, 0)
+                    } else {
+                        (0, 1u64 << (i - 64))
+                    };
+                    _mm_set_epi64x(hi as i64, lo as i64)
+                };
+                let mut basis: Vec<(u32, __m128i)> = Vec::new();
+                for i in 0..128 {
+                    let mut r = reduce(unit(i));
+                    let mut e = unit(i);
+                    for (b, be) in &basis {
+                        if r & (1 << b.trailing_zeros()) != 0 {
+                            r ^= b;
+                            e = _mm_xor_si128(e, *be);
+                        }
+                    }
+                    if r != 0 {
+                        basis.push((r, e));
+                    }
+                }
+                for _ in 0..2000 {
+                    let x = _mm_set_epi64x(next() as i64, next() as i64);
+                    assert_eq!(is_residue(x), reduce(x) == crate::icrc::RESIDUE);
+                    // The same accumulator moved onto the residue, then one bit off it.
+                    let mut y = x;
+                    let mut want = reduce(y) ^ crate::icrc::RESIDUE;
+                    for (b, be) in &basis {
+                        if want & (1 << b.trailing_zeros()) != 0 {
+                            want ^= b;
+                            y = _mm_xor_si128(y, *be);
+                        }
+                    }
+                    assert_eq!(want, 0);
+                    assert_eq!(reduce(y), crate::icrc::RESIDUE);
+                    assert!(is_residue(y));
+                    let flip = unit((next() % 128) as u32);
+                    assert!(!is_residue(_mm_xor_si128(y, flip)));
+                }
+            }
+        }
     }
 }
 

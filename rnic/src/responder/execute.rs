@@ -214,7 +214,7 @@ pub(super) fn execute(
             }
             if reth.dma_len == 0 {
                 // Zero-length WRITE: no memory access, no R_Key check (IBA 9.4.4).
-                qp.msn = (qp.msn + 1) & 0xff_ffff;
+                qp.msn = qp.msn.wrapping_add(1);
                 return Ok(Step::Done { ack: ack_req });
             }
             let (mi, off, mr) = resolve(
@@ -239,7 +239,7 @@ pub(super) fn execute(
                 return Ok(Step::Done { ack: ack_req });
             }
             qp.counters.writes += 1;
-            qp.msn = (qp.msn + 1) & 0xff_ffff;
+            qp.msn = qp.msn.wrapping_add(1);
             if imm {
                 qp.recv_credits -= 1;
                 qp.counters.write_imm += 1;
@@ -287,7 +287,7 @@ pub(super) fn execute(
             if last {
                 qp.in_progress = InProgress::None;
                 qp.counters.writes += 1;
-                qp.msn = (qp.msn + 1) & 0xff_ffff;
+                qp.msn = qp.msn.wrapping_add(1);
                 if imm {
                     qp.recv_credits -= 1;
                     qp.counters.write_imm += 1;
@@ -325,7 +325,7 @@ pub(super) fn execute(
             }
             .map_err(|_| Fault::Invalid)?;
             qp.counters.atomics += 1;
-            qp.msn = (qp.msn + 1) & 0xff_ffff;
+            qp.msn = qp.msn.wrapping_add(1);
             let r = qp.res_next;
             qp.res_next = (r + 1) % MAX_RD_ATOMIC;
             qp.atomic_res[r] = AtomicRes {
@@ -357,7 +357,7 @@ pub(super) fn execute(
                 (mi, off)
             };
             qp.counters.reads += 1;
-            qp.msn = (qp.msn + 1) & 0xff_ffff;
+            qp.msn = qp.msn.wrapping_add(1);
             let r = qp.res_next;
             qp.res_next = (r + 1) % MAX_RD_ATOMIC;
             let res = ReadRes {
@@ -442,7 +442,7 @@ pub(super) fn requester_response(
 fn finish_send(qp: &mut Qp, cq: &mut VecDeque<Completion>, imm: Option<u32>) {
     qp.recv_credits -= 1;
     qp.counters.sends += 1;
-    qp.msn = (qp.msn + 1) & 0xff_ffff;
+    qp.msn = qp.msn.wrapping_add(1);
     let data = std::mem::take(&mut qp.send_buf);
     push_cq(
         cq,

@@ -176,6 +176,8 @@ struct Qp {
     cfg: QpConfig,
     state: QpState,
     epsn: Psn,
+    /// Messages completed, free-running: the AETH carries its low 24 bits (the MSN;
+    /// `AethRepr` masks it), so the per-packet paths count without masking.
     msn: u32,
     sent_psn_nak: bool,
     recv_credits: u32,
@@ -192,8 +194,9 @@ struct Qp {
     ack_tmpl: FrameTemplate,
     atomic_ack_tmpl: FrameTemplate,
     /// The ICRC register after the masked IPv4 and UDP headers of the peer's last datagram
-    /// checked by reconstruction, and what it depends on (the fast path's cache).
-    icrc_prefix: Option<(IcrcPrefixKey, u32)>,
+    /// checked by reconstruction, and what it depends on (the fast path's cache; the
+    /// [`FastIcrcKey::EMPTY`] key matches no datagram).
+    icrc_fast: (FastIcrcKey, u32),
     /// The same for the general path ([`execute::verify_icrc_cached`]), kept apart so that
     /// requests of other shapes (atomics, READs) do not evict the fast path's.
     icrc_prefix_general: Option<(IcrcPrefixKey, u32)>,
@@ -201,6 +204,8 @@ struct Qp {
     /// WRITEs executed by [`Responder::write_fast`]: each counts once in `rcvd_pkts` and
     /// once in `writes`, added when the counters are read ([`Qp::counters`]).
     fast_writes: u64,
+    /// The fast path's last R_Key: a registered region with remote write access.
+    write_mr: WriteMr,
 }
 
 impl Qp {
@@ -220,6 +225,71 @@ struct IcrcPrefixKey {
     len: usize,
     src: SocketAddrV4,
     dst: SocketAddrV4,
+}
+
+/// [`IcrcPrefixKey`] for the fast path, compared field by field without branches: the
+/// transport length and both addresses, as the datagram carries them.
+#[derive(Clone, Copy)]
+struct FastIcrcKey {
+    len: usize,
+    src_ip: u32,
+    dst_ip: u32,
+    src_port: u16,
+    dst_port: u16,
+}
+
+impl FastIcrcKey {
+    /// Length 0: no datagram the fast path looks up (at least 32 bytes) has it.
+    const EMPTY: FastIcrcKey = FastIcrcKey {
+        len: 0,
+        src_ip: 0,
+        dst_ip: 0,
+        src_port: 0,
+        dst_port: 0,
+    };
+
+    #[inline(always)]
+    fn of(d: &Datagram<'_>) -> FastIcrcKey {
+        FastIcrcKey {
+            len: d.payload.len(),
+            src_ip: u32::from_ne_bytes(d.src.ip().octets()),
+            dst_ip: u32::from_ne_bytes(d.dst.ip().octets()),
+            src_port: d.src.port(),
+            dst_port: d.dst.port(),
+        }
+    }
+
+    /// Whether `d` has this key: every field XORed, ORed together, one test.
+    #[inline(always)]
+    fn matches(&self, d: &Datagram<'_>) -> bool {
+        let k = FastIcrcKey::of(d);
+        (self.len ^ k.len)
+            | (self.src_ip ^ k.src_ip) as usize
+            | (self.dst_ip ^ k.dst_ip) as usize
+            | (self.src_port ^ k.src_port) as usize
+            | (self.dst_port ^ k.dst_port) as usize
+            == 0
+    }
+}
+
+/// The registration the fast path wrote to last, kept in the QP so that a WRITE naming the
+/// same R_Key skips the device's table: filled only for a registered region with remote
+/// write access; [`Responder::deregister`] (and a registration) empties every QP's, so a
+/// deregistered region is never written through it (nor kept mapped by it).
+struct WriteMr {
+    /// The R_Key, widened; [`WriteMr::EMPTY`]'s matches no R_Key on the wire.
+    rkey: u64,
+    /// The region's virtual address.
+    base: u64,
+    region: Option<Arc<Region>>,
+}
+
+impl WriteMr {
+    const EMPTY: WriteMr = WriteMr {
+        rkey: u64::MAX,
+        base: 0,
+        region: None,
+    };
 }
 
 /// A SEND awaiting its ACK, kept for retransmission.
@@ -278,7 +348,7 @@ pub struct Responder {
     /// The QPN of slot 0 ([`QPN_BASE`] unless [`Responder::set_qpn_base`] moved it).
     qpn_base: u32,
     /// Plain WRITEs take [`Responder::write_fast`] (off only to test it against the general
-    /// path).
+    /// path; read by unit-test builds alone).
     fast_path: bool,
 }
 
@@ -370,6 +440,7 @@ impl Responder {
             }
         };
         let base = region.addr();
+        self.forget_write_mrs();
         self.mrs[idx] = Some(Mr {
             rkey,
             region,
@@ -385,7 +456,15 @@ impl Responder {
         if let Some(slot) = self.mrs.get_mut(idx) {
             if slot.as_ref().is_some_and(|m| m.rkey == rkey) {
                 *slot = None;
+                self.forget_write_mrs();
             }
+        }
+    }
+
+    /// Empties every QP's [`WriteMr`]: the fast path looks its next R_Key up again.
+    fn forget_write_mrs(&mut self) {
+        for qp in self.qps.iter_mut().flatten() {
+            qp.write_mr = WriteMr::EMPTY;
         }
     }
 
@@ -433,10 +512,11 @@ impl Responder {
             pending_sends: VecDeque::new(),
             ack_tmpl,
             atomic_ack_tmpl,
-            icrc_prefix: None,
+            icrc_fast: (FastIcrcKey::EMPTY, 0),
             icrc_prefix_general: None,
             counters: RnicCounters::default(),
             fast_writes: 0,
+            write_mr: WriteMr::EMPTY,
         });
         qpn
     }

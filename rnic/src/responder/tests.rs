@@ -174,3 +174,158 @@ fn fast_and_general_paths_agree() {
         );
     }
 }
+
+/// One sealed RDMA WRITE Only of `payload` at `va` under `rkey`, from `peer` to `r`'s QP.
+fn write_at(
+    r: &mut Responder,
+    peer: SocketAddrV4,
+    psn: Psn,
+    va: u64,
+    rkey: Rkey,
+    payload: &[u8],
+) -> TxBatch {
+    let ep = RoceEndpoint::default();
+    let tmpl = FrameTemplate::new(
+        &ep,
+        op::RC_RDMA_WRITE_ONLY,
+        Qpn::new(QPN_BASE),
+        payload.len(),
+    );
+    let mut buf = vec![0u8; tmpl.frame_len()];
+    let reth = RethRepr {
+        va,
+        rkey,
+        dma_len: payload.len() as u32,
+    };
+    tmpl.emit_write(&mut buf, psn, true, &reth, None, payload);
+    let f = Frame {
+        transport: buf[L2L4_LEN..].to_vec(),
+        src: peer,
+        corrupt_icrc: false,
+    };
+    let dst = r.dev.local;
+    let t = seal(&f, 0, rkey, dst);
+    let mut tx = TxBatch::new(8, 2048);
+    r.handle(
+        &Datagram {
+            src: peer,
+            dst,
+            ip: None,
+            payload: &t,
+        },
+        &mut tx,
+    );
+    tx
+}
+
+/// The AETH syndrome of the only frame in `tx` (0x00.. ACK, 0x60.. NAK).
+fn syndrome(tx: &TxBatch) -> u8 {
+    let frames: Vec<&[u8]> = tx.iter_payloads().map(|(_, b)| b).collect();
+    assert_eq!(frames.len(), 1, "one answer");
+    frames[0][BTH_LEN]
+}
+
+#[test]
+fn write_mr_cache_is_emptied_by_deregistration() {
+    let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 10000);
+    for fast in [true, false] {
+        let (mut r, region, rkey) = setup(fast, peer);
+        let qpn = Qpn::new(QPN_BASE);
+        let psn = r.expected_psn(qpn).unwrap();
+        let tx = write_at(&mut r, peer, psn, region.addr() + 64, rkey, &[7u8; 32]);
+        assert_eq!(syndrome(&tx) & 0xE0, 0, "ACK");
+        assert_eq!(region.load_u64(64).unwrap(), u64::from_le_bytes([7; 8]));
+        // Deregistered: the next WRITE under that key is a remote access error, nothing is
+        // written, and no QP keeps the region alive.
+        r.deregister(rkey);
+        assert_eq!(
+            Arc::strong_count(&region),
+            1,
+            "only the test holds the region"
+        );
+        let tx = write_at(
+            &mut r,
+            peer,
+            psn.next(),
+            region.addr() + 128,
+            rkey,
+            &[9u8; 32],
+        );
+        assert_eq!(syndrome(&tx), 0x60 | 2, "NAK remote access error");
+        assert_eq!(region.load_u64(128).unwrap(), 0, "nothing written");
+        assert_eq!(r.qp_state(qpn), Some(QpState::Error));
+        assert_eq!(r.qp_counters(qpn).unwrap().writes, 1);
+    }
+}
+
+#[test]
+fn write_mr_cache_follows_reregistration() {
+    let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 10000);
+    for fast in [true, false] {
+        let (mut r, a, ka) = setup(fast, peer);
+        let qpn = Qpn::new(QPN_BASE);
+        let psn = r.expected_psn(qpn).unwrap();
+        assert_eq!(
+            syndrome(&write_at(&mut r, peer, psn, a.addr(), ka, &[1u8; 32])) & 0xE0,
+            0
+        );
+        // The slot is reused by another region under a new key: WRITEs under the new key land
+        // there, and the old key (same slot) is refused.
+        r.deregister(ka);
+        let b = Arc::new(Region::anonymous(REGION, false).unwrap());
+        let kb = r.register(b.clone(), Access::ALL);
+        assert_eq!(mr_slot(kb), mr_slot(ka));
+        assert_ne!(kb, ka);
+        let psn = psn.next();
+        assert_eq!(
+            syndrome(&write_at(&mut r, peer, psn, b.addr() + 8, kb, &[2u8; 32])) & 0xE0,
+            0
+        );
+        assert_eq!(b.load_u64(8).unwrap(), u64::from_le_bytes([2; 8]));
+        assert_eq!(
+            a.load_u64(8).unwrap(),
+            u64::from_le_bytes([1; 8]),
+            "the old region untouched"
+        );
+        // A WRITE naming the new region's address under the old key.
+        let tx = write_at(&mut r, peer, psn.next(), b.addr() + 64, ka, &[3u8; 32]);
+        assert_eq!(syndrome(&tx), 0x60 | 2, "NAK remote access error");
+        assert_eq!(b.load_u64(64).unwrap(), 0);
+        assert_eq!(a.load_u64(64).unwrap(), 0);
+    }
+}
+
+#[test]
+fn write_mr_cache_needs_write_access_and_the_range() {
+    let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 10000);
+    for fast in [true, false] {
+        let (mut r, a, ka) = setup(fast, peer);
+        let qpn = Qpn::new(QPN_BASE);
+        let psn = r.expected_psn(qpn).unwrap();
+        // Cached key, then a range past the region's end under it: NAK, nothing written.
+        assert_eq!(
+            syndrome(&write_at(&mut r, peer, psn, a.addr(), ka, &[1u8; 32])) & 0xE0,
+            0
+        );
+        let end = a.addr() + REGION as u64 - 16;
+        let tx = write_at(&mut r, peer, psn.next(), end, ka, &[5u8; 32]);
+        assert_eq!(syndrome(&tx), 0x60 | 2);
+        assert_eq!(a.load_u64(REGION as u64 - 16).unwrap(), 0);
+        // A region registered without write access: refused (the cache is filled only for
+        // regions with it).
+        let (mut r2, _a2, _k2) = setup(fast, peer);
+        let ro = Arc::new(Region::anonymous(REGION, false).unwrap());
+        let kro = r2.register(
+            ro.clone(),
+            Access {
+                remote_write: false,
+                remote_read: true,
+                remote_atomic: true,
+            },
+        );
+        let psn = r2.expected_psn(qpn).unwrap();
+        let tx = write_at(&mut r2, peer, psn, ro.addr(), kro, &[4u8; 32]);
+        assert_eq!(syndrome(&tx), 0x60 | 2);
+        assert_eq!(ro.load_u64(0).unwrap(), 0);
+    }
+}

@@ -26,6 +26,9 @@ pub struct FrameTemplate {
     pub(super) headers: [u8; HEADERS_WITH_BTH],
     /// The ICRC register after the constant prefix.
     pub(super) prefix_state: u32,
+    /// The ICRC register after the eight 0xFF bytes and the masked IPv4 and UDP headers
+    /// (before the BTH): where [`FrameTemplate::emit`] starts the folds.
+    l4_state: u32,
     ext_len: usize,
     payload_len: usize,
     frame_len: usize,
@@ -68,9 +71,11 @@ impl FrameTemplate {
         let (ip, udp) = l3l4_headers(&headers);
         let prefix_state =
             icrc::masked_prefix_state(&ip, &udp, &headers[field::BTH..field::PSN_WORD.start]);
+        let l4_state = icrc::masked_prefix_state(&ip, &udp, &[]);
         FrameTemplate {
             headers,
             prefix_state,
+            l4_state,
             ext_len,
             payload_len,
             frame_len,
@@ -138,7 +143,15 @@ impl FrameTemplate {
         out[body_end..body_end + 4].copy_from_slice(&[0; 4]);
         let word = (ack_req as u32) << 31 | psn.value();
         out[field::PSN_WORD].copy_from_slice(&word.to_be_bytes());
-        let crc = !IEEE.update(self.prefix_state, &out[field::PSN_WORD.start..icrc_at]);
+        // Where the CPU has carry-less multiplication and the transport is at least 16 bytes
+        // (an ACK is exactly that), the whole transport is folded 16 bytes at a time from the
+        // register before the BTH ([`icrc::residue_fold`], BTH byte 4 masked as the ICRC
+        // wants); otherwise the tables take the variable tail after the constant prefix.
+        // Both give the same ICRC.
+        let crc = match icrc::residue_fold(self.l4_state, &out[field::BTH..icrc_at]) {
+            Some(reg) => !reg,
+            None => !IEEE.update(self.prefix_state, &out[field::PSN_WORD.start..icrc_at]),
+        };
         out[icrc_at..].copy_from_slice(&crc.to_le_bytes());
         len
     }
