@@ -24,7 +24,7 @@
 //! verdict as bad and keeps the full strength. The Ethernet FCS and the UDP checksum (when a
 //! sender fills it) still protect the frame on the link.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::crc::IEEE;
 use crate::wire::ethernet::{self, EthernetFrame};
@@ -238,6 +238,19 @@ pub struct ReconstructedHeader {
     pub dst_port: u16,
 }
 
+impl ReconstructedHeader {
+    /// The headers of a UDP datagram from `src` to `dst`.
+    #[inline]
+    pub fn between(src: SocketAddrV4, dst: SocketAddrV4) -> ReconstructedHeader {
+        ReconstructedHeader {
+            src_ip: *src.ip(),
+            dst_ip: *dst.ip(),
+            src_port: src.port(),
+            dst_port: dst.port(),
+        }
+    }
+}
+
 /// The outcome of [`check_reconstructed`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum IcrcVerdict {
@@ -399,35 +412,14 @@ mod fold16 {
     /// The IEEE polynomial, normal form.
     const POLY: u32 = 0x04C1_1DB7;
 
-    /// `x^n mod P`, normal form.
+    /// `x^n mod P` and `⌊x^64 / P⌋` for the IEEE polynomial, from `crc::fold`'s constant
+    /// arithmetic (whose `FoldKeys` keeps its operands private and shaped for its own fold).
     const fn xpow_mod(n: u32) -> u64 {
-        let p33 = (1u64 << 32) | POLY as u64;
-        let mut r = 1u64;
-        let mut i = 0;
-        while i < n {
-            r <<= 1;
-            if r & (1 << 32) != 0 {
-                r ^= p33;
-            }
-            i += 1;
-        }
-        r
+        crate::crc::fold::xpow_mod(n, POLY)
     }
 
-    /// `⌊x^64 / P⌋`.
     const fn barrett_mu() -> u64 {
-        let p33 = (1u128 << 32) | POLY as u128;
-        let mut rem = 1u128 << 64;
-        let mut q = 0u64;
-        let mut i = 64;
-        while i >= 32 {
-            if rem & (1u128 << i) != 0 {
-                q |= 1 << (i - 32);
-                rem ^= p33 << (i - 32);
-            }
-            i -= 1;
-        }
-        q
+        crate::crc::fold::barrett_mu(POLY)
     }
 
     const FOLD_HI: u64 = xpow_mod(191).reverse_bits();

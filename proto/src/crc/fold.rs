@@ -47,7 +47,7 @@ pub struct FoldKeys {
 }
 
 /// `x^n mod P` (normal form: bit i is the coefficient of x^i; `poly` without its x^32 term).
-const fn xpow_mod(n: u32, poly: u32) -> u64 {
+pub(crate) const fn xpow_mod(n: u32, poly: u32) -> u64 {
     let p33 = (1u64 << 32) | poly as u64;
     let mut r = 1u64;
     let mut i = 0;
@@ -62,7 +62,7 @@ const fn xpow_mod(n: u32, poly: u32) -> u64 {
 }
 
 /// `⌊x^64 / P⌋` (degree 32).
-const fn barrett_mu(poly: u32) -> u64 {
+pub(crate) const fn barrett_mu(poly: u32) -> u64 {
     let p33 = (1u128 << 32) | poly as u128;
     let mut rem = 1u128 << 64;
     let mut q = 0u64;

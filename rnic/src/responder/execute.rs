@@ -29,12 +29,7 @@ pub(super) enum Step {
 }
 
 pub(super) fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
-    let h = ReconstructedHeader {
-        src_ip: *d.src.ip(),
-        dst_ip: *d.dst.ip(),
-        src_port: d.src.port(),
-        dst_port: d.dst.port(),
-    };
+    let h = ReconstructedHeader::between(d.src, d.dst);
     match d.ip {
         Some(ip) => {
             if check_with_ip(&h, ip.ident, ip.dont_frag, ip.ttl, ip.tos, d.payload) {
@@ -67,12 +62,7 @@ pub(super) fn verify_icrc_cached(
         let prefix = match *cache {
             Some((k, reg)) if k == key => reg,
             _ => {
-                let h = ReconstructedHeader {
-                    src_ip: *d.src.ip(),
-                    dst_ip: *d.dst.ip(),
-                    src_port: d.src.port(),
-                    dst_port: d.dst.port(),
-                };
+                let h = ReconstructedHeader::between(d.src, d.dst);
                 let reg = icrc::reconstructed_prefix(&h, p.len());
                 *cache = Some((key, reg));
                 reg

@@ -76,12 +76,7 @@ impl Responder {
                 if !addr_ok(d, &qp.cfg.peer) {
                     return false;
                 }
-                let h = ReconstructedHeader {
-                    src_ip: *d.src.ip(),
-                    dst_ip: *d.dst.ip(),
-                    src_port: d.src.port(),
-                    dst_port: d.dst.port(),
-                };
+                let h = ReconstructedHeader::between(d.src, d.dst);
                 let reg = icrc::reconstructed_prefix(&h, p.len());
                 qp.icrc_fast = (FastIcrcKey::of(d), reg);
                 reg
