@@ -53,9 +53,17 @@ values = [[1, 1000]]
 /// The admin token of the tests' collectors (`POST /epoch` needs it).
 const TOKEN: &str = "metrics-test-admin-token-0123456789";
 
+/// A collector with the admin token in a file of its own, which is removed once the collector
+/// has read it at start (every run used to leave a `dta-metrics-token-PID` directory behind).
 fn start() -> (Collector, String) {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = std::env::temp_dir().join(format!("dta-metrics-token-{}", std::process::id()));
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "dta-metrics-token-{}-{}",
+        std::process::id(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, TOKEN).unwrap();
@@ -65,7 +73,9 @@ fn start() -> (Collector, String) {
         &format!("hugepages = false\nadmin_token_file = {token:?}\n"),
     );
     let cfg = CollectorConfig::from_toml(&cfg).unwrap();
-    let c = Collector::start(cfg).unwrap();
+    let c = Collector::start(cfg);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let c = c.unwrap();
     let addr = c.control_addr().expect("control API runs").to_string();
     (c, addr)
 }

@@ -8,7 +8,7 @@
 //! queries for both epochs.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dta_bench::cluster as demo;
@@ -119,10 +119,10 @@ fn translator(cluster: &Path, i: u8) -> Translator {
     Translator::start(cfg).expect("translator joins the cluster")
 }
 
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dta-cluster-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A directory for the test's cluster file, removed when the test ends (declared before the
+/// translators that re-read the file, so it outlives them).
+fn dir(tag: &str) -> dta_tests::scratch::ScratchDir {
+    dta_tests::scratch::ScratchDir::new(&format!("dta-cluster-{tag}"))
 }
 
 fn settle(ts: &[&Translator], sent: u64) {
@@ -149,7 +149,7 @@ fn three_collectors_two_translators_answer_as_one_system() {
              { collector = \"c2\", first = 6, count = 5 },\n  \
              { collector = \"c3\", first = 11, count = 5 },\n]\n";
     let d = dir("demo");
-    let path = d.join("cluster.toml");
+    let path = d.path().join("cluster.toml");
     std::fs::write(&path, &file).unwrap();
     let t1 = translator(&path, 1);
     let t2 = translator(&path, 2);
@@ -302,7 +302,7 @@ fn resharding_keeps_the_old_epochs_data_readable() {
               lists = [{ collector = \"c1\", first = 0, count = 4 }, \
               { collector = \"c3\", first = 4, count = 4 }]\n";
     let d = dir("reshard");
-    let path = d.join("cluster.toml");
+    let path = d.path().join("cluster.toml");
     std::fs::write(&path, format!("[cluster]\nepoch = 1\n{HEAD}{coll}{e1}")).unwrap();
     let t = translator(&path, 3);
     assert_eq!(t.cluster_epoch(), Some(1));
