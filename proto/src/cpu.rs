@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// 0: not looked up; 1: present; 2: absent.
 static PCLMUL: AtomicU8 = AtomicU8::new(0);
 static AVX2: AtomicU8 = AtomicU8::new(0);
+static PCLMUL_SSSE3: AtomicU8 = AtomicU8::new(0);
 
 #[inline(always)]
 fn cached(cell: &AtomicU8, look: fn() -> bool) -> bool {
@@ -39,6 +40,23 @@ pub fn has_pclmul() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (&PCLMUL, cached);
+        false
+    }
+}
+
+/// [`has_pclmul`] and SSSE3 (PSHUFB): the ICRC check's fold, which moves a frame's first
+/// bytes into a block by a byte shuffle ([`crate::icrc::check_after_prefix`]).
+#[inline]
+pub fn has_pclmul_ssse3() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        cached(&PCLMUL_SSSE3, || {
+            has_pclmul() && std::arch::is_x86_feature_detected!("ssse3")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = &PCLMUL_SSSE3;
         false
     }
 }

@@ -407,7 +407,6 @@ mod fold16 {
         _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_shuffle_epi8,
         _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128, _mm_xor_si128,
     };
-    use std::sync::atomic::{AtomicU8, Ordering};
 
     /// The IEEE polynomial, normal form.
     const POLY: u32 = 0x04C1_1DB7;
@@ -461,25 +460,10 @@ mod fold16 {
         t
     };
 
-    /// 0: not looked up; 1: present; 2: absent.
-    static AVAILABLE: AtomicU8 = AtomicU8::new(0);
-
-    /// PCLMULQDQ, SSE4.1 and SSSE3 (PSHUFB), looked up once.
+    /// PCLMULQDQ, SSE4.1 and SSSE3 (PSHUFB), looked up once ([`crate::cpu`]).
     #[inline(always)]
     pub(super) fn available() -> bool {
-        match AVAILABLE.load(Ordering::Relaxed) {
-            1 => true,
-            2 => false,
-            _ => look_up(),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn look_up() -> bool {
-        let yes = crate::cpu::has_pclmul() && std::arch::is_x86_feature_detected!("ssse3");
-        AVAILABLE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
-        yes
+        crate::cpu::has_pclmul_ssse3()
     }
 
     /// The register after `prefix` and `t` (at least 16 bytes), BTH byte 4 masked.
