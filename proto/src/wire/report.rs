@@ -371,6 +371,119 @@ fn key_ending_at(b: &[u8], end: usize, len: usize) -> Option<Key> {
     }
 }
 
+/// The extended profile's base header as the fast path reads it (the version this build
+/// speaks, no reserved bits, a known priority, and at least the shortest sub-header behind
+/// it); `None` leaves the datagram to the full parser.
+#[inline(always)]
+fn fast_ext_header(b: &[u8], cfg: &ParseConfig) -> Option<ReportHeader> {
+    if !cfg.accept_extended
+        || b.first() != Some(&crate::wire::dta_ext::MAGIC_VERSION)
+        || b.len() < EXT_HEADER_LEN + xf::KW_FIXED
+        || b[xf::RESERVED] != 0
+    {
+        return None;
+    }
+    let flags = b[xf::FLAGS];
+    if flags & xflags::RESERVED_MASK != 0 {
+        return None;
+    }
+    let priority = match (flags & xflags::PRIORITY_MASK) >> xflags::PRIORITY_SHIFT {
+        0 => Priority::Low,
+        1 => Priority::Medium,
+        2 => Priority::High,
+        _ => return None,
+    };
+    Some(ReportHeader {
+        profile: Profile::Extended,
+        immediate: flags & xflags::IMMEDIATE != 0,
+        retransmittable: flags & xflags::RETRANSMITTABLE != 0,
+        seq: Some(be32(&b[xf::SEQ])),
+        priority,
+    })
+}
+
+/// The reference profile's base header in `cfg`'s variant, and its length; `None` if the
+/// profile is not accepted or the datagram ends inside the header.
+#[inline(always)]
+fn fast_ref_header(b: &[u8], cfg: &ParseConfig) -> Option<(ReportHeader, usize)> {
+    if !cfg.accept_reference {
+        return None;
+    }
+    // The base header ends with its flags byte.
+    let (hl, seq, flags) = match cfg.reference_variant {
+        BaseVariant::A => (rf::A_FLAGS + 1, None, *b.get(rf::A_FLAGS)?),
+        BaseVariant::B => (
+            rf::B_FLAGS + 1,
+            Some(u32::from(*b.get(rf::B_SEQNUM)?)),
+            *b.get(rf::B_FLAGS)?,
+        ),
+    };
+    let header = ReportHeader {
+        profile: Profile::reference(cfg.reference_variant),
+        immediate: flags & rflags::IMMEDIATE != 0,
+        retransmittable: cfg.reference_variant == BaseVariant::B
+            && flags & rflags::RETRANSMITABLE != 0,
+        seq,
+        priority: cfg.reference_priority,
+    };
+    Some((header, hl))
+}
+
+/// An extended Append sub-header and value (`body`: the datagram after the base header).
+#[inline(always)]
+fn fast_ext_append(body: &[u8]) -> Option<(u32, Value)> {
+    let vl = *body.get(xf::AP_VALUE_LEN)? as usize;
+    if body.len() != xf::AP_FIXED + vl
+        || vl == 0
+        || vl > MAX_VALUE_LEN
+        || body[xf::AP_RESERVED] != [0, 0, 0]
+    {
+        return None;
+    }
+    Some((
+        be32(&body[xf::AP_LIST_ID.start..]),
+        Value::new(&body[xf::AP_FIXED..])?,
+    ))
+}
+
+/// A reference Append body of exactly [`rf::APPEND_LEN`] bytes. The reference byte-swaps an
+/// Append's data (see the module docs).
+#[inline(always)]
+fn fast_ref_append(body: &[u8]) -> (u32, Value) {
+    (
+        be32(&body[rf::APPEND_LIST_ID.start..]),
+        value4(be32(&body[rf::APPEND_DATA.start..]).to_le_bytes()),
+    )
+}
+
+/// An Append report read without building a [`Report`]: its header, list and value, exactly
+/// as [`parse_report_into`] gives them. `None` for every other datagram, an Append the fast
+/// path does not take included (errors among them): the caller hands those to
+/// [`parse_report_into`]. The translator's per-entry path for event logs, the most frequent
+/// report there is (property-tested against the full parser).
+#[inline(always)]
+pub fn parse_append_fast(b: &[u8], cfg: &ParseConfig) -> Option<(ReportHeader, u32, Value)> {
+    let first = *b.first()?;
+    if is_extended(first) {
+        if b.get(xf::OPCODE) != Some(&opcode::APPEND) {
+            return None;
+        }
+        let header = fast_ext_header(b, cfg)?;
+        let (list, value) = fast_ext_append(&b[EXT_HEADER_LEN..])?;
+        Some((header, list, value))
+    } else if first == opcode::APPEND {
+        let (header, hl) = fast_ref_header(b, cfg)?;
+        let body = &b[hl..];
+        if body.len() != rf::APPEND_LEN {
+            return None;
+        }
+        let (list, value) = fast_ref_append(body);
+        Some((header, list, value))
+    } else {
+        None
+    }
+}
+
 /// The common case in a few dozen instructions: a well-formed report of an accepted profile,
 /// read straight into a [`Report`]. Anything unusual (errors included) is handed to `slow`
 /// ([`parse_checked`], the full view/Repr machinery); the two agree on every input the fast
@@ -398,31 +511,7 @@ fn parse_fast(
     }
     let first = *some!(b.first());
     if is_extended(first) {
-        // The shortest sub-header (Key-Write's fixed word) must follow the base header.
-        if !cfg.accept_extended
-            || first != crate::wire::dta_ext::MAGIC_VERSION
-            || b.len() < EXT_HEADER_LEN + xf::KW_FIXED
-            || b[xf::RESERVED] != 0
-        {
-            slow!();
-        }
-        let flags = b[xf::FLAGS];
-        if flags & xflags::RESERVED_MASK != 0 {
-            slow!();
-        }
-        let priority = match (flags & xflags::PRIORITY_MASK) >> xflags::PRIORITY_SHIFT {
-            0 => Priority::Low,
-            1 => Priority::Medium,
-            2 => Priority::High,
-            _ => slow!(),
-        };
-        let header = ReportHeader {
-            profile: Profile::Extended,
-            immediate: flags & xflags::IMMEDIATE != 0,
-            retransmittable: flags & xflags::RETRANSMITTABLE != 0,
-            seq: Some(be32(&b[xf::SEQ])),
-            priority,
-        };
+        let header = some!(fast_ext_header(b, cfg));
         let body = &b[EXT_HEADER_LEN..];
         let primitive = match b[xf::OPCODE] {
             opcode::KEY_WRITE => {
@@ -447,18 +536,8 @@ fn parse_fast(
                 }
             }
             opcode::APPEND => {
-                let vl = *some!(body.get(xf::AP_VALUE_LEN)) as usize;
-                if body.len() != xf::AP_FIXED + vl
-                    || vl == 0
-                    || vl > MAX_VALUE_LEN
-                    || body[xf::AP_RESERVED] != [0, 0, 0]
-                {
-                    slow!();
-                }
-                Primitive::Append {
-                    list: be32(&body[xf::AP_LIST_ID.start..]),
-                    value: some!(Value::new(&body[xf::AP_FIXED..])),
-                }
+                let (list, value) = some!(fast_ext_append(body));
+                Primitive::Append { list, value }
             }
             opcode::KEY_INCREMENT => {
                 let kl = *some!(body.get(xf::KI_KEY_LEN)) as usize;
@@ -504,28 +583,9 @@ fn parse_fast(
         out.primitive = primitive;
         return Ok(());
     }
-    if !cfg.accept_reference {
-        slow!();
-    }
-    // The base header ends with its flags byte.
-    let (hl, seq, flags) = match cfg.reference_variant {
-        BaseVariant::A => (rf::A_FLAGS + 1, None, *some!(b.get(rf::A_FLAGS))),
-        BaseVariant::B => (
-            rf::B_FLAGS + 1,
-            Some(u32::from(*some!(b.get(rf::B_SEQNUM)))),
-            *some!(b.get(rf::B_FLAGS)),
-        ),
-    };
-    let header = ReportHeader {
-        profile: Profile::reference(cfg.reference_variant),
-        immediate: flags & rflags::IMMEDIATE != 0,
-        retransmittable: cfg.reference_variant == BaseVariant::B
-            && flags & rflags::RETRANSMITABLE != 0,
-        seq,
-        priority: cfg.reference_priority,
-    };
+    let (header, hl) = some!(fast_ref_header(b, cfg));
     let body = &b[hl..];
-    let (kw, ap, pc) = (rf::KW_DATA.start, rf::APPEND_DATA.start, rf::PC_KEY.start);
+    let (kw, pc) = (rf::KW_DATA.start, rf::PC_KEY.start);
     let primitive = match (first, body.len()) {
         (opcode::KEY_WRITE, rf::KW_LEN) => Primitive::KeyWrite {
             redundancy: body[rf::KV_REDUNDANCY],
@@ -533,10 +593,10 @@ fn parse_fast(
             value: value4([body[kw], body[kw + 1], body[kw + 2], body[kw + 3]]),
         },
         // The reference byte-swaps an Append's data (see the module docs).
-        (opcode::APPEND, rf::APPEND_LEN) => Primitive::Append {
-            list: be32(&body[rf::APPEND_LIST_ID.start..]),
-            value: value4([body[ap + 3], body[ap + 2], body[ap + 1], body[ap]]),
-        },
+        (opcode::APPEND, rf::APPEND_LEN) => {
+            let (list, value) = fast_ref_append(body);
+            Primitive::Append { list, value }
+        }
         (opcode::KEY_INCREMENT, rf::KI_LEN) => Primitive::KeyIncrement {
             redundancy: body[rf::KV_REDUNDANCY],
             key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),

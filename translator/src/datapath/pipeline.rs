@@ -27,9 +27,12 @@ use dta_proto::hash::MAX_REDUNDANCY;
 use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ib::{opcode as op, Qpn};
 use dta_proto::wire::nack::NackRepr;
-use dta_proto::wire::report::{parse_report_into, Primitive, Priority, Profile, Report};
+use dta_proto::wire::report::{
+    parse_append_fast, parse_report_into, Primitive, Priority, Profile, Report, ReportHeader,
+};
 use dta_proto::wire::roce::{RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
+use dta_proto::Value;
 
 use super::demux::{fast_map, FastMap};
 use super::int_ingest::{count_error, Derived, IntIngest, IntSettings};
@@ -447,6 +450,17 @@ impl Pipeline {
                 self.handle_sketch(now, d, tx);
                 continue;
             }
+            // Append, an event log's report, takes a lane that builds no `Report`.
+            if let Some((header, list, value)) = parse_append_fast(d.payload, &self.cfg.parse) {
+                self.counters.reports_append += 1;
+                if header.retransmittable {
+                    if let Some(seq) = header.seq {
+                        self.track_sequence(d.src, seq, header.profile, tx);
+                    }
+                }
+                self.dispatch_append(now, header, list, &value, *d.dst.ip(), tx);
+                continue;
+            }
             if let Err(e) = parse_report_into(d.payload, &self.cfg.parse, &mut report) {
                 self.count_parse_error(e);
                 continue;
@@ -525,19 +539,130 @@ impl Pipeline {
             Primitive::KeyWrite { key, .. } => (&self.cfg.route_keywrite, key),
             Primitive::KeyIncrement { key, .. } => (&self.cfg.route_keyincrement, key),
             Primitive::Postcard { flow, .. } => (&self.cfg.route_postcard, flow),
-            Primitive::Append { list, .. } if !self.append_routes.is_empty() => {
-                let i = self.append_routes.partition_point(|l| l.first <= *list);
-                let l = self.append_routes.get(i.checked_sub(1)?)?;
-                return (u64::from(*list) < l.end).then_some(l.store);
-            }
-            Primitive::Append { list, .. } => {
-                return self.stores.iter().position(|s| match &s.prim {
-                    PrimitiveState::Append(a) => a.serves(*list),
-                    _ => false,
-                });
-            }
+            Primitive::Append { list, .. } => return self.append_store(*list),
         };
         route.pick(key.as_bytes(), dst)
+    }
+
+    /// The Append store that holds global list `list`: by the cluster's list routes when it
+    /// has them, else the store serving the list.
+    #[inline(always)]
+    fn append_store(&self, list: u32) -> Option<usize> {
+        if !self.append_routes.is_empty() {
+            let i = self.append_routes.partition_point(|l| l.first <= list);
+            let l = self.append_routes.get(i.checked_sub(1)?)?;
+            return (u64::from(list) < l.end).then_some(l.store);
+        }
+        self.stores.iter().position(|s| match &s.prim {
+            PrimitiveState::Append(a) => a.serves(list),
+            _ => false,
+        })
+    }
+
+    /// [`Pipeline::dispatch`] of an Append report from the lane ([`parse_append_fast`]), with
+    /// the same checks in the same order and the same counters. A multi-worker pipeline (the
+    /// report may belong to another worker) and an overloaded collector (a high-priority
+    /// report waits in the backlog) take the general path with the report built.
+    #[inline(always)]
+    fn dispatch_append(
+        &mut self,
+        now: u64,
+        header: ReportHeader,
+        list: u32,
+        value: &Value,
+        dst: Ipv4Addr,
+        tx: &mut TxBatch,
+    ) {
+        let report = |header, value: &Value| Report {
+            header,
+            primitive: Primitive::Append {
+                list,
+                value: *value,
+            },
+        };
+        let si = match self.append_store(list) {
+            Some(si) if self.prim_cfg.shard.workers == 1 => si,
+            _ => return self.dispatch(now, &report(header, value), dst, tx),
+        };
+        let PrimitiveState::Append(a) = &self.stores[si].prim else {
+            return self.dispatch(now, &report(header, value), dst, tx);
+        };
+        let (li, messages) = match a.admit_entry(list, value) {
+            Ok(m) => m,
+            Err(why) => {
+                why.count(&mut self.counters);
+                return;
+            }
+        };
+        match self.gate(now, si, messages, header.priority, tx) {
+            Gate::Pass => {}
+            Gate::Refused => return,
+            Gate::Overloaded => return self.overloaded(&report(header, value), dst),
+        }
+        let Store { sender, prim, .. } = &mut self.stores[si];
+        if let PrimitiveState::Append(a) = prim {
+            a.accept_entry(
+                now,
+                li,
+                value,
+                header.immediate,
+                sender,
+                tx,
+                &mut self.counters,
+            );
+        }
+    }
+
+    /// Whether store `si`'s QP and its collector's rate limit take a report that costs
+    /// `messages` RDMA messages now (the budget is spent when they do); a refusal is counted.
+    #[inline(always)]
+    fn gate(
+        &mut self,
+        now: u64,
+        si: usize,
+        messages: u64,
+        priority: Priority,
+        tx: &TxBatch,
+    ) -> Gate {
+        let store = &self.stores[si];
+        if store.sender.qp.is_broken() {
+            self.counters.drop_qp_broken += 1;
+            return Gate::Refused;
+        }
+        if !store.sender.can_take(now, self.max_frames_per_report, tx) {
+            // The QP's ring is full of frames it could not send yet (a stalled collector, a
+            // closed window): a report now would overwrite one of them. Or it has as many PSNs
+            // unconfirmed as it may (a silent collector), or no ring and no room in `tx`. The
+            // report is refused whole, before any of its frames is taken.
+            self.counters.drop_qp_queue_full += 1;
+            return Gate::Refused;
+        }
+        if messages > 0 {
+            if let Some(b) = self.buckets[store.sender.collector].as_mut() {
+                if !b.try_take(now, messages, priority) {
+                    return Gate::Overloaded;
+                }
+            }
+        }
+        Gate::Pass
+    }
+
+    /// A report the collector's rate limit refused: dropped by priority, a high-priority one
+    /// kept in the backlog while it has room.
+    #[cold]
+    fn overloaded(&mut self, r: &Report, dst: Ipv4Addr) {
+        match r.header.priority {
+            Priority::Low => self.counters.drop_overload_low += 1,
+            Priority::Medium => self.counters.drop_overload_medium += 1,
+            Priority::High => {
+                if self.backlog.len() < self.cfg.backlog {
+                    self.counters.queued_high += 1;
+                    self.backlog.push_back((*r, dst));
+                } else {
+                    self.counters.drop_backlog_full += 1;
+                }
+            }
+        }
     }
 
     #[inline(always)]
@@ -574,37 +699,10 @@ impl Pipeline {
                 return;
             }
         };
-        let store = &self.stores[si];
-        if store.sender.qp.is_broken() {
-            self.counters.drop_qp_broken += 1;
-            return;
-        }
-        if !store.sender.can_take(now, self.max_frames_per_report, tx) {
-            // The QP's ring is full of frames it could not send yet (a stalled collector, a
-            // closed window): a report now would overwrite one of them. Or it has as many PSNs
-            // unconfirmed as it may (a silent collector), or no ring and no room in `tx`. The
-            // report is refused whole, before any of its frames is taken.
-            self.counters.drop_qp_queue_full += 1;
-            return;
-        }
-        if messages > 0 {
-            if let Some(b) = self.buckets[store.sender.collector].as_mut() {
-                if !b.try_take(now, messages, r.header.priority) {
-                    match r.header.priority {
-                        Priority::Low => self.counters.drop_overload_low += 1,
-                        Priority::Medium => self.counters.drop_overload_medium += 1,
-                        Priority::High => {
-                            if self.backlog.len() < self.cfg.backlog {
-                                self.counters.queued_high += 1;
-                                self.backlog.push_back((*r, dst));
-                            } else {
-                                self.counters.drop_backlog_full += 1;
-                            }
-                        }
-                    }
-                    return;
-                }
-            }
+        match self.gate(now, si, messages, r.header.priority, tx) {
+            Gate::Pass => {}
+            Gate::Refused => return,
+            Gate::Overloaded => return self.overloaded(r, dst),
         }
         let Store { sender, prim, .. } = &mut self.stores[si];
         let c = &mut self.counters;
@@ -826,6 +924,16 @@ impl Pipeline {
         let more = self.poll_transmit(now, tx);
         done && !more
     }
+}
+
+/// What [`Pipeline::gate`] says to a report.
+enum Gate {
+    /// Translate it.
+    Pass,
+    /// Dropped (and counted): the QP is broken or full.
+    Refused,
+    /// The collector's rate limit refused it ([`Pipeline::overloaded`] decides).
+    Overloaded,
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use dta_proto::batch::TxBatch;
 use dta_proto::geometry::AppendGeometry;
 use dta_proto::layout::{AppendFormat, AppendLayout};
 use dta_proto::wire::report::{Primitive, Report};
-use dta_proto::MAX_VALUE_LEN;
+use dta_proto::{Value, MAX_VALUE_LEN};
 
 use super::{PrimitiveConfig, Refusal, Shard, StorePrimitive};
 use crate::datapath::sender::{Emitted, QpSender};
@@ -150,6 +150,57 @@ impl Append {
     }
 }
 
+impl Append {
+    /// [`StorePrimitive::admit`] of an entry of `value` for global list `list`: its
+    /// store-local list, and one message when it starts a batch (charged then), none when it
+    /// joins one.
+    #[inline(always)]
+    pub fn admit_entry(&self, list: u32, value: &Value) -> Result<(u32, u64), Refusal> {
+        let Some(li) = self.g.local_list(list) else {
+            return Err(Refusal::WrongStore);
+        };
+        if value.len() > self.entry {
+            return Err(Refusal::ValueTooLong);
+        }
+        let starts = self.list.get(li as usize).is_some_and(|l| l.pending == 0);
+        Ok((li, starts as u64))
+    }
+
+    /// [`StorePrimitive::accept`] of an entry admitted for store-local list `li`
+    /// ([`Append::admit_entry`]; `imm`: the report asked for an Immediate): joins the list's
+    /// batch, which is written when full.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn accept_entry(
+        &mut self,
+        now: u64,
+        li: u32,
+        value: &Value,
+        imm: bool,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) {
+        let li = li as usize;
+        let st = &mut self.list[li];
+        let p = st.pending as usize;
+        let at = li * self.buf_stride + p * self.entry;
+        // The padded value fills the entry (value, then zeros) and spills zeros into entries
+        // not yet written or the slack; `flush_list` zeroes what a partial batch leaves behind.
+        self.buf[at..at + MAX_VALUE_LEN].copy_from_slice(value.padded());
+        st.pending += 1;
+        st.imm |= imm;
+        if p == 0 && self.flush_ns > 0 {
+            self.deadlines
+                .push_back((now + self.flush_ns, li as u32, st.gen));
+        }
+        if p + 1 == self.batch {
+            self.flush_list(li, now, out, tx, c);
+            c.append_batches += 1;
+        }
+    }
+}
+
 fn payload_len(l: &AppendLayout) -> usize {
     match l.format() {
         AppendFormat::Sequenced => l.stride() as usize,
@@ -163,14 +214,7 @@ impl StorePrimitive for Append {
         let Primitive::Append { list, value } = &r.primitive else {
             return Err(Refusal::WrongStore);
         };
-        let Some(li) = self.g.local_list(*list) else {
-            return Err(Refusal::WrongStore);
-        };
-        if value.len() > self.entry {
-            return Err(Refusal::ValueTooLong);
-        }
-        // One message per batch, charged when the batch starts.
-        Ok((self.list[li as usize].pending == 0) as u64)
+        self.admit_entry(*list, value).map(|(_, messages)| messages)
     }
 
     #[inline]
@@ -191,28 +235,10 @@ impl StorePrimitive for Append {
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
     ) {
-        let Primitive::Append { list, value } = &r.primitive else {
-            return;
-        };
-        let Some(li) = self.g.local_list(*list) else {
-            return;
-        };
-        let li = li as usize;
-        let st = &mut self.list[li];
-        let p = st.pending as usize;
-        let at = li * self.buf_stride + p * self.entry;
-        // The padded value fills the entry (value, then zeros) and spills zeros into entries
-        // not yet written or the slack; `flush_list` zeroes what a partial batch leaves behind.
-        self.buf[at..at + MAX_VALUE_LEN].copy_from_slice(value.padded());
-        st.pending += 1;
-        st.imm |= r.header.immediate;
-        if p == 0 && self.flush_ns > 0 {
-            self.deadlines
-                .push_back((now + self.flush_ns, li as u32, st.gen));
-        }
-        if p + 1 == self.batch {
-            self.flush_list(li, now, out, tx, c);
-            c.append_batches += 1;
+        if let Primitive::Append { list, value } = &r.primitive {
+            if let Some(li) = self.g.local_list(*list) {
+                self.accept_entry(now, li, value, r.header.immediate, out, tx, c);
+            }
         }
     }
 
