@@ -319,7 +319,15 @@ impl<const L: usize, const W: usize> MultiCrc<L, W> {
         debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
         #[cfg(target_arch = "x86_64")]
         if W == 2 || W == 4 {
-            return Self::lanes(sse::fold_rows(&self.rows, &self.base[len], block));
+            // Keys of at most 8 bytes (the reference profile's 4-byte keys) fold only the
+            // last eight rows: the others would XOR the zero entries of leading zeros.
+            let (rows, base) = (&*self.rows, &self.base[len]);
+            if len <= 8 {
+                let r = rows.last_chunk::<8>().expect("sixteen rows");
+                let b = block.last_chunk::<8>().expect("sixteen bytes");
+                return Self::lanes(sse::fold_rows(r, base, b));
+            }
+            return Self::lanes(sse::fold_rows(rows, base, block));
         }
         let mut acc = self.base[len];
         let rows = &*self.rows;
@@ -340,15 +348,15 @@ mod sse {
         __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_si128, _mm_xor_si128,
     };
 
-    use super::{Row, MULTI_MAX_LEN};
+    use super::Row;
 
     /// `base` XOR the rows' entries for `block`'s bytes, for entries of 2 or 4 words, with
     /// SSE2 XORs.
     #[inline(always)]
-    pub(super) fn fold_rows<const W: usize>(
-        rows: &[Row<W>; MULTI_MAX_LEN],
+    pub(super) fn fold_rows<const W: usize, const N: usize>(
+        rows: &[Row<W>; N],
         base: &[u64; W],
-        block: &[u8; MULTI_MAX_LEN],
+        block: &[u8; N],
     ) -> [u64; W] {
         assert!(W == 2 || W == 4);
         let load = |p: &[u64]| -> __m128i {
@@ -436,9 +444,16 @@ impl ShortCrc {
     pub fn checksum_padded(&self, block: &[u8; MULTI_MAX_LEN], len: usize) -> u32 {
         debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
         let rows = &*self.rows;
+        // Short keys (the reference profile's 4-byte flows) skip the rows of their leading
+        // zeros, whose entries are zero.
+        let from = match len {
+            0..=4 => MULTI_MAX_LEN - 4,
+            5..=8 => MULTI_MAX_LEN - 8,
+            _ => 0,
+        };
         let mut even = self.base[len];
         let mut odd = 0;
-        for i in (0..MULTI_MAX_LEN).step_by(2) {
+        for i in (from..MULTI_MAX_LEN).step_by(2) {
             even ^= rows[i][block[i] as usize];
             odd ^= rows[i + 1][block[i + 1] as usize];
         }

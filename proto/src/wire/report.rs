@@ -456,11 +456,42 @@ fn fast_ref_append(body: &[u8]) -> (u32, Value) {
     )
 }
 
+/// An extended Postcarding report (`b`: the whole datagram): flow, hop, path length, value.
+#[inline(always)]
+fn fast_ext_postcard(b: &[u8]) -> Option<(Key, u8, u8, u32)> {
+    let body = b.get(EXT_HEADER_LEN..)?;
+    let (hop, path_len, kl) = (
+        *body.get(xf::PC_HOP)?,
+        *body.get(xf::PC_PATH_LEN)?,
+        *body.get(xf::PC_KEY_LEN)? as usize,
+    );
+    if body.len() != xf::PC_FIXED + kl
+        || kl == 0
+        || kl > MAX_KEY_LEN
+        || body[xf::PC_RESERVED] != 0
+        || path_len > MAX_PATH_LEN
+        || (path_len != 0 && hop >= path_len)
+    {
+        return None;
+    }
+    let flow = key_ending_at(b, b.len(), kl)?;
+    Some((flow, hop, path_len, be32(&body[xf::PC_VALUE])))
+}
+
+/// A reference Postcarding body of exactly [`rf::PC_LEN`] bytes (hop numbers count from 1 on
+/// the wire; 0 is left to the full parser).
+#[inline(always)]
+fn fast_ref_postcard(body: &[u8]) -> Option<(Key, u8, u8, u32)> {
+    let hop = body[rf::PC_HOP_NUM].checked_sub(1)?;
+    let flow = key4(be32(&body[rf::PC_KEY.start..]).to_be_bytes());
+    Some((flow, hop, 0, be32(&body[rf::PC_DATA])))
+}
+
 /// An Append report read without building a [`Report`]: its header, list and value, exactly
 /// as [`parse_report_into`] gives them. `None` for every other datagram, an Append the fast
 /// path does not take included (errors among them): the caller hands those to
-/// [`parse_report_into`]. The translator's per-entry path for event logs, the most frequent
-/// report there is (property-tested against the full parser).
+/// [`parse_report_into`]. The translator's lane for event logs, whose entries are the most
+/// frequent reports there are (property-tested against the full parser).
 #[inline(always)]
 pub fn parse_append_fast(b: &[u8], cfg: &ParseConfig) -> Option<(ReportHeader, u32, Value)> {
     let first = *b.first()?;
@@ -482,6 +513,49 @@ pub fn parse_append_fast(b: &[u8], cfg: &ParseConfig) -> Option<(ReportHeader, u
     } else {
         None
     }
+}
+
+/// A postcard's fields as [`parse_postcard_fast`] reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostcardFields {
+    /// The flow.
+    pub flow: Key,
+    /// Its hop (0-based).
+    pub hop: u8,
+    /// The path's length (0: unknown).
+    pub path_len: u8,
+    /// The hop's value.
+    pub value: u32,
+}
+
+/// [`parse_append_fast`] for Postcarding reports: header and fields, `None` for anything else.
+#[inline(always)]
+pub fn parse_postcard_fast(b: &[u8], cfg: &ParseConfig) -> Option<(ReportHeader, PostcardFields)> {
+    let first = *b.first()?;
+    let (header, (flow, hop, path_len, value)) = if is_extended(first) {
+        if b.get(xf::OPCODE) != Some(&opcode::POSTCARD) {
+            return None;
+        }
+        (fast_ext_header(b, cfg)?, fast_ext_postcard(b)?)
+    } else if first == opcode::POSTCARD {
+        let (header, hl) = fast_ref_header(b, cfg)?;
+        let body = &b[hl..];
+        if body.len() != rf::PC_LEN {
+            return None;
+        }
+        (header, fast_ref_postcard(body)?)
+    } else {
+        return None;
+    };
+    Some((
+        header,
+        PostcardFields {
+            flow,
+            hop,
+            path_len,
+            value,
+        },
+    ))
 }
 
 /// The common case in a few dozen instructions: a well-formed report of an accepted profile,
@@ -556,25 +630,12 @@ fn parse_fast(
                 }
             }
             opcode::POSTCARD => {
-                let (hop, path_len, kl) = (
-                    body[xf::PC_HOP],
-                    body[xf::PC_PATH_LEN],
-                    *some!(body.get(xf::PC_KEY_LEN)) as usize,
-                );
-                if body.len() != xf::PC_FIXED + kl
-                    || kl == 0
-                    || kl > MAX_KEY_LEN
-                    || body[xf::PC_RESERVED] != 0
-                    || path_len > MAX_PATH_LEN
-                    || (path_len != 0 && hop >= path_len)
-                {
-                    slow!();
-                }
+                let (flow, hop, path_len, value) = some!(fast_ext_postcard(b));
                 Primitive::Postcard {
-                    flow: some!(key_ending_at(b, b.len(), kl)),
+                    flow,
                     hop,
                     path_len,
-                    value: be32(&body[xf::PC_VALUE]),
+                    value,
                 }
             }
             _ => slow!(),
@@ -585,7 +646,7 @@ fn parse_fast(
     }
     let (header, hl) = some!(fast_ref_header(b, cfg));
     let body = &b[hl..];
-    let (kw, pc) = (rf::KW_DATA.start, rf::PC_KEY.start);
+    let kw = rf::KW_DATA.start;
     let primitive = match (first, body.len()) {
         (opcode::KEY_WRITE, rf::KW_LEN) => Primitive::KeyWrite {
             redundancy: body[rf::KV_REDUNDANCY],
@@ -602,12 +663,15 @@ fn parse_fast(
             key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),
             delta: u64::from_be_bytes(some!(body[rf::KI_COUNTER].try_into().ok())),
         },
-        (opcode::POSTCARD, rf::PC_LEN) if body[rf::PC_HOP_NUM] != 0 => Primitive::Postcard {
-            flow: key4([body[pc], body[pc + 1], body[pc + 2], body[pc + 3]]),
-            hop: body[rf::PC_HOP_NUM] - 1,
-            path_len: 0,
-            value: be32(&body[rf::PC_DATA]),
-        },
+        (opcode::POSTCARD, rf::PC_LEN) => {
+            let (flow, hop, path_len, value) = some!(fast_ref_postcard(body));
+            Primitive::Postcard {
+                flow,
+                hop,
+                path_len,
+                value,
+            }
+        }
         _ => slow!(),
     };
     out.header = header;

@@ -28,7 +28,8 @@ use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ib::{opcode as op, Qpn};
 use dta_proto::wire::nack::NackRepr;
 use dta_proto::wire::report::{
-    parse_append_fast, parse_report_into, Primitive, Priority, Profile, Report, ReportHeader,
+    parse_append_fast, parse_postcard_fast, parse_report_into, Primitive, Priority, Profile,
+    Report, ReportHeader,
 };
 use dta_proto::wire::roce::{RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
@@ -37,7 +38,9 @@ use dta_proto::Value;
 use super::demux::{fast_map, FastMap};
 use super::int_ingest::{count_error, Derived, IntIngest, IntSettings};
 use super::primitive::{
-    dispatch, postcard::NO_HINT, PrimitiveConfig, PrimitiveState, Shard, StorePrimitive,
+    dispatch,
+    postcard::{Postcard, NO_HINT},
+    PrimitiveConfig, PrimitiveState, Shard, StorePrimitive,
 };
 use super::qp::{QpEvent, QpStats};
 pub use super::rate::RateLimit;
@@ -450,15 +453,25 @@ impl Pipeline {
                 self.handle_sketch(now, d, tx);
                 continue;
             }
-            // Append, an event log's report, takes a lane that builds no `Report`.
-            if let Some((header, list, value)) = parse_append_fast(d.payload, &self.cfg.parse) {
+            // Appends and postcards, the most frequent reports, take lanes that build no
+            // `Report`.
+            if let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse) {
                 self.counters.reports_append += 1;
-                if header.retransmittable {
-                    if let Some(seq) = header.seq {
-                        self.track_sequence(d.src, seq, header.profile, tx);
-                    }
-                }
-                self.dispatch_append(now, header, list, &value, *d.dst.ip(), tx);
+                self.note_sequence(&h, d.src, tx);
+                self.dispatch_append(now, h, list, &value, *d.dst.ip(), tx);
+                continue;
+            }
+            if let Some((h, f)) = parse_postcard_fast(d.payload, &self.cfg.parse) {
+                self.counters.reports_postcard += 1;
+                self.note_sequence(&h, d.src, tx);
+                let p = Postcard {
+                    flow: f.flow,
+                    hop: f.hop,
+                    path_len: f.path_len,
+                    value: f.value,
+                    immediate: h.immediate,
+                };
+                self.dispatch_postcard(now, h, &p, *d.dst.ip(), tx);
                 continue;
             }
             if let Err(e) = parse_report_into(d.payload, &self.cfg.parse, &mut report) {
@@ -471,11 +484,7 @@ impl Pipeline {
                 Primitive::Append { .. } => self.counters.reports_append += 1,
                 Primitive::Postcard { .. } => self.counters.reports_postcard += 1,
             }
-            if report.header.retransmittable {
-                if let Some(seq) = report.header.seq {
-                    self.track_sequence(d.src, seq, report.header.profile, tx);
-                }
-            }
+            self.note_sequence(&report.header, d.src, tx);
             self.dispatch(now, &report, *d.dst.ip(), tx);
         }
     }
@@ -610,6 +619,61 @@ impl Pipeline {
                 tx,
                 &mut self.counters,
             );
+        }
+    }
+
+    /// [`Pipeline::dispatch`] of a postcard from its lane ([`parse_postcard_fast`]), as
+    /// [`Pipeline::dispatch_append`] does for Appends.
+    #[inline(always)]
+    fn dispatch_postcard(
+        &mut self,
+        now: u64,
+        header: ReportHeader,
+        p: &Postcard,
+        dst: Ipv4Addr,
+        tx: &mut TxBatch,
+    ) {
+        let report = |header| Report {
+            header,
+            primitive: Primitive::Postcard {
+                flow: p.flow,
+                hop: p.hop,
+                path_len: p.path_len,
+                value: p.value,
+            },
+        };
+        let si = match self.cfg.route_postcard.pick(p.flow.as_bytes(), dst) {
+            Some(si) if self.prim_cfg.shard.workers == 1 => si,
+            _ => return self.dispatch(now, &report(header), dst, tx),
+        };
+        let PrimitiveState::Postcard(pc) = &self.stores[si].prim else {
+            return self.dispatch(now, &report(header), dst, tx);
+        };
+        let messages = match pc.admit_hop(p.hop, p.path_len) {
+            Ok(m) => m,
+            Err(why) => {
+                why.count(&mut self.counters);
+                return;
+            }
+        };
+        match self.gate(now, si, messages, header.priority, tx) {
+            Gate::Pass => {}
+            Gate::Refused => return,
+            Gate::Overloaded => return self.overloaded(&report(header), dst),
+        }
+        let Store { sender, prim, .. } = &mut self.stores[si];
+        if let PrimitiveState::Postcard(pc) = prim {
+            pc.accept_hop(now, p, NO_HINT, sender, tx, &mut self.counters);
+        }
+    }
+
+    /// Tracks a retransmittable report's sequence number (gaps are NACKed).
+    #[inline(always)]
+    fn note_sequence(&mut self, header: &ReportHeader, src: SocketAddrV4, tx: &mut TxBatch) {
+        if header.retransmittable {
+            if let Some(seq) = header.seq {
+                self.track_sequence(src, seq, header.profile, tx);
+            }
         }
     }
 

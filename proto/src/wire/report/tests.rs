@@ -476,38 +476,50 @@ proptest! {
     }
 }
 
-/// [`parse_append_fast`]'s answer as the report the full parser would give.
-fn append_fast_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
-    parse_append_fast(b, c).map(|(header, list, value)| Report {
+/// The lanes' answer ([`parse_append_fast`], [`parse_postcard_fast`]) as the report the full
+/// parser would give; a datagram never takes both.
+fn lane_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
+    let append = parse_append_fast(b, c).map(|(header, list, value)| Report {
         header,
         primitive: Primitive::Append { list, value },
-    })
+    });
+    let postcard = parse_postcard_fast(b, c).map(|(header, p)| Report {
+        header,
+        primitive: Primitive::Postcard {
+            flow: p.flow,
+            hop: p.hop,
+            path_len: p.path_len,
+            value: p.value,
+        },
+    });
+    assert!(append.is_none() || postcard.is_none());
+    append.or(postcard)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4096))]
 
-    /// The Append lane never disagrees with the full parser, and takes no other primitive.
+    /// The lanes never disagree with the full parser.
     #[test]
-    fn append_lane_agrees_with_full_parser(bytes in proptest::collection::vec(any::<u8>(), 0..64), c in arb_config()) {
-        if let Some(r) = append_fast_only(&bytes, &c) {
+    fn lanes_agree_with_full_parser(bytes in proptest::collection::vec(any::<u8>(), 0..64), c in arb_config()) {
+        if let Some(r) = lane_only(&bytes, &c) {
             prop_assert_eq!(parse_checked(&bytes, &c), Ok(r));
         }
     }
 
-    /// Every valid Append takes the lane (and every valid report of another primitive does
-    /// not); mutations agree with the full parser wherever the lane answers.
+    /// Every valid Append and postcard takes its lane (and a report of another primitive
+    /// none); mutations agree with the full parser wherever a lane answers.
     #[test]
-    fn valid_appends_take_the_append_lane((r, c) in arb_valid_report()) {
+    fn valid_appends_and_postcards_take_their_lanes((r, c) in arb_valid_report()) {
         let mut out = [0u8; MAX_EMIT_LEN];
         let n = r.emit(r.header.profile, &mut out).unwrap();
-        let want = matches!(r.primitive, Primitive::Append { .. }).then_some(r);
-        prop_assert_eq!(append_fast_only(&out[..n], &c), want);
+        let laned = matches!(r.primitive, Primitive::Append { .. } | Primitive::Postcard { .. });
+        prop_assert_eq!(lane_only(&out[..n], &c), laned.then_some(r));
         for i in 0..n {
             for flip in [0x01u8, 0x40, 0x80] {
                 let mut m = out;
                 m[i] ^= flip;
-                if let Some(x) = append_fast_only(&m[..n], &c) {
+                if let Some(x) = lane_only(&m[..n], &c) {
                     prop_assert_eq!(parse_checked(&m[..n], &c), Ok(x));
                 }
             }

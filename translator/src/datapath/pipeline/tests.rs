@@ -352,3 +352,131 @@ fn the_append_lane_matches_the_general_path() {
         assert_eq!(tx_lane.frame(i), tx_general.frame(i), "frame {i}");
     }
 }
+
+/// The postcard lane (`parse_postcard_fast` → `dispatch_postcard`) does what the general path
+/// does, report for report: the same frames and counters over both profiles, complete and
+/// partial paths, duplicate hops, hops past the store's, cache evictions (a four-entry cache)
+/// and Immediates.
+#[test]
+fn the_postcard_lane_matches_the_general_path() {
+    let kind = StoreKind::Postcard {
+        chunks: 64,
+        hops: 5,
+        hash: HashProfile::Independent,
+    };
+    let tune = |c: &mut PipelineConfig| {
+        c.postcard_cache_slots = 4;
+        c.postcard_flush_ns = 0;
+    };
+    let mut lane = single_store_pipeline_with(kind.clone(), tune);
+    let mut general = single_store_pipeline_with(kind, tune);
+    // Two flows at a time, their hops interleaved: complete paths, a three-hop path, a
+    // duplicate hop, a hop past the store's; pairs whose cache entries collide evict.
+    let mut reports = Vec::new();
+    let mut i = 0u32;
+    for pair in 0..12u32 {
+        let mut hops = Vec::new();
+        for f in [2 * pair, 2 * pair + 1] {
+            let path_len = if f % 6 == 3 { 3 } else { 0 };
+            for hop in 0..if path_len != 0 { 3 } else { 5 } {
+                hops.push((f, hop, path_len));
+            }
+            if f % 4 == 1 {
+                hops.push((f, 1, path_len));
+            }
+            if f % 5 == 2 {
+                hops.push((f, 7, 0));
+            }
+        }
+        hops.sort_by_key(|&(f, hop, _)| (hop, f));
+        for (f, hop, path_len) in hops {
+            i += 1;
+            let header = ReportHeader {
+                immediate: i % 11 == 5,
+                ..HDR
+            };
+            let (profile, header, flow) = if pair % 3 == 2 {
+                // Reference profile (variant B): 4-byte flows, no path length.
+                let rh = ReportHeader {
+                    profile: Profile::reference(dta_proto::wire::dta::BaseVariant::B),
+                    seq: Some(i % 256),
+                    ..header
+                };
+                (rh.profile, rh, Key::new(&(f + 100).to_be_bytes()).unwrap())
+            } else {
+                (
+                    Profile::Extended,
+                    header,
+                    Key::new(&[7, 7, f as u8, 1, 2]).unwrap(),
+                )
+            };
+            let path_len = if profile == Profile::Extended {
+                path_len
+            } else {
+                0
+            };
+            reports.push((
+                profile,
+                Report {
+                    header,
+                    primitive: Primitive::Postcard {
+                        flow,
+                        hop,
+                        path_len,
+                        value: 1000 + i,
+                    },
+                },
+            ));
+        }
+    }
+    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
+    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+    let mut tx_lane = TxBatch::new(512, 2048);
+    let mut tx_general = TxBatch::new(512, 2048);
+    for (k, (profile, r)) in reports.iter().enumerate() {
+        let mut b = vec![0u8; 96];
+        let n = r.emit(*profile, &mut b).unwrap();
+        b.truncate(n);
+        let parse = lane.cfg.parse;
+        let now = 1 + k as u64 * 1000;
+        assert!(
+            dta_proto::wire::report::parse_postcard_fast(&b, &parse).is_some(),
+            "report {k} takes the lane"
+        );
+        let d = Datagram {
+            src,
+            dst,
+            ip: None,
+            payload: &b,
+        };
+        lane.handle_reports(now, &[d], &mut tx_lane);
+        let parsed = dta_proto::wire::report::parse_report(&b, &parse).unwrap();
+        assert_eq!(&parsed, r);
+        general.handle_handoff(
+            now,
+            &Handoff {
+                worker: 0,
+                at: now,
+                report: parsed,
+                dst: *dst.ip(),
+            },
+            &mut tx_general,
+        );
+    }
+    let (a, b) = (lane.counters(), general.counters());
+    assert_eq!(a.reports_postcard, reports.len() as u64);
+    assert!(a.postcard_evictions > 0 && a.postcard_emits > 0, "{a:?}");
+    assert!(
+        a.drop_postcard_duplicate_hop > 0 && a.drop_bad_hop > 0,
+        "{a:?}"
+    );
+    assert!(a.frames_imm > 0, "{a:?}");
+    let mut a = *a;
+    a.rx_datagrams = 0;
+    a.reports_postcard = 0;
+    assert_eq!(&a, b);
+    assert_eq!(tx_lane.len(), tx_general.len());
+    for i in 0..tx_lane.len() {
+        assert_eq!(tx_lane.frame(i), tx_general.frame(i), "frame {i}");
+    }
+}

@@ -137,49 +137,50 @@ impl Postcarding {
     }
 }
 
-impl StorePrimitive for Postcarding {
-    #[inline]
-    fn admit(&self, r: &Report, _: u8) -> Result<u64, Refusal> {
-        let Primitive::Postcard { hop, path_len, .. } = &r.primitive else {
-            return Err(Refusal::WrongStore);
-        };
-        if *hop >= self.hops || *path_len > self.hops || (*path_len != 0 && *hop >= *path_len) {
+/// One postcard's operands, as a lane or a [`Report`] gives them.
+pub struct Postcard {
+    /// The flow.
+    pub flow: Key,
+    /// Its hop (0-based).
+    pub hop: u8,
+    /// The path's length when the reporter knows it (0: unknown).
+    pub path_len: u8,
+    /// The hop's value.
+    pub value: u32,
+    /// The report asked for an Immediate.
+    pub immediate: bool,
+}
+
+impl Postcarding {
+    /// [`StorePrimitive::admit`] of a postcard of `hop` on a path of `path_len` hops.
+    #[inline(always)]
+    pub fn admit_hop(&self, hop: u8, path_len: u8) -> Result<u64, Refusal> {
+        if hop >= self.hops || path_len > self.hops || (path_len != 0 && hop >= path_len) {
             return Err(Refusal::BadHop);
         }
         // Chunks are written when paths complete, not per report: no budget per postcard.
         Ok(0)
     }
 
-    #[inline]
-    fn owner(&self, r: &Report, shard: Shard) -> (usize, u32) {
-        match &r.primitive {
-            Primitive::Postcard { flow, .. } => {
-                let h = self.hasher.cache_index(flow);
-                (h as usize % shard.workers, h)
-            }
-            _ => (shard.worker, NO_HINT),
-        }
-    }
-
+    /// [`StorePrimitive::accept`] of an admitted postcard ([`Postcarding::admit_hop`]);
+    /// `hint` is its cache index when the caller has it.
     #[inline(always)]
-    fn accept(
+    pub fn accept_hop(
         &mut self,
         now: u64,
-        r: &Report,
+        p: &Postcard,
         hint: u32,
         out: &mut QpSender,
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
     ) {
-        let Primitive::Postcard {
+        let Postcard {
             flow,
             hop,
             path_len,
             value,
-        } = &r.primitive
-        else {
-            return;
-        };
+            immediate,
+        } = p;
         // Worker w owns the cache indices h with h % workers == w, stored at h / workers,
         // which is below ceil(cache_slots / workers) = cache.len(). No division with one
         // worker.
@@ -223,7 +224,7 @@ impl StorePrimitive for Postcarding {
             e.count += 1;
         }
         e.values[*hop as usize] = *value;
-        e.immediate |= r.header.immediate;
+        e.immediate |= *immediate;
         if *path_len != 0 {
             e.path_len = *path_len;
         }
@@ -235,6 +236,55 @@ impl StorePrimitive for Postcarding {
         if e.count >= want {
             self.emit_chunk(idx, now, out, tx, c);
             c.postcard_emits += 1;
+        }
+    }
+}
+
+impl StorePrimitive for Postcarding {
+    #[inline]
+    fn admit(&self, r: &Report, _: u8) -> Result<u64, Refusal> {
+        let Primitive::Postcard { hop, path_len, .. } = &r.primitive else {
+            return Err(Refusal::WrongStore);
+        };
+        self.admit_hop(*hop, *path_len)
+    }
+
+    #[inline]
+    fn owner(&self, r: &Report, shard: Shard) -> (usize, u32) {
+        match &r.primitive {
+            Primitive::Postcard { flow, .. } => {
+                let h = self.hasher.cache_index(flow);
+                (h as usize % shard.workers, h)
+            }
+            _ => (shard.worker, NO_HINT),
+        }
+    }
+
+    #[inline(always)]
+    fn accept(
+        &mut self,
+        now: u64,
+        r: &Report,
+        hint: u32,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) {
+        if let Primitive::Postcard {
+            flow,
+            hop,
+            path_len,
+            value,
+        } = &r.primitive
+        {
+            let p = Postcard {
+                flow: *flow,
+                hop: *hop,
+                path_len: *path_len,
+                value: *value,
+                immediate: r.header.immediate,
+            };
+            self.accept_hop(now, &p, hint, out, tx, c);
         }
     }
 
