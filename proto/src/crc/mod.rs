@@ -443,21 +443,31 @@ impl ShortCrc {
     #[inline(always)]
     pub fn checksum_padded(&self, block: &[u8; MULTI_MAX_LEN], len: usize) -> u32 {
         debug_assert!(block[..MULTI_MAX_LEN - len].iter().all(|&b| b == 0));
+        /// The last `N` rows' entries for the last `N` bytes (a fixed count: unrolled).
+        #[inline(always)]
+        fn fold<const N: usize>(rows: &[[u32; 256]; N], block: &[u8; N]) -> u32 {
+            let (mut even, mut odd) = (0, 0);
+            for i in (0..N).step_by(2) {
+                even ^= rows[i][block[i] as usize];
+                odd ^= rows[i + 1][block[i + 1] as usize];
+            }
+            even ^ odd
+        }
         let rows = &*self.rows;
         // Short keys (the reference profile's 4-byte flows) skip the rows of their leading
         // zeros, whose entries are zero.
-        let from = match len {
-            0..=4 => MULTI_MAX_LEN - 4,
-            5..=8 => MULTI_MAX_LEN - 8,
-            _ => 0,
+        let shares = match len {
+            0..=4 => fold::<4>(
+                rows.last_chunk().expect("sixteen rows"),
+                block.last_chunk().expect("sixteen bytes"),
+            ),
+            5..=8 => fold::<8>(
+                rows.last_chunk().expect("sixteen rows"),
+                block.last_chunk().expect("sixteen bytes"),
+            ),
+            _ => fold::<MULTI_MAX_LEN>(rows, block),
         };
-        let mut even = self.base[len];
-        let mut odd = 0;
-        for i in (from..MULTI_MAX_LEN).step_by(2) {
-            even ^= rows[i][block[i] as usize];
-            odd ^= rows[i + 1][block[i + 1] as usize];
-        }
-        even ^ odd
+        self.base[len] ^ shares
     }
 }
 
