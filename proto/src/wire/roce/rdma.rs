@@ -236,21 +236,20 @@ impl RdmaTemplate {
         let crc = self.icrc(word, va, tail_reg);
         let body = self.head_len;
         let end = body + payload.len();
-        let put = |b: &mut [u8]| {
-            let b = &mut b[..len.max(RDMA_HEAD_MAX)];
-            self.put_head(b, word, va);
-            if let Some(v) = imm {
-                b[body - IMMDT_LEN..body].copy_from_slice(&v.to_be_bytes());
-            }
-            b[body..end].copy_from_slice(payload);
-            // Pad and ICRC together are at least 4 bytes: one fixed-size store clears the pad
-            // (the ICRC overwrites the rest).
-            b[end..end + 4].copy_from_slice(&[0; 4]);
-            b[len - ICRC_LEN..len].copy_from_slice(&crc);
-        };
-        put(out);
+        let b = &mut out[..len.max(RDMA_HEAD_MAX)];
+        self.put_head(b, word, va);
+        if let Some(v) = imm {
+            b[body - IMMDT_LEN..body].copy_from_slice(&v.to_be_bytes());
+        }
+        b[body..end].copy_from_slice(payload);
+        // Pad and ICRC together are at least 4 bytes: one fixed-size store clears the pad
+        // (the ICRC overwrites the rest).
+        b[end..end + 4].copy_from_slice(&[0; 4]);
+        b[len - ICRC_LEN..len].copy_from_slice(&crc);
         if let Some(c) = copy {
-            put(c);
+            // The retransmission copy: one move of the finished frame (building it a second
+            // time cost twice the instructions).
+            c[..len].copy_from_slice(&out[..len]);
         }
         len
     }

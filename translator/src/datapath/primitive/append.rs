@@ -23,6 +23,9 @@ const MAX_PAYLOAD: usize = 16 * MAX_VALUE_LEN + 8;
 struct ListState {
     /// Batches written so far (the next batch's sequence number minus one).
     written: u64,
+    /// The ring slot of the next batch (`slot_for_seq(written + 1)`), kept as a cursor so a
+    /// flush divides nothing.
+    slot: u32,
     /// Generation of the pending batch (to invalidate flush deadlines).
     gen: u32,
     /// Entries pending in the current batch.
@@ -36,6 +39,10 @@ pub struct Append {
     g: AppendGeometry,
     entry: usize,
     batch: usize,
+    /// Batch slots of each list's ring.
+    slots: u32,
+    /// Bytes from one batch slot to the next.
+    stride: u64,
     flush_ns: u64,
     shard: Shard,
     list: Vec<ListState>,
@@ -65,6 +72,8 @@ impl Append {
             g,
             entry,
             batch,
+            slots: l.batch_slots(),
+            stride: u64::from(l.stride()),
             flush_ns: cfg.append_flush_ns,
             shard: cfg.shard,
             list: vec![ListState::default(); n],
@@ -100,6 +109,7 @@ impl Append {
             let last = n.saturating_sub(1).min(AppendLayout::MAX_SEQ - 1);
             if owned && last > self.list[li].written {
                 self.list[li].written = last;
+                self.list[li].slot = self.g.layout.slot_for_seq(last + 1);
                 moved += 1;
             }
         }
@@ -123,11 +133,16 @@ impl Append {
         let bsz = self.batch * self.entry;
         let seq = st.written + 1;
         let imm = st.imm.then_some(self.g.first_list + li as u32);
+        let slot = st.slot;
+        debug_assert_eq!(slot, l.slot_for_seq(seq));
+        st.slot = if slot + 1 == self.slots { 0 } else { slot + 1 };
         st.written = seq;
         st.pending = 0;
         st.imm = false;
         st.gen = st.gen.wrapping_add(1);
-        let offset = self.g.list_offset(li as u32) + l.batch_offset(l.slot_for_seq(seq));
+        // `l.batch_offset(slot)` without its modulo (`slot` is below the slot count).
+        let offset = self.g.list_offset(li as u32) + slot as u64 * self.stride;
+        debug_assert_eq!(slot as u64 * self.stride, l.batch_offset(slot));
         let start = li * self.buf_stride;
         if count < self.batch {
             // Entries a previous batch left behind.
