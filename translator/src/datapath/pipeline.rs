@@ -40,7 +40,7 @@ use super::int_ingest::{count_error, Derived, IntIngest, IntSettings};
 use super::primitive::{
     dispatch,
     postcard::{Postcard, NO_HINT},
-    PrimitiveConfig, PrimitiveState, Shard, StorePrimitive,
+    PrimitiveConfig, PrimitiveState, Refusal, Shard, StorePrimitive,
 };
 use super::qp::{QpEvent, QpStats};
 pub use super::rate::RateLimit;
@@ -568,10 +568,53 @@ impl Pipeline {
         })
     }
 
-    /// [`Pipeline::dispatch`] of an Append report from the lane ([`parse_append_fast`]), with
-    /// the same checks in the same order and the same counters. A multi-worker pipeline (the
-    /// report may belong to another worker) and an overloaded collector (a high-priority
-    /// report waits in the backlog) take the general path with the report built.
+    /// [`Pipeline::dispatch`] of a report a lane read without building a [`Report`]: the
+    /// same checks in the same order, with the same counters, through the primitive's own
+    /// admit and accept. `si` is the report's route; `admit` answers `None` for a store of
+    /// another primitive. No route, a multi-worker pipeline (the report may be another
+    /// worker's), a store of another primitive and an overloaded collector (a high-priority
+    /// report waits in the backlog) take the general path, with `report()` built.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn dispatch_lane<T>(
+        &mut self,
+        now: u64,
+        header: &ReportHeader,
+        dst: Ipv4Addr,
+        tx: &mut TxBatch,
+        si: Option<usize>,
+        report: impl Fn() -> Report,
+        admit: impl FnOnce(&PrimitiveState) -> Option<Result<(u64, T), Refusal>>,
+        accept: impl FnOnce(
+            &mut PrimitiveState,
+            T,
+            &mut QpSender,
+            &mut TxBatch,
+            &mut TranslatorCounters,
+        ),
+    ) {
+        let si = match si {
+            Some(si) if self.prim_cfg.shard.workers == 1 => si,
+            _ => return self.dispatch(now, &report(), dst, tx),
+        };
+        let (messages, t) = match admit(&self.stores[si].prim) {
+            Some(Ok(m)) => m,
+            Some(Err(why)) => {
+                why.count(&mut self.counters);
+                return;
+            }
+            None => return self.dispatch(now, &report(), dst, tx),
+        };
+        match self.gate(now, si, messages, header.priority, tx) {
+            Gate::Pass => {}
+            Gate::Refused => return,
+            Gate::Overloaded => return self.overloaded(&report(), dst),
+        }
+        let Store { sender, prim, .. } = &mut self.stores[si];
+        accept(prim, t, sender, tx, &mut self.counters);
+    }
+
+    /// An Append from its lane ([`parse_append_fast`]).
     #[inline(always)]
     fn dispatch_append(
         &mut self,
@@ -582,48 +625,35 @@ impl Pipeline {
         dst: Ipv4Addr,
         tx: &mut TxBatch,
     ) {
-        let report = |header, value: &Value| Report {
-            header,
-            primitive: Primitive::Append {
-                list,
-                value: *value,
+        let si = self.append_store(list);
+        self.dispatch_lane(
+            now,
+            &header,
+            dst,
+            tx,
+            si,
+            || Report {
+                header,
+                primitive: Primitive::Append {
+                    list,
+                    value: *value,
+                },
             },
-        };
-        let si = match self.append_store(list) {
-            Some(si) if self.prim_cfg.shard.workers == 1 => si,
-            _ => return self.dispatch(now, &report(header, value), dst, tx),
-        };
-        let PrimitiveState::Append(a) = &self.stores[si].prim else {
-            return self.dispatch(now, &report(header, value), dst, tx);
-        };
-        let (li, messages) = match a.admit_entry(list, value) {
-            Ok(m) => m,
-            Err(why) => {
-                why.count(&mut self.counters);
-                return;
-            }
-        };
-        match self.gate(now, si, messages, header.priority, tx) {
-            Gate::Pass => {}
-            Gate::Refused => return,
-            Gate::Overloaded => return self.overloaded(&report(header, value), dst),
-        }
-        let Store { sender, prim, .. } = &mut self.stores[si];
-        if let PrimitiveState::Append(a) = prim {
-            a.accept_entry(
-                now,
-                li,
-                value,
-                header.immediate,
-                sender,
-                tx,
-                &mut self.counters,
-            );
-        }
+            |prim| match prim {
+                PrimitiveState::Append(a) => {
+                    Some(a.admit_entry(list, value).map(|(li, m)| (m, li)))
+                }
+                _ => None,
+            },
+            |prim, li, sender, tx, c| {
+                if let PrimitiveState::Append(a) = prim {
+                    a.accept_entry(now, li, value, header.immediate, sender, tx, c);
+                }
+            },
+        );
     }
 
-    /// [`Pipeline::dispatch`] of a postcard from its lane ([`parse_postcard_fast`]), as
-    /// [`Pipeline::dispatch_append`] does for Appends.
+    /// A postcard from its lane ([`parse_postcard_fast`]).
     #[inline(always)]
     fn dispatch_postcard(
         &mut self,
@@ -633,38 +663,34 @@ impl Pipeline {
         dst: Ipv4Addr,
         tx: &mut TxBatch,
     ) {
-        let report = |header| Report {
-            header,
-            primitive: Primitive::Postcard {
-                flow: p.flow,
-                hop: p.hop,
-                path_len: p.path_len,
-                value: p.value,
+        let si = self.cfg.route_postcard.pick(p.flow.as_bytes(), dst);
+        self.dispatch_lane(
+            now,
+            &header,
+            dst,
+            tx,
+            si,
+            || Report {
+                header,
+                primitive: Primitive::Postcard {
+                    flow: p.flow,
+                    hop: p.hop,
+                    path_len: p.path_len,
+                    value: p.value,
+                },
             },
-        };
-        let si = match self.cfg.route_postcard.pick(p.flow.as_bytes(), dst) {
-            Some(si) if self.prim_cfg.shard.workers == 1 => si,
-            _ => return self.dispatch(now, &report(header), dst, tx),
-        };
-        let PrimitiveState::Postcard(pc) = &self.stores[si].prim else {
-            return self.dispatch(now, &report(header), dst, tx);
-        };
-        let messages = match pc.admit_hop(p.hop, p.path_len) {
-            Ok(m) => m,
-            Err(why) => {
-                why.count(&mut self.counters);
-                return;
-            }
-        };
-        match self.gate(now, si, messages, header.priority, tx) {
-            Gate::Pass => {}
-            Gate::Refused => return,
-            Gate::Overloaded => return self.overloaded(&report(header), dst),
-        }
-        let Store { sender, prim, .. } = &mut self.stores[si];
-        if let PrimitiveState::Postcard(pc) = prim {
-            pc.accept_hop(now, p, NO_HINT, sender, tx, &mut self.counters);
-        }
+            |prim| match prim {
+                PrimitiveState::Postcard(pc) => {
+                    Some(pc.admit_hop(p.hop, p.path_len).map(|m| (m, ())))
+                }
+                _ => None,
+            },
+            |prim, (), sender, tx, c| {
+                if let PrimitiveState::Postcard(pc) = prim {
+                    pc.accept_hop(now, p, NO_HINT, sender, tx, c);
+                }
+            },
+        );
     }
 
     /// Tracks a retransmittable report's sequence number (gaps are NACKed).
