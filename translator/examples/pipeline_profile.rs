@@ -71,6 +71,41 @@ fn main() {
                 })
                 .collect(),
         ),
+        // The reference profile (variant B) as Tofino reporters send it: 4-byte keys and
+        // values.
+        "keywrite-ref" => (
+            StoreKind::KeyWrite {
+                slots: 1 << 20,
+                slot_size: 32,
+                hash: HashProfile::Independent,
+            },
+            Profile::ReferenceB,
+            (0..4096u32)
+                .map(|i| {
+                    report(Primitive::KeyWrite {
+                        redundancy: 2,
+                        key: Key::from_u32_reference(i.wrapping_mul(0x9E37_79B9)),
+                        value: Value::new(&i.to_be_bytes()).unwrap(),
+                    })
+                })
+                .collect(),
+        ),
+        "keyincrement-ref" => (
+            StoreKind::KeyIncrement {
+                slots: 1 << 20,
+                hash: HashProfile::Independent,
+            },
+            Profile::ReferenceB,
+            (0..4096u32)
+                .map(|i| {
+                    report(Primitive::KeyIncrement {
+                        redundancy: 2,
+                        key: Key::from_u32_reference(i.wrapping_mul(0x9E37_79B9)),
+                        delta: 1 + i as u64,
+                    })
+                })
+                .collect(),
+        ),
         "postcard" => (
             StoreKind::Postcard {
                 chunks: 1 << 20,
