@@ -388,6 +388,79 @@ pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
     None
 }
 
+/// [`check_after_prefix`] for one prefix and one transport length, prepared once so that each
+/// check folds only the transport's own bytes: a responder keeps one per QP for the length
+/// its peer usually sends (one RDMA WRITE shape).
+///
+/// With carry-less multiplication, every part of the check that does not depend on the
+/// transport (the prefix register's share of the fold, and [`RESIDUE`]) is folded in advance
+/// into one 64-bit word, and the transport is folded by code unrolled for its length (up to
+/// 16 whole blocks after its head); otherwise, or for longer transports, it is
+/// [`check_after_prefix`]. Either way `check` gives [`check_after_prefix`]'s verdict for every
+/// input, a transport of another length included.
+#[derive(Clone, Copy, Debug)]
+pub struct PreparedCheck {
+    len: usize,
+    prefix: u32,
+    /// BTH byte 4's mask as it lands in the first whole block (fold only).
+    mask0: u64,
+    /// The prefix's and the residue's share of the word the fold tests (fold only).
+    offset: u64,
+    /// The check for `len` bytes: an unrolled fold only if the CPU has what it needs.
+    run: unsafe fn(&PreparedCheck, &[u8]) -> bool,
+}
+
+impl PreparedCheck {
+    /// The check of `transport_len`-byte transports after `prefix`.
+    pub fn new(prefix: u32, transport_len: usize) -> PreparedCheck {
+        #[cfg(target_arch = "x86_64")]
+        if fold16::available() {
+            if let Some(c) = fold16::prepare(prefix, transport_len) {
+                return c;
+            }
+        }
+        PreparedCheck::portable(prefix, transport_len)
+    }
+
+    /// [`check_after_prefix`] behind the same interface (what `new` falls back to).
+    pub fn portable(prefix: u32, transport_len: usize) -> PreparedCheck {
+        PreparedCheck {
+            len: transport_len,
+            prefix,
+            mask0: 0,
+            offset: 0,
+            run: run_unprepared,
+        }
+    }
+
+    /// The transport length it was prepared for.
+    #[inline]
+    pub fn transport_len(&self) -> usize {
+        self.len
+    }
+
+    /// The prefix register it was prepared for.
+    #[inline]
+    pub fn prefix(&self) -> u32 {
+        self.prefix
+    }
+
+    /// Whether the ICRC of `transport_with_icrc` is right after the prefix: exactly
+    /// [`check_after_prefix`]`(self.prefix(), transport_with_icrc)`.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn check(&self, transport_with_icrc: &[u8]) -> bool {
+        // SAFETY: `run` is `run_unprepared` (safe) unless `fold16::prepare` picked a fold after
+        // seeing the CPU features that fold enables.
+        unsafe { (self.run)(self, transport_with_icrc) }
+    }
+}
+
+/// [`PreparedCheck::check`] with nothing prepared.
+fn run_unprepared(c: &PreparedCheck, transport_with_icrc: &[u8]) -> bool {
+    check_after_prefix(c.prefix, transport_with_icrc)
+}
+
 /// The fixed-shape ICRC check by PCLMULQDQ: the transport, ICRC included, is split as an
 /// `r`-byte head (its length modulo 16) and whole 16-byte blocks, and the head comes first as
 /// a block of its own, zero-padded in front. Leading zeros leave a zero register unchanged, so
@@ -403,9 +476,10 @@ pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
 #[allow(unsafe_code)]
 mod fold16 {
     use core::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
-        _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_shuffle_epi8,
-        _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128, _mm_xor_si128,
+        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi32_si128,
+        _mm_cvtsi64_si128, _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x,
+        _mm_setzero_si128, _mm_shuffle_epi8, _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128,
+        _mm_xor_si128,
     };
 
     /// The IEEE polynomial, normal form.
@@ -552,6 +626,130 @@ mod fold16 {
             x = fold(x, unsafe { _mm_loadu_si128(p.add(q).cast()) });
         }
         x
+    }
+
+    /// Whole blocks after the head that [`prepare`] unrolls a check for.
+    const MAX_BLOCKS: usize = 16;
+
+    /// Fold constants by distance: `KEYS[d]` moves a block `d` blocks towards the end
+    /// (`x^(128d+63)` and `x^(128d-1)` mod P, low lane first; `KEYS[1]` is `fold`'s).
+    static KEYS: [[u64; 2]; MAX_BLOCKS + 1] = {
+        let mut k = [[0u64; 2]; MAX_BLOCKS + 1];
+        let mut d = 1;
+        while d <= MAX_BLOCKS {
+            let n = 128 * d as u32;
+            k[d] = [
+                xpow_mod(n + 63).reverse_bits(),
+                xpow_mod(n - 1).reverse_bits(),
+            ];
+            d += 1;
+        }
+        k
+    };
+
+    /// Zeros to fold a prefix alone over a transport's length ([`prepare`]).
+    static ZEROS: [u8; 16 * (MAX_BLOCKS + 1)] = [0; 16 * (MAX_BLOCKS + 1)];
+
+    type Run = unsafe fn(&super::PreparedCheck, &[u8]) -> bool;
+
+    /// The unrolled check of `len`-byte transports after `prefix`, if `len` has at least one
+    /// and at most [`MAX_BLOCKS`] whole blocks after its head. Callers check `available()`.
+    pub(super) fn prepare(prefix: u32, len: usize) -> Option<super::PreparedCheck> {
+        debug_assert!(available());
+        macro_rules! pick {
+            ($($b:literal)*) => {
+                match (len / 16, len % 16 != 0) {
+                    $(
+                        ($b, false) => check_fixed::<$b, false> as Run,
+                        ($b, true) => check_fixed::<$b, true> as Run,
+                    )*
+                    _ => return None,
+                }
+            };
+        }
+        let run = pick!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+        let r = len % 16;
+        // SAFETY: `available()` saw PCLMULQDQ, SSE4.1 and SSSE3 (callers check it first).
+        let offset = unsafe { prefix_offset(prefix, &ZEROS[..len]) };
+        Some(super::PreparedCheck {
+            len,
+            prefix,
+            // As in `fold_pclmul`: the mask's bytes from r on land in the first whole block.
+            mask0: (0xFFu64 << 32).checked_shr(8 * r as u32).unwrap_or(0),
+            offset,
+            run,
+        })
+    }
+
+    /// The low lane of `to_64` of the prefix's share of the fold over `zeros`, with the
+    /// residue XORed in: the fold is linear, so the accumulator of a transport is that of its
+    /// bytes alone (BTH byte 4 masked) XOR the fold of the prefix over zeros alone.
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    fn prefix_offset(prefix: u32, zeros: &[u8]) -> u64 {
+        let share = _mm_xor_si128(fold_pclmul(prefix, zeros), fold_pclmul(0, zeros));
+        let w = _mm_xor_si128(
+            to_64(share),
+            _mm_cvtsi64_si128(((super::RESIDUE as u64) << 32) as i64),
+        );
+        _mm_cvtsi128_si64(w) as u64
+    }
+
+    /// The block `b` moved `d` blocks towards the end (`1 <= d <= MAX_BLOCKS`).
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    fn shift(b: __m128i, d: usize) -> __m128i {
+        // SAFETY: KEYS[d] is 16 bytes; the load is unaligned.
+        let k = unsafe { _mm_loadu_si128(KEYS[d].as_ptr().cast()) };
+        _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(b, k),
+            _mm_clmulepi64_si128::<0x11>(b, k),
+        )
+    }
+
+    /// [`super::PreparedCheck::check`] for `B` whole blocks after a head of `len % 16`
+    /// bytes (`HAS_HEAD` if there is one): every block moved to the end by its own constant
+    /// (independent multiplies, no loop), then `is_residue`'s test against the prepared
+    /// offset.
+    ///
+    /// # Safety
+    /// The CPU has PCLMULQDQ, SSE4.1 and SSSE3.
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    unsafe fn check_fixed<const B: usize, const HAS_HEAD: bool>(
+        c: &super::PreparedCheck,
+        t: &[u8],
+    ) -> bool {
+        if t.len() != c.len {
+            return super::check_after_prefix(c.prefix, t);
+        }
+        let r = c.len % 16;
+        let p = t.as_ptr();
+        let mut acc = _mm_setzero_si128();
+        let mut i = 0;
+        while i < B {
+            // SAFETY: t.len() == r + 16·B, so bytes r + 16i .. r + 16(i + 1) are readable for
+            // i < B; the load is unaligned.
+            let mut b = unsafe { _mm_loadu_si128(p.add(r + 16 * i).cast()) };
+            if i == 0 {
+                b = _mm_or_si128(b, _mm_cvtsi64_si128(c.mask0 as i64));
+            }
+            acc = _mm_xor_si128(acc, if i + 1 == B { b } else { shift(b, B - 1 - i) });
+            i += 1;
+        }
+        if HAS_HEAD {
+            // SAFETY: bytes 0..16 of `t` are readable (t.len() > 16); r < 16 keeps
+            // HEAD[r..r + 16] inside the table.
+            let (first, ctl) = unsafe {
+                (
+                    _mm_loadu_si128(p.cast()),
+                    _mm_loadu_si128(HEAD.as_ptr().add(r).cast()),
+                )
+            };
+            let first = _mm_or_si128(first, _mm_cvtsi64_si128(0xFF << 32));
+            acc = _mm_xor_si128(acc, shift(_mm_shuffle_epi8(first, ctl), B));
+        }
+        let w = _mm_xor_si128(to_64(acc), _mm_cvtsi64_si128(c.offset as i64));
+        let prod = _mm_clmulepi64_si128::<0x00>(w, _mm_cvtsi64_si128(P_INV as i64));
+        _mm_testz_si128(prod, _mm_set_epi64x(0x7FFF_FFFF, i64::MIN)) == 1
     }
 
     /// The accumulator `x` moved past one more block `b`: two carry-less multiplies.
@@ -1129,6 +1327,34 @@ mod tests {
         }
     }
 
+    /// Every length a prepared check unrolls (and a few past them): right as sealed, wrong
+    /// after any one bit flip outside BTH byte 4, the portable check the same.
+    #[test]
+    fn prepared_check_every_length() {
+        let prefix = 0x1234_5678;
+        for n in 12..300usize {
+            let body: Vec<u8> = (0..n).map(|i| (i * 37 + n) as u8).collect();
+            let t = sealed_after(prefix, &body);
+            let (fast, portable) = (
+                PreparedCheck::new(prefix, t.len()),
+                PreparedCheck::portable(prefix, t.len()),
+            );
+            assert!(fast.check(&t) && portable.check(&t), "len {}", t.len());
+            for i in (0..t.len()).filter(|&i| i != 4) {
+                let mut c = t.clone();
+                c[i] ^= 1 << (i % 8);
+                assert!(
+                    !fast.check(&c) && !portable.check(&c),
+                    "len {} byte {i}",
+                    t.len()
+                );
+            }
+            let mut c = t.clone();
+            c[4] ^= 0x5A;
+            assert!(fast.check(&c), "byte 4 is masked, len {}", t.len());
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
@@ -1151,6 +1377,28 @@ mod tests {
             let want = assert_paths_agree(prefix, &t);
             if how == 0 {
                 prop_assert_eq!(want, body.len() >= BTH_LEN);
+            }
+        }
+
+        #[test]
+        fn prepared_check_agrees(
+            body in proptest::collection::vec(any::<u8>(), 12..300), prefix in any::<u32>(),
+            how in 0u8..4, at in any::<usize>(), bit in 0u8..8, other in 0usize..300) {
+            let mut t = sealed_after(prefix, &body);
+            let n = t.len();
+            let (fast, portable) = (PreparedCheck::new(prefix, n), PreparedCheck::portable(prefix, n));
+            match how {
+                0 => {}
+                1 => t[at % n] ^= 1 << bit,
+                // A transport of another length than the one prepared for.
+                2 => t.truncate(other.min(n)),
+                _ => t.extend_from_slice(&body[..other % body.len()]),
+            }
+            let want = verdict_bitwise(prefix, &t);
+            prop_assert_eq!(fast.check(&t), want, "prepared, len {} for {}", t.len(), n);
+            prop_assert_eq!(portable.check(&t), want, "portable, len {} for {}", t.len(), n);
+            if how == 0 {
+                prop_assert!(want);
             }
         }
 
