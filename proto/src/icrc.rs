@@ -478,8 +478,7 @@ mod fold16 {
     use core::arch::x86_64::{
         __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi32_si128,
         _mm_cvtsi64_si128, _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x,
-        _mm_setzero_si128, _mm_shuffle_epi8, _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128,
-        _mm_xor_si128,
+        _mm_shuffle_epi8, _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128, _mm_xor_si128,
     };
 
     /// The IEEE polynomial, normal form.
@@ -723,29 +722,33 @@ mod fold16 {
         }
         let r = c.len % 16;
         let p = t.as_ptr();
-        let mut acc = _mm_setzero_si128();
-        let mut i = 0;
-        while i < B {
-            // SAFETY: t.len() == r + 16·B, so bytes r + 16i .. r + 16(i + 1) are readable for
-            // i < B; the load is unaligned.
-            let mut b = unsafe { _mm_loadu_si128(p.add(r + 16 * i).cast()) };
-            if i == 0 {
-                b = _mm_or_si128(b, _mm_cvtsi64_si128(c.mask0 as i64));
+        // SAFETY (every load below): t.len() == r + 16·B, so bytes r + 16i .. r + 16(i + 1)
+        // are readable for i < B; the loads are unaligned.
+        let q = unsafe { p.add(r) };
+        let first = _mm_or_si128(
+            unsafe { _mm_loadu_si128(q.cast()) },
+            _mm_cvtsi64_si128(c.mask0 as i64),
+        );
+        let mut acc = first;
+        if B > 1 {
+            acc = shift(first, B - 1);
+            for i in 1..B - 1 {
+                let b = unsafe { _mm_loadu_si128(q.add(16 * i).cast()) };
+                acc = _mm_xor_si128(acc, shift(b, B - 1 - i));
             }
-            acc = _mm_xor_si128(acc, if i + 1 == B { b } else { shift(b, B - 1 - i) });
-            i += 1;
+            acc = _mm_xor_si128(acc, unsafe { _mm_loadu_si128(q.add(16 * (B - 1)).cast()) });
         }
         if HAS_HEAD {
             // SAFETY: bytes 0..16 of `t` are readable (t.len() > 16); r < 16 keeps
             // HEAD[r..r + 16] inside the table.
-            let (first, ctl) = unsafe {
+            let (lead, ctl) = unsafe {
                 (
                     _mm_loadu_si128(p.cast()),
                     _mm_loadu_si128(HEAD.as_ptr().add(r).cast()),
                 )
             };
-            let first = _mm_or_si128(first, _mm_cvtsi64_si128(0xFF << 32));
-            acc = _mm_xor_si128(acc, shift(_mm_shuffle_epi8(first, ctl), B));
+            let lead = _mm_or_si128(lead, _mm_cvtsi64_si128(0xFF << 32));
+            acc = _mm_xor_si128(acc, shift(_mm_shuffle_epi8(lead, ctl), B));
         }
         let w = _mm_xor_si128(to_64(acc), _mm_cvtsi64_si128(c.offset as i64));
         let prod = _mm_clmulepi64_si128::<0x00>(w, _mm_cvtsi64_si128(P_INV as i64));
