@@ -652,15 +652,24 @@ mod fold16 {
     type Run = unsafe fn(&super::PreparedCheck, &[u8]) -> bool;
 
     /// The unrolled check of `len`-byte transports after `prefix`, if `len` has at least one
-    /// and at most [`MAX_BLOCKS`] whole blocks after its head. Callers check `available()`.
+    /// and at most [`MAX_BLOCKS`] whole blocks after its head: with the VEX encodings where
+    /// the CPU has AVX (three-operand multiplies: no copies of the blocks). Callers check
+    /// `available()`.
     pub(super) fn prepare(prefix: u32, len: usize) -> Option<super::PreparedCheck> {
-        debug_assert!(available());
+        prepare_as(prefix, len, std::arch::is_x86_feature_detected!("avx"))
+    }
+
+    /// [`prepare`], with the VEX encodings if `avx` (which the CPU must then have).
+    pub(super) fn prepare_as(prefix: u32, len: usize, avx: bool) -> Option<super::PreparedCheck> {
+        debug_assert!(available() && (!avx || std::arch::is_x86_feature_detected!("avx")));
         macro_rules! pick {
             ($($b:literal)*) => {
-                match (len / 16, len % 16 != 0) {
+                match (len / 16, len % 16 != 0, avx) {
                     $(
-                        ($b, false) => check_fixed::<$b, false> as Run,
-                        ($b, true) => check_fixed::<$b, true> as Run,
+                        ($b, false, false) => check_fixed::<$b, false> as Run,
+                        ($b, true, false) => check_fixed::<$b, true> as Run,
+                        ($b, false, true) => check_fixed_avx::<$b, false> as Run,
+                        ($b, true, true) => check_fixed_avx::<$b, true> as Run,
                     )*
                     _ => return None,
                 }
@@ -705,55 +714,79 @@ mod fold16 {
         )
     }
 
-    /// [`super::PreparedCheck::check`] for `B` whole blocks after a head of `len % 16`
-    /// bytes (`HAS_HEAD` if there is one): every block moved to the end by its own constant
-    /// (independent multiplies, no loop), then `is_residue`'s test against the prepared
-    /// offset.
-    ///
-    /// # Safety
-    /// The CPU has PCLMULQDQ, SSE4.1 and SSSE3.
-    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
-    unsafe fn check_fixed<const B: usize, const HAS_HEAD: bool>(
-        c: &super::PreparedCheck,
-        t: &[u8],
-    ) -> bool {
-        if t.len() != c.len {
-            return super::check_after_prefix(c.prefix, t);
-        }
-        let r = c.len % 16;
-        let p = t.as_ptr();
-        // SAFETY (every load below): t.len() == r + 16·B, so bytes r + 16i .. r + 16(i + 1)
-        // are readable for i < B; the loads are unaligned.
-        let q = unsafe { p.add(r) };
-        let first = _mm_or_si128(
-            unsafe { _mm_loadu_si128(q.cast()) },
-            _mm_cvtsi64_si128(c.mask0 as i64),
-        );
-        let mut acc = first;
-        if B > 1 {
-            acc = shift(first, B - 1);
-            for i in 1..B - 1 {
-                let b = unsafe { _mm_loadu_si128(q.add(16 * i).cast()) };
-                acc = _mm_xor_si128(acc, shift(b, B - 1 - i));
+    /// Defines `check_fixed` (SSE encodings) and `check_fixed_avx` (VEX), one body.
+    macro_rules! check_fixed {
+        ($(#[$doc:meta])* $name:ident, $features:literal) => {
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            unsafe fn $name<const B: usize, const HAS_HEAD: bool>(
+                c: &super::PreparedCheck,
+                t: &[u8],
+            ) -> bool {
+                if t.len() != c.len {
+                    return super::check_after_prefix(c.prefix, t);
+                }
+                // Without a head, r = 0 and the mask is BTH byte 4's own: both constants.
+                let (r, mask0) = if HAS_HEAD {
+                    (c.len % 16, c.mask0)
+                } else {
+                    (0, 0xFF << 32)
+                };
+                let p = t.as_ptr();
+                // SAFETY (every load below): t.len() == r + 16·B, so bytes r + 16i .. r + 16(i + 1)
+                // are readable for i < B; the loads are unaligned.
+                let q = unsafe { p.add(r) };
+                let first = _mm_or_si128(
+                    unsafe { _mm_loadu_si128(q.cast()) },
+                    _mm_cvtsi64_si128(mask0 as i64),
+                );
+                let mut acc = first;
+                if B > 1 {
+                    acc = shift(first, B - 1);
+                    for i in 1..B - 1 {
+                        let b = unsafe { _mm_loadu_si128(q.add(16 * i).cast()) };
+                        acc = _mm_xor_si128(acc, shift(b, B - 1 - i));
+                    }
+                    acc = _mm_xor_si128(acc, unsafe { _mm_loadu_si128(q.add(16 * (B - 1)).cast()) });
+                }
+                if HAS_HEAD {
+                    // SAFETY: bytes 0..16 of `t` are readable (t.len() > 16); r < 16 keeps
+                    // HEAD[r..r + 16] inside the table.
+                    let (lead, ctl) = unsafe {
+                        (
+                            _mm_loadu_si128(p.cast()),
+                            _mm_loadu_si128(HEAD.as_ptr().add(r).cast()),
+                        )
+                    };
+                    let lead = _mm_or_si128(lead, _mm_cvtsi64_si128(0xFF << 32));
+                    acc = _mm_xor_si128(acc, shift(_mm_shuffle_epi8(lead, ctl), B));
+                }
+                let w = _mm_xor_si128(to_64(acc), _mm_cvtsi64_si128(c.offset as i64));
+                let prod = _mm_clmulepi64_si128::<0x00>(w, _mm_cvtsi64_si128(P_INV as i64));
+                _mm_testz_si128(prod, _mm_set_epi64x(0x7FFF_FFFF, i64::MIN)) == 1
             }
-            acc = _mm_xor_si128(acc, unsafe { _mm_loadu_si128(q.add(16 * (B - 1)).cast()) });
-        }
-        if HAS_HEAD {
-            // SAFETY: bytes 0..16 of `t` are readable (t.len() > 16); r < 16 keeps
-            // HEAD[r..r + 16] inside the table.
-            let (lead, ctl) = unsafe {
-                (
-                    _mm_loadu_si128(p.cast()),
-                    _mm_loadu_si128(HEAD.as_ptr().add(r).cast()),
-                )
-            };
-            let lead = _mm_or_si128(lead, _mm_cvtsi64_si128(0xFF << 32));
-            acc = _mm_xor_si128(acc, shift(_mm_shuffle_epi8(lead, ctl), B));
-        }
-        let w = _mm_xor_si128(to_64(acc), _mm_cvtsi64_si128(c.offset as i64));
-        let prod = _mm_clmulepi64_si128::<0x00>(w, _mm_cvtsi64_si128(P_INV as i64));
-        _mm_testz_si128(prod, _mm_set_epi64x(0x7FFF_FFFF, i64::MIN)) == 1
+        };
     }
+
+    check_fixed!(
+        /// [`super::PreparedCheck::check`] for `B` whole blocks after a head of `len % 16`
+        /// bytes (`HAS_HEAD` if there is one): every block moved to the end by its own constant
+        /// (independent multiplies, no loop), then `is_residue`'s test against the prepared
+        /// offset.
+        ///
+        /// # Safety
+        /// The CPU has PCLMULQDQ, SSE4.1 and SSSE3.
+        check_fixed,
+        "pclmulqdq,sse2,ssse3,sse4.1"
+    );
+    check_fixed!(
+        /// [`check_fixed`] in the VEX encodings.
+        ///
+        /// # Safety
+        /// The CPU has AVX, PCLMULQDQ, SSE4.1 and SSSE3.
+        check_fixed_avx,
+        "avx,pclmulqdq,sse2,ssse3,sse4.1"
+    );
 
     /// The accumulator `x` moved past one more block `b`: two carry-less multiplies.
     #[inline]
@@ -1331,30 +1364,42 @@ mod tests {
     }
 
     /// Every length a prepared check unrolls (and a few past them): right as sealed, wrong
-    /// after any one bit flip outside BTH byte 4, the portable check the same.
+    /// after any one bit flip outside BTH byte 4 or at another length; the portable check and
+    /// both encodings of the fold the same.
     #[test]
     fn prepared_check_every_length() {
         let prefix = 0x1234_5678;
         for n in 12..300usize {
             let body: Vec<u8> = (0..n).map(|i| (i * 37 + n) as u8).collect();
             let t = sealed_after(prefix, &body);
-            let (fast, portable) = (
+            let mut checks = vec![
                 PreparedCheck::new(prefix, t.len()),
                 PreparedCheck::portable(prefix, t.len()),
-            );
-            assert!(fast.check(&t) && portable.check(&t), "len {}", t.len());
-            for i in (0..t.len()).filter(|&i| i != 4) {
+            ];
+            // Both encodings of the unrolled fold, where the CPU runs them.
+            #[cfg(target_arch = "x86_64")]
+            if fold16::available() {
+                checks.extend(fold16::prepare_as(prefix, t.len(), false));
+                if std::arch::is_x86_feature_detected!("avx") {
+                    checks.extend(fold16::prepare_as(prefix, t.len(), true));
+                }
+            }
+            for (k, check) in checks.iter().enumerate() {
+                assert!(check.check(&t), "check {k}, len {}", t.len());
+                for i in (0..t.len()).filter(|&i| i != 4) {
+                    let mut c = t.clone();
+                    c[i] ^= 1 << (i % 8);
+                    assert!(!check.check(&c), "check {k}, len {} byte {i}", t.len());
+                }
                 let mut c = t.clone();
-                c[i] ^= 1 << (i % 8);
+                c[4] ^= 0x5A;
                 assert!(
-                    !fast.check(&c) && !portable.check(&c),
-                    "len {} byte {i}",
+                    check.check(&c),
+                    "check {k}: byte 4 is masked, len {}",
                     t.len()
                 );
+                assert!(!check.check(&t[..t.len() - 1]), "check {k}, another length");
             }
-            let mut c = t.clone();
-            c[4] ^= 0x5A;
-            assert!(fast.check(&c), "byte 4 is masked, len {}", t.len());
         }
     }
 

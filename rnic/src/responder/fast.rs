@@ -12,15 +12,13 @@
 //! path. Every tier makes every check (opcode, P_Key, TVer, PSN, QP state, addresses, ICRC,
 //! R_Key, access, range, length, pad); the first makes several at once.
 
-use std::sync::Arc;
-
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::icrc::{self, PreparedCheck, ReconstructedHeader};
 use dta_proto::wire::ib::{opcode as op, Psn, Reth, Syndrome, BTH_LEN, ICRC_LEN, RETH_LEN};
 
 use super::reply::send_ack;
 use super::{mr_slot, DeviceConfig, FastIcrcKey, InProgress, Qp, QpState, Responder, WriteMr};
-use crate::memory::Region;
+use crate::memory::FixedWriter;
 
 /// BTH and RETH: the bytes both tiers read as one fixed-size array.
 const HEAD: usize = BTH_LEN + RETH_LEN;
@@ -53,9 +51,10 @@ pub(super) struct WriteShape {
     ports: u32,
     /// The ICRC check for the addresses and length, when the QP verifies ICRCs.
     icrc: Option<PreparedCheck>,
-    /// The region's virtual address and the region (the key's registration).
+    /// The region's virtual address, and writes of the payload's length into it (the key's
+    /// registration).
     base: u64,
-    region: Arc<Region>,
+    writer: FixedWriter,
 }
 
 /// A datagram's addresses as [`WriteShape`] keeps them.
@@ -85,7 +84,7 @@ impl Responder {
         let Some(h) = p.first_chunk::<HEAD>() else {
             return false;
         };
-        let w01 = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
+        let w01 = u64::from_le_bytes(*h.first_chunk::<8>().expect("8 of 28 bytes"));
         // The destination QP, BTH bytes 5..8 big-endian (what `Bth::dest_qp` reads); as
         // `qp_index`, a QPN below the base wraps to an index no QP has.
         let qi = (w01.swap_bytes() as u32 & 0xFF_FFFF).wrapping_sub(self.qpn_base) as usize;
@@ -116,11 +115,9 @@ impl Responder {
         }
         // The region checks the range (an address below the base wraps past its end).
         let va = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
+        // The payload: the first `len` bytes after the headers.
         let len = s.payload;
-        let Some(data) = p[HEAD..].get(..len) else {
-            return false;
-        };
-        if s.region.write(va.wrapping_sub(s.base), data).is_err() {
+        if s.writer.write(va.wrapping_sub(s.base), &p[HEAD..]).is_err() {
             return false;
         }
         executed(qp, &self.dev, tx, psn, w2, len);
@@ -229,7 +226,10 @@ impl Responder {
                 qp.shape_misses >= RELEARN_AFTER
             }
         };
-        if learn {
+        if let Some(writer) = learn
+            .then(|| FixedWriter::new(region.clone(), len))
+            .flatten()
+        {
             let (ips, ports) = addr_words(d);
             let w01 = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
             let rkey_len =
@@ -243,7 +243,7 @@ impl Responder {
                 ports,
                 icrc: prefix.map(|reg| PreparedCheck::new(reg, p.len())),
                 base: qp.write_mr.base,
-                region: region.clone(),
+                writer,
             });
             qp.shape_misses = 0;
         }
