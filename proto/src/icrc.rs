@@ -406,6 +406,8 @@ pub struct PreparedCheck {
     mask0: u64,
     /// The prefix's and the residue's share of the word the fold tests (fold only).
     offset: u64,
+    /// The fold's constants (fold only; see `fold16::CONSTS`).
+    consts: &'static FoldConsts,
     /// The check for `len` bytes: an unrolled fold only if the CPU has what it needs.
     run: unsafe fn(&PreparedCheck, &[u8]) -> bool,
 }
@@ -429,6 +431,7 @@ impl PreparedCheck {
             prefix,
             mask0: 0,
             offset: 0,
+            consts: &NO_FOLD_CONSTS,
             run: run_unprepared,
         }
     }
@@ -455,6 +458,17 @@ impl PreparedCheck {
         unsafe { (self.run)(self, transport_with_icrc) }
     }
 }
+
+/// Constants of the prepared fold, 16 bytes each (the fold reads them from memory).
+#[derive(Debug)]
+#[repr(C, align(16))]
+struct FoldConsts([[u64; 2]; FOLD_CONSTS]);
+
+/// The prepared fold's constants: 17 fold keys and three for the final test.
+const FOLD_CONSTS: usize = 20;
+
+/// What a [`PreparedCheck`] without a fold refers to.
+static NO_FOLD_CONSTS: FoldConsts = FoldConsts([[0; 2]; FOLD_CONSTS]);
 
 /// [`PreparedCheck::check`] with nothing prepared.
 fn run_unprepared(c: &PreparedCheck, transport_with_icrc: &[u8]) -> bool {
@@ -632,7 +646,7 @@ mod fold16 {
 
     /// Fold constants by distance: `KEYS[d]` moves a block `d` blocks towards the end
     /// (`x^(128d+63)` and `x^(128d-1)` mod P, low lane first; `KEYS[1]` is `fold`'s).
-    static KEYS: [[u64; 2]; MAX_BLOCKS + 1] = {
+    const KEYS: [[u64; 2]; MAX_BLOCKS + 1] = {
         let mut k = [[0u64; 2]; MAX_BLOCKS + 1];
         let mut d = 1;
         while d <= MAX_BLOCKS {
@@ -648,6 +662,27 @@ mod fold16 {
 
     /// Zeros to fold a prefix alone over a transport's length ([`prepare`]).
     static ZEROS: [u8; 16 * (MAX_BLOCKS + 1)] = [0; 16 * (MAX_BLOCKS + 1)];
+
+    /// Every constant `check_fixed` multiplies or masks by, in one table it reads through the
+    /// prepared check's reference to it (`super::PreparedCheck::consts`): the compiler, seeing
+    /// the constants, turns the half of one a multiply uses into an immediate moved into a
+    /// register (two instructions) instead of reading it from memory. `KEYS` first, then
+    /// `to_64`'s `K4` and `K5`, `P_INV`, and the low 32 bits set.
+    pub(super) static CONSTS: super::FoldConsts = {
+        let mut c = [[0u64; 2]; super::FOLD_CONSTS];
+        let mut d = 0;
+        while d <= MAX_BLOCKS {
+            c[d] = KEYS[d];
+            d += 1;
+        }
+        c[K45] = [K4, K5];
+        c[PINV] = [P_INV, 0];
+        c[LOW32] = [0xFFFF_FFFF, 0];
+        super::FoldConsts(c)
+    };
+    const K45: usize = MAX_BLOCKS + 1;
+    const PINV: usize = MAX_BLOCKS + 2;
+    const LOW32: usize = MAX_BLOCKS + 3;
 
     type Run = unsafe fn(&super::PreparedCheck, &[u8]) -> bool;
 
@@ -685,6 +720,7 @@ mod fold16 {
             // As in `fold_pclmul`: the mask's bytes from r on land in the first whole block.
             mask0: (0xFFu64 << 32).checked_shr(8 * r as u32).unwrap_or(0),
             offset,
+            consts: &CONSTS,
             run,
         })
     }
@@ -705,13 +741,20 @@ mod fold16 {
     /// The block `b` moved `d` blocks towards the end (`1 <= d <= MAX_BLOCKS`).
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2")]
-    fn shift(b: __m128i, d: usize) -> __m128i {
-        // SAFETY: KEYS[d] is 16 bytes; the load is unaligned.
-        let k = unsafe { _mm_loadu_si128(KEYS[d].as_ptr().cast()) };
+    fn shift(c: &super::FoldConsts, b: __m128i, d: usize) -> __m128i {
+        let k = load(&c.0[d]);
         _mm_xor_si128(
             _mm_clmulepi64_si128::<0x00>(b, k),
             _mm_clmulepi64_si128::<0x11>(b, k),
         )
+    }
+
+    /// Two words as a vector (low lane first).
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn load(w: &[u64; 2]) -> __m128i {
+        // SAFETY: 16 readable bytes; the load is unaligned.
+        unsafe { _mm_loadu_si128(w.as_ptr().cast()) }
     }
 
     /// Defines `check_fixed` (SSE encodings) and `check_fixed_avx` (VEX), one body.
@@ -732,6 +775,7 @@ mod fold16 {
                 } else {
                     (0, 0xFF << 32)
                 };
+                let k = c.consts;
                 let p = t.as_ptr();
                 // SAFETY (every load below): t.len() == r + 16·B, so bytes r + 16i .. r + 16(i + 1)
                 // are readable for i < B; the loads are unaligned.
@@ -742,10 +786,10 @@ mod fold16 {
                 );
                 let mut acc = first;
                 if B > 1 {
-                    acc = shift(first, B - 1);
+                    acc = shift(k, first, B - 1);
                     for i in 1..B - 1 {
                         let b = unsafe { _mm_loadu_si128(q.add(16 * i).cast()) };
-                        acc = _mm_xor_si128(acc, shift(b, B - 1 - i));
+                        acc = _mm_xor_si128(acc, shift(k, b, B - 1 - i));
                     }
                     acc = _mm_xor_si128(acc, unsafe { _mm_loadu_si128(q.add(16 * (B - 1)).cast()) });
                 }
@@ -759,10 +803,11 @@ mod fold16 {
                         )
                     };
                     let lead = _mm_or_si128(lead, _mm_cvtsi64_si128(0xFF << 32));
-                    acc = _mm_xor_si128(acc, shift(_mm_shuffle_epi8(lead, ctl), B));
+                    acc = _mm_xor_si128(acc, shift(k, _mm_shuffle_epi8(lead, ctl), B));
                 }
-                let w = _mm_xor_si128(to_64(acc), _mm_cvtsi64_si128(c.offset as i64));
-                let prod = _mm_clmulepi64_si128::<0x00>(w, _mm_cvtsi64_si128(P_INV as i64));
+                let v = to_64_by(acc, load(&k.0[K45]), load(&k.0[LOW32]));
+                let w = _mm_xor_si128(v, _mm_cvtsi64_si128(c.offset as i64));
+                let prod = _mm_clmulepi64_si128::<0x00>(w, load(&k.0[PINV]));
                 _mm_testz_si128(prod, _mm_set_epi64x(0x7FFF_FFFF, i64::MIN)) == 1
             }
         };
@@ -827,8 +872,17 @@ mod fold16 {
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     fn to_64(x: __m128i) -> __m128i {
-        let low32 = _mm_cvtsi64_si128(0xFFFF_FFFF);
-        let k = _mm_set_epi64x(K5 as i64, K4 as i64);
+        to_64_by(
+            x,
+            _mm_set_epi64x(K5 as i64, K4 as i64),
+            _mm_cvtsi64_si128(0xFFFF_FFFF),
+        )
+    }
+
+    /// [`to_64`] with its constants given: `k` is `K4` then `K5`, `low32` the low 32 bits set.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn to_64_by(x: __m128i, k: __m128i, low32: __m128i) -> __m128i {
         let y = _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, k), _mm_srli_si128::<8>(x));
         _mm_xor_si128(
             _mm_clmulepi64_si128::<0x10>(_mm_and_si128(y, low32), k),

@@ -18,6 +18,7 @@ use dta_proto::wire::ib::{opcode as op, Psn, Reth, Syndrome, BTH_LEN, ICRC_LEN, 
 
 use super::reply::send_ack;
 use super::{mr_slot, DeviceConfig, FastIcrcKey, InProgress, Qp, QpState, Responder, WriteMr};
+use crate::counters::RnicCounters;
 use crate::memory::FixedWriter;
 
 /// BTH and RETH: the bytes both tiers read as one fixed-size array.
@@ -35,6 +36,9 @@ const RELEARN_AFTER: u32 = 16;
 /// What a QP's last WRITE executed by the second tier looked like, and what was checked for
 /// it once: a WRITE equal to it in every field below passes those checks too.
 pub(super) struct WriteShape {
+    /// [`BTH_SHAPE_MASK`], kept here to be read from memory (not built into a register per
+    /// frame).
+    bth_mask: u64,
     /// BTH bytes 0..8 as a little-endian word, masked with [`BTH_SHAPE_MASK`].
     bth: u64,
     /// RETH bytes 8..16 (R_Key and DMA length) as a little-endian word: the key names a
@@ -55,6 +59,10 @@ pub(super) struct WriteShape {
     /// registration).
     base: u64,
     writer: FixedWriter,
+    /// WRITEs the first tier executed with this shape: each counts once in `rcvd_pkts` and
+    /// `writes` and `payload` bytes in `write_bytes`, added when the counters are read and
+    /// folded into the QP's when the shape goes ([`Qp::set_shape`]).
+    pub(super) writes: u64,
 }
 
 /// A datagram's addresses as [`WriteShape`] keeps them.
@@ -91,7 +99,7 @@ impl Responder {
         let Some(Some(qp)) = self.qps.get_mut(qi) else {
             return false;
         };
-        let s = match &qp.shape {
+        let s = match &mut qp.shape {
             Some(s) if s.admits(d, h, w01) => s,
             // Not a WRITE Only: the general path's, not worth a call to the second tier.
             _ if h[0] != op::RC_RDMA_WRITE_ONLY => return false,
@@ -116,11 +124,17 @@ impl Responder {
         // The region checks the range (an address below the base wraps past its end).
         let va = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
         // The payload: the first `len` bytes after the headers.
-        let len = s.payload;
         if s.writer.write(va.wrapping_sub(s.base), &p[HEAD..]).is_err() {
             return false;
         }
-        executed(qp, &self.dev, tx, psn, w2, len);
+        // Counted in the shape (its length is the payload's); see `WriteShape::writes`.
+        s.writes += 1;
+        qp.msn = qp.msn.wrapping_add(1);
+        qp.sent_psn_nak = false;
+        qp.epsn = psn.next();
+        if w2 & 0x8000_0000 != 0 {
+            send_ack(qp, &self.dev, tx, Syndrome::Ack { credits: 0x1f }, psn);
+        }
         true
     }
 
@@ -234,7 +248,8 @@ impl Responder {
             let w01 = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
             let rkey_len =
                 u64::from_le_bytes([h[20], h[21], h[22], h[23], h[24], h[25], h[26], h[27]]);
-            qp.shape = Some(WriteShape {
+            qp.set_shape(Some(WriteShape {
+                bth_mask: BTH_SHAPE_MASK,
                 bth: w01 & BTH_SHAPE_MASK,
                 rkey_len,
                 len: p.len(),
@@ -244,7 +259,8 @@ impl Responder {
                 icrc: prefix.map(|reg| PreparedCheck::new(reg, p.len())),
                 base: qp.write_mr.base,
                 writer,
-            });
+                writes: 0,
+            }));
             qp.shape_misses = 0;
         }
         executed(qp, &self.dev, tx, psn, w2, len);
@@ -253,6 +269,13 @@ impl Responder {
 }
 
 impl WriteShape {
+    /// The counters of the WRITEs executed with this shape ([`WriteShape::writes`]).
+    pub(super) fn fold_into(&self, c: &mut RnicCounters) {
+        c.rcvd_pkts += self.writes;
+        c.writes += self.writes;
+        c.write_bytes += self.writes * self.payload as u64;
+    }
+
     /// Whether the WRITE `h` (its BTH and RETH; `w01` BTH bytes 0..8 as a little-endian word)
     /// in `d` has this shape: the same opcode, pad, TVer, P_Key, destination QP, R_Key,
     /// length and addresses.
@@ -260,7 +283,7 @@ impl WriteShape {
     fn admits(&self, d: &Datagram<'_>, h: &[u8; HEAD], w01: u64) -> bool {
         let rkey_len = u64::from_le_bytes([h[20], h[21], h[22], h[23], h[24], h[25], h[26], h[27]]);
         let (ips, ports) = addr_words(d);
-        (w01 & BTH_SHAPE_MASK) == self.bth
+        (w01 & self.bth_mask) == self.bth
             && rkey_len == self.rkey_len
             && d.payload.len() == self.len
             && ips == self.ips

@@ -219,7 +219,17 @@ impl Qp {
         let mut c = self.counters;
         c.rcvd_pkts += self.fast_writes;
         c.writes += self.fast_writes;
+        if let Some(s) = &self.shape {
+            s.fold_into(&mut c);
+        }
         c
+    }
+
+    /// Replaces the fast path's WRITE shape, its counts folded into the QP's.
+    fn set_shape(&mut self, shape: Option<WriteShape>) {
+        if let Some(old) = std::mem::replace(&mut self.shape, shape) {
+            old.fold_into(&mut self.counters);
+        }
     }
 }
 
@@ -471,7 +481,7 @@ impl Responder {
     fn forget_write_mrs(&mut self) {
         for qp in self.qps.iter_mut().flatten() {
             qp.write_mr = WriteMr::EMPTY;
-            qp.shape = None;
+            qp.set_shape(None);
         }
     }
 
