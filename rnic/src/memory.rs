@@ -362,6 +362,10 @@ pub struct FixedWriter {
     last: u64,
     /// Nonzero unless `len` is a multiple of 8 (then every write merges).
     odd: usize,
+    /// `len - 16` for whole-word lengths of 16 to 32 bytes (a Key-Write slot): four stores at
+    /// 0, 8, `tail` and `tail + 8` cover them without a jump on the word count. Else
+    /// `usize::MAX`.
+    tail: usize,
 }
 
 // SAFETY: `ptr` is `region`'s mapping, which the writer keeps alive; access through it is as
@@ -380,6 +384,11 @@ impl FixedWriter {
             ptr: region.ptr,
             last: (region.len - len) as u64,
             odd: len % 8,
+            tail: if len % 8 == 0 && (16..=32).contains(&len) {
+                len - 16
+            } else {
+                usize::MAX
+            },
             len,
             region,
         })
@@ -402,8 +411,15 @@ impl FixedWriter {
         // SAFETY: off <= last = region.len - len, so [off, off + len) is inside the region.
         let dst = unsafe { self.ptr.as_ptr().add(off as usize) };
         if (dst as usize | self.odd) % 8 == 0 {
-            // SAFETY: [dst, dst + len) is inside the region and made of whole aligned words.
-            unsafe { atomic_copy_words(dst, src) };
+            if self.tail != usize::MAX {
+                // SAFETY: [dst, dst + len) is inside the region and made of 2 to 4 whole
+                // aligned words, the last two starting at `tail` = len - 16.
+                unsafe { atomic_copy_2_to_4_words(dst, src, self.tail) };
+            } else {
+                // SAFETY: [dst, dst + len) is inside the region and made of whole aligned
+                // words.
+                unsafe { atomic_copy_words(dst, src) };
+            }
         } else {
             // SAFETY: as in `Region::write`.
             unsafe { atomic_copy_in(dst, src) };
@@ -523,6 +539,30 @@ unsafe fn atomic_copy_words(dst: *mut u8, src: &[u8]) {
     straight!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
 }
 
+/// [`atomic_copy_words`] of 2 to 4 words without a jump on their count: words 0 and 1, then
+/// the two at `tail = src.len() - 16` (the same words again when there are fewer than four;
+/// storing a word's own bytes twice leaves what a reader sees unchanged).
+///
+/// # Safety
+/// As [`atomic_copy_words`], and `16 <= src.len() <= 32`, `tail == src.len() - 16`.
+#[inline(always)]
+unsafe fn atomic_copy_2_to_4_words(dst: *mut u8, src: &[u8], tail: usize) {
+    debug_assert!((16..=32).contains(&src.len()) && tail == src.len() - 16);
+    let store = |at: usize| {
+        // SAFETY: at + 8 <= src.len() (at is 0, 8, tail or tail + 8): bytes at..at + 8 of
+        // `src` are readable, and dst + at is 8-aligned and inside dst..dst + src.len()
+        // per the contract.
+        unsafe {
+            let w = u64::from_ne_bytes(src.as_ptr().add(at).cast::<[u8; 8]>().read());
+            AtomicU64::from_ptr(dst.add(at).cast::<u64>()).store(w, Ordering::Relaxed);
+        }
+    };
+    store(0);
+    store(8);
+    store(tail);
+    store(tail + 8);
+}
+
 /// Replaces bytes `at..at + bytes.len()` of the word `w` (native byte order), leaving the others.
 #[inline]
 fn merge(w: &AtomicU64, at: usize, bytes: &[u8]) {
@@ -633,7 +673,7 @@ mod tests {
         assert!(FixedWriter::new(a.clone(), 0).is_none());
         assert!(FixedWriter::new(a.clone(), LEN + 1).is_none());
         let data: Vec<u8> = (0..300u32).map(|i| i as u8 ^ 0x5A).collect();
-        for n in [1, 7, 8, 12, 16, 32, 72, 128, 136, 200, 256] {
+        for n in [1, 7, 8, 12, 16, 20, 24, 32, 40, 72, 128, 136, 200, 256] {
             let w = FixedWriter::new(a.clone(), n).unwrap();
             let offs = [
                 0u64,
