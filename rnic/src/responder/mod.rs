@@ -708,9 +708,9 @@ impl Responder {
         }
     }
 
-    /// Everything [`Responder::write_fast`] does not take, out of line so that the burst
-    /// loop keeps the fast path's registers.
-    #[inline(never)]
+    /// Everything [`Responder::write_fast`] does not take (inlined: out of line, it cost the
+    /// atomics more than it saved the WRITEs).
+    #[inline]
     fn handle_general(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) {
         let pkt = match RocePacket::parse(d.payload) {
             Ok(p) => p,
