@@ -777,21 +777,24 @@ mod fold16 {
                 };
                 let k = c.consts;
                 let p = t.as_ptr();
-                // SAFETY (every load below): t.len() == r + 16·B, so bytes r + 16i .. r + 16(i + 1)
-                // are readable for i < B; the loads are unaligned.
+                // SAFETY: r <= t.len() (t.len() == r + 16·B).
                 let q = unsafe { p.add(r) };
-                let first = _mm_or_si128(
-                    unsafe { _mm_loadu_si128(q.cast()) },
-                    _mm_cvtsi64_si128(mask0 as i64),
-                );
+                // Block i is bytes r + 16i .. r + 16(i + 1) of `t`, readable for i < B since
+                // t.len() == r + 16·B.
+                // SAFETY: block 0 (B >= 1); the load is unaligned.
+                let b0 = unsafe { _mm_loadu_si128(q.cast()) };
+                let first = _mm_or_si128(b0, _mm_cvtsi64_si128(mask0 as i64));
                 let mut acc = first;
                 if B > 1 {
                     acc = shift(k, first, B - 1);
                     for i in 1..B - 1 {
+                        // SAFETY: block i < B; the load is unaligned.
                         let b = unsafe { _mm_loadu_si128(q.add(16 * i).cast()) };
                         acc = _mm_xor_si128(acc, shift(k, b, B - 1 - i));
                     }
-                    acc = _mm_xor_si128(acc, unsafe { _mm_loadu_si128(q.add(16 * (B - 1)).cast()) });
+                    // SAFETY: block B - 1; the load is unaligned.
+                    let last = unsafe { _mm_loadu_si128(q.add(16 * (B - 1)).cast()) };
+                    acc = _mm_xor_si128(acc, last);
                 }
                 if HAS_HEAD {
                     // SAFETY: bytes 0..16 of `t` are readable (t.len() > 16); r < 16 keeps

@@ -28,6 +28,9 @@ pub(super) enum Step {
     Rnr,
 }
 
+/// The ICRC verdict from the datagram alone: exact with the IPv4 header at hand, else by
+/// reconstruction (solving for the ident). Out of line: [`verify_icrc_cached`] answers the
+/// common case before it.
 #[inline(never)]
 pub(super) fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
     let h = ReconstructedHeader::between(d.src, d.dst);
