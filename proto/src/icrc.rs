@@ -388,6 +388,93 @@ pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
     None
 }
 
+/// [`check_after_prefix`] for one prefix and one transport length, prepared once so that each
+/// check folds only the transport's own bytes: a responder keeps one per QP for the length
+/// its peer usually sends (one RDMA WRITE shape).
+///
+/// With carry-less multiplication, every part of the check that does not depend on the
+/// transport (the prefix register's share of the fold, and [`RESIDUE`]) is folded in advance
+/// into one 64-bit word, and the transport is folded by code unrolled for its length (up to
+/// 16 whole blocks after its head); otherwise, or for longer transports, it is
+/// [`check_after_prefix`]. Either way `check` gives [`check_after_prefix`]'s verdict for every
+/// input, a transport of another length included.
+#[derive(Clone, Copy, Debug)]
+pub struct PreparedCheck {
+    len: usize,
+    prefix: u32,
+    /// BTH byte 4's mask as it lands in the first whole block (fold only).
+    mask0: u64,
+    /// The prefix's and the residue's share of the word the fold tests (fold only).
+    offset: u64,
+    /// The fold's constants (fold only; see `fold16::CONSTS`).
+    consts: &'static FoldConsts,
+    /// The check for `len` bytes: an unrolled fold only if the CPU has what it needs.
+    run: unsafe fn(&PreparedCheck, &[u8]) -> bool,
+}
+
+impl PreparedCheck {
+    /// The check of `transport_len`-byte transports after `prefix`.
+    pub fn new(prefix: u32, transport_len: usize) -> PreparedCheck {
+        #[cfg(target_arch = "x86_64")]
+        if fold16::available() {
+            if let Some(c) = fold16::prepare(prefix, transport_len) {
+                return c;
+            }
+        }
+        PreparedCheck::portable(prefix, transport_len)
+    }
+
+    /// [`check_after_prefix`] behind the same interface (what `new` falls back to).
+    pub fn portable(prefix: u32, transport_len: usize) -> PreparedCheck {
+        PreparedCheck {
+            len: transport_len,
+            prefix,
+            mask0: 0,
+            offset: 0,
+            consts: &NO_FOLD_CONSTS,
+            run: run_unprepared,
+        }
+    }
+
+    /// The transport length it was prepared for.
+    #[inline]
+    pub fn transport_len(&self) -> usize {
+        self.len
+    }
+
+    /// The prefix register it was prepared for.
+    #[inline]
+    pub fn prefix(&self) -> u32 {
+        self.prefix
+    }
+
+    /// Whether the ICRC of `transport_with_icrc` is right after the prefix: exactly
+    /// [`check_after_prefix`]`(self.prefix(), transport_with_icrc)`.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn check(&self, transport_with_icrc: &[u8]) -> bool {
+        // SAFETY: `run` is `run_unprepared` (safe) unless `fold16::prepare` picked a fold after
+        // seeing the CPU features that fold enables.
+        unsafe { (self.run)(self, transport_with_icrc) }
+    }
+}
+
+/// Constants of the prepared fold, 16 bytes each (the fold reads them from memory).
+#[derive(Debug)]
+#[repr(C, align(16))]
+struct FoldConsts([[u64; 2]; FOLD_CONSTS]);
+
+/// The prepared fold's constants: 17 fold keys and three for the final test.
+const FOLD_CONSTS: usize = 20;
+
+/// What a [`PreparedCheck`] without a fold refers to.
+static NO_FOLD_CONSTS: FoldConsts = FoldConsts([[0; 2]; FOLD_CONSTS]);
+
+/// [`PreparedCheck::check`] with nothing prepared.
+fn run_unprepared(c: &PreparedCheck, transport_with_icrc: &[u8]) -> bool {
+    check_after_prefix(c.prefix, transport_with_icrc)
+}
+
 /// The fixed-shape ICRC check by PCLMULQDQ: the transport, ICRC included, is split as an
 /// `r`-byte head (its length modulo 16) and whole 16-byte blocks, and the head comes first as
 /// a block of its own, zero-padded in front. Leading zeros leave a zero register unchanged, so
@@ -403,9 +490,9 @@ pub fn residue_fold(prefix: u32, transport_with_icrc: &[u8]) -> Option<u32> {
 #[allow(unsafe_code)]
 mod fold16 {
     use core::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
-        _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x, _mm_shuffle_epi8,
-        _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128, _mm_xor_si128,
+        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi32_si128,
+        _mm_cvtsi64_si128, _mm_extract_epi32, _mm_loadu_si128, _mm_or_si128, _mm_set_epi64x,
+        _mm_shuffle_epi8, _mm_srl_epi64, _mm_srli_si128, _mm_testz_si128, _mm_xor_si128,
     };
 
     /// The IEEE polynomial, normal form.
@@ -554,6 +641,201 @@ mod fold16 {
         x
     }
 
+    /// Whole blocks after the head that [`prepare`] unrolls a check for.
+    const MAX_BLOCKS: usize = 16;
+
+    /// Fold constants by distance: `KEYS[d]` moves a block `d` blocks towards the end
+    /// (`x^(128d+63)` and `x^(128d-1)` mod P, low lane first; `KEYS[1]` is `fold`'s).
+    const KEYS: [[u64; 2]; MAX_BLOCKS + 1] = {
+        let mut k = [[0u64; 2]; MAX_BLOCKS + 1];
+        let mut d = 1;
+        while d <= MAX_BLOCKS {
+            let n = 128 * d as u32;
+            k[d] = [
+                xpow_mod(n + 63).reverse_bits(),
+                xpow_mod(n - 1).reverse_bits(),
+            ];
+            d += 1;
+        }
+        k
+    };
+
+    /// Zeros to fold a prefix alone over a transport's length ([`prepare`]).
+    static ZEROS: [u8; 16 * (MAX_BLOCKS + 1)] = [0; 16 * (MAX_BLOCKS + 1)];
+
+    /// Every constant `check_fixed` multiplies or masks by, in one table it reads through the
+    /// prepared check's reference to it (`super::PreparedCheck::consts`): the compiler, seeing
+    /// the constants, turns the half of one a multiply uses into an immediate moved into a
+    /// register (two instructions) instead of reading it from memory. `KEYS` first, then
+    /// `to_64`'s `K4` and `K5`, `P_INV`, and the low 32 bits set.
+    pub(super) static CONSTS: super::FoldConsts = {
+        let mut c = [[0u64; 2]; super::FOLD_CONSTS];
+        let mut d = 0;
+        while d <= MAX_BLOCKS {
+            c[d] = KEYS[d];
+            d += 1;
+        }
+        c[K45] = [K4, K5];
+        c[PINV] = [P_INV, 0];
+        c[LOW32] = [0xFFFF_FFFF, 0];
+        super::FoldConsts(c)
+    };
+    const K45: usize = MAX_BLOCKS + 1;
+    const PINV: usize = MAX_BLOCKS + 2;
+    const LOW32: usize = MAX_BLOCKS + 3;
+
+    type Run = unsafe fn(&super::PreparedCheck, &[u8]) -> bool;
+
+    /// The unrolled check of `len`-byte transports after `prefix`, if `len` has at least one
+    /// and at most [`MAX_BLOCKS`] whole blocks after its head: with the VEX encodings where
+    /// the CPU has AVX (three-operand multiplies: no copies of the blocks). Callers check
+    /// `available()`.
+    pub(super) fn prepare(prefix: u32, len: usize) -> Option<super::PreparedCheck> {
+        prepare_as(prefix, len, std::arch::is_x86_feature_detected!("avx"))
+    }
+
+    /// [`prepare`], with the VEX encodings if `avx` (which the CPU must then have).
+    pub(super) fn prepare_as(prefix: u32, len: usize, avx: bool) -> Option<super::PreparedCheck> {
+        debug_assert!(available() && (!avx || std::arch::is_x86_feature_detected!("avx")));
+        macro_rules! pick {
+            ($($b:literal)*) => {
+                match (len / 16, len % 16 != 0, avx) {
+                    $(
+                        ($b, false, false) => check_fixed::<$b, false> as Run,
+                        ($b, true, false) => check_fixed::<$b, true> as Run,
+                        ($b, false, true) => check_fixed_avx::<$b, false> as Run,
+                        ($b, true, true) => check_fixed_avx::<$b, true> as Run,
+                    )*
+                    _ => return None,
+                }
+            };
+        }
+        let run = pick!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+        let r = len % 16;
+        // SAFETY: `available()` saw PCLMULQDQ, SSE4.1 and SSSE3 (callers check it first).
+        let offset = unsafe { prefix_offset(prefix, &ZEROS[..len]) };
+        Some(super::PreparedCheck {
+            len,
+            prefix,
+            // As in `fold_pclmul`: the mask's bytes from r on land in the first whole block.
+            mask0: (0xFFu64 << 32).checked_shr(8 * r as u32).unwrap_or(0),
+            offset,
+            consts: &CONSTS,
+            run,
+        })
+    }
+
+    /// The low lane of `to_64` of the prefix's share of the fold over `zeros`, with the
+    /// residue XORed in: the fold is linear, so the accumulator of a transport is that of its
+    /// bytes alone (BTH byte 4 masked) XOR the fold of the prefix over zeros alone.
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    fn prefix_offset(prefix: u32, zeros: &[u8]) -> u64 {
+        let share = _mm_xor_si128(fold_pclmul(prefix, zeros), fold_pclmul(0, zeros));
+        let w = _mm_xor_si128(
+            to_64(share),
+            _mm_cvtsi64_si128(((super::RESIDUE as u64) << 32) as i64),
+        );
+        _mm_cvtsi128_si64(w) as u64
+    }
+
+    /// The block `b` moved `d` blocks towards the end (`1 <= d <= MAX_BLOCKS`).
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    fn shift(c: &super::FoldConsts, b: __m128i, d: usize) -> __m128i {
+        let k = load(&c.0[d]);
+        _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(b, k),
+            _mm_clmulepi64_si128::<0x11>(b, k),
+        )
+    }
+
+    /// Two words as a vector (low lane first).
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn load(w: &[u64; 2]) -> __m128i {
+        // SAFETY: 16 readable bytes; the load is unaligned.
+        unsafe { _mm_loadu_si128(w.as_ptr().cast()) }
+    }
+
+    /// Defines `check_fixed` (SSE encodings) and `check_fixed_avx` (VEX), one body.
+    macro_rules! check_fixed {
+        ($(#[$doc:meta])* $name:ident, $features:literal) => {
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            unsafe fn $name<const B: usize, const HAS_HEAD: bool>(
+                c: &super::PreparedCheck,
+                t: &[u8],
+            ) -> bool {
+                if t.len() != c.len {
+                    return super::check_after_prefix(c.prefix, t);
+                }
+                // Without a head, r = 0 and the mask is BTH byte 4's own: both constants.
+                let (r, mask0) = if HAS_HEAD {
+                    (c.len % 16, c.mask0)
+                } else {
+                    (0, 0xFF << 32)
+                };
+                let k = c.consts;
+                let p = t.as_ptr();
+                // SAFETY: r <= t.len() (t.len() == r + 16·B).
+                let q = unsafe { p.add(r) };
+                // Block i is bytes r + 16i .. r + 16(i + 1) of `t`, readable for i < B since
+                // t.len() == r + 16·B.
+                // SAFETY: block 0 (B >= 1); the load is unaligned.
+                let b0 = unsafe { _mm_loadu_si128(q.cast()) };
+                let first = _mm_or_si128(b0, _mm_cvtsi64_si128(mask0 as i64));
+                let mut acc = first;
+                if B > 1 {
+                    acc = shift(k, first, B - 1);
+                    for i in 1..B - 1 {
+                        // SAFETY: block i < B; the load is unaligned.
+                        let b = unsafe { _mm_loadu_si128(q.add(16 * i).cast()) };
+                        acc = _mm_xor_si128(acc, shift(k, b, B - 1 - i));
+                    }
+                    // SAFETY: block B - 1; the load is unaligned.
+                    let last = unsafe { _mm_loadu_si128(q.add(16 * (B - 1)).cast()) };
+                    acc = _mm_xor_si128(acc, last);
+                }
+                if HAS_HEAD {
+                    // SAFETY: bytes 0..16 of `t` are readable (t.len() > 16); r < 16 keeps
+                    // HEAD[r..r + 16] inside the table.
+                    let (lead, ctl) = unsafe {
+                        (
+                            _mm_loadu_si128(p.cast()),
+                            _mm_loadu_si128(HEAD.as_ptr().add(r).cast()),
+                        )
+                    };
+                    let lead = _mm_or_si128(lead, _mm_cvtsi64_si128(0xFF << 32));
+                    acc = _mm_xor_si128(acc, shift(k, _mm_shuffle_epi8(lead, ctl), B));
+                }
+                let v = to_64_by(acc, load(&k.0[K45]), load(&k.0[LOW32]));
+                let w = _mm_xor_si128(v, _mm_cvtsi64_si128(c.offset as i64));
+                let prod = _mm_clmulepi64_si128::<0x00>(w, load(&k.0[PINV]));
+                _mm_testz_si128(prod, _mm_set_epi64x(0x7FFF_FFFF, i64::MIN)) == 1
+            }
+        };
+    }
+
+    check_fixed!(
+        /// [`super::PreparedCheck::check`] for `B` whole blocks after a head of `len % 16`
+        /// bytes (`HAS_HEAD` if there is one): every block moved to the end by its own constant
+        /// (independent multiplies, no loop), then `is_residue`'s test against the prepared
+        /// offset.
+        ///
+        /// # Safety
+        /// The CPU has PCLMULQDQ, SSE4.1 and SSSE3.
+        check_fixed,
+        "pclmulqdq,sse2,ssse3,sse4.1"
+    );
+    check_fixed!(
+        /// [`check_fixed`] in the VEX encodings.
+        ///
+        /// # Safety
+        /// The CPU has AVX, PCLMULQDQ, SSE4.1 and SSSE3.
+        check_fixed_avx,
+        "avx,pclmulqdq,sse2,ssse3,sse4.1"
+    );
+
     /// The accumulator `x` moved past one more block `b`: two carry-less multiplies.
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2")]
@@ -593,8 +875,17 @@ mod fold16 {
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     fn to_64(x: __m128i) -> __m128i {
-        let low32 = _mm_cvtsi64_si128(0xFFFF_FFFF);
-        let k = _mm_set_epi64x(K5 as i64, K4 as i64);
+        to_64_by(
+            x,
+            _mm_set_epi64x(K5 as i64, K4 as i64),
+            _mm_cvtsi64_si128(0xFFFF_FFFF),
+        )
+    }
+
+    /// [`to_64`] with its constants given: `k` is `K4` then `K5`, `low32` the low 32 bits set.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    fn to_64_by(x: __m128i, k: __m128i, low32: __m128i) -> __m128i {
         let y = _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, k), _mm_srli_si128::<8>(x));
         _mm_xor_si128(
             _mm_clmulepi64_si128::<0x10>(_mm_and_si128(y, low32), k),
@@ -1129,6 +1420,46 @@ mod tests {
         }
     }
 
+    /// Every length a prepared check unrolls (and a few past them): right as sealed, wrong
+    /// after any one bit flip outside BTH byte 4 or at another length; the portable check and
+    /// both encodings of the fold the same.
+    #[test]
+    fn prepared_check_every_length() {
+        let prefix = 0x1234_5678;
+        for n in 12..300usize {
+            let body: Vec<u8> = (0..n).map(|i| (i * 37 + n) as u8).collect();
+            let t = sealed_after(prefix, &body);
+            let mut checks = vec![
+                PreparedCheck::new(prefix, t.len()),
+                PreparedCheck::portable(prefix, t.len()),
+            ];
+            // Both encodings of the unrolled fold, where the CPU runs them.
+            #[cfg(target_arch = "x86_64")]
+            if fold16::available() {
+                checks.extend(fold16::prepare_as(prefix, t.len(), false));
+                if std::arch::is_x86_feature_detected!("avx") {
+                    checks.extend(fold16::prepare_as(prefix, t.len(), true));
+                }
+            }
+            for (k, check) in checks.iter().enumerate() {
+                assert!(check.check(&t), "check {k}, len {}", t.len());
+                for i in (0..t.len()).filter(|&i| i != 4) {
+                    let mut c = t.clone();
+                    c[i] ^= 1 << (i % 8);
+                    assert!(!check.check(&c), "check {k}, len {} byte {i}", t.len());
+                }
+                let mut c = t.clone();
+                c[4] ^= 0x5A;
+                assert!(
+                    check.check(&c),
+                    "check {k}: byte 4 is masked, len {}",
+                    t.len()
+                );
+                assert!(!check.check(&t[..t.len() - 1]), "check {k}, another length");
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
@@ -1151,6 +1482,28 @@ mod tests {
             let want = assert_paths_agree(prefix, &t);
             if how == 0 {
                 prop_assert_eq!(want, body.len() >= BTH_LEN);
+            }
+        }
+
+        #[test]
+        fn prepared_check_agrees(
+            body in proptest::collection::vec(any::<u8>(), 12..300), prefix in any::<u32>(),
+            how in 0u8..4, at in any::<usize>(), bit in 0u8..8, other in 0usize..300) {
+            let mut t = sealed_after(prefix, &body);
+            let n = t.len();
+            let (fast, portable) = (PreparedCheck::new(prefix, n), PreparedCheck::portable(prefix, n));
+            match how {
+                0 => {}
+                1 => t[at % n] ^= 1 << bit,
+                // A transport of another length than the one prepared for.
+                2 => t.truncate(other.min(n)),
+                _ => t.extend_from_slice(&body[..other % body.len()]),
+            }
+            let want = verdict_bitwise(prefix, &t);
+            prop_assert_eq!(fast.check(&t), want, "prepared, len {} for {}", t.len(), n);
+            prop_assert_eq!(portable.check(&t), want, "portable, len {} for {}", t.len(), n);
+            if how == 0 {
+                prop_assert!(want);
             }
         }
 

@@ -21,6 +21,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Size of the huge pages we ask for (x86-64 default).
 pub const HUGE_PAGE: usize = 2 << 20;
@@ -348,6 +349,85 @@ impl Region {
     }
 }
 
+/// Writes of one length into one region, with what a write of that length checks and
+/// decides once (the last offset it may start at, whether it is whole words) done at
+/// construction: a responder keeps one for the payload length its peer usually sends. Each
+/// write is [`Region::write`] of the same bytes.
+pub struct FixedWriter {
+    region: Arc<Region>,
+    /// The region's first byte (mapped as long as `region` lives).
+    ptr: NonNull<u8>,
+    len: usize,
+    /// The last offset a write of `len` bytes may start at.
+    last: u64,
+    /// Nonzero unless `len` is a multiple of 8 (then every write merges).
+    odd: usize,
+    /// `len - 16` for whole-word lengths of 16 to 32 bytes (a Key-Write slot): four stores at
+    /// 0, 8, `tail` and `tail + 8` cover them without a jump on the word count. Else
+    /// `usize::MAX`.
+    tail: usize,
+}
+
+// SAFETY: `ptr` is `region`'s mapping, which the writer keeps alive; access through it is as
+// through `&Region` (atomic and bounds-checked), so the writer is as Send and Sync as Region.
+unsafe impl Send for FixedWriter {}
+// SAFETY: as above.
+unsafe impl Sync for FixedWriter {}
+
+impl FixedWriter {
+    /// Writes of `len` bytes into `region`; `None` if `len` is zero or longer than the region.
+    pub fn new(region: Arc<Region>, len: usize) -> Option<FixedWriter> {
+        if len == 0 || len > region.len {
+            return None;
+        }
+        Some(FixedWriter {
+            ptr: region.ptr,
+            last: (region.len - len) as u64,
+            odd: len % 8,
+            tail: if len % 8 == 0 && (16..=32).contains(&len) {
+                len - 16
+            } else {
+                usize::MAX
+            },
+            len,
+            region,
+        })
+    }
+
+    /// The region written to.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// [`Region::write`]`(off, &data[..len])`, and `OutOfBounds` when `data` is shorter.
+    #[inline(always)]
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<(), OutOfBounds> {
+        let Some(src) = data.get(..self.len) else {
+            return Err(OutOfBounds);
+        };
+        if off > self.last {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: off <= last = region.len - len, so [off, off + len) is inside the region.
+        let dst = unsafe { self.ptr.as_ptr().add(off as usize) };
+        if (dst as usize | self.odd) % 8 == 0 {
+            if self.tail != usize::MAX {
+                // SAFETY: [dst, dst + len) is inside the region and made of 2 to 4 whole
+                // aligned words, the last two starting at `tail` = len - 16.
+                unsafe { atomic_copy_2_to_4_words(dst, src, self.tail) };
+            } else {
+                // SAFETY: [dst, dst + len) is inside the region and made of whole aligned
+                // words.
+                unsafe { atomic_copy_words(dst, src) };
+            }
+        } else {
+            // SAFETY: as in `Region::write`.
+            unsafe { atomic_copy_in(dst, src) };
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping we created; no reference into it outlives
@@ -429,37 +509,58 @@ unsafe fn atomic_copy_words(dst: *mut u8, src: &[u8]) {
             AtomicU64::from_ptr(dst.add(i)).store(w, Ordering::Relaxed);
         }
     };
-    // Up to four words (a Key-Write slot) straight, more two at a time.
-    match src.len() / 8 {
-        0 => {}
-        1 => store(0),
-        2 => {
-            store(0);
-            store(1);
-        }
-        3 => {
-            store(0);
-            store(1);
-            store(2);
-        }
-        4 => {
-            store(0);
-            store(1);
-            store(2);
-            store(3);
-        }
-        n => {
-            let mut i = 0;
-            while i + 2 <= n {
-                store(i);
-                store(i + 1);
-                i += 2;
+    // Up to sixteen words (a Key-Write slot, an Append batch) straight, one jump to the
+    // stores of their count; more two at a time.
+    macro_rules! straight {
+        ($($n:literal)*) => {
+            match src.len() / 8 {
+                0 => {}
+                $($n => {
+                    let mut i = 0;
+                    while i < $n {
+                        store(i);
+                        i += 1;
+                    }
+                })*
+                n => {
+                    let mut i = 0;
+                    while i + 2 <= n {
+                        store(i);
+                        store(i + 1);
+                        i += 2;
+                    }
+                    if i < n {
+                        store(i);
+                    }
+                }
             }
-            if i < n {
-                store(i);
-            }
-        }
+        };
     }
+    straight!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+}
+
+/// [`atomic_copy_words`] of 2 to 4 words without a jump on their count: words 0 and 1, then
+/// the two at `tail = src.len() - 16` (the same words again when there are fewer than four;
+/// storing a word's own bytes twice leaves what a reader sees unchanged).
+///
+/// # Safety
+/// As [`atomic_copy_words`], and `16 <= src.len() <= 32`, `tail == src.len() - 16`.
+#[inline(always)]
+unsafe fn atomic_copy_2_to_4_words(dst: *mut u8, src: &[u8], tail: usize) {
+    debug_assert!((16..=32).contains(&src.len()) && tail == src.len() - 16);
+    let store = |at: usize| {
+        // SAFETY: at + 8 <= src.len() (at is 0, 8, tail or tail + 8): bytes at..at + 8 of
+        // `src` are readable, and dst + at is 8-aligned and inside dst..dst + src.len()
+        // per the contract.
+        unsafe {
+            let w = u64::from_ne_bytes(src.as_ptr().add(at).cast::<[u8; 8]>().read());
+            AtomicU64::from_ptr(dst.add(at).cast::<u64>()).store(w, Ordering::Relaxed);
+        }
+    };
+    store(0);
+    store(8);
+    store(tail);
+    store(tail + 8);
 }
 
 /// Replaces bytes `at..at + bytes.len()` of the word `w` (native byte order), leaving the others.
@@ -561,6 +662,40 @@ pub fn hugepage_status() -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fixed writer does what `write` of the same bytes does: in bounds, aligned or not,
+    /// whole words or not, and refused past the end, below the start or with too little data.
+    #[test]
+    fn fixed_writer_is_write() {
+        const LEN: usize = 4096;
+        let a = Arc::new(Region::anonymous(LEN, false).unwrap());
+        let b = Region::anonymous(LEN, false).unwrap();
+        assert!(FixedWriter::new(a.clone(), 0).is_none());
+        assert!(FixedWriter::new(a.clone(), LEN + 1).is_none());
+        let data: Vec<u8> = (0..300u32).map(|i| i as u8 ^ 0x5A).collect();
+        for n in [1, 7, 8, 12, 16, 20, 24, 32, 40, 72, 128, 136, 200, 256] {
+            let w = FixedWriter::new(a.clone(), n).unwrap();
+            let offs = [
+                0u64,
+                3,
+                8,
+                1000,
+                (LEN - n) as u64,
+                (LEN - n + 1) as u64,
+                u64::MAX - 4,
+            ];
+            for off in offs {
+                let want = b.write(off, &data[..n]);
+                assert_eq!(w.write(off, &data), want, "len {n} at {off}");
+                assert_eq!(w.write(off, &data[..n]), want, "len {n} at {off}, exact");
+            }
+            assert_eq!(w.write(0, &data[..n - 1]), Err(OutOfBounds), "short data");
+        }
+        let (mut ma, mut mb) = (vec![0u8; LEN], vec![0u8; LEN]);
+        a.read(0, &mut ma).unwrap();
+        b.read(0, &mut mb).unwrap();
+        assert!(ma == mb);
+    }
 
     /// Regions of 2 MiB and more start on a 2 MiB boundary (so transparent huge pages can back
     /// all of them); every byte of them, and of smaller ones, is usable.

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use dta_proto::batch::{Datagram, TxBatch};
-use dta_proto::icrc::{self, IcrcVerdict, ReconstructedHeader};
+use dta_proto::icrc::{self, IcrcVerdict, PreparedCheck, ReconstructedHeader};
 use dta_proto::wire::ib::{opcode as op, Psn, Rkey, Syndrome};
 use dta_proto::wire::ipv4::{Ipv4Packet, Ipv4Repr, PROTO_UDP};
 use dta_proto::wire::roce::RocePacket;
@@ -28,6 +28,10 @@ pub(super) enum Step {
     Rnr,
 }
 
+/// The ICRC verdict from the datagram alone: exact with the IPv4 header at hand, else by
+/// reconstruction (solving for the ident). Out of line: [`verify_icrc_cached`] answers the
+/// common case before it.
+#[inline(never)]
 pub(super) fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
     let h = ReconstructedHeader::between(d.src, d.dst);
     match d.ip {
@@ -44,10 +48,12 @@ pub(super) fn verify_icrc(d: &Datagram<'_>) -> IcrcVerdict {
 
 /// [`verify_icrc`] that first tries the common case, a datagram sent with IPv4 ident 0 and
 /// DF, from the register after its masked IPv4 and UDP headers kept in `cache` for the last
-/// addresses and length seen (a QP's requests come in few shapes): the same verdict, without
-/// recomputing that register per packet. Anything else takes [`verify_icrc`].
+/// addresses and length seen, as a [`PreparedCheck`] for that length (a QP's requests come in
+/// few shapes): the same verdict, without recomputing that register per packet. Anything else
+/// takes [`verify_icrc`].
+#[inline(always)]
 pub(super) fn verify_icrc_cached(
-    cache: &mut Option<(IcrcPrefixKey, u32)>,
+    cache: &mut Option<(IcrcPrefixKey, PreparedCheck)>,
     d: &Datagram<'_>,
 ) -> IcrcVerdict {
     /// The longest UDP payload of an IPv4 datagram: what `reconstructed_prefix` accepts.
@@ -59,20 +65,27 @@ pub(super) fn verify_icrc_cached(
             src: d.src,
             dst: d.dst,
         };
-        let prefix = match *cache {
-            Some((k, reg)) if k == key => reg,
-            _ => {
-                let h = ReconstructedHeader::between(d.src, d.dst);
-                let reg = icrc::reconstructed_prefix(&h, p.len());
-                *cache = Some((key, reg));
-                reg
-            }
+        let check = match cache {
+            Some((k, c)) if *k == key => c,
+            _ => prepare_check(cache, key),
         };
-        if icrc::check_after_prefix(prefix, p) {
+        if check.check(p) {
             return IcrcVerdict::Ok;
         }
     }
     verify_icrc(d)
+}
+
+/// Fills [`verify_icrc_cached`]'s cache for `key` (out of line: once per shape).
+#[cold]
+#[inline(never)]
+fn prepare_check(
+    cache: &mut Option<(IcrcPrefixKey, PreparedCheck)>,
+    key: IcrcPrefixKey,
+) -> &PreparedCheck {
+    let h = ReconstructedHeader::between(key.src, key.dst);
+    let reg = icrc::reconstructed_prefix(&h, key.len);
+    &cache.insert((key, PreparedCheck::new(reg, key.len))).1
 }
 
 /// Exact ICRC check when the backend saw the IPv4 header (raw frames).

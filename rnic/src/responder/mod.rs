@@ -29,7 +29,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
 use dta_proto::batch::{Datagram, TxBatch};
-use dta_proto::icrc::IcrcVerdict;
+use dta_proto::icrc::{IcrcVerdict, PreparedCheck};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{opcode as op, NakCode, Psn, Qpn, Rkey, Syndrome};
 use dta_proto::wire::roce::{build_frame, FrameTemplate, RoceEndpoint, RocePacket};
@@ -42,6 +42,7 @@ mod fast;
 mod reply;
 
 use execute::{duplicate, execute, push_cq, requester_response, verify_icrc_cached, Step};
+use fast::WriteShape;
 use reply::{count_tx, pump_read, send_ack, tx_offset};
 
 /// The first QPN handed out (rxe also starts at 17; 0 and 1 are special).
@@ -199,13 +200,17 @@ struct Qp {
     icrc_fast: (FastIcrcKey, u32),
     /// The same for the general path ([`execute::verify_icrc_cached`]), kept apart so that
     /// requests of other shapes (atomics, READs) do not evict the fast path's.
-    icrc_prefix_general: Option<(IcrcPrefixKey, u32)>,
+    icrc_prefix_general: Option<(IcrcPrefixKey, PreparedCheck)>,
     counters: RnicCounters,
     /// WRITEs executed by [`Responder::write_fast`]: each counts once in `rcvd_pkts` and
     /// once in `writes`, added when the counters are read ([`Qp::counters`]).
     fast_writes: u64,
     /// The fast path's last R_Key: a registered region with remote write access.
     write_mr: WriteMr,
+    /// The shape of the fast path's last learned WRITE (emptied with `write_mr`).
+    shape: Option<WriteShape>,
+    /// WRITEs of another shape executed since it was learned ([`fast`]'s relearning).
+    shape_misses: u32,
 }
 
 impl Qp {
@@ -214,7 +219,17 @@ impl Qp {
         let mut c = self.counters;
         c.rcvd_pkts += self.fast_writes;
         c.writes += self.fast_writes;
+        if let Some(s) = &self.shape {
+            s.fold_into(&mut c);
+        }
         c
+    }
+
+    /// Replaces the fast path's WRITE shape, its counts folded into the QP's.
+    fn set_shape(&mut self, shape: Option<WriteShape>) {
+        if let Some(old) = std::mem::replace(&mut self.shape, shape) {
+            old.fold_into(&mut self.counters);
+        }
     }
 }
 
@@ -461,10 +476,12 @@ impl Responder {
         }
     }
 
-    /// Empties every QP's [`WriteMr`]: the fast path looks its next R_Key up again.
+    /// Empties every QP's [`WriteMr`] and [`WriteShape`]: the fast path looks its next R_Key
+    /// up again.
     fn forget_write_mrs(&mut self) {
         for qp in self.qps.iter_mut().flatten() {
             qp.write_mr = WriteMr::EMPTY;
+            qp.set_shape(None);
         }
     }
 
@@ -517,6 +534,8 @@ impl Responder {
             counters: RnicCounters::default(),
             fast_writes: 0,
             write_mr: WriteMr::EMPTY,
+            shape: None,
+            shape_misses: 0,
         });
         qpn
     }
@@ -682,10 +701,17 @@ impl Responder {
     }
 
     /// Processes one datagram addressed to UDP 4791.
+    #[inline]
     pub fn handle(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) {
-        if self.write_fast(d, tx) {
-            return;
+        if !self.write_fast(d, tx) {
+            self.handle_general(d, tx);
         }
+    }
+
+    /// Everything [`Responder::write_fast`] does not take (inlined: out of line, it cost the
+    /// atomics more than it saved the WRITEs).
+    #[inline]
+    fn handle_general(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) {
         let pkt = match RocePacket::parse(d.payload) {
             Ok(p) => p,
             Err(_) => {

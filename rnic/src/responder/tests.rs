@@ -7,6 +7,15 @@ const REGION: usize = 1 << 16;
 
 /// A responder with one region and one QP from `peer`; (responder, region base, R_Key).
 fn setup(fast: bool, peer: SocketAddrV4) -> (Responder, Arc<Region>, Rkey) {
+    setup_verifying(fast, peer, true)
+}
+
+/// [`setup`], the QP verifying ICRCs or not.
+fn setup_verifying(
+    fast: bool,
+    peer: SocketAddrV4,
+    verify_icrc: bool,
+) -> (Responder, Arc<Region>, Rkey) {
     let mut r = Responder::new(DeviceConfig {
         local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 51), 4791),
         pmtu: 1024,
@@ -21,7 +30,7 @@ fn setup(fast: bool, peer: SocketAddrV4) -> (Responder, Arc<Region>, Rkey) {
         peer_qpn: Qpn::new(0x99),
         rq_psn: Psn::new(0xFF_FFF0),
         sq_psn: Psn::new(0),
-        verify_icrc: true,
+        verify_icrc,
         recv_credits: 4,
     });
     (r, region, rkey)
@@ -62,6 +71,14 @@ fn seal(f: &Frame, base: u64, rkey: Rkey, dst: SocketAddrV4) -> Vec<u8> {
 
 /// A stream of WRITEs, mostly valid and in order, with every kind of fault mixed in.
 fn stream(seed: u64, peer: SocketAddrV4) -> Vec<Frame> {
+    stream_of(seed, peer, &[8, 32, 30, 72, 1024, 0], false)
+}
+
+/// [`stream`] with payload lengths from `lens`, and with `variants`, valid frames that differ
+/// from the others in one field a WRITE's shape fixes or ignores (source port, BTH byte 4,
+/// SE and MigReq, the PSN word's reserved bits, P_Key membership) and one that names
+/// another QP.
+fn stream_of(seed: u64, peer: SocketAddrV4, lens: &[usize], variants: bool) -> Vec<Frame> {
     let mut s = seed | 1;
     let mut next = || {
         s ^= s << 13;
@@ -74,7 +91,7 @@ fn stream(seed: u64, peer: SocketAddrV4) -> Vec<Frame> {
     let mut out = Vec::new();
     for i in 0..600 {
         let r = next();
-        let len = [8usize, 32, 30, 72, 1024, 0][(r % 6) as usize];
+        let len = lens[(r % lens.len() as u64) as usize];
         let tmpl = FrameTemplate::new(&ep, op::RC_RDMA_WRITE_ONLY, Qpn::new(QPN_BASE), len);
         let mut buf = vec![0u8; tmpl.frame_len()];
         let off = (r >> 8) % (REGION as u64 - 1024);
@@ -110,7 +127,17 @@ fn stream(seed: u64, peer: SocketAddrV4) -> Vec<Frame> {
             10 => src = SocketAddrV4::new(Ipv4Addr::new(10, 9, 9, 9), peer.port()),
             11 => t[1] = (t[1] & !0x30) | 0x30, // pad count 3
             12 => Reth::new_unchecked(&mut t[BTH_LEN..]).set_va(u64::MAX - 8),
+            14 if variants => src = SocketAddrV4::new(*peer.ip(), peer.port() + 1),
+            15 if variants => t[4] = 0xC5,
+            16 if variants => t[1] |= 0xC0,
+            17 if variants => t[8] |= 0x7F,
+            18 if variants => t[2] &= 0x7F,
             _ => {}
+        }
+        if fault == 19 && variants {
+            // Another (unknown) QP: dropped, takes no PSN.
+            t[7] ^= 1;
+            psn = Psn::new(psn.value().wrapping_sub(1) & 0xFF_FFFF);
         }
         // Only a valid frame takes a PSN.
         if fault == 8 || fault >= 13 {
@@ -128,13 +155,33 @@ fn stream(seed: u64, peer: SocketAddrV4) -> Vec<Frame> {
 #[test]
 fn fast_and_general_paths_agree() {
     let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 10000);
+    paths_agree(peer, true, |seed| stream(seed, peer));
+}
+
+/// The fast path's first tier (a WRITE of the QP's last shape) against the general path:
+/// streams of mostly one or two shapes, each fault and variant one field away from the
+/// shape, so that every one of them meets a learned shape.
+#[test]
+fn shaped_and_general_paths_agree() {
+    let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 10000);
+    for lens in [&[32usize][..], &[32, 32, 32, 72], &[72, 30]] {
+        for verify in [true, false] {
+            paths_agree(peer, verify, |seed| stream_of(seed, peer, lens, true));
+        }
+    }
+}
+
+/// Feeds the frames of `stream(seed)` to a responder with the fast path and one without (their
+/// QP verifying ICRCs if `verify`), and asserts that they answer, count, advance and write the
+/// same.
+fn paths_agree(peer: SocketAddrV4, verify: bool, stream: impl Fn(u64) -> Vec<Frame>) {
     for seed in 1..6u64 {
-        let (mut fast, ra, ka) = setup(true, peer);
-        let (mut general, rb, kb) = setup(false, peer);
+        let (mut fast, ra, ka) = setup_verifying(true, peer, verify);
+        let (mut general, rb, kb) = setup_verifying(false, peer, verify);
         let dst = fast.dev.local;
         let (mut txa, mut txb) = (TxBatch::new(64, 2048), TxBatch::new(64, 2048));
         let mut answers = 0;
-        for f in stream(seed, peer) {
+        for f in stream(seed) {
             let a = seal(&f, ra.addr(), ka, dst);
             let b = seal(&f, rb.addr(), kb, dst);
             for (r, t, tx) in [(&mut fast, &a, &mut txa), (&mut general, &b, &mut txb)] {
