@@ -722,18 +722,14 @@ impl SketchMerge {
             Target::Current => &self.cur,
             Target::Held => &self.held,
         };
-        let stride = self.layout.column_stride() as usize;
-        let expected = self.settings.expected_switches;
-        for i in 0..self.batch {
-            let col = (b * self.batch + i) as usize;
-            self.layout.encode_record(
-                epoch,
-                buf.merged[col],
-                expected,
-                &buf.cells[col * self.rows..(col + 1) * self.rows],
-                &mut self.scratch[i as usize * stride..(i as usize + 1) * stride],
-            );
-        }
+        let (lo, hi) = ((b * self.batch) as usize, ((b + 1) * self.batch) as usize);
+        self.layout.encode_records(
+            epoch,
+            self.settings.expected_switches,
+            &buf.merged[lo..hi],
+            &buf.cells[lo * self.rows..hi * self.rows],
+            &mut self.scratch,
+        );
     }
 
     /// Writes every batch changed since its last write, as far as the QP takes them. True if
