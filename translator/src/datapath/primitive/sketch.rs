@@ -464,8 +464,7 @@ impl SketchMerge {
                     &mut h.cells[first as usize * rows..end as usize * rows],
                     cells,
                 );
-                for col in first..end {
-                    let m = &mut h.merged[col as usize];
+                for m in &mut h.merged[first as usize..end as usize] {
                     *m = m.saturating_add(1);
                 }
                 for b in first / self.batch..=(end - 1) / self.batch {
@@ -499,16 +498,15 @@ impl SketchMerge {
                     cells,
                 );
                 let expected = self.settings.expected_switches;
-                for col in first..end {
-                    let m = &mut self.cur.merged[col as usize];
-                    *m = m.saturating_add(1);
-                    if *m == expected {
-                        self.complete[(col / self.batch) as usize] += 1;
-                    }
-                }
                 let mut writes = 0;
                 let mut refused = false;
                 for b in first / self.batch..=(end - 1) / self.batch {
+                    // The batch's columns in the report, counted per batch (a straight loop
+                    // over the counts, vectorised) rather than per column.
+                    let lo = (b * self.batch).max(first) as usize;
+                    let hi = ((b + 1) * self.batch).min(end) as usize;
+                    self.complete[b as usize] +=
+                        count_merge(&mut self.cur.merged[lo..hi], expected);
                     self.cur.mark(b as usize);
                     if self.complete[b as usize] == self.batch {
                         // Beyond MAX_WRITES_PER_REPORT a complete batch stays dirty for the
@@ -817,6 +815,19 @@ impl SketchMerge {
         }
         any
     }
+}
+
+/// Counts one more switch merged into each of `merged`'s columns; returns how many columns
+/// that brought to `expected`.
+#[inline]
+fn count_merge(merged: &mut [u16], expected: u16) -> u32 {
+    merged
+        .iter_mut()
+        .map(|m| {
+            *m = m.saturating_add(1);
+            u32::from(*m == expected)
+        })
+        .sum()
 }
 
 #[inline]
