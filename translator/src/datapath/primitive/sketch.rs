@@ -654,9 +654,9 @@ impl SketchMerge {
         self.far = [(0, 0); FAR_TALLY];
         // The held columns' counts become the current epoch's; complete batches go out now.
         let expected = self.settings.expected_switches;
-        for (b, n) in self.complete.iter_mut().enumerate() {
-            let cols = &self.cur.merged[b * self.batch as usize..(b + 1) * self.batch as usize];
-            *n = cols.iter().filter(|&&m| m >= expected).count() as u32;
+        let batches = self.cur.merged.chunks_exact(self.batch as usize);
+        for (n, cols) in self.complete.iter_mut().zip(batches) {
+            *n = cols.iter().map(|&m| u32::from(m >= expected)).sum();
         }
         for b in 0..self.complete.len() as u32 {
             if self.complete[b as usize] == self.batch && self.cur.dirty[b as usize] {
