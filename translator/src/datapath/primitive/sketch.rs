@@ -230,10 +230,11 @@ impl SketchMerge {
         let shape = layout.shape();
         let columns = shape.columns;
         let batches = layout.batches() as usize;
+        let (rows, batch) = (shape.rows as usize, layout.batch() as usize);
         let mut m = SketchMerge {
             layout,
             sketch_id,
-            rows: shape.rows as usize,
+            rows,
             width: shape.width,
             op: shape.kind.merge_op(),
             batch: layout.batch(),
@@ -244,8 +245,8 @@ impl SketchMerge {
             switches: Vec::with_capacity(s.max_switches as usize),
             free: Vec::with_capacity(s.max_switches as usize),
             epoch: None,
-            cur: Box::new(MergeBuffer::new(shape.cells(), columns as usize, batches)),
-            held: Box::new(MergeBuffer::new(shape.cells(), columns as usize, batches)),
+            cur: Box::new(MergeBuffer::new(rows, columns as usize, batch)),
+            held: Box::new(MergeBuffer::new(rows, columns as usize, batch)),
             complete: vec![0; batches],
             votes: 0,
             pending: 0,
@@ -458,6 +459,7 @@ impl SketchMerge {
                 }
                 c.sketch_columns_held += (end - first) as u64;
                 let h = &mut self.held;
+                h.open_to(end as usize);
                 merge_wire_cells(
                     self.op,
                     self.width,
@@ -491,6 +493,7 @@ impl SketchMerge {
                     self.pending -= 1;
                 }
                 self.last_merge = now;
+                self.cur.open_to(end as usize);
                 merge_wire_cells(
                     self.op,
                     self.width,
@@ -654,10 +657,13 @@ impl SketchMerge {
         self.far = [(0, 0); FAR_TALLY];
         // The held columns' counts become the current epoch's; complete batches go out now.
         let expected = self.settings.expected_switches;
-        let batches = self.cur.merged.chunks_exact(self.batch as usize);
-        for (n, cols) in self.complete.iter_mut().zip(batches) {
+        let opened = self.cur.opened();
+        let (live, stale) = self.complete.split_at_mut(opened / self.batch as usize);
+        let batches = self.cur.merged[..opened].chunks_exact(self.batch as usize);
+        for (n, cols) in live.iter_mut().zip(batches) {
             *n = cols.iter().map(|&m| u32::from(m >= expected)).sum();
         }
+        stale.fill(0);
         for b in 0..self.complete.len() as u32 {
             if self.complete[b as usize] == self.batch && self.cur.dirty[b as usize] {
                 if !out.can_take(now, 1, tx) || !self.write_batch(b, now, out, tx, c) {
