@@ -833,3 +833,38 @@ fn reused_merge_buffers_start_every_epoch_from_zero() {
     assert_eq!(c.dropped(), 0, "{c:?}");
     assert!(c.sketch_columns_held > 0 && c.sketch_epochs >= 7, "{c:?}");
 }
+
+/// The eight-wide count of merged switches equals the column-by-column one, for every
+/// segment length (whole chunks and remainders) and counts at, below and above the
+/// expected one and at the saturation bound.
+#[test]
+fn counting_merged_columns_by_eight_equals_one_by_one() {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for len in 0..=40usize {
+        for expected in [1u16, 2, 3, u16::MAX] {
+            let mut merged: Vec<u16> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    match x % 4 {
+                        0 => expected.wrapping_sub(1),
+                        1 => expected,
+                        2 => u16::MAX,
+                        _ => (x >> 8) as u16 % 4,
+                    }
+                })
+                .collect();
+            let mut want = merged.clone();
+            let n: u32 = want
+                .iter_mut()
+                .map(|m| {
+                    *m = m.saturating_add(1);
+                    u32::from(*m == expected)
+                })
+                .sum();
+            assert_eq!(count_merge(&mut merged, expected), n, "len {len}");
+            assert_eq!(merged, want, "len {len}");
+        }
+    }
+}
