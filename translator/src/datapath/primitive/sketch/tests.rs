@@ -834,9 +834,9 @@ fn reused_merge_buffers_start_every_epoch_from_zero() {
     assert!(c.sketch_columns_held > 0 && c.sketch_epochs >= 7, "{c:?}");
 }
 
-/// The eight-wide count of merged switches equals the column-by-column one, for every
-/// segment length (whole chunks and remainders) and counts at, below and above the
-/// expected one and at the saturation bound.
+/// The eight-wide counts of merged switches (one more merged, complete columns) equal the
+/// column-by-column ones, for every segment length (whole chunks and remainders) and counts
+/// at, below and above the expected one and at the saturation bound.
 #[test]
 fn counting_merged_columns_by_eight_equals_one_by_one() {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -863,6 +863,8 @@ fn counting_merged_columns_by_eight_equals_one_by_one() {
                     u32::from(*m == expected)
                 })
                 .sum();
+            let at_least = merged.iter().filter(|&&m| m >= expected).count() as u32;
+            assert_eq!(count_complete(&merged, expected), at_least, "len {len}");
             assert_eq!(count_merge(&mut merged, expected), n, "len {len}");
             assert_eq!(merged, want, "len {len}");
         }
