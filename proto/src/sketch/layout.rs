@@ -200,6 +200,61 @@ impl SketchLayout {
         }
     }
 
+    /// Writes `merged.len()` consecutive column records of `epoch` into `out`, column `i`'s
+    /// from `merged[i]` and `cells[i × rows..]`: the bytes of [`SketchLayout::encode_record`]
+    /// per column. The width and row count are dispatched once per call, not per column: each
+    /// shape a sketch can have has its own loop of fixed-size stores (a Sketch-Merge batch
+    /// WRITE encodes up to a few dozen records per call); any other falls back to
+    /// `encode_record` per column.
+    ///
+    /// Panics if `cells` has fewer than `merged.len() × rows` entries or `out` fewer than
+    /// `merged.len() × column_stride` bytes.
+    #[inline]
+    pub fn encode_records(
+        &self,
+        epoch: u32,
+        expected: u16,
+        merged: &[u16],
+        cells: &[u32],
+        out: &mut [u8],
+    ) {
+        let n = merged.len();
+        let rows = self.shape.rows as usize;
+        let cells = &cells[..n * rows];
+        let out = &mut out[..n * self.stride as usize];
+        // The head with `merged` zero; each record ORs its own count in.
+        let base = u64::from(epoch) | u64::from(expected) << 48;
+        macro_rules! by_shape {
+            ($(($w:literal, $r:literal)),* $(,)?) => {
+                match (self.shape.width.bytes(), rows) {
+                    $(($w, $r) => encode_fixed::<$w, $r, { fixed_stride($w, $r) }>(
+                        base, merged, cells, out,
+                    ),)*
+                    _ => {
+                        let stride = self.stride as usize;
+                        for ((rec, cs), &m) in
+                            out.chunks_exact_mut(stride).zip(cells.chunks_exact(rows)).zip(merged)
+                        {
+                            self.encode_record(epoch, m, expected, cs, rec);
+                        }
+                    }
+                }
+            };
+        }
+        // The shapes `SketchShape::new` admits: counter sketches, and HyperLogLog registers.
+        by_shape!(
+            (4, 1),
+            (4, 2),
+            (4, 3),
+            (4, 4),
+            (4, 5),
+            (4, 6),
+            (4, 7),
+            (4, 8),
+            (1, 1),
+        );
+    }
+
     /// Reads a column record (`column_stride` bytes) whole: its head, and `cells` (`rows`
     /// entries; Count-sketch cells sign-extended), or `None` when its head and tail differ
     /// (a WRITE was landing while it was read: the record is in transition). The record's
@@ -274,5 +329,40 @@ impl SketchLayout {
             .with_hash(SketchHash::from_code(h[30])?);
         let l = SketchLayout::new(shape, le(16), le(20)).ok()?;
         (l.stride == le(24)).then_some((l, u16::from_le_bytes([h[28], h[29]])))
+    }
+}
+
+/// [`record_stride`] of `rows` cells of `width` bytes, for a const argument.
+const fn fixed_stride(width: usize, rows: usize) -> usize {
+    (RECORD_HEAD_LEN + width * rows).next_multiple_of(4) + RECORD_TAIL_LEN
+}
+
+/// [`SketchLayout::encode_records`] for cells of `W` bytes, `R` rows and records of `S`
+/// bytes: per record, the head and tail as one 8-byte store each, the cells as fixed-size
+/// stores the compiler merges (`R` four-byte cells are one copy), and the padding (under 4
+/// bytes) a fixed-size clear.
+#[inline(always)]
+fn encode_fixed<const W: usize, const R: usize, const S: usize>(
+    base: u64,
+    merged: &[u16],
+    cells: &[u32],
+    out: &mut [u8],
+) {
+    const { assert!(S == fixed_stride(W, R)) };
+    let used = RECORD_HEAD_LEN + W * R;
+    for ((rec, cs), &m) in out
+        .chunks_exact_mut(S)
+        .zip(cells.chunks_exact(R))
+        .zip(merged)
+    {
+        let rec: &mut [u8; S] = rec.try_into().expect("chunks of S bytes");
+        let cs: &[u32; R] = cs.try_into().expect("chunks of R cells");
+        let head = (base | u64::from(m) << 32).to_le_bytes();
+        rec[..RECORD_HEAD_LEN].copy_from_slice(&head);
+        for (dst, v) in rec[RECORD_HEAD_LEN..used].chunks_exact_mut(W).zip(cs) {
+            dst.copy_from_slice(&v.to_le_bytes()[..W]);
+        }
+        rec[used..S - RECORD_TAIL_LEN].fill(0);
+        rec[S - RECORD_TAIL_LEN..].copy_from_slice(&head);
     }
 }

@@ -300,3 +300,47 @@ fn epochs_compare_serially() {
     assert!(!epoch_after(5, 5));
     assert!(!epoch_after(4, 5));
 }
+
+proptest::proptest! {
+    /// The per-shape batch encoder writes the bytes of the per-record one, for every width,
+    /// row count and batch, over a scratch that starts dirty.
+    #[test]
+    fn batch_records_equal_single_records(
+        wi in 0usize..3,
+        rows in 1u8..=8,
+        batch_log in 0u32..5,
+        epoch in proptest::prelude::any::<u32>(),
+        expected in proptest::prelude::any::<u16>(),
+        seed in proptest::prelude::any::<u64>()) {
+        // Every width and row count, also those `SketchShape::new` refuses (the fallback).
+        let shape = SketchShape {
+            kind: SketchKind::CountMin,
+            rows,
+            columns: 64,
+            width: CellWidth::new([1u8, 2, 4][wi]).unwrap(),
+            hash: SketchHash::Independent,
+        };
+        let batch = 1u32 << batch_log;
+        let l = SketchLayout::new(shape, batch, 2).unwrap();
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let n = batch as usize;
+        let merged: Vec<u16> = (0..n).map(|_| next() as u16).collect();
+        let cells: Vec<u32> = (0..n * rows as usize).map(|_| next() as u32).collect();
+        let stride = l.column_stride() as usize;
+        let mut want = vec![0xA5u8; n * stride];
+        for (i, rec) in want.chunks_exact_mut(stride).enumerate() {
+            let cs = &cells[i * rows as usize..(i + 1) * rows as usize];
+            l.encode_record(epoch, merged[i], expected, cs, rec);
+        }
+        let mut got = vec![0x5Au8; n * stride + 3];
+        l.encode_records(epoch, expected, &merged, &cells, &mut got);
+        proptest::prop_assert_eq!(&got[..n * stride], &want[..]);
+        proptest::prop_assert_eq!(&got[n * stride..], &[0x5Au8; 3][..], "nothing past the records");
+    }
+}

@@ -230,10 +230,11 @@ impl SketchMerge {
         let shape = layout.shape();
         let columns = shape.columns;
         let batches = layout.batches() as usize;
+        let (rows, batch) = (shape.rows as usize, layout.batch() as usize);
         let mut m = SketchMerge {
             layout,
             sketch_id,
-            rows: shape.rows as usize,
+            rows,
             width: shape.width,
             op: shape.kind.merge_op(),
             batch: layout.batch(),
@@ -244,8 +245,8 @@ impl SketchMerge {
             switches: Vec::with_capacity(s.max_switches as usize),
             free: Vec::with_capacity(s.max_switches as usize),
             epoch: None,
-            cur: Box::new(MergeBuffer::new(shape.cells(), columns as usize, batches)),
-            held: Box::new(MergeBuffer::new(shape.cells(), columns as usize, batches)),
+            cur: Box::new(MergeBuffer::new(rows, columns as usize, batch)),
+            held: Box::new(MergeBuffer::new(rows, columns as usize, batch)),
             complete: vec![0; batches],
             votes: 0,
             pending: 0,
@@ -458,17 +459,17 @@ impl SketchMerge {
                 }
                 c.sketch_columns_held += (end - first) as u64;
                 let h = &mut self.held;
+                h.open_to(end as usize);
                 merge_wire_cells(
                     self.op,
                     self.width,
                     &mut h.cells[first as usize * rows..end as usize * rows],
                     cells,
                 );
-                for col in first..end {
-                    let m = &mut h.merged[col as usize];
+                for m in &mut h.merged[first as usize..end as usize] {
                     *m = m.saturating_add(1);
                 }
-                for b in first / self.batch..=(end - 1) / self.batch {
+                for b in first / self.batch..(end - 1) / self.batch + 1 {
                     h.mark(b as usize);
                 }
                 if self.votes > 0 && self.votes >= self.quorum_now() && self.pending == 0 {
@@ -492,6 +493,7 @@ impl SketchMerge {
                     self.pending -= 1;
                 }
                 self.last_merge = now;
+                self.cur.open_to(end as usize);
                 merge_wire_cells(
                     self.op,
                     self.width,
@@ -499,16 +501,15 @@ impl SketchMerge {
                     cells,
                 );
                 let expected = self.settings.expected_switches;
-                for col in first..end {
-                    let m = &mut self.cur.merged[col as usize];
-                    *m = m.saturating_add(1);
-                    if *m == expected {
-                        self.complete[(col / self.batch) as usize] += 1;
-                    }
-                }
                 let mut writes = 0;
                 let mut refused = false;
-                for b in first / self.batch..=(end - 1) / self.batch {
+                for b in first / self.batch..(end - 1) / self.batch + 1 {
+                    // The batch's columns in the report, counted per batch (a straight loop
+                    // over the counts, vectorised) rather than per column.
+                    let lo = (b * self.batch).max(first) as usize;
+                    let hi = ((b + 1) * self.batch).min(end) as usize;
+                    self.complete[b as usize] +=
+                        count_merge(&mut self.cur.merged[lo..hi], expected);
                     self.cur.mark(b as usize);
                     if self.complete[b as usize] == self.batch {
                         // Beyond MAX_WRITES_PER_REPORT a complete batch stays dirty for the
@@ -656,10 +657,13 @@ impl SketchMerge {
         self.far = [(0, 0); FAR_TALLY];
         // The held columns' counts become the current epoch's; complete batches go out now.
         let expected = self.settings.expected_switches;
-        for (b, n) in self.complete.iter_mut().enumerate() {
-            let cols = &self.cur.merged[b * self.batch as usize..(b + 1) * self.batch as usize];
-            *n = cols.iter().filter(|&&m| m >= expected).count() as u32;
+        let opened = self.cur.opened();
+        let (live, stale) = self.complete.split_at_mut(opened / self.batch as usize);
+        let batches = self.cur.merged[..opened].chunks_exact(self.batch as usize);
+        for (n, cols) in live.iter_mut().zip(batches) {
+            *n = count_complete(cols, expected);
         }
+        stale.fill(0);
         for b in 0..self.complete.len() as u32 {
             if self.complete[b as usize] == self.batch && self.cur.dirty[b as usize] {
                 if !out.can_take(now, 1, tx) || !self.write_batch(b, now, out, tx, c) {
@@ -722,18 +726,14 @@ impl SketchMerge {
             Target::Current => &self.cur,
             Target::Held => &self.held,
         };
-        let stride = self.layout.column_stride() as usize;
-        let expected = self.settings.expected_switches;
-        for i in 0..self.batch {
-            let col = (b * self.batch + i) as usize;
-            self.layout.encode_record(
-                epoch,
-                buf.merged[col],
-                expected,
-                &buf.cells[col * self.rows..(col + 1) * self.rows],
-                &mut self.scratch[i as usize * stride..(i as usize + 1) * stride],
-            );
-        }
+        let (lo, hi) = ((b * self.batch) as usize, ((b + 1) * self.batch) as usize);
+        self.layout.encode_records(
+            epoch,
+            self.settings.expected_switches,
+            &buf.merged[lo..hi],
+            &buf.cells[lo * self.rows..hi * self.rows],
+            &mut self.scratch,
+        );
     }
 
     /// Writes every batch changed since its last write, as far as the QP takes them. True if
@@ -821,6 +821,49 @@ impl SketchMerge {
         }
         any
     }
+}
+
+/// Counts one more switch merged into each of `merged`'s columns; returns how many columns
+/// that brought to `expected`. Eight columns at a time as a fixed-size array (one vector
+/// add, compare and sum): a batch segment is too short for the compiler's own vector loop,
+/// which then ran entirely in its scalar remainder.
+#[inline]
+fn count_merge(merged: &mut [u16], expected: u16) -> u32 {
+    let mut chunks = merged.chunks_exact_mut(8);
+    let mut hits = [0u16; 8];
+    for c in &mut chunks {
+        let c: &mut [u16; 8] = c.try_into().expect("chunks of 8");
+        for (m, h) in c.iter_mut().zip(&mut hits) {
+            *m = m.saturating_add(1);
+            *h += u16::from(*m == expected);
+        }
+    }
+    let mut n: u32 = hits.iter().map(|&h| u32::from(h)).sum();
+    for m in chunks.into_remainder() {
+        *m = m.saturating_add(1);
+        n += u32::from(*m == expected);
+    }
+    n
+}
+
+/// Columns of `merged` with at least `expected` switches, eight at a time as
+/// [`count_merge`] does.
+#[inline]
+fn count_complete(merged: &[u16], expected: u16) -> u32 {
+    let mut chunks = merged.chunks_exact(8);
+    let mut hits = [0u16; 8];
+    for c in &mut chunks {
+        let c: &[u16; 8] = c.try_into().expect("chunks of 8");
+        for (&m, h) in c.iter().zip(&mut hits) {
+            *h += u16::from(m >= expected);
+        }
+    }
+    let n: u32 = hits.iter().map(|&h| u32::from(h)).sum();
+    n + chunks
+        .remainder()
+        .iter()
+        .map(|&m| u32::from(m >= expected))
+        .sum::<u32>()
 }
 
 #[inline]

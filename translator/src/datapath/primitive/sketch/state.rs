@@ -60,6 +60,14 @@ impl SwitchState {
 }
 
 /// One epoch's merged cells (the current epoch's, or the held next one's).
+///
+/// Clearing is lazy. Every switch merges its columns in order from column 0, so the columns
+/// an epoch has merged into are a prefix of the sketch: the buffer keeps that prefix, whole
+/// batches of it ([`MergeBuffer::opened`]), and zeroes batches as a merge extends it
+/// ([`MergeBuffer::open_to`]). [`MergeBuffer::clear`] then only empties the prefix, and
+/// moving on to an epoch costs no pass over the whole sketch. Cells and counts past the
+/// prefix are an older epoch's: they read as zero, and no batch there is dirty (written).
+/// A merge that started past the prefix would only zero more than it needs to.
 pub(super) struct MergeBuffer {
     /// Merged cells, column-major (`rows` per column).
     pub(super) cells: Vec<u32>,
@@ -68,23 +76,49 @@ pub(super) struct MergeBuffer {
     /// Batches changed since they were last written.
     pub(super) dirty: Vec<bool>,
     pub(super) dirty_count: u32,
+    /// Columns zeroed since the last clear (a multiple of the batch).
+    opened: usize,
+    /// Columns per batch.
+    batch: usize,
+    rows: usize,
 }
 
 impl MergeBuffer {
-    pub(super) fn new(cells: usize, columns: usize, batches: usize) -> MergeBuffer {
+    pub(super) fn new(rows: usize, columns: usize, batch: usize) -> MergeBuffer {
         MergeBuffer {
-            cells: vec![0; cells],
+            cells: vec![0; rows * columns],
             merged: vec![0; columns],
-            dirty: vec![false; batches],
+            dirty: vec![false; columns / batch],
             dirty_count: 0,
+            opened: 0,
+            batch,
+            rows,
         }
     }
 
     pub(super) fn clear(&mut self) {
-        self.cells.fill(0);
-        self.merged.fill(0);
+        self.opened = 0;
         self.dirty.fill(false);
         self.dirty_count = 0;
+    }
+
+    /// Columns merged into since the last clear, rounded up to whole batches: the rest
+    /// reads as zero.
+    #[inline]
+    pub(super) fn opened(&self) -> usize {
+        self.opened
+    }
+
+    /// Makes columns up to `end` ready to merge into: zeroes the batches past the opened
+    /// prefix up to the one holding column `end - 1`.
+    #[inline]
+    pub(super) fn open_to(&mut self, end: usize) {
+        if end > self.opened {
+            let to = end.next_multiple_of(self.batch);
+            self.merged[self.opened..to].fill(0);
+            self.cells[self.opened * self.rows..to * self.rows].fill(0);
+            self.opened = to;
+        }
     }
 
     #[inline]

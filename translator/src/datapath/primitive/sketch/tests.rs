@@ -792,3 +792,81 @@ fn a_slow_fleet_does_not_spend_the_straggler_rounds_before_a_last_column_is_lost
     assert!(merged.iter().all(|&m| m == 2), "{merged:?}");
     assert_eq!(cells, direct.cells());
 }
+
+/// Epoch after epoch with new counts each time, the next epoch's first columns merged while
+/// the current one is finishing (held): every epoch's records are that epoch's merge alone,
+/// nothing carried over from the epoch that used the buffer before (buffers are cleared
+/// lazily, batch by batch as merges reach them).
+#[test]
+fn reused_merge_buffers_start_every_epoch_from_zero() {
+    let mut p = pipeline(2, 16);
+    let mut mem = vec![0u8; 1 << 16];
+    // 5 columns per report: reports straddle batches of 8.
+    let reports = |s: &Sketch, switch: u32, epoch: u32, cols: std::ops::Range<u32>| {
+        cols.step_by(5)
+            .map(|col| report(s, switch, epoch, col, 5.min(64 - col) as u16))
+            .collect::<Vec<_>>()
+    };
+    let mut now = 0;
+    for epoch in 1..=7u32 {
+        let a = switch_sketch(epoch * 10);
+        let b = switch_sketch(epoch * 10 + 1);
+        let a_next = switch_sketch(epoch * 10 + 10);
+        // A finishes the epoch, B half of it; A starts the next (held); B finishes.
+        let mut bufs = reports(&a, 1, epoch, 0..64);
+        bufs.extend(reports(&b, 2, epoch, 0..30));
+        if epoch > 1 {
+            // A's first columns of this epoch were sent (held) in the round before.
+            bufs.drain(..4);
+        }
+        bufs.extend(reports(&a_next, 1, epoch + 1, 0..20));
+        bufs.extend(reports(&b, 2, epoch, 30..64));
+        now += 10;
+        assert!(feed(&mut p, now, &bufs, &mut mem).is_empty());
+        let mut direct = a.clone();
+        direct.merge(&b);
+        let (cells, merged) = read_back(&mem, epoch);
+        assert_eq!(cells, direct.cells(), "epoch {epoch}");
+        assert!(merged.iter().all(|&m| m == 2), "epoch {epoch}: {merged:?}");
+    }
+    let c = p.counters();
+    assert_eq!(c.dropped(), 0, "{c:?}");
+    assert!(c.sketch_columns_held > 0 && c.sketch_epochs >= 7, "{c:?}");
+}
+
+/// The eight-wide counts of merged switches (one more merged, complete columns) equal the
+/// column-by-column ones, for every segment length (whole chunks and remainders) and counts
+/// at, below and above the expected one and at the saturation bound.
+#[test]
+fn counting_merged_columns_by_eight_equals_one_by_one() {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for len in 0..=40usize {
+        for expected in [1u16, 2, 3, u16::MAX] {
+            let mut merged: Vec<u16> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    match x % 4 {
+                        0 => expected.wrapping_sub(1),
+                        1 => expected,
+                        2 => u16::MAX,
+                        _ => (x >> 8) as u16 % 4,
+                    }
+                })
+                .collect();
+            let mut want = merged.clone();
+            let n: u32 = want
+                .iter_mut()
+                .map(|m| {
+                    *m = m.saturating_add(1);
+                    u32::from(*m == expected)
+                })
+                .sum();
+            let at_least = merged.iter().filter(|&&m| m >= expected).count() as u32;
+            assert_eq!(count_complete(&merged, expected), at_least, "len {len}");
+            assert_eq!(count_merge(&mut merged, expected), n, "len {len}");
+            assert_eq!(merged, want, "len {len}");
+        }
+    }
+}
