@@ -528,6 +528,18 @@ pub struct PostcardFields {
     pub value: u32,
 }
 
+impl PostcardFields {
+    /// The report's primitive.
+    pub fn primitive(&self) -> Primitive {
+        Primitive::Postcard {
+            flow: self.flow,
+            hop: self.hop,
+            path_len: self.path_len,
+            value: self.value,
+        }
+    }
+}
+
 /// [`parse_append_fast`] for Postcarding reports: header and fields, `None` for anything else.
 #[inline(always)]
 pub fn parse_postcard_fast(b: &[u8], cfg: &ParseConfig) -> Option<(ReportHeader, PostcardFields)> {

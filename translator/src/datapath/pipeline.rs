@@ -28,8 +28,8 @@ use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ib::{opcode as op, Qpn};
 use dta_proto::wire::nack::NackRepr;
 use dta_proto::wire::report::{
-    parse_append_fast, parse_postcard_fast, parse_report_into, Primitive, Priority, Profile,
-    Report, ReportHeader,
+    parse_append_fast, parse_postcard_fast, parse_report_into, PostcardFields, Primitive, Priority,
+    Profile, Report, ReportHeader,
 };
 use dta_proto::wire::roce::{RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
@@ -38,9 +38,7 @@ use dta_proto::Value;
 use super::demux::{fast_map, FastMap};
 use super::int_ingest::{count_error, Derived, IntIngest, IntSettings};
 use super::primitive::{
-    dispatch,
-    postcard::{Postcard, NO_HINT},
-    PrimitiveConfig, PrimitiveState, Refusal, Shard, StorePrimitive,
+    dispatch, postcard::NO_HINT, PrimitiveConfig, PrimitiveState, Refusal, Shard, StorePrimitive,
 };
 use super::qp::{QpEvent, QpStats};
 pub use super::rate::RateLimit;
@@ -461,16 +459,9 @@ impl Pipeline {
                 self.dispatch_append(now, h, list, &value, *d.dst.ip(), tx);
                 continue;
             }
-            if let Some((h, f)) = parse_postcard_fast(d.payload, &self.cfg.parse) {
+            if let Some((h, p)) = parse_postcard_fast(d.payload, &self.cfg.parse) {
                 self.counters.reports_postcard += 1;
                 self.note_sequence(&h, d.src, tx);
-                let p = Postcard {
-                    flow: f.flow,
-                    hop: f.hop,
-                    path_len: f.path_len,
-                    value: f.value,
-                    immediate: h.immediate,
-                };
                 self.dispatch_postcard(now, h, &p, *d.dst.ip(), tx);
                 continue;
             }
@@ -659,7 +650,7 @@ impl Pipeline {
         &mut self,
         now: u64,
         header: ReportHeader,
-        p: &Postcard,
+        p: &PostcardFields,
         dst: Ipv4Addr,
         tx: &mut TxBatch,
     ) {
@@ -672,12 +663,7 @@ impl Pipeline {
             si,
             || Report {
                 header,
-                primitive: Primitive::Postcard {
-                    flow: p.flow,
-                    hop: p.hop,
-                    path_len: p.path_len,
-                    value: p.value,
-                },
+                primitive: p.primitive(),
             },
             |prim| match prim {
                 PrimitiveState::Postcard(pc) => {
@@ -687,7 +673,7 @@ impl Pipeline {
             },
             |prim, (), sender, tx, c| {
                 if let PrimitiveState::Postcard(pc) = prim {
-                    pc.accept_hop(now, p, NO_HINT, sender, tx, c);
+                    pc.accept_hop(now, p, header.immediate, NO_HINT, sender, tx, c);
                 }
             },
         );

@@ -485,12 +485,7 @@ fn lane_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
     });
     let postcard = parse_postcard_fast(b, c).map(|(header, p)| Report {
         header,
-        primitive: Primitive::Postcard {
-            flow: p.flow,
-            hop: p.hop,
-            path_len: p.path_len,
-            value: p.value,
-        },
+        primitive: p.primitive(),
     });
     assert!(append.is_none() || postcard.is_none());
     append.or(postcard)

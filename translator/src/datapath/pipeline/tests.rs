@@ -297,40 +297,9 @@ fn the_append_lane_matches_the_general_path() {
             },
         ));
     }
-    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
-    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
-    let mut tx_lane = TxBatch::new(256, 2048);
-    let mut tx_general = TxBatch::new(256, 2048);
-    for (k, (profile, r)) in reports.iter().enumerate() {
-        let mut b = vec![0u8; 96];
-        let n = r.emit(*profile, &mut b).unwrap();
-        b.truncate(n);
-        let parse = lane.cfg.parse;
-        let now = 1 + k as u64 * 1000;
-        let d = Datagram {
-            src,
-            dst,
-            ip: None,
-            payload: &b,
-        };
-        assert!(
-            dta_proto::wire::report::parse_append_fast(&b, &parse).is_some(),
-            "report {k} takes the lane"
-        );
-        lane.handle_reports(now, &[d], &mut tx_lane);
-        let parsed = dta_proto::wire::report::parse_report(&b, &parse).unwrap();
-        assert_eq!(&parsed, r);
-        general.handle_handoff(
-            now,
-            &Handoff {
-                worker: 0,
-                at: now,
-                report: parsed,
-                dst: *dst.ip(),
-            },
-            &mut tx_general,
-        );
-    }
+    let (tx_lane, tx_general) = feed_lane_and_general(&mut lane, &mut general, &reports, |b, c| {
+        dta_proto::wire::report::parse_append_fast(b, c).is_some()
+    });
     let (a, b) = (lane.counters(), general.counters());
     assert_eq!(a.reports_append, reports.len() as u64);
     assert!(
@@ -347,10 +316,7 @@ fn the_append_lane_matches_the_general_path() {
     a.rx_datagrams = 0;
     a.reports_append = 0;
     assert_eq!(&a, b);
-    assert_eq!(tx_lane.len(), tx_general.len());
-    for i in 0..tx_lane.len() {
-        assert_eq!(tx_lane.frame(i), tx_general.frame(i), "frame {i}");
-    }
+    assert_same_frames(&tx_lane, &tx_general);
 }
 
 /// The postcard lane (`parse_postcard_fast` → `dispatch_postcard`) does what the general path
@@ -429,20 +395,44 @@ fn the_postcard_lane_matches_the_general_path() {
             ));
         }
     }
+    let (tx_lane, tx_general) = feed_lane_and_general(&mut lane, &mut general, &reports, |b, c| {
+        dta_proto::wire::report::parse_postcard_fast(b, c).is_some()
+    });
+    let (a, b) = (lane.counters(), general.counters());
+    assert_eq!(a.reports_postcard, reports.len() as u64);
+    assert!(a.postcard_evictions > 0 && a.postcard_emits > 0, "{a:?}");
+    assert!(
+        a.drop_postcard_duplicate_hop > 0 && a.drop_bad_hop > 0,
+        "{a:?}"
+    );
+    assert!(a.frames_imm > 0, "{a:?}");
+    let mut a = *a;
+    a.rx_datagrams = 0;
+    a.reports_postcard = 0;
+    assert_eq!(&a, b);
+    assert_same_frames(&tx_lane, &tx_general);
+}
+
+/// Feeds each report to `lane` as a datagram (it must take the lane: `takes_lane`) and to
+/// `general` as a parsed hand-off (the general path's dispatch), one at a time at the same
+/// clock; returns their transmit batches.
+fn feed_lane_and_general(
+    lane: &mut Pipeline,
+    general: &mut Pipeline,
+    reports: &[(Profile, Report)],
+    takes_lane: impl Fn(&[u8], &dta_proto::wire::report::ParseConfig) -> bool,
+) -> (TxBatch, TxBatch) {
     let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
     let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
     let mut tx_lane = TxBatch::new(512, 2048);
     let mut tx_general = TxBatch::new(512, 2048);
+    let parse = lane.cfg.parse;
     for (k, (profile, r)) in reports.iter().enumerate() {
         let mut b = vec![0u8; 96];
         let n = r.emit(*profile, &mut b).unwrap();
         b.truncate(n);
-        let parse = lane.cfg.parse;
         let now = 1 + k as u64 * 1000;
-        assert!(
-            dta_proto::wire::report::parse_postcard_fast(&b, &parse).is_some(),
-            "report {k} takes the lane"
-        );
+        assert!(takes_lane(&b, &parse), "report {k} takes the lane");
         let d = Datagram {
             src,
             dst,
@@ -463,20 +453,13 @@ fn the_postcard_lane_matches_the_general_path() {
             &mut tx_general,
         );
     }
-    let (a, b) = (lane.counters(), general.counters());
-    assert_eq!(a.reports_postcard, reports.len() as u64);
-    assert!(a.postcard_evictions > 0 && a.postcard_emits > 0, "{a:?}");
-    assert!(
-        a.drop_postcard_duplicate_hop > 0 && a.drop_bad_hop > 0,
-        "{a:?}"
-    );
-    assert!(a.frames_imm > 0, "{a:?}");
-    let mut a = *a;
-    a.rx_datagrams = 0;
-    a.reports_postcard = 0;
-    assert_eq!(&a, b);
-    assert_eq!(tx_lane.len(), tx_general.len());
-    for i in 0..tx_lane.len() {
-        assert_eq!(tx_lane.frame(i), tx_general.frame(i), "frame {i}");
+    (tx_lane, tx_general)
+}
+
+/// The two batches hold the same frames, byte for byte.
+fn assert_same_frames(a: &TxBatch, b: &TxBatch) {
+    assert_eq!(a.len(), b.len());
+    for i in 0..a.len() {
+        assert_eq!(a.frame(i), b.frame(i), "frame {i}");
     }
 }

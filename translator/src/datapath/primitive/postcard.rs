@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use dta_proto::batch::TxBatch;
 use dta_proto::hash::{PostcardHasher, MAX_HOPS, MAX_REDUNDANCY};
 use dta_proto::layout::PostcardLayout;
-use dta_proto::wire::report::{Primitive, Report};
+use dta_proto::wire::report::{PostcardFields, Primitive, Report};
 use dta_proto::Key;
 
 use super::{PrimitiveConfig, Refusal, Shard, StorePrimitive};
@@ -137,20 +137,6 @@ impl Postcarding {
     }
 }
 
-/// One postcard's operands, as a lane or a [`Report`] gives them.
-pub struct Postcard {
-    /// The flow.
-    pub flow: Key,
-    /// Its hop (0-based).
-    pub hop: u8,
-    /// The path's length when the reporter knows it (0: unknown).
-    pub path_len: u8,
-    /// The hop's value.
-    pub value: u32,
-    /// The report asked for an Immediate.
-    pub immediate: bool,
-}
-
 impl Postcarding {
     /// [`StorePrimitive::admit`] of a postcard of `hop` on a path of `path_len` hops.
     #[inline(always)]
@@ -162,24 +148,26 @@ impl Postcarding {
         Ok(0)
     }
 
-    /// [`StorePrimitive::accept`] of an admitted postcard ([`Postcarding::admit_hop`]);
-    /// `hint` is its cache index when the caller has it.
+    /// [`StorePrimitive::accept`] of an admitted postcard ([`Postcarding::admit_hop`];
+    /// `immediate`: the report asked for an Immediate); `hint` is its cache index when the
+    /// caller has it.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn accept_hop(
         &mut self,
         now: u64,
-        p: &Postcard,
+        p: &PostcardFields,
+        immediate: bool,
         hint: u32,
         out: &mut QpSender,
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
     ) {
-        let Postcard {
+        let PostcardFields {
             flow,
             hop,
             path_len,
             value,
-            immediate,
         } = p;
         // Worker w owns the cache indices h with h % workers == w, stored at h / workers,
         // which is below ceil(cache_slots / workers) = cache.len(). No division with one
@@ -224,7 +212,7 @@ impl Postcarding {
             e.count += 1;
         }
         e.values[*hop as usize] = *value;
-        e.immediate |= *immediate;
+        e.immediate |= immediate;
         if *path_len != 0 {
             e.path_len = *path_len;
         }
@@ -275,16 +263,15 @@ impl StorePrimitive for Postcarding {
             hop,
             path_len,
             value,
-        } = &r.primitive
+        } = r.primitive
         {
-            let p = Postcard {
-                flow: *flow,
-                hop: *hop,
-                path_len: *path_len,
-                value: *value,
-                immediate: r.header.immediate,
+            let p = PostcardFields {
+                flow,
+                hop,
+                path_len,
+                value,
             };
-            self.accept_hop(now, &p, hint, out, tx, c);
+            self.accept_hop(now, &p, r.header.immediate, hint, out, tx, c);
         }
     }
 
