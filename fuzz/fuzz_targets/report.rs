@@ -1,9 +1,14 @@
 //! DTA reports, both profiles: `parse_report` under every `ParseConfig`, and for every report
-//! that parses, emit → parse is the identity and emitting twice gives the same bytes.
+//! that parses, emit → parse is the identity and emitting twice gives the same bytes. The
+//! translator's lanes (`parse_append_fast`, `parse_postcard_fast`) give exactly what
+//! `parse_report` gives wherever they answer.
 #![no_main]
 
 use dta_proto::wire::dta::BaseVariant;
-use dta_proto::wire::report::{parse_report, ParseConfig, Priority, MAX_EMIT_LEN};
+use dta_proto::wire::report::{
+    parse_append_fast, parse_postcard_fast, parse_report, ParseConfig, Primitive, Priority,
+    Report, MAX_EMIT_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,7 +23,16 @@ fuzz_target!(|data: &[u8]| {
                     accept_extended,
                     reference_priority,
                 };
-                let Ok(r) = parse_report(data, &cfg) else {
+                let parsed = parse_report(data, &cfg);
+                if let Some((header, list, value)) = parse_append_fast(data, &cfg) {
+                    let primitive = Primitive::Append { list, value };
+                    assert_eq!(parsed, Ok(Report { header, primitive }), "append lane");
+                }
+                if let Some((header, p)) = parse_postcard_fast(data, &cfg) {
+                    let primitive = p.primitive();
+                    assert_eq!(parsed, Ok(Report { header, primitive }), "postcard lane");
+                }
+                let Ok(r) = parsed else {
                     continue;
                 };
                 let profile = r.header.profile;
