@@ -6,6 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use dta_proto::batch::TxBatch;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::dta::BaseVariant;
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
@@ -15,7 +16,6 @@ use dta_proto::wire::nack::NackRepr;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::wire::roce::L2L4_LEN;
 use dta_proto::{Key, Value};
-use dta_proto::meta::StoreKind;
 use dta_translator::control::cm::CmInitiator;
 
 fn put(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
@@ -99,7 +99,12 @@ fn main() {
             name: "kw".into(),
             port: None,
             cm_allow: None,
-            kind: dta_collector::config::StoreKindConfig::new(StoreKind::KeyWrite { slots: 64, slot_size: 8, hash: Default::default() }).with_redundancy(2),
+            kind: dta_collector::config::StoreKindConfig::new(StoreKind::KeyWrite {
+                slots: 64,
+                slot_size: 8,
+                hash: Default::default(),
+            })
+            .with_redundancy(2),
         }],
         Default::default(),
     );

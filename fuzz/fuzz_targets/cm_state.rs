@@ -17,13 +17,13 @@ use dta_collector::rnic::responder::{DeviceConfig, Responder};
 use dta_fuzz::Reader;
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::hash::HashProfile;
+use dta_proto::meta::StoreKind;
 use dta_proto::wire::cm::{build_cm_frame, is_gsi};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::mad::{CmMessage, MadHeaderRepr, MAD_LEN};
 use dta_proto::wire::metarec::MetaRecord;
 use dta_proto::wire::roce::{parse_frame, RoceEndpoint, L2L4_LEN};
-use dta_proto::meta::StoreKind;
 use dta_tests::harness::{Harness, HarnessOptions};
 use dta_translator::control::cm::CmInitiator;
 use libfuzzer_sys::fuzz_target;
@@ -42,13 +42,22 @@ fn records() -> &'static [[u8; 64]; 2] {
                     name: "kw".into(),
                     port: None,
                     cm_allow: None,
-                    kind: StoreKindConfig::new(StoreKind::KeyWrite { slots: 64, slot_size: 8, hash: HashProfile::Independent }).with_redundancy(2),
+                    kind: StoreKindConfig::new(StoreKind::KeyWrite {
+                        slots: 64,
+                        slot_size: 8,
+                        hash: HashProfile::Independent,
+                    })
+                    .with_redundancy(2),
                 },
                 StoreConfig {
                     name: "ki".into(),
                     port: None,
                     cm_allow: None,
-                    kind: StoreKindConfig::new(StoreKind::KeyIncrement { slots: 64, hash: HashProfile::Independent }).with_redundancy(2),
+                    kind: StoreKindConfig::new(StoreKind::KeyIncrement {
+                        slots: 64,
+                        hash: HashProfile::Independent,
+                    })
+                    .with_redundancy(2),
                 },
             ],
             HarnessOptions::default(),
@@ -120,12 +129,7 @@ impl World {
                 pmtu: 4096,
                 l2_frames: true,
             }),
-            cm: CmResponder::new(
-                COLLECTOR,
-                MacAddr([2, 0, 0, 0, 0, 0x51]),
-                services,
-                verify,
-            ),
+            cm: CmResponder::new(COLLECTOR, MacAddr([2, 0, 0, 0, 0, 0x51]), services, verify),
             init: CmInitiator::new(
                 TRANSLATOR,
                 MacAddr([2, 0, 0, 0, 0, 1]),

@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(msg.len(), message_len(m.count()));
         let next: Vec<u64> = m.iter().map(|(_, s)| s).collect();
         let mut again = vec![0u8; msg.len()];
-        assert_eq!(emit(m.first(), m.lists(), &next, &mut again), Some(msg.len()));
+        assert_eq!(
+            emit(m.first(), m.lists(), &next, &mut again),
+            Some(msg.len())
+        );
         assert_eq!(again, msg);
         if m.lists() > 1 << 16 {
             continue;

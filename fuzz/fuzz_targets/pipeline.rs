@@ -16,6 +16,7 @@ use dta_fuzz::Reader;
 use dta_proto::batch::{Datagram, IpMeta, TxBatch};
 use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
+use dta_proto::meta::StoreKind;
 use dta_proto::meta::{QpMeta, StoreMeta};
 use dta_proto::wire::dta::BaseVariant;
 use dta_proto::wire::ethernet::MacAddr;
@@ -25,7 +26,6 @@ use dta_proto::wire::report::{
 };
 use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
 use dta_proto::{Key, Value};
-use dta_proto::meta::StoreKind;
 use dta_translator::datapath::pipeline::{
     CollectorTarget, Pipeline, PipelineConfig, QpBinding, RateLimit, Route,
 };
@@ -43,19 +43,41 @@ fn stores() -> Vec<StoreConfig> {
     vec![
         s(
             "kw",
-            StoreKindConfig::new(StoreKind::KeyWrite { slots: 64, slot_size: 8, hash: HashProfile::Independent }).with_redundancy(2),
+            StoreKindConfig::new(StoreKind::KeyWrite {
+                slots: 64,
+                slot_size: 8,
+                hash: HashProfile::Independent,
+            })
+            .with_redundancy(2),
         ),
         s(
             "ki",
-            StoreKindConfig::new(StoreKind::KeyIncrement { slots: 64, hash: HashProfile::Independent }).with_redundancy(2),
+            StoreKindConfig::new(StoreKind::KeyIncrement {
+                slots: 64,
+                hash: HashProfile::Independent,
+            })
+            .with_redundancy(2),
         ),
         s(
             "ap",
-            StoreKindConfig::new(StoreKind::Append { lists: 2, first_list: 0, capacity: 16, entry_size: 4, batch: 4, format: AppendFormat::Sequenced, list_stride: 0 }),
+            StoreKindConfig::new(StoreKind::Append {
+                lists: 2,
+                first_list: 0,
+                capacity: 16,
+                entry_size: 4,
+                batch: 4,
+                format: AppendFormat::Sequenced,
+                list_stride: 0,
+            }),
         ),
         s(
             "pc",
-            StoreKindConfig::new(StoreKind::Postcard { chunks: 16, hops: 5, hash: HashProfile::Independent }).with_redundancy(1),
+            StoreKindConfig::new(StoreKind::Postcard {
+                chunks: 16,
+                hops: 5,
+                hash: HashProfile::Independent,
+            })
+            .with_redundancy(1),
         ),
     ]
 }

@@ -6,8 +6,8 @@
 
 use dta_proto::wire::dta::BaseVariant;
 use dta_proto::wire::report::{
-    parse_append_fast, parse_postcard_fast, parse_report, ParseConfig, Primitive, Priority,
-    Report, MAX_EMIT_LEN,
+    parse_append_fast, parse_postcard_fast, parse_report, ParseConfig, Primitive, Priority, Report,
+    MAX_EMIT_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 

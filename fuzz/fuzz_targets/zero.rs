@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&h.encode()[..], &data[..64]);
         for (i, d) in descs.iter().enumerate() {
             let at = 64 + 64 * i;
-            assert_eq!(&d.encode().expect("a decoded name fits")[..], &data[at..at + 64]);
+            assert_eq!(
+                &d.encode().expect("a decoded name fits")[..],
+                &data[at..at + 64]
+            );
             assert!(d.offset + d.len() as u64 <= h.region_len);
             assert!(d.offset >= h.control_len() as u64);
         }
