@@ -17,6 +17,7 @@ use dta_proto::{Key, Value};
 use dta_tests::harness::extended_header;
 use dta_tests::harness::free_port;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
+use dta_translator::driver::dispatch_worker;
 use dta_translator::Translator;
 
 fn stores() -> Vec<StoreConfig> {
@@ -313,11 +314,24 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
     cfg.append.flush_delay_us = 2000;
     cfg.collectors = vec![CollectorSection::with_cm("c", c_addr, vec![1400])];
     let t = Translator::start(cfg).expect("two workers connect");
-    // Eight reporters (distinct source ports spread over both workers' sockets), each sending
-    // numbered entries to every list.
-    let reporters: Vec<std::net::UdpSocket> = (0..8)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
+    // Eight reporters, each sending numbered entries to every list: four whose source the
+    // dispatcher hashes to each worker (`report_steering = "auto"` dispatches for two), so
+    // both workers receive reports whatever ports the kernel hands out (eight random ports
+    // all hashing to one worker failed this test about once in 128 runs).
+    assert!(cfg_dispatches_two_workers());
+    let mut reporters: Vec<std::net::UdpSocket> = Vec::new();
+    let mut per_worker = [0usize; 2];
+    while reporters.len() < 8 {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
+            unreachable!("bound to an IPv4 address")
+        };
+        let w = dispatch_worker(a, 2);
+        if per_worker[w] < 4 {
+            per_worker[w] += 1;
+            reporters.push(s);
+        }
+    }
     let per = 200u64;
     let mut buf = [0u8; 64];
     for k in 0..per {
@@ -700,4 +714,13 @@ fn a_translator_outside_the_allowlist_is_rejected_and_counted() {
     assert_eq!(cm2.cm_rejected, cm.cm_rejected);
     assert_eq!(cm2.cm_established, 1);
     t.shutdown();
+}
+
+/// The translator's default report steering feeds two workers through the dispatcher (whose
+/// hash the two-worker test picks its reporters by).
+fn cfg_dispatches_two_workers() -> bool {
+    TranslatorConfig::default()
+        .translator
+        .report_steering
+        .dispatches(2)
 }
