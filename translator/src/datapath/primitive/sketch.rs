@@ -659,7 +659,7 @@ impl SketchMerge {
         let expected = self.settings.expected_switches;
         let opened = self.cur.opened();
         let (live, stale) = self.complete.split_at_mut(opened / self.batch as usize);
-        let batches = self.cur.merged[..opened].chunks_exact(self.batch as usize);
+        let batches = self.cur.merged[..opened].chunks_exact_mut(self.batch as usize);
         for (n, cols) in live.iter_mut().zip(batches) {
             *n = count_complete(cols, expected);
         }
@@ -824,46 +824,39 @@ impl SketchMerge {
 }
 
 /// Counts one more switch merged into each of `merged`'s columns; returns how many columns
-/// that brought to `expected`. Eight columns at a time as a fixed-size array (one vector
-/// add, compare and sum): a batch segment is too short for the compiler's own vector loop,
-/// which then ran entirely in its scalar remainder.
+/// that brought to `expected`.
 #[inline]
 fn count_merge(merged: &mut [u16], expected: u16) -> u32 {
+    count_columns(merged, |m| {
+        *m = m.saturating_add(1);
+        *m == expected
+    })
+}
+
+/// Columns of `merged` with at least `expected` switches (`merged` is not changed).
+#[inline]
+fn count_complete(merged: &mut [u16], expected: u16) -> u32 {
+    count_columns(merged, |m| *m >= expected)
+}
+
+/// The columns for which `f` (which may update the column's count) holds, eight at a time as
+/// a fixed-size array (one vector step each): a batch segment is too short for the compiler's
+/// own vector loop, which then ran entirely in its scalar remainder.
+#[inline(always)]
+fn count_columns(merged: &mut [u16], f: impl Fn(&mut u16) -> bool) -> u32 {
     let mut chunks = merged.chunks_exact_mut(8);
     let mut hits = [0u16; 8];
     for c in &mut chunks {
         let c: &mut [u16; 8] = c.try_into().expect("chunks of 8");
         for (m, h) in c.iter_mut().zip(&mut hits) {
-            *m = m.saturating_add(1);
-            *h += u16::from(*m == expected);
+            *h += u16::from(f(m));
         }
     }
     let mut n: u32 = hits.iter().map(|&h| u32::from(h)).sum();
     for m in chunks.into_remainder() {
-        *m = m.saturating_add(1);
-        n += u32::from(*m == expected);
+        n += u32::from(f(m));
     }
     n
-}
-
-/// Columns of `merged` with at least `expected` switches, eight at a time as
-/// [`count_merge`] does.
-#[inline]
-fn count_complete(merged: &[u16], expected: u16) -> u32 {
-    let mut chunks = merged.chunks_exact(8);
-    let mut hits = [0u16; 8];
-    for c in &mut chunks {
-        let c: &[u16; 8] = c.try_into().expect("chunks of 8");
-        for (&m, h) in c.iter().zip(&mut hits) {
-            *h += u16::from(m >= expected);
-        }
-    }
-    let n: u32 = hits.iter().map(|&h| u32::from(h)).sum();
-    n + chunks
-        .remainder()
-        .iter()
-        .map(|&m| u32::from(m >= expected))
-        .sum::<u32>()
 }
 
 #[inline]

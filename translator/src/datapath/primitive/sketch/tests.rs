@@ -864,7 +864,7 @@ fn counting_merged_columns_by_eight_equals_one_by_one() {
                 })
                 .sum();
             let at_least = merged.iter().filter(|&&m| m >= expected).count() as u32;
-            assert_eq!(count_complete(&merged, expected), at_least, "len {len}");
+            assert_eq!(count_complete(&mut merged, expected), at_least, "len {len}");
             assert_eq!(count_merge(&mut merged, expected), n, "len {len}");
             assert_eq!(merged, want, "len {len}");
         }
