@@ -483,7 +483,7 @@ fn fast_ext_postcard(b: &[u8]) -> Option<(Key, u8, u8, u32)> {
 #[inline(always)]
 fn fast_ref_postcard(body: &[u8]) -> Option<(Key, u8, u8, u32)> {
     let hop = body[rf::PC_HOP_NUM].checked_sub(1)?;
-    let flow = key4(be32(&body[rf::PC_KEY.start..]).to_be_bytes());
+    let flow = key4(body[rf::PC_KEY].try_into().ok()?);
     Some((flow, hop, 0, be32(&body[rf::PC_DATA])))
 }
 

@@ -39,10 +39,8 @@ pub struct Append {
     g: AppendGeometry,
     entry: usize,
     batch: usize,
-    /// Batch slots of each list's ring.
+    /// Batch slots of each list's ring (`layout.batch_slots()`, a division, kept).
     slots: u32,
-    /// Bytes from one batch slot to the next.
-    stride: u64,
     flush_ns: u64,
     shard: Shard,
     list: Vec<ListState>,
@@ -73,7 +71,6 @@ impl Append {
             entry,
             batch,
             slots: l.batch_slots(),
-            stride: u64::from(l.stride()),
             flush_ns: cfg.append_flush_ns,
             shard: cfg.shard,
             list: vec![ListState::default(); n],
@@ -141,8 +138,9 @@ impl Append {
         st.imm = false;
         st.gen = st.gen.wrapping_add(1);
         // `l.batch_offset(slot)` without its modulo (`slot` is below the slot count).
-        let offset = self.g.list_offset(li as u32) + slot as u64 * self.stride;
-        debug_assert_eq!(slot as u64 * self.stride, l.batch_offset(slot));
+        let at = slot as u64 * u64::from(l.stride());
+        debug_assert_eq!(at, l.batch_offset(slot));
+        let offset = self.g.list_offset(li as u32) + at;
         let start = li * self.buf_stride;
         if count < self.batch {
             // Entries a previous batch left behind.
@@ -163,9 +161,7 @@ impl Append {
         };
         Emitted::of(sent).account(count as u64, c);
     }
-}
 
-impl Append {
     /// [`StorePrimitive::admit`] of an entry of `value` for global list `list`: its
     /// store-local list, and one message when it starts a batch (charged then), none when it
     /// joins one.
