@@ -19,7 +19,8 @@
 
 use std::sync::LazyLock;
 
-use crate::crc::{Crc32, MultiCrc, ShortCrc, CRC_INIT, IEEE, LANES};
+use crate::crc::fold::{BlockKeys, Clmul};
+use crate::crc::{Crc32, MultiCrc, ShortCrc, CRC_INIT, IEEE, LANES, MULTI_MAX_LEN};
 use crate::types::Key;
 
 /// Which family of hash functions a store uses.
@@ -130,6 +131,54 @@ const KEY_LANE_COUNT: usize = 4;
 /// Replicas [`KEY_LANES`] covers.
 const KEY_LANE_REPLICAS: usize = KEY_LANE_COUNT - 1;
 const _: () = assert!(CHECKSUM_POLY_INDEX + 1 == REPLICA_POLY_BASE);
+
+/// Carry-less multiply constants of several polynomials for keys of at most 16 bytes held
+/// behind zeros in a 16-byte block ([`Clmul::block_regs`]), and each polynomial's share of the
+/// initial register by key length: the CRC of a `len`-byte key is `base[len]` XOR the
+/// register of its padded block from zero (the register is linear in the input, and leading
+/// zeros leave a zero register unchanged). Built at compile time.
+struct BlockLanes<const N: usize> {
+    keys: [BlockKeys; N],
+    base: [[u32; MULTI_MAX_LEN + 1]; N],
+}
+
+impl<const N: usize> BlockLanes<N> {
+    /// Lanes for `polys[first..first + N]`.
+    const fn new(polys: &[u32], first: usize) -> BlockLanes<N> {
+        let mut keys = [BlockKeys::new(0); N];
+        let mut base = [[0u32; MULTI_MAX_LEN + 1]; N];
+        let mut i = 0;
+        while i < N {
+            let poly = polys[first + i];
+            keys[i] = BlockKeys::new(poly);
+            // The all-ones initial register moved past `len` zero bytes, inverted.
+            let rpoly = poly.reverse_bits();
+            let mut reg = CRC_INIT;
+            let mut len = 0;
+            while len <= MULTI_MAX_LEN {
+                base[i][len] = !reg;
+                let mut bit = 0;
+                while bit < 8 {
+                    reg = if reg & 1 != 0 {
+                        (reg >> 1) ^ rpoly
+                    } else {
+                        reg >> 1
+                    };
+                    bit += 1;
+                }
+                len += 1;
+            }
+            i += 1;
+        }
+        BlockLanes { keys, base }
+    }
+}
+
+/// Key-Write / Key-Increment (independent profile) by carry-less multiplication: lane 0 the
+/// checksum, lane 1 + r replica r's slot function, for every replica.
+static KEY_BLOCK_LANES: BlockLanes<{ 1 + MAX_REDUNDANCY }> =
+    BlockLanes::new(&POLYNOMIALS, CHECKSUM_POLY_INDEX);
+const _: () = assert!(REPLICA_POLY_BASE == CHECKSUM_POLY_INDEX + 1);
 
 /// Postcarding (independent profile), one pass: lanes 0..2 chunk replicas 0 and 1, lanes
 /// 2.. hops 0..6.
@@ -245,14 +294,64 @@ impl KeyHasher {
                 self.reference_slots(IEEE.update(CRC_INIT, bytes), n, out);
             }
             HashProfile::Independent => {
-                self.independent(key, n, out);
+                self.independent(key, n, out, false);
             }
         }
     }
 
-    /// Independent profile: the replicas' slots, and the checksum (lane 0 of the one pass).
-    #[inline]
-    fn independent(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
+    /// Independent profile: the replicas' slots, and the checksum if `checksum` (else 0). By
+    /// carry-less multiplication when the CPU has it (three multiplies per polynomial, only for
+    /// the replicas and the checksum asked for), else by the table lanes; both give the same
+    /// values (property test).
+    #[inline(always)]
+    fn independent(
+        &self,
+        key: &Key,
+        n: usize,
+        out: &mut [u32; MAX_REDUNDANCY],
+        checksum: bool,
+    ) -> u32 {
+        let c = Clmul::detect();
+        if c.is_native() {
+            return self.independent_clmul(c, key, n, out, checksum);
+        }
+        let sum = self.independent_tables(key, n, out);
+        if checksum {
+            sum
+        } else {
+            0
+        }
+    }
+
+    /// [`KeyHasher::independent`] by [`Clmul::block_regs`] (`c` native or portable).
+    #[inline(always)]
+    fn independent_clmul(
+        &self,
+        c: Clmul,
+        key: &Key,
+        n: usize,
+        out: &mut [u32; MAX_REDUNDANCY],
+        checksum: bool,
+    ) -> u32 {
+        let lanes = &KEY_BLOCK_LANES;
+        let mut regs = [0u32; 1 + MAX_REDUNDANCY];
+        let first = usize::from(!checksum);
+        c.block_regs(&lanes.keys[first..n + 1], key.padded(), &mut regs[first..]);
+        let len = key.len();
+        for (r, o) in out[..n].iter_mut().enumerate() {
+            *o = (regs[1 + r] ^ lanes.base[1 + r][len]) & self.mask;
+        }
+        if checksum {
+            regs[0] ^ lanes.base[0][len]
+        } else {
+            0
+        }
+    }
+
+    /// [`KeyHasher::independent`] by the table lanes (the portable path): one pass for the
+    /// checksum and three replicas, further replicas by their own engines.
+    #[inline(never)]
+    fn independent_tables(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
         let lanes = KEY_LANES.checksums_padded(key.padded(), key.len());
         let bytes = key.as_bytes();
         for (r, o) in out[..n].iter_mut().enumerate() {
@@ -278,7 +377,7 @@ impl KeyHasher {
     ///
     /// # Panics
     /// If `n > MAX_REDUNDANCY`.
-    #[inline]
+    #[inline(always)]
     pub fn checksum_and_slots(&self, key: &Key, n: usize, out: &mut [u32; MAX_REDUNDANCY]) -> u32 {
         match self.profile {
             HashProfile::Reference => {
@@ -289,7 +388,7 @@ impl KeyHasher {
             }
             HashProfile::Independent => {
                 assert!(n <= MAX_REDUNDANCY, "redundancy out of range");
-                self.independent(key, n, out)
+                self.independent(key, n, out, true)
             }
         }
     }
@@ -861,6 +960,22 @@ mod tests {
     }
 
     proptest! {
+        /// The cache index (sixteen table rows) is the profile's CRC of the flow, masked.
+        #[test]
+        fn cache_index_paths_agree(bytes in proptest::collection::vec(any::<u8>(), 1..=16),
+                                   log in 0u32..=20, reference in any::<bool>()) {
+            let key = Key::new(&bytes).unwrap();
+            let profile = if reference { HashProfile::Reference } else { HashProfile::Independent };
+            let h = PostcardHasher::new(profile, 1 << 16, 1 << log, 5).unwrap();
+            let crc = if reference {
+                IEEE.checksum(&bytes)
+            } else {
+                ENGINES[CACHE_POLY_INDEX].checksum(&bytes)
+            };
+            let want = crc & ((1u32 << log) - 1);
+            prop_assert_eq!(h.cache_index(&key), want);
+        }
+
         #[test]
         fn digest_agrees_with_hop_hash_and_chunk(
             bytes in proptest::collection::vec(any::<u8>(), 1..=16),
@@ -899,6 +1014,30 @@ mod tests {
                 for (r, &s) in out[..n].iter().enumerate() {
                     prop_assert_eq!(s, h.slot(&key, r as u8));
                 }
+            }
+        }
+
+        /// The carry-less path (the CPU's multiply, and the portable one) and the table lanes
+        /// give every replica's slot and the checksum as the polynomial's own engine does.
+        #[test]
+        fn carry_less_and_table_lanes_agree(bytes in proptest::collection::vec(any::<u8>(), 1..=16),
+                                            log in 1u32..=31, n in 0usize..=MAX_REDUNDANCY) {
+            let key = Key::new(&bytes).unwrap();
+            let h = KeyHasher::new(HashProfile::Independent, 1 << log).unwrap();
+            let mask = (1u32 << log) - 1;
+            let mut tables = [u32::MAX; MAX_REDUNDANCY];
+            let sum = h.independent_tables(&key, n, &mut tables);
+            prop_assert_eq!(sum, ENGINES[CHECKSUM_POLY_INDEX].checksum(&bytes));
+            for (r, &s) in tables[..n].iter().enumerate() {
+                prop_assert_eq!(s, ENGINES[REPLICA_POLY_BASE + r].checksum(&bytes) & mask);
+            }
+            for c in [Clmul::detect(), Clmul::portable()] {
+                let mut out = [u32::MAX; MAX_REDUNDANCY];
+                prop_assert_eq!(h.independent_clmul(c, &key, n, &mut out, true), sum);
+                prop_assert_eq!(out, tables);
+                let mut out = [u32::MAX; MAX_REDUNDANCY];
+                prop_assert_eq!(h.independent_clmul(c, &key, n, &mut out, false), 0);
+                prop_assert_eq!(out, tables);
             }
         }
 

@@ -207,6 +207,24 @@ impl Clmul {
         (z >> 96) as u32 ^ (self.mul(q, k.p[0]) >> 95) as u32
     }
 
+    /// [`Clmul::block_reg`] of one 16-byte block under several polynomials at once (a key's
+    /// checksum and replica slots): `out[i]` is the register of `block` from zero under
+    /// `keys[i]`. The block is loaded once; each polynomial costs three multiplies.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    #[inline]
+    pub fn block_regs(self, keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
+        assert!(out.len() >= keys.len(), "a register per polynomial");
+        if self.native {
+            return native::block_regs(keys, block, out);
+        }
+        let x = u128::from_le_bytes(*block);
+        for (k, o) in keys.iter().zip(out) {
+            *o = self.block_reg(k, x);
+        }
+    }
+
     /// The register after the 16 bytes of `block` from `state` (the register is XORed into the
     /// block's first four bytes), by [`Clmul::block_reg`].
     #[inline]
@@ -429,6 +447,52 @@ mod native {
         _mm_extract_epi32::<3>(_mm_xor_si128(z, _mm_slli_epi64::<1>(s))) as u32
     }
 
+    /// [`super::Clmul::block_regs`] by PCLMULQDQ, in VEX encoding when the CPU has AVX2.
+    #[inline]
+    pub(super) fn block_regs(keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
+        if crate::cpu::has_avx2() {
+            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
+            unsafe { block_regs_avx(keys, block, out) }
+        } else {
+            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
+            // SSE4.1.
+            unsafe { block_regs_pclmul(keys, block, out) }
+        }
+    }
+
+    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
+    fn block_regs_avx(keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
+        block_regs_pclmul(keys, block, out)
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn block_regs_pclmul(keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
+        let x = load(block);
+        let xs = _mm_slli_si128::<4>(_mm_srli_si128::<8>(x));
+        // Up to four polynomials (a checksum and three replicas) straight-line, no loop.
+        match (keys.len(), out.len()) {
+            (1, 1..) => block_regs_n::<1>(keys, x, xs, out),
+            (2, 2..) => block_regs_n::<2>(keys, x, xs, out),
+            (3, 3..) => block_regs_n::<3>(keys, x, xs, out),
+            (4, 4..) => block_regs_n::<4>(keys, x, xs, out),
+            _ => {
+                for (k, o) in keys.iter().zip(out) {
+                    *o = block_reg_pclmul(k, x, xs);
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn block_regs_n<const N: usize>(keys: &[BlockKeys], x: __m128i, xs: __m128i, out: &mut [u32]) {
+        let (keys, out) = (&keys[..N], &mut out[..N]);
+        for i in 0..N {
+            out[i] = block_reg_pclmul(&keys[i], x, xs);
+        }
+    }
+
     /// [`super::Clmul::update_word_blocks`] by PCLMULQDQ (`head` as a little-endian word, zero
     /// for none).
     #[inline]
@@ -549,7 +613,7 @@ mod native {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod native {
-    use super::{Clmul, FoldKeys};
+    use super::{BlockKeys, Clmul, FoldKeys};
 
     #[inline(always)]
     pub(super) fn mul(a: u64, b: u64) -> u128 {
@@ -568,6 +632,10 @@ mod native {
 
     pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
         Clmul::portable().update_block(k, state, block)
+    }
+
+    pub(super) fn block_regs(keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
+        Clmul::portable().block_regs(keys, block, out)
     }
 }
 
