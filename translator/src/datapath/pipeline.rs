@@ -110,6 +110,9 @@ pub struct Pipeline {
     route_epoch: Option<u32>,
     /// INT Telemetry Report ingest (`[int]`), if configured.
     int: Option<Box<IntIngest>>,
+    /// The store, if it is the only Append store (its lists are then the only ones known, and
+    /// a run of Appends takes [`Pipeline::append_run`]).
+    sole_append: Option<usize>,
 }
 
 impl Pipeline {
@@ -225,7 +228,14 @@ impl Pipeline {
             by_qpn.insert(s.sender.qp.local_qpn.value(), i);
         }
         let max_frames_per_report = max_frames_per_report(&stores, cfg.max_redundancy);
+        let mut appends = stores
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s.prim, PrimitiveState::Append(_)))
+            .map(|(i, _)| i);
+        let sole_append = appends.next().filter(|_| appends.next().is_none());
         Ok(Pipeline {
+            sole_append,
             backlog: VecDeque::with_capacity(cfg.backlog),
             reporters: ReporterTracker::new(cfg.max_reporters),
             counters: TranslatorCounters::default(),
@@ -445,7 +455,9 @@ impl Pipeline {
     /// docs), whatever room `tx` has.
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) {
         let mut report = Report::PLACEHOLDER;
-        for d in burst {
+        let mut next = 0;
+        while let Some(d) = burst.get(next) {
+            next += 1;
             self.counters.rx_datagrams += 1;
             if is_sketch_datagram(d.payload) {
                 self.handle_sketch(now, d, tx);
@@ -456,7 +468,12 @@ impl Pipeline {
             if let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse) {
                 self.counters.reports_append += 1;
                 self.note_sequence(&h, d.src, tx);
-                self.dispatch_append(now, h, list, &value, *d.dst.ip(), tx);
+                match self.append_run_store(list) {
+                    Some(si) => {
+                        next += self.append_run(now, si, (h, list, value), &burst[next..], tx)
+                    }
+                    None => self.dispatch_append(now, h, list, &value, *d.dst.ip(), tx),
+                }
                 continue;
             }
             if let Some((h, p)) = parse_postcard_fast(d.payload, &self.cfg.parse) {
@@ -603,6 +620,89 @@ impl Pipeline {
         }
         let Store { sender, prim, .. } = &mut self.stores[si];
         accept(prim, t, sender, tx, &mut self.counters);
+    }
+
+    /// The store an Append for `list` may start a run in ([`Pipeline::append_run`]): the sole
+    /// Append store, if it holds the list, the pipeline is the only worker, the store's
+    /// collector has no rate limit and no cluster routes apply. `None`: the report takes
+    /// [`Pipeline::dispatch_append`].
+    #[inline(always)]
+    fn append_run_store(&self, list: u32) -> Option<usize> {
+        let si = self.sole_append?;
+        let s = &self.stores[si];
+        let runs = self.prim_cfg.shard.workers == 1
+            && self.append_routes.is_empty()
+            && self.buckets[s.sender.collector].is_none()
+            && matches!(&s.prim, PrimitiveState::Append(a) if a.serves(list));
+        runs.then_some(si)
+    }
+
+    /// Translates `first` (an Append already parsed and counted, for a list store `si` holds,
+    /// [`Pipeline::append_run_store`]) and then the Appends that follow it in `rest`, for as
+    /// long as they are Appends for lists of the same store; returns how many of `rest` it
+    /// took. Each report gets exactly what [`Pipeline::dispatch_append`] would give it (the
+    /// same checks in the same order, the same counters): under the run's conditions that is
+    /// the entry's admission, the QP's gate and the entry joining its batch. What the run
+    /// saves is the per-report lookups: the store, the worker and rate-limit checks, and the
+    /// QP's room, asked again only after a batch was written or `tx` changed length (a NACK),
+    /// since nothing else changes it while the clock stands still. Out of line: it is entered
+    /// once per run, and kept inline it made the other primitives' loop spill registers.
+    #[inline(never)]
+    fn append_run(
+        &mut self,
+        now: u64,
+        si: usize,
+        first: (ReportHeader, u32, Value),
+        rest: &[Datagram<'_>],
+        tx: &mut TxBatch,
+    ) -> usize {
+        let Store { sender, prim, .. } = &mut self.stores[si];
+        let PrimitiveState::Append(a) = prim else {
+            unreachable!("append_run_store picks an Append store");
+        };
+        let c = &mut self.counters;
+        let frames = self.max_frames_per_report;
+        // Whether the QP can take a report, and `tx`'s length when that was asked.
+        let mut room: Option<(bool, usize)> = None;
+        let (mut h, mut list, mut value) = first;
+        let mut taken = 0;
+        loop {
+            match a.admit_entry(list, &value) {
+                Err(why) => why.count(c),
+                Ok(_) if sender.qp.is_broken() => c.drop_qp_broken += 1,
+                Ok((li, _)) => {
+                    let can = match room {
+                        Some((can, len)) if len == tx.len() => can,
+                        _ => {
+                            let can = sender.can_take(now, frames, tx);
+                            room = Some((can, tx.len()));
+                            can
+                        }
+                    };
+                    if !can {
+                        c.drop_qp_queue_full += 1;
+                    } else if a.accept_entry(now, li, &value, h.immediate, sender, tx, c) {
+                        room = None;
+                    }
+                }
+            }
+            let Some(d) = rest.get(taken) else {
+                return taken;
+            };
+            // (A Sketch-Merge datagram is never an Append: its first byte is neither.)
+            match parse_append_fast(d.payload, &self.cfg.parse) {
+                Some((nh, nl, nv)) if a.serves(nl) => (h, list, value) = (nh, nl, nv),
+                _ => return taken,
+            }
+            taken += 1;
+            c.rx_datagrams += 1;
+            c.reports_append += 1;
+            if h.retransmittable {
+                if let Some(seq) = h.seq {
+                    track_sequence(&mut self.reporters, c, &self.cfg, d.src, seq, h.profile, tx);
+                }
+            }
+        }
     }
 
     /// An Append from its lane ([`parse_append_fast`]).
@@ -786,48 +886,15 @@ impl Pipeline {
     }
 
     fn track_sequence(&mut self, src: SocketAddrV4, seq: u32, profile: Profile, tx: &mut TxBatch) {
-        let wide = profile == Profile::Extended;
-        let nack = match self.reporters.track(src, seq, wide) {
-            Sequence::InOrder | Sequence::Learned | Sequence::Untracked => return,
-            Sequence::Late => {
-                self.counters.reporter_late += 1;
-                return;
-            }
-            Sequence::Gap {
-                first_missing,
-                count,
-                last_in_order,
-            } => {
-                self.counters.reporter_gaps += 1;
-                self.counters.reporter_missing += count as u64;
-                if wide {
-                    NackRepr::Extended {
-                        first_missing,
-                        count,
-                    }
-                } else {
-                    NackRepr::Reference {
-                        last_in_order: last_in_order as u8,
-                    }
-                }
-            }
-        };
-        let dest = SocketAddrV4::new(*src.ip(), self.cfg.nack_port);
-        let l2 = self.cfg.l2_frames;
-        let (local, mac) = (self.cfg.local, self.cfg.local_mac);
-        let ok = tx.push_with(dest, if l2 { L2L4_LEN } else { 0 }, |buf| {
-            if l2 {
-                crate::datapath::udp_frame::emit(buf, mac, local, dest, |p| nack.emit(p))
-            } else {
-                nack.emit(buf)
-            }
-        });
-        if ok {
-            self.counters.nacks_sent += 1;
-        } else {
-            // The reporter will find the gap from a later NACK or its own timeout.
-            self.counters.nacks_unsent += 1;
-        }
+        track_sequence(
+            &mut self.reporters,
+            &mut self.counters,
+            &self.cfg,
+            src,
+            seq,
+            profile,
+            tx,
+        );
     }
 
     /// Processes RoCEv2 responses (ACK, NAK, atomic ACK) from collectors; what they ask to
@@ -999,6 +1066,62 @@ impl Pipeline {
         }
         let more = self.poll_transmit(now, tx);
         done && !more
+    }
+}
+
+/// Tracks reporter `src`'s sequence number `seq`: a gap is counted and NACKed (into `tx`),
+/// a late report counted.
+#[allow(clippy::too_many_arguments)]
+fn track_sequence(
+    reporters: &mut ReporterTracker,
+    counters: &mut TranslatorCounters,
+    cfg: &PipelineConfig,
+    src: SocketAddrV4,
+    seq: u32,
+    profile: Profile,
+    tx: &mut TxBatch,
+) {
+    let wide = profile == Profile::Extended;
+    let nack = match reporters.track(src, seq, wide) {
+        Sequence::InOrder | Sequence::Learned | Sequence::Untracked => return,
+        Sequence::Late => {
+            counters.reporter_late += 1;
+            return;
+        }
+        Sequence::Gap {
+            first_missing,
+            count,
+            last_in_order,
+        } => {
+            counters.reporter_gaps += 1;
+            counters.reporter_missing += count as u64;
+            if wide {
+                NackRepr::Extended {
+                    first_missing,
+                    count,
+                }
+            } else {
+                NackRepr::Reference {
+                    last_in_order: last_in_order as u8,
+                }
+            }
+        }
+    };
+    let dest = SocketAddrV4::new(*src.ip(), cfg.nack_port);
+    let l2 = cfg.l2_frames;
+    let (local, mac) = (cfg.local, cfg.local_mac);
+    let ok = tx.push_with(dest, if l2 { L2L4_LEN } else { 0 }, |buf| {
+        if l2 {
+            crate::datapath::udp_frame::emit(buf, mac, local, dest, |p| nack.emit(p))
+        } else {
+            nack.emit(buf)
+        }
+    });
+    if ok {
+        counters.nacks_sent += 1;
+    } else {
+        // The reporter will find the gap from a later NACK or its own timeout.
+        counters.nacks_unsent += 1;
     }
 }
 

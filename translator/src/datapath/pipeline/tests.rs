@@ -463,3 +463,152 @@ fn assert_same_frames(a: &TxBatch, b: &TxBatch) {
         assert_eq!(a.frame(i), b.frame(i), "frame {i}");
     }
 }
+
+/// A run of Appends (`append_run`: several datagrams of one burst taken in one loop, the QP's
+/// room asked once per batch) gives exactly what dispatching them one by one gives: the same
+/// frames, NACKs and counters. The one-by-one pipeline is the same store behind a rate limit
+/// too large to refuse anything (a rate-limited collector takes no runs). The bursts mix
+/// Appends for held and unknown lists, values too long, Immediates, retransmittable
+/// reference reports with sequence gaps (NACKs go into the batch mid-run), Key-Writes with no
+/// store, malformed datagrams and a Sketch-Merge datagram; the QP's cap on unconfirmed PSNs
+/// is reached part-way, so later reports are refused as queue-full.
+#[test]
+fn an_append_run_matches_report_by_report_dispatch() {
+    let kind = StoreKind::Append {
+        lists: 4,
+        first_list: 2,
+        capacity: 64,
+        entry_size: 4,
+        batch: 4,
+        format: dta_proto::layout::AppendFormat::Sequenced,
+        list_stride: 1 << 12,
+    };
+    let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 40;
+    let mut runs = single_store_pipeline_with(kind.clone(), cap);
+    let mut one_by_one = single_store_pipeline_with(kind, |c| {
+        cap(c);
+        c.rate = RateLimit {
+            messages_per_sec: 1 << 30,
+            burst: 1 << 30,
+            ..RateLimit::default()
+        };
+    });
+    let mut datagrams: Vec<Vec<u8>> = Vec::new();
+    let emit = |datagrams: &mut Vec<Vec<u8>>, profile: Profile, r: Report| {
+        let mut b = vec![0u8; 96];
+        let n = r.emit(profile, &mut b).unwrap();
+        b.truncate(n);
+        datagrams.push(b);
+    };
+    let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
+    let mut seq = 0u32;
+    for i in 0..400u32 {
+        let append = |list: u32, value: &[u8], header: ReportHeader| Report {
+            header,
+            primitive: Primitive::Append {
+                list,
+                value: Value::new(value).unwrap(),
+            },
+        };
+        match i % 23 {
+            5 => emit(&mut datagrams, Profile::Extended, append(9, &[1], HDR)), // list 9: no store
+            9 => emit(&mut datagrams, Profile::Extended, append(3, &[2; 12], HDR)), // too long
+            13 => emit(
+                &mut datagrams,
+                Profile::Extended,
+                Report {
+                    header: HDR,
+                    primitive: Primitive::KeyWrite {
+                        redundancy: 1,
+                        key: Key::new(&i.to_be_bytes()).unwrap(),
+                        value: Value::new(&[3; 4]).unwrap(),
+                    },
+                },
+            ),
+            17 => datagrams.push(vec![0x02, 0x00]), // a truncated reference Append
+            19 => datagrams.push(vec![dta_proto::wire::sketch::MAGIC_VERSION, 0xff, 0, 0]),
+            k if k % 3 == 0 => {
+                // Retransmittable reference Appends; every fifth sequence number is skipped.
+                seq += 1 + u32::from(seq % 5 == 4);
+                let header = ReportHeader {
+                    profile: reference,
+                    retransmittable: true,
+                    seq: Some(seq % 256),
+                    ..HDR
+                };
+                emit(
+                    &mut datagrams,
+                    reference,
+                    append(2 + i % 4, &i.to_le_bytes(), header),
+                );
+            }
+            _ => {
+                let header = ReportHeader {
+                    immediate: i % 11 == 4,
+                    ..HDR
+                };
+                let len = 1 + i as usize % 4;
+                let r = append(2 + i % 4, &i.to_be_bytes()[..len], header);
+                emit(&mut datagrams, Profile::Extended, r);
+            }
+        }
+    }
+    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
+    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+    let all: Vec<Datagram<'_>> = datagrams
+        .iter()
+        .map(|b| Datagram {
+            src,
+            dst,
+            ip: None,
+            payload: b,
+        })
+        .collect();
+    // Room for a few frames per burst only: once it is full, batches wait in the QP's ring
+    // (the batch's length no longer changes when one is written).
+    let mut tx_runs = TxBatch::new(6, 2048);
+    let mut tx_one = TxBatch::new(6, 2048);
+    let (mut at, mut now, mut frames) = (0, 1, 0);
+    for size in [1, 7, 16, 33, 64, 2, 64, 64, 64, 64, 64]
+        .into_iter()
+        .cycle()
+    {
+        let burst = &all[at..(at + size).min(all.len())];
+        runs.handle_reports(now, burst, &mut tx_runs);
+        one_by_one.handle_reports(now, burst, &mut tx_one);
+        for _ in 0..2 {
+            assert_same_frames(&tx_runs, &tx_one);
+            frames += tx_runs.len();
+            tx_runs.clear();
+            tx_one.clear();
+            // What waits in the ring.
+            runs.poll_transmit(now, &mut tx_runs);
+            one_by_one.poll_transmit(now, &mut tx_one);
+        }
+        at += burst.len();
+        now += 1000;
+        if at == all.len() {
+            break;
+        }
+    }
+    let c = runs.counters();
+    assert_eq!(c.rx_datagrams, datagrams.len() as u64);
+    for (what, n) in [
+        ("queue full", c.drop_qp_queue_full),
+        ("unknown list", c.drop_unknown_list),
+        ("value too long", c.drop_value_too_long),
+        ("no store", c.drop_no_store),
+        ("truncated", c.drop_truncated),
+        (
+            "sketch",
+            c.reports_sketch + c.drop_malformed + c.drop_truncated,
+        ),
+        ("NACKs", c.nacks_sent),
+        ("Immediates", c.frames_imm),
+        ("batches", c.append_batches),
+    ] {
+        assert!(n > 0, "{what}: {c:?}");
+    }
+    assert_eq!(c, one_by_one.counters());
+    assert!(frames > 40, "{frames} frames and NACKs sent");
+}

@@ -179,7 +179,7 @@ impl Append {
 
     /// [`StorePrimitive::accept`] of an entry admitted for store-local list `li`
     /// ([`Append::admit_entry`]; `imm`: the report asked for an Immediate): joins the list's
-    /// batch, which is written when full.
+    /// batch, which is written when full. True if it was (a frame was taken from the QP).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn accept_entry(
@@ -191,7 +191,7 @@ impl Append {
         out: &mut QpSender,
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
-    ) {
+    ) -> bool {
         let li = li as usize;
         let st = &mut self.list[li];
         let p = st.pending as usize;
@@ -205,10 +205,12 @@ impl Append {
             self.deadlines
                 .push_back((now + self.flush_ns, li as u32, st.gen));
         }
-        if p + 1 == self.batch {
+        let full = p + 1 == self.batch;
+        if full {
             self.flush_list(li, now, out, tx, c);
             c.append_batches += 1;
         }
+        full
     }
 }
 
@@ -248,7 +250,7 @@ impl StorePrimitive for Append {
     ) {
         if let Primitive::Append { list, value } = &r.primitive {
             if let Some(li) = self.g.local_list(*list) {
-                self.accept_entry(now, li, value, r.header.immediate, out, tx, c);
+                let _written = self.accept_entry(now, li, value, r.header.immediate, out, tx, c);
             }
         }
     }
