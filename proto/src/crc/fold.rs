@@ -255,6 +255,26 @@ impl Clmul {
         self.reduce(k, x)
     }
 
+    /// The CRC register from zero over the 8 bytes `head` and then `data`, whose length is a
+    /// multiple of 16 (an Append batch: its entries and the 8-byte trailer). The head is the end
+    /// of a block of zeros, so every byte is folded: no tables.
+    ///
+    /// # Panics
+    /// If `data`'s length is not a multiple of 16.
+    #[inline]
+    pub fn update_head8_blocks(self, k: &FoldKeys, head: [u8; 8], data: &[u8]) -> u32 {
+        assert!(data.len() % 16 == 0, "whole blocks");
+        let head = u64::from_le_bytes(head);
+        if self.native {
+            return native::update_head8_blocks(k, head, data);
+        }
+        let mut x = (head as u128) << 64;
+        for b in data.chunks_exact(16) {
+            x = self.fold(k, x) ^ load(b);
+        }
+        self.reduce(k, x)
+    }
+
     /// `x·x^128 mod P` as a 128-bit block (the accumulator moved past one more block).
     #[inline(always)]
     fn fold(self, k: &FoldKeys, x: u128) -> u128 {
@@ -528,6 +548,37 @@ mod native {
         }
     }
 
+    /// [`super::Clmul::update_head8_blocks`] by PCLMULQDQ, in VEX encoding when the CPU has
+    /// AVX2.
+    #[inline]
+    pub(super) fn update_head8_blocks(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
+        if crate::cpu::has_avx2() {
+            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
+            unsafe { update_head8_blocks_avx(k, head, data) }
+        } else {
+            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
+            // SSE4.1.
+            unsafe { update_head8_blocks_pclmul(k, head, data) }
+        }
+    }
+
+    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
+    fn update_head8_blocks_avx(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
+        update_head8_blocks_pclmul(k, head, data)
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn update_head8_blocks_pclmul(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
+        // The head is the end of a block of zeros (which leave a zero register as it is).
+        let mut x = _mm_slli_si128::<8>(_mm_cvtsi64_si128(head as i64));
+        for b in data.chunks_exact(16) {
+            let b: &[u8; 16] = b.try_into().expect("a block");
+            x = _mm_xor_si128(fold_by(k, x), load(b));
+        }
+        block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
+    }
+
     /// `x` moved past one more block.
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     #[inline]
@@ -583,6 +634,16 @@ mod native {
         block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
     }
 
+    /// [`update_head8_blocks_pclmul`] (the SSE encoding), `None` without PCLMULQDQ.
+    #[cfg(test)]
+    pub(super) fn sse_head8(k: &FoldKeys, head: u64, data: &[u8]) -> Option<u32> {
+        if !crate::cpu::has_pclmul() {
+            return None;
+        }
+        // SAFETY: PCLMULQDQ and SSE4.1 were just seen.
+        unsafe { Some(update_head8_blocks_pclmul(k, head, data)) }
+    }
+
     /// What [`sse_forms`] computes.
     #[cfg(test)]
     pub(super) type SseForms = (u32, u32);
@@ -636,6 +697,10 @@ mod native {
 
     pub(super) fn block_regs(keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
         Clmul::portable().block_regs(keys, block, out)
+    }
+
+    pub(super) fn update_head8_blocks(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
+        Clmul::portable().update_head8_blocks(k, head.to_le_bytes(), data)
     }
 }
 
@@ -716,6 +781,31 @@ mod tests {
                 prop_assert_eq!(m.block_reg(&k.block, x), want);
                 let s = (x >> 64) as u32 ^ 0x5A5A_0F0F;
                 prop_assert_eq!(m.update_block(&k, s, &x.to_le_bytes()), c.update_tables(s, &x.to_le_bytes()));
+            }
+        }
+    }
+
+    proptest! {
+        /// An 8-byte head and whole blocks (the Append batch's shape), by the CPU's multiply
+        /// (both encodings on x86-64) and the portable one, is the table-driven register.
+        #[test]
+        fn head8_blocks_match_the_tables(head in any::<[u8; 8]>(),
+                                         data in proptest::collection::vec(any::<u8>(), 0..=6),
+                                         pi in 0usize..4) {
+            let poly = POLYS[pi];
+            let k = FoldKeys::new(poly);
+            let c = Crc32::new(poly);
+            let data: Vec<u8> = data.iter().flat_map(|&b| [b, b ^ 0x5A, !b, 7].repeat(4)).collect();
+            let want = c.update_tables(c.update_tables(0, &head), &data);
+            for m in [Clmul::portable(), Clmul::detect()] {
+                prop_assert_eq!(m.update_head8_blocks(&k, head, &data), want);
+            }
+            #[cfg(target_arch = "x86_64")]
+            if let Some(sse) = native::sse_head8(&k, u64::from_le_bytes(head), &data) {
+                prop_assert_eq!(sse, want);
+            }
+            if poly == 0x04C1_1DB7 {
+                prop_assert_eq!(IEEE.reg_of_head8_and_blocks(head, &data), want);
             }
         }
     }

@@ -137,6 +137,20 @@ impl Crc32 {
         self.update(reg, data)
     }
 
+    /// The register from zero over the 8 bytes `head` and then `data`, as
+    /// `update(update(0, head), data)`: when `data` is whole 16-byte blocks and the CPU has a
+    /// carry-less multiply, every block (the head as the end of one more) is folded, with no
+    /// tables (an Append batch of 16-byte multiples and its 8-byte trailer). Otherwise
+    /// [`Crc32::update`]; the result is the same.
+    #[inline]
+    pub fn reg_of_head8_and_blocks(&self, head: [u8; 8], data: &[u8]) -> u32 {
+        let m = fold::Clmul::detect();
+        if data.len() % 16 == 0 && m.is_native() {
+            return m.update_head8_blocks(&self.keys, head, data);
+        }
+        self.update(self.update_tables(0, &head), data)
+    }
+
     /// [`Crc32::update`] by the slicing-by-16 tables alone.
     #[inline]
     pub fn update_tables(&self, mut state: u32, data: &[u8]) -> u32 {

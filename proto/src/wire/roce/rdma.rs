@@ -171,6 +171,16 @@ impl RdmaTemplate {
                 && imm.is_some() == (self.kind == RdmaKind::WriteImm)
                 && self.kind != RdmaKind::Atomic
         );
+        // Payloads of whole 16-byte blocks, or whole blocks behind 8 bytes (an Append batch
+        // and its trailer), without Immediate: every byte folded, no tables.
+        if imm.is_none() && payload.len() % 16 == 0 && !payload.is_empty() {
+            return IEEE.reg_of_word_and_blocks(None, payload);
+        }
+        if let (None, Some((head, blocks))) = (imm, payload.split_first_chunk::<8>()) {
+            if blocks.len() % 16 == 0 && !blocks.is_empty() {
+                return IEEE.reg_of_head8_and_blocks(*head, blocks);
+            }
+        }
         let mut reg = match imm {
             Some(v) => IEEE.update(0, &v.to_be_bytes()),
             None => 0,

@@ -200,6 +200,30 @@ proptest! {
         prop_assert_eq!(t.tail_reg(imm, &block[..len]), reg);
     }
 
+    /// `tail_reg` of the shapes it folds without tables (whole 16-byte blocks, and whole
+    /// blocks behind 8 bytes: an Append batch and its trailer), and of the lengths around them,
+    /// is the bit-serial CRC of the payload.
+    #[test]
+    fn tail_reg_of_block_shapes_is_the_bit_serial_crc(
+        blocks in 1usize..24, shape in 0usize..4, imm in proptest::option::of(any::<u32>()),
+        fill in proptest::collection::vec(any::<u8>(), 24 * 16 + 12)) {
+        let len = blocks * 16 + [0, 8, 4, 12][shape];
+        let region = RdmaRegion { va: 0x1_0000_0000, len: 1 << 20, rkey: Rkey(7) };
+        let op = if imm.is_some() { op::RC_RDMA_WRITE_ONLY_IMM } else { op::RC_RDMA_WRITE_ONLY };
+        let t = RdmaTemplate::new(&ep(), op, Qpn::new(5), region, len).unwrap();
+        let mut msg = imm.map_or(vec![], |v| v.to_be_bytes().to_vec());
+        msg.extend_from_slice(&fill[..len]);
+        msg.resize(msg.len() + pad_len(len), 0);
+        let mut reg = 0u32;
+        for &b in &msg {
+            reg ^= b as u32;
+            for _ in 0..8 {
+                reg = if reg & 1 != 0 { (reg >> 1) ^ 0xEDB8_8320 } else { reg >> 1 };
+            }
+        }
+        prop_assert_eq!(t.tail_reg(imm, &fill[..len]), reg);
+    }
+
     #[test]
     fn rdma_template_matches_the_direct_way(
         which in 0usize..4, qp in 0u32..(1 << 24), rkey in any::<u32>(),
