@@ -52,6 +52,24 @@ pub struct Impairments {
     pub one_way_ns: u64,
 }
 
+/// A one-shot, deterministic misordering of one translator → collector frame: the first
+/// transmission of `psn` is taken off the wire when it would reach the collector and handed to
+/// it only after `after` later frames did (`None`: never, the frame is lost). Resends of the
+/// same PSN pass untouched, so exactly one frame arrives out of sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Misorder {
+    /// The PSN whose first transmission is delayed.
+    pub psn: Psn,
+    /// Later frames that reach the collector first (`None`: the frame is dropped).
+    pub after: Option<u32>,
+    /// When the frame was taken off the wire (simulated ns), once it was.
+    pub taken_at: Option<u64>,
+    /// When it finally reached the collector, if it did.
+    pub delivered_at: Option<u64>,
+    /// Later frames still to let past it while it is held.
+    left: u32,
+}
+
 /// A deterministic PRNG for impairments.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -92,6 +110,20 @@ pub struct Harness {
     pub frames_lost: u64,
     /// Frames waiting in a stalled collector's receive queue.
     held: Vec<Vec<u8>>,
+    /// The one-shot misordering armed by [`Harness::misorder`], and its progress.
+    pub misorder: Option<Misorder>,
+    /// The frame it holds back.
+    misordered: Option<Vec<u8>>,
+    /// NAKs "PSN sequence error" still to drop on their way to the translator (one-shot
+    /// response losses, counted down).
+    pub drop_naks: u32,
+    /// NAKs dropped that way.
+    pub naks_dropped: u64,
+    /// The newest PSN the translator has heard confirmed (an ACK naming it, or a NAK naming
+    /// the PSN after it), for measuring recovery from outside the QP.
+    pub heard_confirmed: Option<Psn>,
+    /// When `heard_confirmed` last moved (simulated ns).
+    pub heard_confirmed_at: u64,
     /// Frames on the wire to the collector, with their arrival time.
     to_rnic: std::collections::VecDeque<(u64, Vec<u8>)>,
     /// Responses on the wire to the translator, with their arrival time.
@@ -123,6 +155,9 @@ pub struct HarnessOptions {
     pub sketch: dta_translator::datapath::primitive::SketchSettings,
     /// Frames the translator's transmit batch holds (what a worker sends per I/O).
     pub tx_frames: usize,
+    /// The first PSN of the first store's QP (later stores' QPs start 0x111 apart), e.g. just
+    /// below 2^24 to make a test cross the PSN wrap.
+    pub first_psn: u32,
 }
 
 impl Default for HarnessOptions {
@@ -143,6 +178,7 @@ impl Default for HarnessOptions {
             parse: ParseConfig::default(),
             sketch: Default::default(),
             tx_frames: 4096,
+            first_psn: 0xABC000,
         }
     }
 }
@@ -179,7 +215,7 @@ impl Harness {
         let mut stores = build_stores(&cfg, &mut rnic).expect("stores build");
         let mut metas = Vec::new();
         for (i, s) in stores.iter_mut().enumerate() {
-            let psn = Psn::new(0xABC000 + i as u32 * 0x111);
+            let psn = Psn::new(o.first_psn.wrapping_add(i as u32 * 0x111) & 0xFF_FFFF);
             let qpn = rnic.create_qp(QpConfig {
                 peer: TRANSLATOR,
                 peer_mac: MacAddr([2, 0, 0, 0, 0, 1]),
@@ -250,6 +286,12 @@ impl Harness {
             wire_drops: 0,
             frames_lost: 0,
             held: Vec::new(),
+            misorder: None,
+            misordered: None,
+            drop_naks: 0,
+            naks_dropped: 0,
+            heard_confirmed: None,
+            heard_confirmed_at: 0,
             to_rnic: Default::default(),
             to_translator: Default::default(),
         }
@@ -410,17 +452,17 @@ impl Harness {
             while self.to_rnic.front().is_some_and(|(t, _)| *t <= self.now) {
                 let (_, f) = self.to_rnic.pop_front().expect("checked");
                 moved = true;
-                if !self.imp.stalled {
-                    self.deliver_to_rnic(&f);
-                } else if self.imp.stall_drops {
-                    self.wire_drops += 1;
-                } else {
-                    self.held.push(f);
-                }
+                self.arrive(f);
             }
             // Collector → wire.
             for i in 0..self.rnic_tx.len() {
                 if self.rng.unit() < self.imp.response_loss {
+                    self.wire_drops += 1;
+                    continue;
+                }
+                if self.drop_naks > 0 && is_seq_nak(self.rnic_tx.frame(i)) {
+                    self.drop_naks -= 1;
+                    self.naks_dropped += 1;
                     self.wire_drops += 1;
                     continue;
                 }
@@ -438,6 +480,7 @@ impl Harness {
                 let (_, r) = self.to_translator.pop_front().expect("checked");
                 moved = true;
                 if let Ok(p) = parse_frame(&r) {
+                    self.note_confirmed(&p.roce);
                     let src = SocketAddrV4::new(p.ip.src, p.udp.src_port);
                     let dst = SocketAddrV4::new(p.ip.dst, p.udp.dst_port);
                     let d = Datagram {
@@ -452,6 +495,83 @@ impl Harness {
             if !moved && self.tx.is_empty() {
                 return;
             }
+        }
+    }
+
+    /// Arms a one-shot misordering (see [`Misorder`]): the first transmission of `psn` reaches
+    /// the collector after `after` later frames, or never (`None`).
+    pub fn misorder(&mut self, psn: Psn, after: Option<u32>) {
+        self.misorder = Some(Misorder {
+            psn,
+            after,
+            taken_at: None,
+            delivered_at: None,
+            left: after.unwrap_or(0),
+        });
+        self.misordered = None;
+    }
+
+    /// A translator → collector frame leaves the wire: the misordering may take it or let the
+    /// frame it holds follow it; the rest goes to the collector (or its stalled queue).
+    fn arrive(&mut self, f: Vec<u8>) {
+        let Some(m) = self.misorder.as_mut() else {
+            return self.hand_to_collector(f);
+        };
+        if m.taken_at.is_none() {
+            let psn = parse_frame(&f).ok().map(|p| p.roce.bth.psn);
+            if psn == Some(m.psn) {
+                m.taken_at = Some(self.now);
+                if m.after == Some(0) {
+                    m.delivered_at = Some(self.now);
+                    return self.hand_to_collector(f);
+                }
+                if m.after.is_some() {
+                    self.misordered = Some(f);
+                } else {
+                    self.wire_drops += 1;
+                    self.frames_lost += 1;
+                }
+                return;
+            }
+            return self.hand_to_collector(f);
+        }
+        self.hand_to_collector(f);
+        let m = self.misorder.as_mut().expect("checked");
+        if self.misordered.is_some() {
+            m.left -= 1;
+            if m.left == 0 {
+                m.delivered_at = Some(self.now);
+                let held = self.misordered.take().expect("checked");
+                self.hand_to_collector(held);
+            }
+        }
+    }
+
+    /// Hands a frame to the collector, or to its receive queue while it is stalled.
+    fn hand_to_collector(&mut self, f: Vec<u8>) {
+        if !self.imp.stalled {
+            self.deliver_to_rnic(&f);
+        } else if self.imp.stall_drops {
+            self.wire_drops += 1;
+        } else {
+            self.held.push(f);
+        }
+    }
+
+    /// Tracks the newest PSN a response delivered to the translator confirms.
+    fn note_confirmed(&mut self, p: &dta_proto::wire::roce::RocePacket<'_>) {
+        use dta_proto::wire::ib::{NakCode, Syndrome};
+        let Some(aeth) = p.aeth else {
+            return;
+        };
+        let psn = match aeth.syndrome {
+            Syndrome::Ack { .. } => p.bth.psn,
+            Syndrome::Nak(NakCode::PsnSequenceError) | Syndrome::RnrNak { .. } => p.bth.psn.sub(1),
+            _ => return,
+        };
+        if self.heard_confirmed.is_none_or(|h| psn.diff(h) > 0) {
+            self.heard_confirmed = Some(psn);
+            self.heard_confirmed_at = self.now;
         }
     }
 
@@ -500,6 +620,16 @@ impl Harness {
         self.rnic_tx.clear();
         v
     }
+}
+
+/// True if `frame` is a NAK "PSN sequence error".
+fn is_seq_nak(frame: &[u8]) -> bool {
+    use dta_proto::wire::ib::{NakCode, Syndrome};
+    parse_frame(frame).is_ok_and(|p| {
+        p.roce
+            .aeth
+            .is_some_and(|a| a.syndrome == Syndrome::Nak(NakCode::PsnSequenceError))
+    })
 }
 
 /// The header most tests give their reports: extended profile, no immediate, not
