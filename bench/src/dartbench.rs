@@ -126,6 +126,12 @@ fn correct(c: &Collector, wl: &Workload, reports: u64) -> u64 {
         .count() as u64
 }
 
+/// How long to wait for the collector's counters to show every frame: about a second when
+/// every frame was confirmed (the collector publishes them every ~50 ms), else longer.
+fn settle(confirmed: bool) -> Duration {
+    Duration::from_secs(if confirmed { 1 } else { 10 })
+}
+
 /// DART with `qps` reporters.
 pub fn dart_point(qps: u32, reports: u64, wl: &Workload) -> Result<DartPoint, String> {
     let before = sys::threads_named_now("dta-rnic");
@@ -149,7 +155,10 @@ pub fn dart_point(qps: u32, reports: u64, wl: &Workload) -> Result<DartPoint, St
     let drained = fleet.drain(Duration::from_secs(30));
     let secs = t0.elapsed().as_secs_f64();
     let frames: u64 = fleet.qp_stats().map(|s| s.frames).sum();
-    c.wait_for(Duration::from_secs(10), |k| k.rcvd_pkts >= frames);
+    // Drained: every frame confirmed, so executed; the wait only lets the collector publish
+    // its counters (a lost frame counts twice in `frames`, so waiting for them all to arrive
+    // would sit out the timeout).
+    c.wait_for(settle(drained), |k| k.rcvd_pkts >= frames);
     let cpu = rnic_cpu(&tids).saturating_sub(cpu0);
     let rc = c.counters();
     log::debug!("dart {qps} QPs: collector {rc:?}");
@@ -208,7 +217,9 @@ pub fn dta_point(reports: u64, wl: &Workload) -> Result<DartPoint, String> {
     let snaps = tr.shutdown();
     let secs = t0.elapsed().as_secs_f64();
     let frames: u64 = snaps.iter().map(|s| s.counters.frames).sum();
-    c.wait_for(Duration::from_secs(10), |k| k.rcvd_pkts >= frames);
+    c.wait_for(settle(snaps.iter().all(|s| s.unconfirmed == 0)), |k| {
+        k.rcvd_pkts >= frames
+    });
     let cpu = rnic_cpu(&tids).saturating_sub(cpu0);
     let rc = c.counters();
     let mut k = dta_translator::datapath::stats::TranslatorCounters::default();

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use dta_collector::Collector;
 use dta_proto::wire::roce::L2L4_LEN;
 use dta_translator::config::{CollectorSection, TranslatorConfig};
+use dta_translator::datapath::stats::TranslatorCounters;
+use dta_translator::driver::WorkerSnapshot;
 use dta_translator::Translator;
 
 use super::*;
@@ -144,16 +146,28 @@ impl UdpRig {
         }
         sender.flush(received)?;
         let sent = sender.sent;
-        self.translator.wait_for(Duration::from_secs(30), |c| {
-            c.rx_datagrams - c0.rx_datagrams >= sent
-                && c.translated + c.dropped() >= c0.translated + c0.dropped() + sent
-        });
+        // Done when every report was taken in and decided, and every frame confirmed: an ACK
+        // covers a frame only once the collector executed it, and a frame the wire lost is
+        // confirmed after its resend. (Counting the frames the collector received instead
+        // waited the whole timeout after one loss: the translator counts both the lost copy
+        // and its resend.)
+        let settled = self
+            .translator
+            .wait_snapshots(Duration::from_secs(30), |snaps| settled(snaps, &c0, sent));
+        if !settled {
+            eprintln!(
+                "  replay: after 30 s the translator has not decided every report or the \
+                 collector has not confirmed every frame; reporting what arrived"
+            );
+        }
+        let secs = t0.elapsed().as_secs_f64();
         let c = self.translator.counters();
         let frames = c.frames - c0.frames;
-        self.collector.wait_for(Duration::from_secs(30), |k| {
+        // The collector publishes its counters every ~50 ms: wait for them to show every frame
+        // (all it will show, if the wire lost some that were resent).
+        self.collector.wait_for(Duration::from_millis(500), |k| {
             k.rcvd_pkts + k.bad_icrc + k.malformed >= rn0.rcvd_pkts + frames
         });
-        let secs = t0.elapsed().as_secs_f64();
         let k = self.collector.counters();
         let snaps = self.translator.snapshots();
         let mut r = ReplayResult {
@@ -187,6 +201,52 @@ impl UdpRig {
         let _ = self.translator.shutdown();
         self.collector.shutdown();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether a replay of `sent` reports is over, from the workers' snapshots (`c0`: the
+/// counters before it): every report taken in and decided (translated or dropped), and every
+/// frame confirmed by the collector. Not whether the collector received as many frames as the
+/// translator sent: a frame the wire lost is counted twice by the translator (the lost copy
+/// and its resend) and once by the collector.
+fn settled(snaps: &[WorkerSnapshot], c0: &TranslatorCounters, sent: u64) -> bool {
+    let mut c = TranslatorCounters::default();
+    for s in snaps {
+        c.merge(&s.counters);
+    }
+    c.rx_datagrams - c0.rx_datagrams >= sent
+        && c.translated + c.dropped() >= c0.translated + c0.dropped() + sent
+        && snaps.iter().all(|s| s.unconfirmed == 0)
+}
+
+#[cfg(test)]
+mod settled_tests {
+    use super::*;
+
+    /// A replay whose one frame the wire lost (101 frames sent for 100 reports, the resend
+    /// confirmed) is over; one with a frame unconfirmed, or a report not yet decided, is not.
+    #[test]
+    fn a_replay_is_over_when_every_frame_is_confirmed_not_when_every_frame_arrived() {
+        let c0 = TranslatorCounters {
+            rx_datagrams: 7,
+            translated: 7,
+            frames: 7,
+            ..TranslatorCounters::default()
+        };
+        let after = |translated: u64, unconfirmed: u64| WorkerSnapshot {
+            counters: TranslatorCounters {
+                rx_datagrams: 107,
+                translated,
+                frames: 108,
+                ..TranslatorCounters::default()
+            },
+            unconfirmed,
+            ..WorkerSnapshot::default()
+        };
+        assert!(settled(&[after(107, 0)], &c0, 100));
+        assert!(!settled(&[after(107, 1)], &c0, 100));
+        assert!(!settled(&[after(106, 0)], &c0, 100));
+        assert!(!settled(&[after(107, 0), after(0, 2)], &c0, 100));
     }
 }
 

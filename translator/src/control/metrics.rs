@@ -366,6 +366,12 @@ const WORKER_FAMILIES: &[WorkerFamily] = &[
         |s| s.pending,
     ),
     (
+        "unconfirmed_frames",
+        "Frames sent or queued that the collectors have not confirmed (executed) yet.",
+        PromKind::Gauge,
+        |s| s.unconfirmed,
+    ),
+    (
         "socket_drops",
         "Datagrams the kernel or NIC ring dropped before the worker saw them.",
         PromKind::Counter,
@@ -489,6 +495,7 @@ pub fn render_json(snaps: &[WorkerSnapshot]) -> String {
         .map(|s| {
             serde_json::json!({
                 "pending": s.pending,
+                "unconfirmed": s.unconfirmed,
                 "socket_drops": s.socket_drops,
                 "qps": s.qps.iter().map(|(n, q, st)| serde_json::json!({
                     "store": n, "qpn": q, "frames": st.frames, "acks": st.acks,
@@ -628,6 +635,7 @@ mod tests {
                     ("events".into(), 0x202 + w as u32, qp(10 + w)),
                 ],
                 pending: 3 + w,
+                unconfirmed: 7 + w,
                 socket_drops: 4 + w,
                 rx_ios: 500 + w,
                 tx_ios: 400 + w,

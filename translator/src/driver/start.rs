@@ -391,6 +391,23 @@ impl Translator {
         false
     }
 
+    /// Waits until the workers' snapshots (published together, each at most ~50 ms old)
+    /// satisfy `pred` or `timeout` passes.
+    pub fn wait_snapshots(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&[WorkerSnapshot]) -> bool,
+    ) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < timeout {
+            if pred(&self.snapshots()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     /// Flushes partial batches and caches, then stops the workers.
     pub fn shutdown(mut self) -> Vec<WorkerSnapshot> {
         self.stop_workers();

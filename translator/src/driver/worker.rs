@@ -29,6 +29,9 @@ pub struct WorkerSnapshot {
     pub qps: Vec<(String, u32, QpStats)>,
     /// Reports pending in batches, caches and backlog.
     pub pending: u64,
+    /// Frames sent or queued that the collectors have not confirmed yet, on QPs that are not
+    /// broken (an ACK confirms a frame only once the collector executed it).
+    pub unconfirmed: u64,
     /// Kernel drops on the report socket (receive buffer overflow).
     pub socket_drops: u64,
     /// recvmmsg calls on the report socket.
@@ -283,6 +286,7 @@ impl Worker {
         }
         s.qps.truncate(i);
         s.pending = self.pipeline.pending_reports();
+        s.unconfirmed = self.pipeline.unconfirmed_frames();
         let b = self.backend.stats();
         s.socket_drops = b.rx_dropped;
         s.rx_ios = b.rx_ios;
