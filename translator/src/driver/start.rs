@@ -381,14 +381,13 @@ impl Translator {
 
     /// Waits until the merged counters satisfy `pred` or `timeout` passes.
     pub fn wait_for(&self, timeout: Duration, pred: impl Fn(&TranslatorCounters) -> bool) -> bool {
-        let t0 = Instant::now();
-        while t0.elapsed() < timeout {
-            if pred(&self.counters()) {
-                return true;
+        self.wait_snapshots(timeout, |snaps| {
+            let mut c = TranslatorCounters::default();
+            for s in snaps {
+                c.merge(&s.counters);
             }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
+            pred(&c)
+        })
     }
 
     /// Waits until the workers' snapshots (published together, each at most ~50 ms old)

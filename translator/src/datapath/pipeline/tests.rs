@@ -53,20 +53,23 @@ fn burst_of(reports: &[Report]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn feed(p: &mut Pipeline, bufs: &[Vec<u8>]) {
+/// `bufs` as datagrams from one reporter to the translator.
+fn datagrams(bufs: &[Vec<u8>]) -> Vec<Datagram<'_>> {
     let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
     let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
-    let burst: Vec<Datagram<'_>> = bufs
-        .iter()
+    bufs.iter()
         .map(|b| Datagram {
             src,
             dst,
             ip: None,
             payload: b,
         })
-        .collect();
+        .collect()
+}
+
+fn feed(p: &mut Pipeline, bufs: &[Vec<u8>]) {
     let mut tx = TxBatch::new(256, 2048);
-    p.handle_reports(1, &burst, &mut tx);
+    p.handle_reports(1, &datagrams(bufs), &mut tx);
 }
 
 const HDR: ReportHeader = ReportHeader {
@@ -493,12 +496,12 @@ fn an_append_run_matches_report_by_report_dispatch() {
             ..RateLimit::default()
         };
     });
-    let mut datagrams: Vec<Vec<u8>> = Vec::new();
-    let emit = |datagrams: &mut Vec<Vec<u8>>, profile: Profile, r: Report| {
+    let mut bufs: Vec<Vec<u8>> = Vec::new();
+    let emit = |bufs: &mut Vec<Vec<u8>>, profile: Profile, r: Report| {
         let mut b = vec![0u8; 96];
         let n = r.emit(profile, &mut b).unwrap();
         b.truncate(n);
-        datagrams.push(b);
+        bufs.push(b);
     };
     let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
     let mut seq = 0u32;
@@ -511,10 +514,10 @@ fn an_append_run_matches_report_by_report_dispatch() {
             },
         };
         match i % 23 {
-            5 => emit(&mut datagrams, Profile::Extended, append(9, &[1], HDR)), // list 9: no store
-            9 => emit(&mut datagrams, Profile::Extended, append(3, &[2; 12], HDR)), // too long
+            5 => emit(&mut bufs, Profile::Extended, append(9, &[1], HDR)), // list 9: no store
+            9 => emit(&mut bufs, Profile::Extended, append(3, &[2; 12], HDR)), // too long
             13 => emit(
-                &mut datagrams,
+                &mut bufs,
                 Profile::Extended,
                 Report {
                     header: HDR,
@@ -525,8 +528,8 @@ fn an_append_run_matches_report_by_report_dispatch() {
                     },
                 },
             ),
-            17 => datagrams.push(vec![0x02, 0x00]), // a truncated reference Append
-            19 => datagrams.push(vec![dta_proto::wire::sketch::MAGIC_VERSION, 0xff, 0, 0]),
+            17 => bufs.push(vec![0x02, 0x00]), // a truncated reference Append
+            19 => bufs.push(vec![dta_proto::wire::sketch::MAGIC_VERSION, 0xff, 0, 0]),
             k if k % 3 == 0 => {
                 // Retransmittable reference Appends; every fifth sequence number is skipped.
                 seq += 1 + u32::from(seq % 5 == 4);
@@ -537,7 +540,7 @@ fn an_append_run_matches_report_by_report_dispatch() {
                     ..HDR
                 };
                 emit(
-                    &mut datagrams,
+                    &mut bufs,
                     reference,
                     append(2 + i % 4, &i.to_le_bytes(), header),
                 );
@@ -549,21 +552,11 @@ fn an_append_run_matches_report_by_report_dispatch() {
                 };
                 let len = 1 + i as usize % 4;
                 let r = append(2 + i % 4, &i.to_be_bytes()[..len], header);
-                emit(&mut datagrams, Profile::Extended, r);
+                emit(&mut bufs, Profile::Extended, r);
             }
         }
     }
-    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5000);
-    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
-    let all: Vec<Datagram<'_>> = datagrams
-        .iter()
-        .map(|b| Datagram {
-            src,
-            dst,
-            ip: None,
-            payload: b,
-        })
-        .collect();
+    let all = datagrams(&bufs);
     // Room for a few frames per burst only: once it is full, batches wait in the QP's ring
     // (the batch's length no longer changes when one is written).
     let mut tx_runs = TxBatch::new(6, 2048);
@@ -592,7 +585,7 @@ fn an_append_run_matches_report_by_report_dispatch() {
         }
     }
     let c = runs.counters();
-    assert_eq!(c.rx_datagrams, datagrams.len() as u64);
+    assert_eq!(c.rx_datagrams, bufs.len() as u64);
     for (what, n) in [
         ("queue full", c.drop_qp_queue_full),
         ("unknown list", c.drop_unknown_list),
