@@ -299,10 +299,10 @@ impl KeyHasher {
         }
     }
 
-    /// Independent profile: the replicas' slots, and the checksum if `checksum` (else 0). By
-    /// carry-less multiplication when the CPU has it (three multiplies per polynomial, only for
-    /// the replicas and the checksum asked for), else by the table lanes; both give the same
-    /// values (property test).
+    /// Independent profile: the replicas' slots, and the checksum if `checksum` (else 0). For
+    /// keys over 8 bytes by carry-less multiplication when the CPU has it (three multiplies per
+    /// polynomial, only for the replicas and the checksum asked for), else by the table lanes;
+    /// both give the same values (property test).
     #[inline(always)]
     fn independent(
         &self,
@@ -312,7 +312,10 @@ impl KeyHasher {
         checksum: bool,
     ) -> u32 {
         let c = Clmul::detect();
-        if c.is_native() {
+        // Keys of at most 8 bytes (the reference profile's) fold only eight table rows: the
+        // tables take less time there (paired wall clock 0.96 with multiplies), though more
+        // instructions.
+        if c.is_native() && key.len() > 8 {
             return self.independent_clmul(c, key, n, out, checksum);
         }
         let sum = self.independent_tables(key, n, out);

@@ -38,7 +38,8 @@ use dta_proto::Value;
 use super::demux::{fast_map, FastMap};
 use super::int_ingest::{count_error, Derived, IntIngest, IntSettings};
 use super::primitive::{
-    dispatch, postcard::NO_HINT, PrimitiveConfig, PrimitiveState, Refusal, Shard, StorePrimitive,
+    dispatch, postcard::NO_HINT, Append, PrimitiveConfig, PrimitiveState, Refusal, Shard,
+    StorePrimitive,
 };
 use super::qp::{QpEvent, QpStats};
 pub use super::rate::RateLimit;
@@ -660,49 +661,33 @@ impl Pipeline {
         let PrimitiveState::Append(a) = prim else {
             unreachable!("append_run_store picks an Append store");
         };
-        let c = &mut self.counters;
-        let frames = self.max_frames_per_report;
-        // Whether the QP can take a report, and `tx`'s length when that was asked.
-        let mut room: Option<(bool, usize)> = None;
-        let (mut h, mut list, mut value) = first;
-        let mut taken = 0;
-        loop {
-            match a.admit_entry(list, &value) {
-                Err(why) => why.count(c),
-                Ok(_) if sender.qp.is_broken() => c.drop_qp_broken += 1,
-                Ok((li, _)) => {
-                    let can = match room {
-                        Some((can, len)) if len == tx.len() => can,
-                        _ => {
-                            let can = sender.can_take(now, frames, tx);
-                            room = Some((can, tx.len()));
-                            can
-                        }
-                    };
-                    if !can {
-                        c.drop_qp_queue_full += 1;
-                    } else if a.accept_entry(now, li, &value, h.immediate, sender, tx, c) {
-                        room = None;
-                    }
-                }
-            }
-            let Some(d) = rest.get(taken) else {
+        let mut run = AppendRun {
+            a,
+            sender,
+            c: &mut self.counters,
+            now,
+            frames: self.max_frames_per_report,
+            room: None,
+        };
+        run.entry(&first.0, first.1, &first.2, tx);
+        for (taken, d) in rest.iter().enumerate() {
+            // (A Sketch-Merge datagram is never an Append: its first byte is neither.)
+            let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse)
+                .filter(|(_, list, _)| run.a.serves(*list))
+            else {
                 return taken;
             };
-            // (A Sketch-Merge datagram is never an Append: its first byte is neither.)
-            match parse_append_fast(d.payload, &self.cfg.parse) {
-                Some((nh, nl, nv)) if a.serves(nl) => (h, list, value) = (nh, nl, nv),
-                _ => return taken,
-            }
-            taken += 1;
-            c.rx_datagrams += 1;
-            c.reports_append += 1;
+            run.c.rx_datagrams += 1;
+            run.c.reports_append += 1;
             if h.retransmittable {
                 if let Some(seq) = h.seq {
-                    track_sequence(&mut self.reporters, c, &self.cfg, d.src, seq, h.profile, tx);
+                    let (r, c) = (&mut self.reporters, &mut *run.c);
+                    track_sequence(r, c, &self.cfg, d.src, seq, h.profile, tx);
                 }
             }
+            run.entry(&h, list, &value, tx);
         }
+        rest.len()
     }
 
     /// An Append from its lane ([`parse_append_fast`]).
@@ -1122,6 +1107,49 @@ fn track_sequence(
     } else {
         // The reporter will find the gap from a later NACK or its own timeout.
         counters.nacks_unsent += 1;
+    }
+}
+
+/// The state of one [`Pipeline::append_run`]: the store's batches and QP, and whether the QP
+/// can take a report, with `tx`'s length when that was asked.
+struct AppendRun<'a> {
+    a: &'a mut Append,
+    sender: &'a mut QpSender,
+    c: &'a mut TranslatorCounters,
+    now: u64,
+    frames: usize,
+    room: Option<(bool, usize)>,
+}
+
+impl AppendRun<'_> {
+    /// One Append of the run: admitted, gated and batched as [`Pipeline::dispatch_append`]
+    /// would.
+    #[inline(always)]
+    fn entry(&mut self, h: &ReportHeader, list: u32, value: &Value, tx: &mut TxBatch) {
+        let c = &mut *self.c;
+        match self.a.admit_entry(list, value) {
+            Err(why) => why.count(c),
+            Ok(_) if self.sender.qp.is_broken() => c.drop_qp_broken += 1,
+            Ok((li, _)) => {
+                let can = match self.room {
+                    Some((can, len)) if len == tx.len() => can,
+                    _ => {
+                        let can = self.sender.can_take(self.now, self.frames, tx);
+                        self.room = Some((can, tx.len()));
+                        can
+                    }
+                };
+                if !can {
+                    c.drop_qp_queue_full += 1;
+                } else if self
+                    .a
+                    .accept_entry(self.now, li, value, h.immediate, self.sender, tx, c)
+                {
+                    // A batch was written: the QP's room changed.
+                    self.room = None;
+                }
+            }
+        }
     }
 }
 
