@@ -123,8 +123,8 @@ impl Key {
     /// A 4-byte key (hot path: no length checks, no `Option`).
     #[inline]
     pub fn from_array4(b: [u8; 4]) -> Key {
-        // Built in a register and stored whole (see `pad32`).
-        let bytes = ((u32::from_le_bytes(b) as u128) << 96).to_le_bytes();
+        let mut bytes = [0u8; MAX_KEY_LEN];
+        bytes[MAX_KEY_LEN - 4..].copy_from_slice(&b);
         Key { len: 4, bytes }
     }
 
