@@ -679,12 +679,7 @@ impl Pipeline {
             };
             run.c.rx_datagrams += 1;
             run.c.reports_append += 1;
-            if h.retransmittable {
-                if let Some(seq) = h.seq {
-                    let (r, c) = (&mut self.reporters, &mut *run.c);
-                    track_sequence(r, c, &self.cfg, d.src, seq, h.profile, tx);
-                }
-            }
+            note_sequence(&mut self.reporters, run.c, &self.cfg, &h, d.src, tx);
             run.entry(&h, list, &value, tx);
         }
         rest.len()
@@ -764,14 +759,17 @@ impl Pipeline {
         );
     }
 
-    /// Tracks a retransmittable report's sequence number (gaps are NACKed).
+    /// Tracks a retransmittable report's sequence number ([`note_sequence`]).
     #[inline(always)]
     fn note_sequence(&mut self, header: &ReportHeader, src: SocketAddrV4, tx: &mut TxBatch) {
-        if header.retransmittable {
-            if let Some(seq) = header.seq {
-                self.track_sequence(src, seq, header.profile, tx);
-            }
-        }
+        note_sequence(
+            &mut self.reporters,
+            &mut self.counters,
+            &self.cfg,
+            header,
+            src,
+            tx,
+        );
     }
 
     /// Whether store `si`'s QP and its collector's rate limit take a report that costs
@@ -868,18 +866,6 @@ impl Pipeline {
         let Store { sender, prim, .. } = &mut self.stores[si];
         let c = &mut self.counters;
         dispatch!(prim, p => p.accept(now, r, hint, sender, tx, c));
-    }
-
-    fn track_sequence(&mut self, src: SocketAddrV4, seq: u32, profile: Profile, tx: &mut TxBatch) {
-        track_sequence(
-            &mut self.reporters,
-            &mut self.counters,
-            &self.cfg,
-            src,
-            seq,
-            profile,
-            tx,
-        );
     }
 
     /// Processes RoCEv2 responses (ACK, NAK, atomic ACK) from collectors; what they ask to
@@ -1054,8 +1040,23 @@ impl Pipeline {
     }
 }
 
-/// Tracks reporter `src`'s sequence number `seq`: a gap is counted and NACKed (into `tx`),
-/// a late report counted.
+/// Tracks the sequence number of a retransmittable report from reporter `src` (others carry
+/// none that counts): a gap is counted and NACKed (into `tx`), a late report counted.
+#[inline(always)]
+fn note_sequence(
+    reporters: &mut ReporterTracker,
+    counters: &mut TranslatorCounters,
+    cfg: &PipelineConfig,
+    header: &ReportHeader,
+    src: SocketAddrV4,
+    tx: &mut TxBatch,
+) {
+    if let (true, Some(seq)) = (header.retransmittable, header.seq) {
+        track_sequence(reporters, counters, cfg, src, seq, header.profile, tx);
+    }
+}
+
+/// [`note_sequence`] of sequence number `seq`.
 #[allow(clippy::too_many_arguments)]
 fn track_sequence(
     reporters: &mut ReporterTracker,
