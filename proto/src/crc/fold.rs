@@ -242,17 +242,10 @@ impl Clmul {
     /// If `data`'s length is not a multiple of 16.
     #[inline]
     pub fn update_word_blocks(self, k: &FoldKeys, head: Option<[u8; 4]>, data: &[u8]) -> u32 {
-        assert!(data.len() % 16 == 0, "whole blocks");
-        let head = head.map_or(0, u32::from_le_bytes);
-        if self.native {
-            return native::update_word_blocks(k, head, data);
-        }
-        // The head is the end of a block of zeros: leading zeros leave a zero register as it is.
-        let mut x = (head as u128) << 96;
-        for b in data.chunks_exact(16) {
-            x = self.fold(k, x) ^ load(b);
-        }
-        self.reduce(k, x)
+        // A 4-byte head is an 8-byte one behind four zeros (which leave a zero register as it
+        // is).
+        let head = u64::from(head.map_or(0, u32::from_le_bytes)) << 32;
+        self.update_head8_blocks(k, head.to_le_bytes(), data)
     }
 
     /// The CRC register from zero over the 8 bytes `head` and then `data`, whose length is a
@@ -513,41 +506,6 @@ mod native {
         }
     }
 
-    /// [`super::Clmul::update_word_blocks`] by PCLMULQDQ (`head` as a little-endian word, zero
-    /// for none).
-    #[inline]
-    pub(super) fn update_word_blocks(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
-        if crate::cpu::has_avx2() {
-            // SAFETY: as in `mul` for PCLMULQDQ and SSE4.1; AVX2, so AVX, was just seen.
-            unsafe { update_word_blocks_avx(k, head, data) }
-        } else {
-            // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and
-            // SSE4.1.
-            unsafe { update_word_blocks_pclmul(k, head, data) }
-        }
-    }
-
-    /// [`update_word_blocks_pclmul`] in VEX encoding: three-operand instructions save the
-    /// register copies of the two-operand SSE forms.
-    #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
-    fn update_word_blocks_avx(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
-        update_word_blocks_pclmul(k, head, data)
-    }
-
-    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    #[inline]
-    fn update_word_blocks_pclmul(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
-        // Up to four blocks (a padded payload of up to 64 bytes) straight-line, no loop.
-        match data.len() / 16 {
-            0 => word_blocks_n::<0>(k, head, data),
-            1 => word_blocks_n::<1>(k, head, data),
-            2 => word_blocks_n::<2>(k, head, data),
-            3 => word_blocks_n::<3>(k, head, data),
-            4 => word_blocks_n::<4>(k, head, data),
-            _ => word_blocks_any(k, head, data),
-        }
-    }
-
     /// [`super::Clmul::update_head8_blocks`] by PCLMULQDQ, in VEX encoding when the CPU has
     /// AVX2.
     #[inline]
@@ -562,6 +520,8 @@ mod native {
         }
     }
 
+    /// [`update_head8_blocks_pclmul`] in VEX encoding: three-operand instructions save the
+    /// register copies of the two-operand SSE forms.
     #[target_feature(enable = "avx,pclmulqdq,sse2,sse4.1")]
     fn update_head8_blocks_avx(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
         update_head8_blocks_pclmul(k, head, data)
@@ -570,13 +530,15 @@ mod native {
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     #[inline]
     fn update_head8_blocks_pclmul(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
-        // The head is the end of a block of zeros (which leave a zero register as it is).
-        let mut x = _mm_slli_si128::<8>(_mm_cvtsi64_si128(head as i64));
-        for b in data.chunks_exact(16) {
-            let b: &[u8; 16] = b.try_into().expect("a block");
-            x = _mm_xor_si128(fold_by(k, x), load(b));
+        // Up to four blocks (a padded payload of up to 64 bytes) straight-line, no loop.
+        match data.len() / 16 {
+            0 => blocks_n::<0>(k, head, data),
+            1 => blocks_n::<1>(k, head, data),
+            2 => blocks_n::<2>(k, head, data),
+            3 => blocks_n::<3>(k, head, data),
+            4 => blocks_n::<4>(k, head, data),
+            _ => blocks_any(k, head, data),
         }
-        block_reg_pclmul(&k.block, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)))
     }
 
     /// `x` moved past one more block.
@@ -601,8 +563,8 @@ mod native {
     /// as it is) and the first block.
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     #[inline]
-    fn head_and(k: &FoldKeys, head: u32, first: Option<&[u8; 16]>) -> __m128i {
-        let h = _mm_slli_si128::<12>(_mm_cvtsi32_si128(head as i32));
+    fn head_and(k: &FoldKeys, head: u64, first: Option<&[u8; 16]>) -> __m128i {
+        let h = _mm_slli_si128::<8>(_mm_cvtsi64_si128(head as i64));
         match first {
             Some(b) if head != 0 => _mm_xor_si128(fold_by(k, h), load(b)),
             Some(b) => load(b),
@@ -612,7 +574,7 @@ mod native {
 
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     #[inline]
-    fn word_blocks_n<const N: usize>(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+    fn blocks_n<const N: usize>(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
         let data = &data[..16 * N];
         let block = |i: usize| -> &[u8; 16] { data[16 * i..16 * i + 16].try_into().expect("16") };
         let mut x = head_and(k, head, (N > 0).then(|| block(0)));
@@ -623,7 +585,7 @@ mod native {
     }
 
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    fn word_blocks_any(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
+    fn blocks_any(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
         let mut blocks = data
             .chunks_exact(16)
             .map(|b| <&[u8; 16]>::try_from(b).expect("a block"));
@@ -650,7 +612,7 @@ mod native {
 
     /// The SSE-encoded forms, whatever the CPU has beyond PCLMULQDQ and SSE4.1 (an AVX2 CPU
     /// takes the VEX-encoded ones otherwise): [`update_block_pclmul`] and
-    /// [`update_word_blocks_pclmul`] of `data` behind the head `state`. `None` without
+    /// [`update_head8_blocks_pclmul`] of `data` behind the 4-byte head `state`. `None` without
     /// PCLMULQDQ.
     #[cfg(test)]
     pub(super) fn sse_forms(
@@ -666,7 +628,7 @@ mod native {
         unsafe {
             Some((
                 update_block_pclmul(k, state, block),
-                update_word_blocks_pclmul(k, state, data),
+                update_head8_blocks_pclmul(k, u64::from(state) << 32, data),
             ))
         }
     }
@@ -685,10 +647,6 @@ mod native {
         Clmul::portable()
             .update_blocks_or(k, state, data, first_or)
             .0
-    }
-
-    pub(super) fn update_word_blocks(k: &FoldKeys, head: u32, data: &[u8]) -> u32 {
-        Clmul::portable().update_word_blocks(k, Some(head.to_le_bytes()), data)
     }
 
     pub(super) fn update_block(k: &FoldKeys, state: u32, block: &[u8; 16]) -> u32 {
