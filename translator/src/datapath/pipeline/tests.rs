@@ -229,14 +229,9 @@ fn postcards_are_written_with_the_stores_redundancy() {
     }
 }
 
-/// The Append lane (`parse_append_fast` → `dispatch_append`) does what the general path
-/// (`parse_report` → `dispatch`) does, report for report: the same frames, byte for byte, and
-/// the same counters, over valid entries in both profiles, an unknown list, a value longer
-/// than the store's entries, an Immediate, and a rate limit that refuses low and medium
-/// priority and keeps high priority in the backlog.
-#[test]
-fn the_append_lane_matches_the_general_path() {
-    let kind = StoreKind::Append {
+/// An Append store of lists 2..6, 4-byte entries in batches of 4, sequenced.
+fn four_lists() -> StoreKind {
+    StoreKind::Append {
         lists: 4,
         first_list: 2,
         capacity: 64,
@@ -244,7 +239,17 @@ fn the_append_lane_matches_the_general_path() {
         batch: 4,
         format: dta_proto::layout::AppendFormat::Sequenced,
         list_stride: 1 << 12,
-    };
+    }
+}
+
+/// The Append lane (`parse_append_fast` → `dispatch_append`) does what the general path
+/// (`parse_report` → `dispatch`) does, report for report: the same frames, byte for byte, and
+/// the same counters, over valid entries in both profiles, an unknown list, a value longer
+/// than the store's entries, an Immediate, and a rate limit that refuses low and medium
+/// priority and keeps high priority in the backlog.
+#[test]
+fn the_append_lane_matches_the_general_path() {
+    let kind = four_lists();
     let tune = |c: &mut PipelineConfig| {
         c.rate = RateLimit {
             messages_per_sec: 1,
@@ -477,15 +482,7 @@ fn assert_same_frames(a: &TxBatch, b: &TxBatch) {
 /// is reached part-way, so later reports are refused as queue-full.
 #[test]
 fn an_append_run_matches_report_by_report_dispatch() {
-    let kind = StoreKind::Append {
-        lists: 4,
-        first_list: 2,
-        capacity: 64,
-        entry_size: 4,
-        batch: 4,
-        format: dta_proto::layout::AppendFormat::Sequenced,
-        list_stride: 1 << 12,
-    };
+    let kind = four_lists();
     let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 40;
     let mut runs = single_store_pipeline_with(kind.clone(), cap);
     let mut one_by_one = single_store_pipeline_with(kind, |c| {
