@@ -20,7 +20,7 @@
 use std::sync::LazyLock;
 
 use crate::crc::fold::{BlockKeys, Clmul};
-use crate::crc::{Crc32, MultiCrc, ShortCrc, CRC_INIT, IEEE, LANES, MULTI_MAX_LEN};
+use crate::crc::{length_bases, Crc32, MultiCrc, ShortCrc, CRC_INIT, IEEE, LANES, MULTI_MAX_LEN};
 use crate::types::Key;
 
 /// Which family of hash functions a store uses.
@@ -149,25 +149,8 @@ impl<const N: usize> BlockLanes<N> {
         let mut base = [[0u32; MULTI_MAX_LEN + 1]; N];
         let mut i = 0;
         while i < N {
-            let poly = polys[first + i];
-            keys[i] = BlockKeys::new(poly);
-            // The all-ones initial register moved past `len` zero bytes, inverted.
-            let rpoly = poly.reverse_bits();
-            let mut reg = CRC_INIT;
-            let mut len = 0;
-            while len <= MULTI_MAX_LEN {
-                base[i][len] = !reg;
-                let mut bit = 0;
-                while bit < 8 {
-                    reg = if reg & 1 != 0 {
-                        (reg >> 1) ^ rpoly
-                    } else {
-                        reg >> 1
-                    };
-                    bit += 1;
-                }
-                len += 1;
-            }
+            keys[i] = BlockKeys::new(polys[first + i]);
+            base[i] = length_bases(polys[first + i]);
             i += 1;
         }
         BlockLanes { keys, base }
@@ -178,7 +161,6 @@ impl<const N: usize> BlockLanes<N> {
 /// checksum, lane 1 + r replica r's slot function, for every replica.
 static KEY_BLOCK_LANES: BlockLanes<{ 1 + MAX_REDUNDANCY }> =
     BlockLanes::new(&POLYNOMIALS, CHECKSUM_POLY_INDEX);
-const _: () = assert!(REPLICA_POLY_BASE == CHECKSUM_POLY_INDEX + 1);
 
 /// Postcarding (independent profile), one pass: lanes 0..2 chunk replicas 0 and 1, lanes
 /// 2.. hops 0..6.

@@ -221,6 +221,33 @@ impl Crc32 {
     }
 }
 
+/// For each input length `len` in `0..=MULTI_MAX_LEN`, the share of the initial register in the
+/// CRC of a `len`-byte input under `poly` (normal form): the all-ones register moved past `len`
+/// zero bytes, inverted. The CRC of an input held right-aligned behind zeros in a 16-byte block
+/// is this XOR the register of the block from zero (the register is linear in the input, and
+/// leading zeros leave a zero register unchanged), which is how [`MultiCrc`], [`ShortCrc`] and
+/// the carry-less key hashes compute it.
+pub const fn length_bases(poly: u32) -> [u32; MULTI_MAX_LEN + 1] {
+    let rpoly = poly.reverse_bits();
+    let mut base = [0u32; MULTI_MAX_LEN + 1];
+    let mut reg = CRC_INIT;
+    let mut len = 0;
+    while len <= MULTI_MAX_LEN {
+        base[len] = !reg;
+        let mut bit = 0;
+        while bit < 8 {
+            reg = if reg & 1 != 0 {
+                (reg >> 1) ^ rpoly
+            } else {
+                reg >> 1
+            };
+            bit += 1;
+        }
+        len += 1;
+    }
+    base
+}
+
 /// Lanes of a [`MultiCrc`]: polynomials computed together.
 pub const LANES: usize = 8;
 
@@ -287,10 +314,8 @@ impl<const L: usize, const W: usize> MultiCrc<L, W> {
                     reg = c.update_byte(reg, 0);
                 }
             }
-            let mut reg = CRC_INIT;
-            for len_base in base.iter_mut() {
-                set_lane(len_base, lane, !reg);
-                reg = c.update_byte(reg, 0);
+            for (len_base, &b) in base.iter_mut().zip(&length_bases(poly)) {
+                set_lane(len_base, lane, b);
             }
         }
         MultiCrc { rows, base }
@@ -441,13 +466,10 @@ impl ShortCrc {
                 reg = c.update_byte(reg, 0);
             }
         }
-        let mut base = [0u32; MULTI_MAX_LEN + 1];
-        let mut reg = CRC_INIT;
-        for b in base.iter_mut() {
-            *b = !reg;
-            reg = c.update_byte(reg, 0);
+        ShortCrc {
+            rows,
+            base: length_bases(poly),
         }
-        ShortCrc { rows, base }
     }
 
     /// The checksum of `block[16 - len..]`; `block[..16 - len]` must be zero.
