@@ -487,6 +487,150 @@ fn fast_ref_postcard(body: &[u8]) -> Option<(Key, u8, u8, u32)> {
     Some((flow, hop, 0, be32(&body[rf::PC_DATA])))
 }
 
+/// An extended Key-Write report (`b`: the whole datagram): redundancy, key, value.
+#[inline(always)]
+fn fast_ext_keywrite(b: &[u8]) -> Option<(u8, Key, Value)> {
+    let body = b.get(EXT_HEADER_LEN..)?;
+    let (n, kl, vl) = (
+        *body.get(xf::KW_REDUNDANCY)?,
+        *body.get(xf::KW_KEY_LEN)? as usize,
+        *body.get(xf::KW_VALUE_LEN)? as usize,
+    );
+    if body.get(xf::KW_RESERVED) != Some(&0)
+        || kl == 0
+        || kl > MAX_KEY_LEN
+        || vl == 0
+        || vl > MAX_VALUE_LEN
+        || body.len() != xf::KW_FIXED + kl + vl
+    {
+        return None;
+    }
+    Some((
+        n,
+        key_ending_at(b, EXT_HEADER_LEN + xf::KW_FIXED + kl, kl)?,
+        Value::new(&body[xf::KW_FIXED + kl..])?,
+    ))
+}
+
+/// An extended Key-Increment report (`b`: the whole datagram): redundancy, key, delta.
+#[inline(always)]
+fn fast_ext_keyincrement(b: &[u8]) -> Option<(u8, Key, u64)> {
+    let body = b.get(EXT_HEADER_LEN..)?;
+    let kl = *body.get(xf::KI_KEY_LEN)? as usize;
+    if body.len() != xf::KI_FIXED + kl
+        || kl == 0
+        || kl > MAX_KEY_LEN
+        || body[xf::KI_RESERVED] != [0, 0]
+    {
+        return None;
+    }
+    let delta = u64::from_be_bytes(body[xf::KI_DELTA].try_into().ok()?);
+    Some((
+        body[xf::KI_REDUNDANCY],
+        key_ending_at(b, b.len(), kl)?,
+        delta,
+    ))
+}
+
+/// A reference Key-Write body of exactly [`rf::KW_LEN`] bytes: redundancy, key, value.
+#[inline(always)]
+fn fast_ref_keywrite(body: &[u8]) -> (u8, Key, Value) {
+    let kw = rf::KW_DATA.start;
+    (
+        body[rf::KV_REDUNDANCY],
+        Key::from_u32_reference(be32(&body[rf::KV_KEY])),
+        value4([body[kw], body[kw + 1], body[kw + 2], body[kw + 3]]),
+    )
+}
+
+/// A reference Key-Increment body of exactly [`rf::KI_LEN`] bytes: redundancy, key, delta.
+#[inline(always)]
+fn fast_ref_keyincrement(body: &[u8]) -> Option<(u8, Key, u64)> {
+    Some((
+        body[rf::KV_REDUNDANCY],
+        Key::from_u32_reference(be32(&body[rf::KV_KEY])),
+        u64::from_be_bytes(body[rf::KI_COUNTER].try_into().ok()?),
+    ))
+}
+
+/// A Key-Write or Key-Increment of the primitive `out` already holds, read into `out` in place:
+/// its header and fields overwritten, exactly as [`parse_report_into`] would set them, with no
+/// report built and moved. False for every other datagram (a report of another primitive, or
+/// one the fast path does not take, errors among them), with `out` unspecified: the caller
+/// hands those to [`parse_report_into`]. The translator's lane for a run of keyed reports
+/// (property-tested against the full parser).
+#[inline(always)]
+pub fn parse_keyed_into(b: &[u8], cfg: &ParseConfig, out: &mut Report) -> bool {
+    let Some(&first) = b.first() else {
+        return false;
+    };
+    let header = if is_extended(first) {
+        let Some(header) = fast_ext_header(b, cfg) else {
+            return false;
+        };
+        let parsed = match (&mut out.primitive, b[xf::OPCODE]) {
+            (
+                Primitive::KeyWrite {
+                    redundancy,
+                    key,
+                    value,
+                },
+                opcode::KEY_WRITE,
+            ) => fast_ext_keywrite(b).map(|(n, k, v)| (*redundancy, *key, *value) = (n, k, v)),
+            (
+                Primitive::KeyIncrement {
+                    redundancy,
+                    key,
+                    delta,
+                },
+                opcode::KEY_INCREMENT,
+            ) => fast_ext_keyincrement(b).map(|(n, k, d)| (*redundancy, *key, *delta) = (n, k, d)),
+            _ => None,
+        };
+        if parsed.is_none() {
+            return false;
+        }
+        header
+    } else {
+        let Some((header, hl)) = fast_ref_header(b, cfg) else {
+            return false;
+        };
+        let body = &b[hl..];
+        let parsed = match (&mut out.primitive, first, body.len()) {
+            (
+                Primitive::KeyWrite {
+                    redundancy,
+                    key,
+                    value,
+                },
+                opcode::KEY_WRITE,
+                rf::KW_LEN,
+            ) => {
+                (*redundancy, *key, *value) = fast_ref_keywrite(body);
+                Some(())
+            }
+            (
+                Primitive::KeyIncrement {
+                    redundancy,
+                    key,
+                    delta,
+                },
+                opcode::KEY_INCREMENT,
+                rf::KI_LEN,
+            ) => {
+                fast_ref_keyincrement(body).map(|(n, k, d)| (*redundancy, *key, *delta) = (n, k, d))
+            }
+            _ => None,
+        };
+        if parsed.is_none() {
+            return false;
+        }
+        header
+    };
+    out.header = header;
+    true
+}
+
 /// An Append report read without building a [`Report`]: its header, list and value, exactly
 /// as [`parse_report_into`] gives them. `None` for every other datagram, an Append the fast
 /// path does not take included (errors among them): the caller hands those to
@@ -601,24 +745,11 @@ fn parse_fast(
         let body = &b[EXT_HEADER_LEN..];
         let primitive = match b[xf::OPCODE] {
             opcode::KEY_WRITE => {
-                let (n, kl, vl) = (
-                    body[xf::KW_REDUNDANCY],
-                    body[xf::KW_KEY_LEN] as usize,
-                    body[xf::KW_VALUE_LEN] as usize,
-                );
-                if body[xf::KW_RESERVED] != 0
-                    || kl == 0
-                    || kl > MAX_KEY_LEN
-                    || vl == 0
-                    || vl > MAX_VALUE_LEN
-                    || body.len() != xf::KW_FIXED + kl + vl
-                {
-                    slow!();
-                }
+                let (redundancy, key, value) = some!(fast_ext_keywrite(b));
                 Primitive::KeyWrite {
-                    redundancy: n,
-                    key: some!(key_ending_at(b, EXT_HEADER_LEN + xf::KW_FIXED + kl, kl)),
-                    value: some!(Value::new(&body[xf::KW_FIXED + kl..])),
+                    redundancy,
+                    key,
+                    value,
                 }
             }
             opcode::APPEND => {
@@ -626,18 +757,10 @@ fn parse_fast(
                 Primitive::Append { list, value }
             }
             opcode::KEY_INCREMENT => {
-                let kl = *some!(body.get(xf::KI_KEY_LEN)) as usize;
-                if body.len() != xf::KI_FIXED + kl
-                    || kl == 0
-                    || kl > MAX_KEY_LEN
-                    || body[xf::KI_RESERVED] != [0, 0]
-                {
-                    slow!();
-                }
-                let delta = u64::from_be_bytes(some!(body[xf::KI_DELTA].try_into().ok()));
+                let (redundancy, key, delta) = some!(fast_ext_keyincrement(b));
                 Primitive::KeyIncrement {
-                    redundancy: body[xf::KI_REDUNDANCY],
-                    key: some!(key_ending_at(b, b.len(), kl)),
+                    redundancy,
+                    key,
                     delta,
                 }
             }
@@ -658,23 +781,28 @@ fn parse_fast(
     }
     let (header, hl) = some!(fast_ref_header(b, cfg));
     let body = &b[hl..];
-    let kw = rf::KW_DATA.start;
     let primitive = match (first, body.len()) {
-        (opcode::KEY_WRITE, rf::KW_LEN) => Primitive::KeyWrite {
-            redundancy: body[rf::KV_REDUNDANCY],
-            key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),
-            value: value4([body[kw], body[kw + 1], body[kw + 2], body[kw + 3]]),
-        },
+        (opcode::KEY_WRITE, rf::KW_LEN) => {
+            let (redundancy, key, value) = fast_ref_keywrite(body);
+            Primitive::KeyWrite {
+                redundancy,
+                key,
+                value,
+            }
+        }
         // The reference byte-swaps an Append's data (see the module docs).
         (opcode::APPEND, rf::APPEND_LEN) => {
             let (list, value) = fast_ref_append(body);
             Primitive::Append { list, value }
         }
-        (opcode::KEY_INCREMENT, rf::KI_LEN) => Primitive::KeyIncrement {
-            redundancy: body[rf::KV_REDUNDANCY],
-            key: Key::from_u32_reference(be32(&body[rf::KV_KEY])),
-            delta: u64::from_be_bytes(some!(body[rf::KI_COUNTER].try_into().ok())),
-        },
+        (opcode::KEY_INCREMENT, rf::KI_LEN) => {
+            let (redundancy, key, delta) = some!(fast_ref_keyincrement(body));
+            Primitive::KeyIncrement {
+                redundancy,
+                key,
+                delta,
+            }
+        }
         (opcode::POSTCARD, rf::PC_LEN) => {
             let (flow, hop, path_len, value) = some!(fast_ref_postcard(body));
             Primitive::Postcard {

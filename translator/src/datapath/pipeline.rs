@@ -28,8 +28,8 @@ use dta_proto::meta::{StoreKind, StoreMeta};
 use dta_proto::wire::ib::{opcode as op, Qpn};
 use dta_proto::wire::nack::NackRepr;
 use dta_proto::wire::report::{
-    parse_append_fast, parse_postcard_fast, parse_report_into, PostcardFields, Primitive, Priority,
-    Profile, Report, ReportHeader,
+    parse_append_fast, parse_keyed_into, parse_postcard_fast, parse_report_into, PostcardFields,
+    Primitive, Priority, Profile, Report, ReportHeader,
 };
 use dta_proto::wire::roce::{RoceEndpoint, RocePacket, L2L4_LEN};
 use dta_proto::wire::Error as WireError;
@@ -494,7 +494,10 @@ impl Pipeline {
                 Primitive::Postcard { .. } => self.counters.reports_postcard += 1,
             }
             self.note_sequence(&report.header, d.src, tx);
-            self.dispatch(now, &report, *d.dst.ip(), tx);
+            match self.keyed_run_store(&report) {
+                Some(si) => next += self.keyed_run(now, si, &mut report, &burst[next..], tx),
+                None => self.dispatch(now, &report, *d.dst.ip(), tx),
+            }
         }
     }
 
@@ -683,6 +686,68 @@ impl Pipeline {
             run.entry(&h, list, &value, tx);
         }
         rest.len()
+    }
+
+    /// The store a Key-Write or Key-Increment `r` may start a run in ([`Pipeline::keyed_run`]):
+    /// the one store its primitive's route names, when the pipeline is the only worker and the
+    /// store's collector has no rate limit. `None`: the report takes [`Pipeline::dispatch`].
+    #[inline(always)]
+    fn keyed_run_store(&self, r: &Report) -> Option<usize> {
+        let route = match r.primitive {
+            Primitive::KeyWrite { .. } => &self.cfg.route_keywrite,
+            Primitive::KeyIncrement { .. } => &self.cfg.route_keyincrement,
+            _ => return None,
+        };
+        let Route::Single(si) = *route else {
+            return None;
+        };
+        let s = self.stores.get(si)?;
+        let runs = self.prim_cfg.shard.workers == 1
+            && self.buckets[s.sender.collector].is_none()
+            && matches!(
+                (&s.prim, &r.primitive),
+                (PrimitiveState::KeyWrite(_), Primitive::KeyWrite { .. })
+                    | (
+                        PrimitiveState::KeyIncrement(_),
+                        Primitive::KeyIncrement { .. }
+                    )
+            );
+        runs.then_some(si)
+    }
+
+    /// Translates `first` (a Key-Write or Key-Increment already parsed, counted and
+    /// sequence-tracked, whose store `si` is, [`Pipeline::keyed_run_store`]) and then the
+    /// reports of the same primitive that follow it in `rest`; returns how many of `rest` it
+    /// took. Each report gets exactly what [`Pipeline::dispatch`] would give it (the same
+    /// checks in the same order, the same counters): under the run's conditions that is the
+    /// store's admission, the QP's gate and the store's accept. What the run saves is the
+    /// per-report route, worker and rate-limit decisions and the primitive's dispatch, and the
+    /// other lanes' tests on each datagram. Out of line, as [`Pipeline::append_run`].
+    #[inline(never)]
+    fn keyed_run(
+        &mut self,
+        now: u64,
+        si: usize,
+        first: &mut Report,
+        rest: &[Datagram<'_>],
+        tx: &mut TxBatch,
+    ) -> usize {
+        let Store { sender, prim, .. } = &mut self.stores[si];
+        let mut run = KeyedRun {
+            sender,
+            c: &mut self.counters,
+            reporters: &mut self.reporters,
+            cfg: &self.cfg,
+            now,
+            frames: self.max_frames_per_report,
+        };
+        match prim {
+            PrimitiveState::KeyWrite(p) => run.go(p, first, rest, tx, |c| c.reports_keywrite += 1),
+            PrimitiveState::KeyIncrement(p) => {
+                run.go(p, first, rest, tx, |c| c.reports_keyincrement += 1)
+            }
+            _ => unreachable!("keyed_run_store picks a Key-Write or Key-Increment store"),
+        }
     }
 
     /// An Append from its lane ([`parse_append_fast`]).
@@ -1150,6 +1215,56 @@ impl AppendRun<'_> {
                     self.room = None;
                 }
             }
+        }
+    }
+}
+
+/// The state of one [`Pipeline::keyed_run`]: the store's QP and what sequence tracking needs.
+struct KeyedRun<'a> {
+    sender: &'a mut QpSender,
+    c: &'a mut TranslatorCounters,
+    reporters: &'a mut ReporterTracker,
+    cfg: &'a PipelineConfig,
+    now: u64,
+    frames: usize,
+}
+
+impl KeyedRun<'_> {
+    /// Translates `first` and the reports in `rest` of the same primitive, read in place by
+    /// [`parse_keyed_into`] and counted by `count`; returns how many of `rest` it took. Any
+    /// other datagram ends the run (the caller parses it again, and counts its error if it
+    /// has one).
+    #[inline(always)]
+    fn go<P: StorePrimitive>(
+        &mut self,
+        p: &mut P,
+        first: &mut Report,
+        rest: &[Datagram<'_>],
+        tx: &mut TxBatch,
+        count: impl Fn(&mut TranslatorCounters),
+    ) -> usize {
+        self.report(p, first, tx);
+        for (taken, d) in rest.iter().enumerate() {
+            if !parse_keyed_into(d.payload, &self.cfg.parse, first) {
+                return taken;
+            }
+            count(self.c);
+            self.c.rx_datagrams += 1;
+            note_sequence(self.reporters, self.c, self.cfg, &first.header, d.src, tx);
+            self.report(p, first, tx);
+        }
+        rest.len()
+    }
+
+    /// One report of the run: admitted, gated and accepted as [`Pipeline::dispatch`] would.
+    #[inline(always)]
+    fn report<P: StorePrimitive>(&mut self, p: &mut P, r: &Report, tx: &mut TxBatch) {
+        let c = &mut *self.c;
+        match p.admit(r, self.cfg.max_redundancy) {
+            Err(why) => why.count(c),
+            Ok(_) if self.sender.qp.is_broken() => c.drop_qp_broken += 1,
+            Ok(_) if !self.sender.can_take(self.now, self.frames, tx) => c.drop_qp_queue_full += 1,
+            Ok(_) => p.accept(self.now, r, NO_HINT, self.sender, tx, c),
         }
     }
 }

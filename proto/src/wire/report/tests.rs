@@ -502,6 +502,30 @@ fn lane_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
     append.or(postcard)
 }
 
+/// The keyed lane's answer ([`parse_keyed_into`], into a report that holds a Key-Write and
+/// into one that holds a Key-Increment) as the report the full parser would give; a datagram
+/// is read into at most one of them.
+fn keyed_only(b: &[u8], c: &ParseConfig) -> Option<Report> {
+    let holding = |primitive| Report {
+        primitive,
+        ..Report::PLACEHOLDER
+    };
+    let mut kw = holding(Primitive::KeyWrite {
+        redundancy: 9,
+        key: Key::new(&[9; 16]).unwrap(),
+        value: Value::new(&[9; 32]).unwrap(),
+    });
+    let mut ki = holding(Primitive::KeyIncrement {
+        redundancy: 9,
+        key: Key::new(&[9; 16]).unwrap(),
+        delta: 9,
+    });
+    let kw = parse_keyed_into(b, c, &mut kw).then_some(kw);
+    let ki = parse_keyed_into(b, c, &mut ki).then_some(ki);
+    assert!(kw.is_none() || ki.is_none());
+    kw.or(ki)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4096))]
 
@@ -511,17 +535,23 @@ proptest! {
         if let Some(r) = lane_only(&bytes, &c) {
             prop_assert_eq!(parse_checked(&bytes, &c), Ok(r));
         }
+        if let Some(r) = keyed_only(&bytes, &c) {
+            prop_assert_eq!(parse_checked(&bytes, &c), Ok(r));
+        }
     }
 
-    /// Every valid Append and postcard takes its lane (and a report of another primitive
-    /// none); mutations agree with the full parser wherever a lane answers.
+    /// Every valid Append and postcard takes its lane, and every valid Key-Write and
+    /// Key-Increment the keyed lane (and a report of another primitive none); mutations agree
+    /// with the full parser wherever a lane answers.
     #[test]
-    fn valid_appends_and_postcards_take_their_lanes((r, c) in arb_valid_report()) {
+    fn valid_reports_take_their_lanes((r, c) in arb_valid_report()) {
         let mut out = [0u8; MAX_EMIT_LEN];
         let n = r.emit(r.header.profile, &mut out).unwrap();
         let laned = matches!(r.primitive, Primitive::Append { .. } | Primitive::Postcard { .. });
         prop_assert_eq!(lane_only(&out[..n], &c), laned.then_some(r));
+        prop_assert_eq!(keyed_only(&out[..n], &c), (!laned).then_some(r));
         mutations_agree(&out[..n], &c, lane_only)?;
+        mutations_agree(&out[..n], &c, keyed_only)?;
     }
 }
 

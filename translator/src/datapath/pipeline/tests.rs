@@ -472,6 +472,68 @@ fn assert_same_frames(a: &TxBatch, b: &TxBatch) {
     }
 }
 
+/// `r` as `profile` writes it, appended to `bufs`.
+fn emit(bufs: &mut Vec<Vec<u8>>, profile: Profile, r: Report) {
+    let mut b = vec![0u8; 96];
+    let n = r.emit(profile, &mut b).unwrap();
+    b.truncate(n);
+    bufs.push(b);
+}
+
+/// Feeds `bufs` in bursts of assorted sizes to two pipelines of one `kind` store, configured
+/// by `cfg`: one that takes runs, and one whose collector has a rate limit too large to refuse
+/// anything (a rate-limited collector takes no runs, so every report is dispatched alone).
+/// Their transmit batches hold six frames, so frames also wait in the QP's ring. Asserts that
+/// both send the same frames and NACKs, burst by burst, and count the same; returns the
+/// counters and how many frames and NACKs were sent.
+fn runs_against_dispatch(
+    kind: StoreKind,
+    cfg: impl Fn(&mut PipelineConfig),
+    bufs: &[Vec<u8>],
+) -> (TranslatorCounters, usize) {
+    let mut runs = single_store_pipeline_with(kind.clone(), &cfg);
+    let mut one_by_one = single_store_pipeline_with(kind, |c| {
+        cfg(c);
+        c.rate = RateLimit {
+            messages_per_sec: 1 << 30,
+            burst: 1 << 30,
+            ..RateLimit::default()
+        };
+    });
+    let all = datagrams(bufs);
+    // Room for a few frames per burst only: once it is full, batches wait in the QP's ring
+    // (the batch's length no longer changes when one is written).
+    let mut tx_runs = TxBatch::new(6, 2048);
+    let mut tx_one = TxBatch::new(6, 2048);
+    let (mut at, mut now, mut frames) = (0, 1, 0);
+    for size in [1, 7, 16, 33, 64, 2, 64, 64, 64, 64, 64]
+        .into_iter()
+        .cycle()
+    {
+        let burst = &all[at..(at + size).min(all.len())];
+        runs.handle_reports(now, burst, &mut tx_runs);
+        one_by_one.handle_reports(now, burst, &mut tx_one);
+        for _ in 0..2 {
+            assert_same_frames(&tx_runs, &tx_one);
+            frames += tx_runs.len();
+            tx_runs.clear();
+            tx_one.clear();
+            // What waits in the ring.
+            runs.poll_transmit(now, &mut tx_runs);
+            one_by_one.poll_transmit(now, &mut tx_one);
+        }
+        at += burst.len();
+        now += 1000;
+        if at == all.len() {
+            break;
+        }
+    }
+    let c = *runs.counters();
+    assert_eq!(c.rx_datagrams, bufs.len() as u64);
+    assert_eq!(&c, one_by_one.counters());
+    (c, frames)
+}
+
 /// A run of Appends (`append_run`: several datagrams of one burst taken in one loop, the QP's
 /// room asked once per batch) gives exactly what dispatching them one by one gives: the same
 /// frames, NACKs and counters. The one-by-one pipeline is the same store behind a rate limit
@@ -484,22 +546,7 @@ fn assert_same_frames(a: &TxBatch, b: &TxBatch) {
 fn an_append_run_matches_report_by_report_dispatch() {
     let kind = four_lists();
     let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 40;
-    let mut runs = single_store_pipeline_with(kind.clone(), cap);
-    let mut one_by_one = single_store_pipeline_with(kind, |c| {
-        cap(c);
-        c.rate = RateLimit {
-            messages_per_sec: 1 << 30,
-            burst: 1 << 30,
-            ..RateLimit::default()
-        };
-    });
     let mut bufs: Vec<Vec<u8>> = Vec::new();
-    let emit = |bufs: &mut Vec<Vec<u8>>, profile: Profile, r: Report| {
-        let mut b = vec![0u8; 96];
-        let n = r.emit(profile, &mut b).unwrap();
-        b.truncate(n);
-        bufs.push(b);
-    };
     let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
     let mut seq = 0u32;
     for i in 0..400u32 {
@@ -553,35 +600,7 @@ fn an_append_run_matches_report_by_report_dispatch() {
             }
         }
     }
-    let all = datagrams(&bufs);
-    // Room for a few frames per burst only: once it is full, batches wait in the QP's ring
-    // (the batch's length no longer changes when one is written).
-    let mut tx_runs = TxBatch::new(6, 2048);
-    let mut tx_one = TxBatch::new(6, 2048);
-    let (mut at, mut now, mut frames) = (0, 1, 0);
-    for size in [1, 7, 16, 33, 64, 2, 64, 64, 64, 64, 64]
-        .into_iter()
-        .cycle()
-    {
-        let burst = &all[at..(at + size).min(all.len())];
-        runs.handle_reports(now, burst, &mut tx_runs);
-        one_by_one.handle_reports(now, burst, &mut tx_one);
-        for _ in 0..2 {
-            assert_same_frames(&tx_runs, &tx_one);
-            frames += tx_runs.len();
-            tx_runs.clear();
-            tx_one.clear();
-            // What waits in the ring.
-            runs.poll_transmit(now, &mut tx_runs);
-            one_by_one.poll_transmit(now, &mut tx_one);
-        }
-        at += burst.len();
-        now += 1000;
-        if at == all.len() {
-            break;
-        }
-    }
-    let c = runs.counters();
+    let (c, frames) = runs_against_dispatch(kind, cap, &bufs);
     assert_eq!(c.rx_datagrams, bufs.len() as u64);
     for (what, n) in [
         ("queue full", c.drop_qp_queue_full),
@@ -599,6 +618,133 @@ fn an_append_run_matches_report_by_report_dispatch() {
     ] {
         assert!(n > 0, "{what}: {c:?}");
     }
-    assert_eq!(c, one_by_one.counters());
     assert!(frames > 40, "{frames} frames and NACKs sent");
+}
+
+/// A run of Key-Writes or Key-Increments (`keyed_run`: the reports of one primitive that
+/// follow each other in a burst, taken in one loop without the per-report route and dispatch)
+/// gives exactly what dispatching them one by one gives: the same frames, NACKs and counters,
+/// for both primitives. The bursts mix reports of N = 1 to 3, Immediates, redundancy out of
+/// range, values too long for the slot, the other keyed primitive (no store: it ends a run),
+/// Appends for no list, truncated reports (a parse error ends a run and is counted once),
+/// Sketch-Merge datagrams, and retransmittable reference reports with sequence gaps (NACKs go
+/// into the batch mid-run); the QP's cap on unconfirmed PSNs is reached part-way.
+#[test]
+fn a_keyed_run_matches_report_by_report_dispatch() {
+    let kinds = [
+        StoreKind::KeyWrite {
+            slots: 1024,
+            slot_size: 16,
+            hash: HashProfile::Independent,
+        },
+        StoreKind::KeyIncrement {
+            slots: 1024,
+            hash: HashProfile::Independent,
+        },
+    ];
+    let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
+    for kind in kinds {
+        let kw = matches!(kind, StoreKind::KeyWrite { .. });
+        // The store's primitive (`own`) or the other one, of redundancy `n`.
+        let keyed = |own: bool, n: u8, i: u32, header: ReportHeader| Report {
+            header,
+            primitive: if own == kw {
+                Primitive::KeyWrite {
+                    redundancy: n,
+                    key: Key::new(&i.to_be_bytes()[..1 + i as usize % 4]).unwrap(),
+                    value: Value::new(&[i as u8; 12][..1 + i as usize % 12]).unwrap(),
+                }
+            } else {
+                Primitive::KeyIncrement {
+                    redundancy: n,
+                    key: Key::new(&i.to_be_bytes()).unwrap(),
+                    delta: u64::from(i) << 20 | 1,
+                }
+            },
+        };
+        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        let mut seq = 0u32;
+        for i in 0..400u32 {
+            let n = 1 + (i % 3) as u8;
+            match i % 29 {
+                5 => emit(
+                    &mut bufs,
+                    Profile::Extended,
+                    Report {
+                        header: HDR,
+                        primitive: Primitive::Append {
+                            list: 9,
+                            value: Value::new(&[1]).unwrap(),
+                        },
+                    },
+                ),
+                7 => emit(&mut bufs, Profile::Extended, keyed(true, 5, i, HDR)),
+                11 => emit(&mut bufs, Profile::Extended, keyed(false, 1, i, HDR)),
+                17 => {
+                    emit(&mut bufs, Profile::Extended, keyed(true, 2, i, HDR));
+                    let b = bufs.last_mut().unwrap();
+                    b.truncate(b.len() - 1);
+                }
+                19 => bufs.push(vec![dta_proto::wire::sketch::MAGIC_VERSION, 0xff, 0, 0]),
+                23 if kw => emit(
+                    &mut bufs,
+                    Profile::Extended,
+                    Report {
+                        header: HDR,
+                        primitive: Primitive::KeyWrite {
+                            redundancy: 1,
+                            key: Key::new(&[1, 2]).unwrap(),
+                            value: Value::new(&[9; 13]).unwrap(),
+                        },
+                    },
+                ),
+                k if k % 3 == 0 => {
+                    // Retransmittable reference reports; every fifth sequence number skipped.
+                    seq += 1 + u32::from(seq % 5 == 4);
+                    let header = ReportHeader {
+                        profile: reference,
+                        retransmittable: true,
+                        seq: Some(seq % 256),
+                        ..HDR
+                    };
+                    let mut r = keyed(true, n, i, header);
+                    match &mut r.primitive {
+                        Primitive::KeyWrite { key, value, .. } => {
+                            *key = Key::from_u32_reference(i);
+                            *value = Value::new(&i.to_be_bytes()).unwrap();
+                        }
+                        Primitive::KeyIncrement { key, .. } => *key = Key::from_u32_reference(i),
+                        _ => unreachable!(),
+                    }
+                    emit(&mut bufs, reference, r);
+                }
+                _ => {
+                    let header = ReportHeader {
+                        immediate: i % 11 == 4,
+                        ..HDR
+                    };
+                    emit(&mut bufs, Profile::Extended, keyed(true, n, i, header));
+                }
+            }
+        }
+        let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 60;
+        let (c, frames) = runs_against_dispatch(kind.clone(), cap, &bufs);
+        let mut expect = vec![
+            ("queue full", c.drop_qp_queue_full),
+            ("bad redundancy", c.drop_bad_redundancy),
+            ("no store", c.drop_no_store),
+            ("unknown list", c.drop_unknown_list),
+            ("truncated", c.drop_truncated + c.drop_malformed),
+            ("NACKs", c.nacks_sent),
+            ("Immediates", c.frames_imm),
+            ("translated", c.translated),
+        ];
+        if kw {
+            expect.push(("value too long", c.drop_value_too_long));
+        }
+        for (what, n) in expect {
+            assert!(n > 0, "{kind:?} {what}: {c:?}");
+        }
+        assert!(frames > 60, "{kind:?}: {frames} frames and NACKs sent");
+    }
 }
