@@ -38,8 +38,7 @@ use dta_proto::Value;
 use super::demux::{fast_map, FastMap};
 use super::int_ingest::{count_error, Derived, IntIngest, IntSettings};
 use super::primitive::{
-    dispatch, postcard::NO_HINT, Append, PrimitiveConfig, PrimitiveState, Refusal, Shard,
-    StorePrimitive,
+    dispatch, postcard::NO_HINT, PrimitiveConfig, PrimitiveState, Refusal, Shard, StorePrimitive,
 };
 use super::qp::{QpEvent, QpStats};
 pub use super::rate::RateLimit;
@@ -52,6 +51,7 @@ use dta_proto::wire::sketch::{is_sketch_datagram, SketchReportRepr};
 use dta_proto::wire::telemetry_report::TelemetryReport;
 
 mod config;
+mod runs;
 
 use config::check_routes;
 pub use config::{
@@ -626,130 +626,6 @@ impl Pipeline {
         accept(prim, t, sender, tx, &mut self.counters);
     }
 
-    /// The store an Append for `list` may start a run in ([`Pipeline::append_run`]): the sole
-    /// Append store, if it holds the list, the pipeline is the only worker, the store's
-    /// collector has no rate limit and no cluster routes apply. `None`: the report takes
-    /// [`Pipeline::dispatch_append`].
-    #[inline(always)]
-    fn append_run_store(&self, list: u32) -> Option<usize> {
-        let si = self.sole_append?;
-        let s = &self.stores[si];
-        let runs = self.prim_cfg.shard.workers == 1
-            && self.append_routes.is_empty()
-            && self.buckets[s.sender.collector].is_none()
-            && matches!(&s.prim, PrimitiveState::Append(a) if a.serves(list));
-        runs.then_some(si)
-    }
-
-    /// Translates `first` (an Append already parsed and counted, for a list store `si` holds,
-    /// [`Pipeline::append_run_store`]) and then the Appends that follow it in `rest`, for as
-    /// long as they are Appends for lists of the same store; returns how many of `rest` it
-    /// took. Each report gets exactly what [`Pipeline::dispatch_append`] would give it (the
-    /// same checks in the same order, the same counters): under the run's conditions that is
-    /// the entry's admission, the QP's gate and the entry joining its batch. What the run
-    /// saves is the per-report lookups: the store, the worker and rate-limit checks, and the
-    /// QP's room, asked again only after a batch was written or `tx` changed length (a NACK),
-    /// since nothing else changes it while the clock stands still. Out of line: it is entered
-    /// once per run, and kept inline it made the other primitives' loop spill registers.
-    #[inline(never)]
-    fn append_run(
-        &mut self,
-        now: u64,
-        si: usize,
-        first: (ReportHeader, u32, Value),
-        rest: &[Datagram<'_>],
-        tx: &mut TxBatch,
-    ) -> usize {
-        let Store { sender, prim, .. } = &mut self.stores[si];
-        let PrimitiveState::Append(a) = prim else {
-            unreachable!("append_run_store picks an Append store");
-        };
-        let mut run = AppendRun {
-            a,
-            sender,
-            c: &mut self.counters,
-            now,
-            frames: self.max_frames_per_report,
-            room: None,
-        };
-        run.entry(&first.0, first.1, &first.2, tx);
-        for (taken, d) in rest.iter().enumerate() {
-            // (A Sketch-Merge datagram is never an Append: its first byte is neither.)
-            let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse)
-                .filter(|(_, list, _)| run.a.serves(*list))
-            else {
-                return taken;
-            };
-            run.c.rx_datagrams += 1;
-            run.c.reports_append += 1;
-            note_sequence(&mut self.reporters, run.c, &self.cfg, &h, d.src, tx);
-            run.entry(&h, list, &value, tx);
-        }
-        rest.len()
-    }
-
-    /// The store a Key-Write or Key-Increment `r` may start a run in ([`Pipeline::keyed_run`]):
-    /// the one store its primitive's route names, when the pipeline is the only worker and the
-    /// store's collector has no rate limit. `None`: the report takes [`Pipeline::dispatch`].
-    #[inline(always)]
-    fn keyed_run_store(&self, r: &Report) -> Option<usize> {
-        let route = match r.primitive {
-            Primitive::KeyWrite { .. } => &self.cfg.route_keywrite,
-            Primitive::KeyIncrement { .. } => &self.cfg.route_keyincrement,
-            _ => return None,
-        };
-        let Route::Single(si) = *route else {
-            return None;
-        };
-        let s = self.stores.get(si)?;
-        let runs = self.prim_cfg.shard.workers == 1
-            && self.buckets[s.sender.collector].is_none()
-            && matches!(
-                (&s.prim, &r.primitive),
-                (PrimitiveState::KeyWrite(_), Primitive::KeyWrite { .. })
-                    | (
-                        PrimitiveState::KeyIncrement(_),
-                        Primitive::KeyIncrement { .. }
-                    )
-            );
-        runs.then_some(si)
-    }
-
-    /// Translates `first` (a Key-Write or Key-Increment already parsed, counted and
-    /// sequence-tracked, whose store `si` is, [`Pipeline::keyed_run_store`]) and then the
-    /// reports of the same primitive that follow it in `rest`; returns how many of `rest` it
-    /// took. Each report gets exactly what [`Pipeline::dispatch`] would give it (the same
-    /// checks in the same order, the same counters): under the run's conditions that is the
-    /// store's admission, the QP's gate and the store's accept. What the run saves is the
-    /// per-report route, worker and rate-limit decisions and the primitive's dispatch, and the
-    /// other lanes' tests on each datagram. Out of line, as [`Pipeline::append_run`].
-    #[inline(never)]
-    fn keyed_run(
-        &mut self,
-        now: u64,
-        si: usize,
-        first: &mut Report,
-        rest: &[Datagram<'_>],
-        tx: &mut TxBatch,
-    ) -> usize {
-        let Store { sender, prim, .. } = &mut self.stores[si];
-        let mut run = KeyedRun {
-            sender,
-            c: &mut self.counters,
-            reporters: &mut self.reporters,
-            cfg: &self.cfg,
-            now,
-            frames: self.max_frames_per_report,
-        };
-        match prim {
-            PrimitiveState::KeyWrite(p) => run.go(p, first, rest, tx, |c| c.reports_keywrite += 1),
-            PrimitiveState::KeyIncrement(p) => {
-                run.go(p, first, rest, tx, |c| c.reports_keyincrement += 1)
-            }
-            _ => unreachable!("keyed_run_store picks a Key-Write or Key-Increment store"),
-        }
-    }
-
     /// An Append from its lane ([`parse_append_fast`]).
     #[inline(always)]
     fn dispatch_append(
@@ -1173,99 +1049,6 @@ fn track_sequence(
     } else {
         // The reporter will find the gap from a later NACK or its own timeout.
         counters.nacks_unsent += 1;
-    }
-}
-
-/// The state of one [`Pipeline::append_run`]: the store's batches and QP, and whether the QP
-/// can take a report, with `tx`'s length when that was asked.
-struct AppendRun<'a> {
-    a: &'a mut Append,
-    sender: &'a mut QpSender,
-    c: &'a mut TranslatorCounters,
-    now: u64,
-    frames: usize,
-    room: Option<(bool, usize)>,
-}
-
-impl AppendRun<'_> {
-    /// One Append of the run: admitted, gated and batched as [`Pipeline::dispatch_append`]
-    /// would.
-    #[inline(always)]
-    fn entry(&mut self, h: &ReportHeader, list: u32, value: &Value, tx: &mut TxBatch) {
-        let c = &mut *self.c;
-        match self.a.admit_entry(list, value) {
-            Err(why) => why.count(c),
-            Ok(_) if self.sender.qp.is_broken() => c.drop_qp_broken += 1,
-            Ok((li, _)) => {
-                let can = match self.room {
-                    Some((can, len)) if len == tx.len() => can,
-                    _ => {
-                        let can = self.sender.can_take(self.now, self.frames, tx);
-                        self.room = Some((can, tx.len()));
-                        can
-                    }
-                };
-                if !can {
-                    c.drop_qp_queue_full += 1;
-                } else if self
-                    .a
-                    .accept_entry(self.now, li, value, h.immediate, self.sender, tx, c)
-                {
-                    // A batch was written: the QP's room changed.
-                    self.room = None;
-                }
-            }
-        }
-    }
-}
-
-/// The state of one [`Pipeline::keyed_run`]: the store's QP and what sequence tracking needs.
-struct KeyedRun<'a> {
-    sender: &'a mut QpSender,
-    c: &'a mut TranslatorCounters,
-    reporters: &'a mut ReporterTracker,
-    cfg: &'a PipelineConfig,
-    now: u64,
-    frames: usize,
-}
-
-impl KeyedRun<'_> {
-    /// Translates `first` and the reports in `rest` of the same primitive, read in place by
-    /// [`parse_keyed_into`] and counted by `count`; returns how many of `rest` it took. Any
-    /// other datagram ends the run (the caller parses it again, and counts its error if it
-    /// has one).
-    #[inline(always)]
-    fn go<P: StorePrimitive>(
-        &mut self,
-        p: &mut P,
-        first: &mut Report,
-        rest: &[Datagram<'_>],
-        tx: &mut TxBatch,
-        count: impl Fn(&mut TranslatorCounters),
-    ) -> usize {
-        self.report(p, first, tx);
-        for (taken, d) in rest.iter().enumerate() {
-            if !parse_keyed_into(d.payload, &self.cfg.parse, first) {
-                return taken;
-            }
-            count(self.c);
-            self.c.rx_datagrams += 1;
-            note_sequence(self.reporters, self.c, self.cfg, &first.header, d.src, tx);
-            self.report(p, first, tx);
-        }
-        rest.len()
-    }
-
-    /// One report of the run: admitted, gated and accepted as [`Pipeline::dispatch`] would.
-    #[inline(always)]
-    fn report<P: StorePrimitive>(&mut self, p: &mut P, r: &Report, tx: &mut TxBatch) {
-        let c = &mut *self.c;
-        match p.admit(r, self.cfg.max_redundancy) {
-            Err(why) => why.count(c),
-            Ok(_) if self.sender.qp.is_broken() => c.drop_qp_broken += 1,
-            Ok(_) if !self.sender.can_take(self.now, self.frames, tx) => c.drop_qp_queue_full += 1,
-            Ok(_) => p.accept(self.now, r, NO_HINT, self.sender, tx, c),
-        }
     }
 }
 
