@@ -537,12 +537,14 @@ impl QpSender {
         };
         match take {
             Take::Direct { psn, ack_req } => {
-                let qp = &mut self.qp;
-                let ok = tx.push_with(self.dest, self.off, |buf| {
-                    let copy = qp.direct_slot(psn);
-                    t.emit_atomic(buf, copy, psn, ack_req, va, delta, 0, tail)
-                });
-                debug_assert!(ok, "room was checked");
+                // Written into the batch's slot and committed in two steps, as in
+                // `emit_padded` (a `push_with` closure was called, not inlined).
+                if let Some(buf) = tx.next_slot() {
+                    let copy = self.qp.direct_slot(psn);
+                    let n = t.emit_atomic(buf, copy, psn, ack_req, va, delta, 0, tail);
+                    let ok = tx.commit(self.dest, self.off, n);
+                    debug_assert!(ok, "room was checked");
+                }
                 c.frames += 1;
             }
             Take::Queued { psn } => {
