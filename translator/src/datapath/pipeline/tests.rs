@@ -80,10 +80,9 @@ const HDR: ReportHeader = ReportHeader {
     priority: Priority::Medium,
 };
 
-#[test]
-fn reports_must_carry_the_stores_redundancy() {
-    use dta_proto::meta::Redundancy;
-    let kinds = [
+/// A Key-Write store of 16-byte slots and a Key-Increment store, 1,024 slots each.
+fn keyed_kinds() -> [StoreKind; 2] {
+    [
         StoreKind::KeyWrite {
             slots: 1024,
             slot_size: 16,
@@ -93,8 +92,13 @@ fn reports_must_carry_the_stores_redundancy() {
             slots: 1024,
             hash: HashProfile::Independent,
         },
-    ];
-    for kind in kinds {
+    ]
+}
+
+#[test]
+fn reports_must_carry_the_stores_redundancy() {
+    use dta_proto::meta::Redundancy;
+    for kind in keyed_kinds() {
         let report = |n: u8| Report {
             header: HDR,
             primitive: match kind {
@@ -472,6 +476,18 @@ fn assert_same_frames(a: &TxBatch, b: &TxBatch) {
     }
 }
 
+/// The header of the next retransmittable reference-profile (variant B) report after `seq`:
+/// every fifth sequence number is skipped, so the translator sees gaps and NACKs them.
+fn next_with_gaps(seq: &mut u32) -> ReportHeader {
+    *seq += 1 + u32::from(*seq % 5 == 4);
+    ReportHeader {
+        profile: Profile::reference(dta_proto::wire::dta::BaseVariant::B),
+        retransmittable: true,
+        seq: Some(*seq % 256),
+        ..HDR
+    }
+}
+
 /// `r` as `profile` writes it, appended to `bufs`.
 fn emit(bufs: &mut Vec<Vec<u8>>, profile: Profile, r: Report) {
     let mut b = vec![0u8; 96];
@@ -576,13 +592,7 @@ fn an_append_run_matches_report_by_report_dispatch() {
             19 => bufs.push(vec![dta_proto::wire::sketch::MAGIC_VERSION, 0xff, 0, 0]),
             k if k % 3 == 0 => {
                 // Retransmittable reference Appends; every fifth sequence number is skipped.
-                seq += 1 + u32::from(seq % 5 == 4);
-                let header = ReportHeader {
-                    profile: reference,
-                    retransmittable: true,
-                    seq: Some(seq % 256),
-                    ..HDR
-                };
+                let header = next_with_gaps(&mut seq);
                 emit(
                     &mut bufs,
                     reference,
@@ -631,19 +641,8 @@ fn an_append_run_matches_report_by_report_dispatch() {
 /// into the batch mid-run); the QP's cap on unconfirmed PSNs is reached part-way.
 #[test]
 fn a_keyed_run_matches_report_by_report_dispatch() {
-    let kinds = [
-        StoreKind::KeyWrite {
-            slots: 1024,
-            slot_size: 16,
-            hash: HashProfile::Independent,
-        },
-        StoreKind::KeyIncrement {
-            slots: 1024,
-            hash: HashProfile::Independent,
-        },
-    ];
     let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
-    for kind in kinds {
+    for kind in keyed_kinds() {
         let kw = matches!(kind, StoreKind::KeyWrite { .. });
         // The store's primitive (`own`) or the other one, of redundancy `n`.
         let keyed = |own: bool, n: u8, i: u32, header: ReportHeader| Report {
@@ -700,13 +699,7 @@ fn a_keyed_run_matches_report_by_report_dispatch() {
                 ),
                 k if k % 3 == 0 => {
                     // Retransmittable reference reports; every fifth sequence number skipped.
-                    seq += 1 + u32::from(seq % 5 == 4);
-                    let header = ReportHeader {
-                        profile: reference,
-                        retransmittable: true,
-                        seq: Some(seq % 256),
-                        ..HDR
-                    };
+                    let header = next_with_gaps(&mut seq);
                     let mut r = keyed(true, n, i, header);
                     match &mut r.primitive {
                         Primitive::KeyWrite { key, value, .. } => {
