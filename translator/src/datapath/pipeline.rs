@@ -455,7 +455,6 @@ impl Pipeline {
     /// Processes a burst of report datagrams. Every datagram is counted (see the module
     /// docs), whatever room `tx` has.
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) {
-        let mut report = Report::PLACEHOLDER;
         let mut next = 0;
         while let Some(d) = burst.get(next) {
             next += 1;
@@ -483,20 +482,40 @@ impl Pipeline {
                 self.dispatch_postcard(now, h, &p, *d.dst.ip(), tx);
                 continue;
             }
-            if let Err(e) = parse_report_into(d.payload, &self.cfg.parse, &mut report) {
-                self.count_parse_error(e);
-                continue;
-            }
-            match report.primitive {
-                Primitive::KeyWrite { .. } => self.counters.reports_keywrite += 1,
-                Primitive::KeyIncrement { .. } => self.counters.reports_keyincrement += 1,
-                Primitive::Append { .. } => self.counters.reports_append += 1,
-                Primitive::Postcard { .. } => self.counters.reports_postcard += 1,
-            }
-            self.note_sequence(&report.header, d.src, tx);
-            match self.keyed_run_store(&report) {
-                Some(si) => next += self.keyed_run(now, si, &mut report, &burst[next..], tx),
-                None => self.dispatch(now, &report, *d.dst.ip(), tx),
+            next += self.general(now, d, &burst[next..], tx);
+        }
+    }
+
+    /// A report neither lane takes (Key-Write, Key-Increment, and what the lanes leave to the
+    /// full parser): parsed, counted, sequence-tracked and dispatched, or starting a run
+    /// ([`Pipeline::keyed_run`]); returns how many of `rest` (the datagrams after `d`) a run
+    /// took. Out of line: the lanes' loop stays tight (with it inline, postcards ran 4 %
+    /// slower), and a run is entered once.
+    #[inline(never)]
+    fn general(
+        &mut self,
+        now: u64,
+        d: &Datagram<'_>,
+        rest: &[Datagram<'_>],
+        tx: &mut TxBatch,
+    ) -> usize {
+        let mut report = Report::PLACEHOLDER;
+        if let Err(e) = parse_report_into(d.payload, &self.cfg.parse, &mut report) {
+            self.count_parse_error(e);
+            return 0;
+        }
+        match report.primitive {
+            Primitive::KeyWrite { .. } => self.counters.reports_keywrite += 1,
+            Primitive::KeyIncrement { .. } => self.counters.reports_keyincrement += 1,
+            Primitive::Append { .. } => self.counters.reports_append += 1,
+            Primitive::Postcard { .. } => self.counters.reports_postcard += 1,
+        }
+        self.note_sequence(&report.header, d.src, tx);
+        match self.keyed_run_store(&report) {
+            Some(si) => self.keyed_run(now, si, &mut report, rest, tx),
+            None => {
+                self.dispatch(now, &report, *d.dst.ip(), tx);
+                0
             }
         }
     }
