@@ -34,7 +34,13 @@ pub struct Rig {
     pub frames: u64,
     /// Bytes of the frames emitted.
     pub frame_bytes: u64,
+    /// Each store's name and QP binding (to start its QP afresh without an RNIC, [`Rig::pump`]).
+    bindings: Vec<(String, QpBinding)>,
 }
+
+/// Without an RNIC, the pipeline's QPs start afresh once this many frames are unconfirmed: half
+/// the largest cap on unconfirmed PSNs, past which they would refuse reports.
+const RELIEVE_AT: u64 = dta_translator::datapath::qp::MAX_OUTSTANDING as u64 / 2;
 
 impl Rig {
     /// Builds worker `worker` of `workers` for `sc`.
@@ -140,6 +146,11 @@ impl Rig {
             route_postcard: Route::Single(2),
             sketch: sc.sketch.map(|s| s.settings()).unwrap_or_default(),
         };
+        let bindings = target
+            .stores
+            .iter()
+            .map(|(m, qpb)| (m.name.clone(), *qpb))
+            .collect();
         let mut pipeline = Pipeline::new(pc, &[target]).map_err(|e| e.to_string())?;
         let int_port = (sc.telemetry != 0).then_some(sc.int_port);
         if int_port.is_some() {
@@ -163,6 +174,7 @@ impl Rig {
             int_port,
             frames: 0,
             frame_bytes: 0,
+            bindings,
         })
     }
 
@@ -220,6 +232,15 @@ impl Rig {
         self.frames += self.tx.len() as u64;
         if self.mode == RnicMode::Off {
             self.tx.clear();
+            // Nothing acknowledges the pipeline alone: before its QPs reach the cap on
+            // unconfirmed PSNs, where they would refuse reports and a benchmark would time
+            // refusals, they start afresh, as after a reconnection (a ring's allocation every
+            // two million frames; the frames they held count as unconfirmed at reconnect).
+            if self.pipeline.unconfirmed_frames() >= RELIEVE_AT {
+                for (name, qpb) in &self.bindings {
+                    self.pipeline.rebind(name, *qpb, None);
+                }
+            }
             return;
         }
         for i in 0..self.tx.len() {
