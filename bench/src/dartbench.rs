@@ -29,6 +29,7 @@ use dta_proto::hash::HashProfile;
 use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile};
 use dta_translator::config::{CollectorSection, TranslatorConfig};
+use dta_translator::driver::WorkerSnapshot;
 use dta_translator::Translator;
 use serde_json::json;
 
@@ -217,7 +218,7 @@ pub fn dta_point(reports: u64, wl: &Workload) -> Result<DartPoint, String> {
     let snaps = tr.shutdown();
     let secs = t0.elapsed().as_secs_f64();
     let frames: u64 = snaps.iter().map(|s| s.counters.frames).sum();
-    c.wait_for(settle(snaps.iter().all(|s| s.unconfirmed == 0)), |k| {
+    c.wait_for(settle(WorkerSnapshot::all_confirmed(&snaps)), |k| {
         k.rcvd_pkts >= frames
     });
     let cpu = rnic_cpu(&tids).saturating_sub(cpu0);

@@ -287,9 +287,8 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     // Append batches), then wait for the collector to execute every frame.
     translator.wait_for(Duration::from_secs(20), |c| c.rx_datagrams >= rep.sent);
     let snaps = translator.shutdown();
-    let mut c = dta_translator::datapath::stats::TranslatorCounters::default();
+    let c = dta_translator::driver::WorkerSnapshot::total(&snaps);
     for s in &snaps {
-        c.merge(&s.counters);
         rep.socket_drops += s.socket_drops;
         rep.retransmitted += s
             .qps
@@ -313,7 +312,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, String> {
     // collector publishes its counters every ~50 ms. Waiting instead for the collector to
     // have received `frames` sat out the whole timeout after one loss: the translator counts
     // the lost copy and its resend.
-    let confirmed = snaps.iter().all(|s| s.unconfirmed == 0);
+    let confirmed = dta_translator::driver::WorkerSnapshot::all_confirmed(&snaps);
     let settle = Duration::from_secs(if confirmed { 1 } else { 20 });
     collector.wait_for(settle, |k| {
         k.rcvd_pkts + k.bad_icrc + k.malformed >= rep.frames

@@ -360,10 +360,7 @@ fn two_workers_share_lists_through_handoffs_without_loss_or_reordering() {
         t.counters()
     );
     let snaps = t.shutdown();
-    let mut c = dta_translator::datapath::stats::TranslatorCounters::default();
-    for s in &snaps {
-        c.merge(&s.counters);
-    }
+    let c = dta_translator::driver::WorkerSnapshot::total(&snaps);
     assert_eq!(c.rx_datagrams, total);
     assert_eq!(
         c.translated + c.dropped(),

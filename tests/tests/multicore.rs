@@ -122,10 +122,7 @@ fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Ad
     );
     std::thread::sleep(Duration::from_millis(100));
     let snaps = t.shutdown();
-    let mut c = TranslatorCounters::default();
-    for s in &snaps {
-        c.merge(&s.counters);
-    }
+    let c = dta_translator::driver::WorkerSnapshot::total(&snaps);
     let what = format!("{report:?}/{roce:?}");
     assert_eq!(c.rx_datagrams, total, "{what}");
     assert_eq!(c.translated + c.dropped(), total, "{what}: {c:?}");

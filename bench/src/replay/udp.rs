@@ -210,13 +210,10 @@ impl UdpRig {
 /// translator sent: a frame the wire lost is counted twice by the translator (the lost copy
 /// and its resend) and once by the collector.
 fn settled(snaps: &[WorkerSnapshot], c0: &TranslatorCounters, sent: u64) -> bool {
-    let mut c = TranslatorCounters::default();
-    for s in snaps {
-        c.merge(&s.counters);
-    }
+    let c = WorkerSnapshot::total(snaps);
     c.rx_datagrams - c0.rx_datagrams >= sent
         && c.translated + c.dropped() >= c0.translated + c0.dropped() + sent
-        && snaps.iter().all(|s| s.unconfirmed == 0)
+        && WorkerSnapshot::all_confirmed(snaps)
 }
 
 #[cfg(test)]

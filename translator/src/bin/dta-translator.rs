@@ -154,10 +154,7 @@ fn main() {
     }
     log::info!("shutting down: flushing partial batches and postcard caches");
     let snaps = t.shutdown();
-    let mut c = dta_translator::datapath::stats::TranslatorCounters::default();
-    for s in &snaps {
-        c.merge(&s.counters);
-    }
+    let c = dta_translator::driver::WorkerSnapshot::total(&snaps);
     log::info!(
         "final: reports {} translated {} dropped {} frames {}",
         c.reports(),

@@ -482,10 +482,7 @@ pub fn render_page(
 
 /// Renders `/stats`: merged counters and per-worker details as JSON.
 pub fn render_json(snaps: &[WorkerSnapshot]) -> String {
-    let mut total = TranslatorCounters::default();
-    for s in snaps {
-        total.merge(&s.counters);
-    }
+    let total = WorkerSnapshot::total(snaps);
     let counters: serde_json::Map<String, serde_json::Value> = total
         .iter()
         .map(|(i, v)| (i.name.to_string(), v.into()))

@@ -372,22 +372,12 @@ impl Translator {
 
     /// All workers' counters merged.
     pub fn counters(&self) -> TranslatorCounters {
-        let mut c = TranslatorCounters::default();
-        for s in self.snapshots() {
-            c.merge(&s.counters);
-        }
-        c
+        WorkerSnapshot::total(&self.snapshots())
     }
 
     /// Waits until the merged counters satisfy `pred` or `timeout` passes.
     pub fn wait_for(&self, timeout: Duration, pred: impl Fn(&TranslatorCounters) -> bool) -> bool {
-        self.wait_snapshots(timeout, |snaps| {
-            let mut c = TranslatorCounters::default();
-            for s in snaps {
-                c.merge(&s.counters);
-            }
-            pred(&c)
-        })
+        self.wait_snapshots(timeout, |snaps| pred(&WorkerSnapshot::total(snaps)))
     }
 
     /// Waits until the workers' snapshots (published together, each at most ~50 ms old)

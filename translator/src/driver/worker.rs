@@ -46,6 +46,22 @@ pub struct WorkerSnapshot {
     pub cm: crate::control::cm::CmClientCounters,
 }
 
+impl WorkerSnapshot {
+    /// The counters of every worker in `snaps`, summed: the translator's totals.
+    pub fn total(snaps: &[WorkerSnapshot]) -> TranslatorCounters {
+        let mut c = TranslatorCounters::default();
+        for s in snaps {
+            c.merge(&s.counters);
+        }
+        c
+    }
+
+    /// True if no worker in `snaps` has a frame the collectors have not confirmed.
+    pub fn all_confirmed(snaps: &[WorkerSnapshot]) -> bool {
+        snaps.iter().all(|s| s.unconfirmed == 0)
+    }
+}
+
 /// One worker thread: a pipeline driven by a backend.
 pub struct Worker {
     /// Worker index.
