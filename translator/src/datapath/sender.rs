@@ -348,6 +348,9 @@ impl QpSender {
             Take::Direct { psn, ack_req } => {
                 // `take` saw room in `tx`. Written into the batch's slot and committed in two
                 // steps: as a `push_with` closure the frame writer was called, not inlined.
+                // (So were the writers given as closures to one helper for the three frame
+                // kinds: Key-Write +80, Key-Increment +90 instructions a report. Hence the
+                // three copies of these lines.)
                 if let Some(buf) = tx.next_slot() {
                     let copy = self.qp.direct_slot(psn);
                     let n = t.emit_write_padded(buf, copy, psn, ack_req, va, imm, payload, tail);
