@@ -12,6 +12,13 @@ use super::super::primitive::Append;
 use super::*;
 
 impl Pipeline {
+    /// Whether store `si` takes runs: the pipeline is the only worker (no report is another
+    /// worker's) and the store's collector has no rate limit.
+    #[inline(always)]
+    fn takes_runs(&self, si: usize) -> bool {
+        self.prim_cfg.shard.workers == 1 && self.buckets[self.stores[si].sender.collector].is_none()
+    }
+
     /// The store an Append for `list` may start a run in ([`Pipeline::append_run`]): the sole
     /// Append store, if it holds the list, the pipeline is the only worker, the store's
     /// collector has no rate limit and no cluster routes apply. `None`: the report takes
@@ -19,11 +26,9 @@ impl Pipeline {
     #[inline(always)]
     pub(super) fn append_run_store(&self, list: u32) -> Option<usize> {
         let si = self.sole_append?;
-        let s = &self.stores[si];
-        let runs = self.prim_cfg.shard.workers == 1
-            && self.append_routes.is_empty()
-            && self.buckets[s.sender.collector].is_none()
-            && matches!(&s.prim, PrimitiveState::Append(a) if a.serves(list));
+        let runs = self.append_routes.is_empty()
+            && self.takes_runs(si)
+            && matches!(&self.stores[si].prim, PrimitiveState::Append(a) if a.serves(list));
         runs.then_some(si)
     }
 
@@ -88,8 +93,7 @@ impl Pipeline {
             return None;
         };
         let s = self.stores.get(si)?;
-        let runs = self.prim_cfg.shard.workers == 1
-            && self.buckets[s.sender.collector].is_none()
+        let runs = self.takes_runs(si)
             && matches!(
                 (&s.prim, &r.primitive),
                 (PrimitiveState::KeyWrite(_), Primitive::KeyWrite { .. })
