@@ -549,12 +549,7 @@ impl Pipeline {
             return;
         };
         let Store { sender, prim, .. } = &mut self.stores[si];
-        if sender.qp.is_broken() {
-            self.counters.drop_qp_broken += 1;
-            return;
-        }
-        if !sender.can_take(now, self.max_frames_per_report, tx) {
-            self.counters.drop_qp_queue_full += 1;
+        if !sender.admits(now, self.max_frames_per_report, tx, &mut self.counters) {
             return;
         }
         if let PrimitiveState::Sketch(p) = prim {
@@ -744,16 +739,10 @@ impl Pipeline {
         tx: &TxBatch,
     ) -> Gate {
         let store = &self.stores[si];
-        if store.sender.qp.is_broken() {
-            self.counters.drop_qp_broken += 1;
-            return Gate::Refused;
-        }
-        if !store.sender.can_take(now, self.max_frames_per_report, tx) {
-            // The QP's ring is full of frames it could not send yet (a stalled collector, a
-            // closed window): a report now would overwrite one of them. Or it has as many PSNs
-            // unconfirmed as it may (a silent collector), or no ring and no room in `tx`. The
-            // report is refused whole, before any of its frames is taken.
-            self.counters.drop_qp_queue_full += 1;
+        if !store
+            .sender
+            .admits(now, self.max_frames_per_report, tx, &mut self.counters)
+        {
             return Gate::Refused;
         }
         if messages > 0 {

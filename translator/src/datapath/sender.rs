@@ -251,6 +251,31 @@ impl QpSender {
         self.qp.can_take(now, frames, tx.remaining())
     }
 
+    /// Whether the QP takes a report needing up to `frames` frames now: not broken, and
+    /// [`QpSender::can_take`]. A refusal is counted (`drop_qp_broken`, `drop_qp_queue_full`);
+    /// the report is refused whole, before any of its frames is taken.
+    #[inline(always)]
+    pub fn admits(
+        &self,
+        now: u64,
+        frames: usize,
+        tx: &TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> bool {
+        if self.qp.is_broken() {
+            c.drop_qp_broken += 1;
+            return false;
+        }
+        if !self.can_take(now, frames, tx) {
+            // The QP's ring is full of frames it could not send yet (a stalled collector, a
+            // closed window): a report now would overwrite one of them. Or it has as many
+            // PSNs unconfirmed as it may (a silent collector), or no ring and no room in `tx`.
+            c.drop_qp_queue_full += 1;
+            return false;
+        }
+        true
+    }
+
     /// A refused frame, counted (`frames_dropped_*`).
     #[cold]
     fn refuse(&self, why: FrameRefusal, c: &mut TranslatorCounters) -> Result<(), FrameRefusal> {

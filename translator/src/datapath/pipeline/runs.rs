@@ -227,9 +227,11 @@ impl KeyedRun<'_> {
         let c = &mut *self.c;
         match p.admit(r, self.cfg.max_redundancy) {
             Err(why) => why.count(c),
-            Ok(_) if self.sender.qp.is_broken() => c.drop_qp_broken += 1,
-            Ok(_) if !self.sender.can_take(self.now, self.frames, tx) => c.drop_qp_queue_full += 1,
-            Ok(_) => p.accept(self.now, r, NO_HINT, self.sender, tx, c),
+            Ok(_) => {
+                if self.sender.admits(self.now, self.frames, tx, c) {
+                    p.accept(self.now, r, NO_HINT, self.sender, tx, c);
+                }
+            }
         }
     }
 }
