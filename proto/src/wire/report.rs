@@ -561,14 +561,16 @@ fn fast_ref_keyincrement(body: &[u8]) -> Option<(u8, Key, u64)> {
 /// (property-tested against the full parser).
 #[inline(always)]
 pub fn parse_keyed_into(b: &[u8], cfg: &ParseConfig, out: &mut Report) -> bool {
-    let Some(&first) = b.first() else {
-        return false;
-    };
+    keyed_into(b, cfg, out).is_some()
+}
+
+/// [`parse_keyed_into`], `None` for a datagram it does not take.
+#[inline(always)]
+fn keyed_into(b: &[u8], cfg: &ParseConfig, out: &mut Report) -> Option<()> {
+    let first = *b.first()?;
     let header = if is_extended(first) {
-        let Some(header) = fast_ext_header(b, cfg) else {
-            return false;
-        };
-        let parsed = match (&mut out.primitive, b[xf::OPCODE]) {
+        let header = fast_ext_header(b, cfg)?;
+        match (&mut out.primitive, b[xf::OPCODE]) {
             (
                 Primitive::KeyWrite {
                     redundancy,
@@ -576,7 +578,7 @@ pub fn parse_keyed_into(b: &[u8], cfg: &ParseConfig, out: &mut Report) -> bool {
                     value,
                 },
                 opcode::KEY_WRITE,
-            ) => fast_ext_keywrite(b).map(|(n, k, v)| (*redundancy, *key, *value) = (n, k, v)),
+            ) => (*redundancy, *key, *value) = fast_ext_keywrite(b)?,
             (
                 Primitive::KeyIncrement {
                     redundancy,
@@ -584,19 +586,14 @@ pub fn parse_keyed_into(b: &[u8], cfg: &ParseConfig, out: &mut Report) -> bool {
                     delta,
                 },
                 opcode::KEY_INCREMENT,
-            ) => fast_ext_keyincrement(b).map(|(n, k, d)| (*redundancy, *key, *delta) = (n, k, d)),
-            _ => None,
-        };
-        if parsed.is_none() {
-            return false;
+            ) => (*redundancy, *key, *delta) = fast_ext_keyincrement(b)?,
+            _ => return None,
         }
         header
     } else {
-        let Some((header, hl)) = fast_ref_header(b, cfg) else {
-            return false;
-        };
+        let (header, hl) = fast_ref_header(b, cfg)?;
         let body = &b[hl..];
-        let parsed = match (&mut out.primitive, first, body.len()) {
+        match (&mut out.primitive, first, body.len()) {
             (
                 Primitive::KeyWrite {
                     redundancy,
@@ -605,10 +602,7 @@ pub fn parse_keyed_into(b: &[u8], cfg: &ParseConfig, out: &mut Report) -> bool {
                 },
                 opcode::KEY_WRITE,
                 rf::KW_LEN,
-            ) => {
-                (*redundancy, *key, *value) = fast_ref_keywrite(body);
-                Some(())
-            }
+            ) => (*redundancy, *key, *value) = fast_ref_keywrite(body),
             (
                 Primitive::KeyIncrement {
                     redundancy,
@@ -617,18 +611,13 @@ pub fn parse_keyed_into(b: &[u8], cfg: &ParseConfig, out: &mut Report) -> bool {
                 },
                 opcode::KEY_INCREMENT,
                 rf::KI_LEN,
-            ) => {
-                fast_ref_keyincrement(body).map(|(n, k, d)| (*redundancy, *key, *delta) = (n, k, d))
-            }
-            _ => None,
-        };
-        if parsed.is_none() {
-            return false;
+            ) => (*redundancy, *key, *delta) = fast_ref_keyincrement(body)?,
+            _ => return None,
         }
         header
     };
     out.header = header;
-    true
+    Some(())
 }
 
 /// An Append report read without building a [`Report`]: its header, list and value, exactly
