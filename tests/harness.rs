@@ -7,12 +7,13 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
-use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig};
+use dta_collector::config::{CollectorConfig, DeviceSection, StoreConfig, StoreKindConfig};
 use dta_collector::memory::Region;
 use dta_collector::rnic::responder::{DeviceConfig, QpConfig, Responder};
 use dta_collector::store::{build_stores, Store};
 use dta_proto::batch::{Datagram, IpMeta, TxBatch};
-use dta_proto::meta::{QpMeta, StoreMeta};
+use dta_proto::hash::HashProfile;
+use dta_proto::meta::{QpMeta, StoreKind, StoreMeta};
 use dta_proto::wire::ethernet::MacAddr;
 use dta_proto::wire::ib::{Psn, Qpn};
 use dta_proto::wire::report::{ParseConfig, Priority, Profile, Report, ReportHeader};
@@ -641,6 +642,22 @@ pub fn extended_header(seq: u32) -> ReportHeader {
         retransmittable: false,
         seq: Some(seq),
         priority: Priority::Medium,
+    }
+}
+
+/// The Key-Write store most tests write: named `kw`, `slots` slots of `slot_size` bytes, the
+/// independent hash profile, redundancy `n`.
+pub fn keywrite_store(slots: u32, slot_size: u32, n: u8) -> StoreConfig {
+    StoreConfig {
+        name: "kw".into(),
+        port: None,
+        cm_allow: None,
+        kind: StoreKindConfig::new(StoreKind::KeyWrite {
+            slots,
+            slot_size,
+            hash: HashProfile::Independent,
+        })
+        .with_redundancy(n),
     }
 }
 

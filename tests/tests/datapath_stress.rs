@@ -16,7 +16,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use dta_collector::config::{StoreConfig, StoreKindConfig};
+use dta_collector::config::StoreConfig;
 use dta_proto::batch::{Datagram, TxBatch};
 use dta_proto::hash::HashProfile;
 use dta_proto::meta::{QpMeta, StoreKind, StoreMeta};
@@ -25,7 +25,7 @@ use dta_proto::wire::ib::{opcode, AethRepr, BthRepr, NakCode, Psn, Qpn, Syndrome
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::wire::roce::{build_frame, RoceEndpoint, L2L4_LEN};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{extended_header, Harness, HarnessOptions};
+use dta_tests::harness::{extended_header, keywrite_store, Harness, HarnessOptions};
 use dta_translator::datapath::pipeline::{
     CollectorTarget, Pipeline, PipelineConfig, QpBinding, Route,
 };
@@ -182,17 +182,7 @@ fn a_full_transmit_batch_never_loses_reports() {
 }
 
 fn kw_store() -> StoreConfig {
-    StoreConfig {
-        name: "kw".into(),
-        port: None,
-        cm_allow: None,
-        kind: StoreKindConfig::new(StoreKind::KeyWrite {
-            slots: 1 << 16,
-            slot_size: 16,
-            hash: HashProfile::Independent,
-        })
-        .with_redundancy(1),
-    }
+    keywrite_store(1 << 16, 16, 1)
 }
 
 fn kw_reports(from: u32, n: u32) -> Vec<Report> {

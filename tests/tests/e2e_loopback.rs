@@ -19,7 +19,7 @@ use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
 use dta_tests::harness::extended_header;
-use dta_tests::harness::free_port;
+use dta_tests::harness::{free_port, keywrite_store};
 use dta_translator::config::{CollectorSection, TranslatorConfig};
 use dta_translator::Translator;
 
@@ -105,20 +105,7 @@ impl System {
 fn keywrite_memory_byte_for_byte_and_queries() {
     const SLOTS: u32 = 1 << 14;
     const N: u8 = 3;
-    let mut sys = System::start(
-        vec![StoreConfig {
-            name: "kw".into(),
-            port: None,
-            cm_allow: None,
-            kind: StoreKindConfig::new(StoreKind::KeyWrite {
-                slots: SLOTS,
-                slot_size: 32,
-                hash: HashProfile::Independent,
-            })
-            .with_redundancy(N),
-        }],
-        1000,
-    );
+    let mut sys = System::start(vec![keywrite_store(SLOTS, 32, N)], 1000);
     let layout = KeyWriteLayout::new(SLOTS, 32).unwrap();
     let hasher = KeyHasher::new(HashProfile::Independent, SLOTS).unwrap();
     let keys = 1500u32;

@@ -6,7 +6,6 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_collector::rnic::responder::QpState;
 use dta_proto::batch::{Datagram, IpMeta, TxBatch};
-use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
 use dta_proto::meta::StoreKind;
 use dta_proto::wire::ethernet::MacAddr;
@@ -14,22 +13,14 @@ use dta_proto::wire::ib::{opcode as op, AethRepr, BthRepr, NakCode, Psn, Qpn, Sy
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::wire::roce::{build_frame, parse_frame, RoceEndpoint, L2L4_LEN};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{extended_header, Harness, HarnessOptions, COLLECTOR, TRANSLATOR};
+use dta_tests::harness::{
+    extended_header, keywrite_store, Harness, HarnessOptions, COLLECTOR, TRANSLATOR,
+};
 use proptest::prelude::*;
 
 fn stores() -> Vec<StoreConfig> {
     vec![
-        StoreConfig {
-            name: "kw".into(),
-            port: None,
-            cm_allow: None,
-            kind: StoreKindConfig::new(StoreKind::KeyWrite {
-                slots: 1024,
-                slot_size: 8,
-                hash: HashProfile::Independent,
-            })
-            .with_redundancy(1),
-        },
+        keywrite_store(1024, 8, 1),
         StoreConfig {
             name: "ap".into(),
             port: None,

@@ -15,12 +15,9 @@
 //! and in bulk the loss window bounds it and sheds what the lossy link cannot carry as counted
 //! drops, never silently.
 
-use dta_collector::config::{StoreConfig, StoreKindConfig};
-use dta_proto::hash::HashProfile;
-use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{extended_header, Harness, HarnessOptions};
+use dta_tests::harness::{extended_header, keywrite_store, Harness, HarnessOptions};
 use dta_translator::datapath::qp::QpTuning;
 
 const US: u64 = 1_000;
@@ -39,17 +36,7 @@ struct Figures {
 /// of the responses; then a clean minute. Checks that every report's write executed once.
 fn run(loss: f64, n: u32, per_step: u32, step_ns: u64) -> Figures {
     let mut h = Harness::new(
-        vec![StoreConfig {
-            name: "kw".into(),
-            port: None,
-            cm_allow: None,
-            kind: StoreKindConfig::new(StoreKind::KeyWrite {
-                slots: 1 << 18,
-                slot_size: 16,
-                hash: HashProfile::Independent,
-            })
-            .with_redundancy(1),
-        }],
+        vec![keywrite_store(1 << 18, 16, 1)],
         HarnessOptions {
             qp: QpTuning {
                 // A rack-local collector: round trips of tens of microseconds, so the RTO

@@ -17,7 +17,6 @@ use dta_proto::Value;
 use dta_tests::harness::extended_header;
 use dta_tests::harness::free_port;
 use dta_translator::config::{CollectorSection, ReportSteering, RoceSteering, TranslatorConfig};
-use dta_translator::datapath::stats::TranslatorCounters;
 use dta_translator::Translator;
 
 fn two_workers(report: ReportSteering, roce: RoceSteering, translator_ip: Ipv4Addr) {

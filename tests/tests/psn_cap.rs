@@ -14,14 +14,12 @@
 //! far more than the cap (`QpTuning::default().max_outstanding`) takes to fill. Then it
 //! resumes and 2 s of traffic follow.
 
-use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_proto::hash::{HashProfile, KeyHasher};
 use dta_proto::layout::KeyWriteLayout;
-use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{extended_header, Harness, HarnessOptions};
+use dta_tests::harness::{extended_header, keywrite_store, Harness, HarnessOptions};
 
 const MS: u64 = 1_000_000;
 const SLOTS: u32 = 1 << 20;
@@ -29,17 +27,7 @@ const N: u8 = 4;
 
 fn harness() -> Harness {
     Harness::new(
-        vec![StoreConfig {
-            name: "kw".into(),
-            port: None,
-            cm_allow: None,
-            kind: StoreKindConfig::new(StoreKind::KeyWrite {
-                slots: SLOTS,
-                slot_size: 16,
-                hash: HashProfile::Independent,
-            })
-            .with_redundancy(N),
-        }],
+        vec![keywrite_store(SLOTS, 16, N)],
         HarnessOptions::default(),
     )
 }

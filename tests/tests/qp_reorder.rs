@@ -43,16 +43,14 @@
 //! ring before the loss was known are given up, as the design documents, and exactly the
 //! reports they carried are missing, each counted (`psn_skipped`, `noops_in_place`).
 
-use dta_collector::config::{StoreConfig, StoreKindConfig};
 use dta_collector::query::keywrite::{KeyWriteAnswer, KeyWriteView, Vote};
 use dta_proto::hash::{HashProfile, KeyHasher};
 use dta_proto::layout::KeyWriteLayout;
-use dta_proto::meta::StoreKind;
 use dta_proto::wire::ib::Psn;
 use dta_proto::wire::report::{Primitive, Profile, Report};
 use dta_proto::wire::roce::parse_frame;
 use dta_proto::{Key, Value};
-use dta_tests::harness::{extended_header, Harness, HarnessOptions};
+use dta_tests::harness::{extended_header, keywrite_store, Harness, HarnessOptions};
 use dta_translator::datapath::qp::{QpTuning, TAIL_RTOS};
 
 const US: u64 = 1_000;
@@ -184,17 +182,7 @@ fn run(case: Case) -> Outcome {
         base.qp
     };
     let mut h = Harness::new(
-        vec![StoreConfig {
-            name: "kw".into(),
-            port: None,
-            cm_allow: None,
-            kind: StoreKindConfig::new(StoreKind::KeyWrite {
-                slots: SLOTS,
-                slot_size: 16,
-                hash: HashProfile::Independent,
-            })
-            .with_redundancy(1),
-        }],
+        vec![keywrite_store(SLOTS, 16, 1)],
         HarnessOptions {
             qp: QpTuning {
                 max_outstanding: case.cap.unwrap_or(qp.max_outstanding),

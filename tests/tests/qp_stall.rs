@@ -6,12 +6,9 @@
 //! `[reliability]` tuning except AckReq every 16 frames and a 2 ms initial timeout
 //! (`broken_after` 5 s, `rto_max` 1 s).
 
-use dta_collector::config::{StoreConfig, StoreKindConfig};
-use dta_proto::hash::HashProfile;
-use dta_proto::meta::StoreKind;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report, ReportHeader};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{Harness, HarnessOptions};
+use dta_tests::harness::{keywrite_store, Harness, HarnessOptions};
 use dta_translator::datapath::qp::QpTuning;
 
 const MS: u64 = 1_000_000;
@@ -19,17 +16,7 @@ const PER_MS: u32 = 10;
 
 fn harness() -> Harness {
     Harness::new(
-        vec![StoreConfig {
-            name: "kw".into(),
-            port: None,
-            cm_allow: None,
-            kind: StoreKindConfig::new(StoreKind::KeyWrite {
-                slots: 1 << 16,
-                slot_size: 16,
-                hash: HashProfile::Independent,
-            })
-            .with_redundancy(1),
-        }],
+        vec![keywrite_store(1 << 16, 16, 1)],
         HarnessOptions::default(),
     )
 }
