@@ -5,22 +5,7 @@ use dta_proto::hash::HashProfile;
 use dta_proto::layout::AppendFormat;
 use dta_proto::wire::report::{Primitive, Priority, Profile, Report};
 use dta_proto::{Key, Value};
-use dta_tests::harness::{extended_header, Harness, HarnessOptions};
-
-/// A Key-Write store written with redundancy `n` (reports with another N are dropped).
-fn kw_store(slots: u32, n: u8) -> StoreConfig {
-    StoreConfig {
-        name: "kw".into(),
-        port: None,
-        cm_allow: None,
-        kind: StoreKindConfig::new(StoreKind::KeyWrite {
-            slots,
-            slot_size: 8,
-            hash: HashProfile::Independent,
-        })
-        .with_redundancy(n),
-    }
-}
+use dta_tests::harness::{extended_header, keywrite_store, Harness, HarnessOptions};
 
 fn append_store(lists: u32, capacity: u32, batch: u32, entry: u32) -> StoreConfig {
     StoreConfig {
@@ -41,7 +26,10 @@ fn append_store(lists: u32, capacity: u32, batch: u32, entry: u32) -> StoreConfi
 
 #[test]
 fn keywrite_lands_and_acks_flow() {
-    let mut h = Harness::new(vec![kw_store(1 << 16, 2)], HarnessOptions::default());
+    let mut h = Harness::new(
+        vec![keywrite_store(1 << 16, 8, 2)],
+        HarnessOptions::default(),
+    );
     let reports: Vec<Report> = (0..1000u32)
         .map(|i| Report {
             header: extended_header(0),
@@ -299,7 +287,7 @@ fn key_increment_sums_equal_sent_totals() {
 #[test]
 fn immediate_reports_raise_completions() {
     let mut h = Harness::new(
-        vec![kw_store(1 << 10, 2), append_store(1, 64, 4, 4)],
+        vec![keywrite_store(1 << 10, 8, 2), append_store(1, 64, 4, 4)],
         HarnessOptions::default(),
     );
     let mut r = Report {
@@ -340,7 +328,10 @@ fn immediate_reports_raise_completions() {
 
 #[test]
 fn sequence_gaps_are_nacked_with_the_missing_range() {
-    let mut h = Harness::new(vec![kw_store(1 << 10, 1)], HarnessOptions::default());
+    let mut h = Harness::new(
+        vec![keywrite_store(1 << 10, 8, 1)],
+        HarnessOptions::default(),
+    );
     let mk = |seq: u32| {
         let mut r = Report {
             header: extended_header(0),
@@ -390,7 +381,7 @@ fn overload_sheds_low_priority_first_and_keeps_high() {
         medium_reserve: 0.25,
     };
     let mut h = Harness::new(
-        vec![kw_store(1 << 12, 1)],
+        vec![keywrite_store(1 << 12, 8, 1)],
         HarnessOptions {
             rate,
             ..HarnessOptions::default()
@@ -443,7 +434,10 @@ fn overload_sheds_low_priority_first_and_keeps_high() {
 
 #[test]
 fn one_percent_loss_never_stalls_a_qp() {
-    let mut h = Harness::new(vec![kw_store(1 << 14, 1)], HarnessOptions::default());
+    let mut h = Harness::new(
+        vec![keywrite_store(1 << 14, 8, 1)],
+        HarnessOptions::default(),
+    );
     h.imp.loss = 0.01;
     h.imp.response_loss = 0.01;
     let mut sent = 0u32;
@@ -696,7 +690,7 @@ fn retransmitted_frames_are_the_frames_first_sent() {
     use dta_proto::wire::roce::{parse_frame, L2L4_LEN};
     let mut h = Harness::new(
         vec![
-            kw_store(1 << 12, 3),
+            keywrite_store(1 << 12, 8, 3),
             append_store(2, 256, 4, 8),
             store(
                 "ctr",
