@@ -687,6 +687,109 @@ fn lanes_read_the_spec_vectors() {
     );
     assert!(parse_append_fast(&pc, &ext).is_none());
 
+    // The keyed lane reads the reference's Key-Write and Key-Increment vectors into a report
+    // already holding that primitive, field by field: §2.5's `keywrite --key 1 --data 10000
+    // --redundancy 1` (the key's little-endian bytes, the data unchanged), the example
+    // Reporter's variant-A packet (Immediate set, no sequence number), a retransmittable
+    // Key-Increment of N = 4, and an extended Key-Increment of delta 7 for a 4-byte key.
+    let holding = |primitive| Report {
+        primitive,
+        ..Report::PLACEHOLDER
+    };
+    let kw = || {
+        holding(Primitive::KeyWrite {
+            redundancy: 9,
+            key: Key::new(&[9]).unwrap(),
+            value: Value::new(&[9]).unwrap(),
+        })
+    };
+    let ki = || {
+        holding(Primitive::KeyIncrement {
+            redundancy: 9,
+            key: Key::new(&[9]).unwrap(),
+            delta: 9,
+        })
+    };
+    let mut r = kw();
+    assert!(parse_keyed_into(
+        &hex("01 00 00 01 00000001 00002710"),
+        &b,
+        &mut r
+    ));
+    assert_eq!(
+        (r.header.profile, r.header.seq, r.header.immediate),
+        (Profile::ReferenceB, Some(0), false)
+    );
+    assert_eq!(
+        r.primitive,
+        Primitive::KeyWrite {
+            redundancy: 1,
+            key: Key::new(&[1, 0, 0, 0]).unwrap(),
+            value: Value::new(&[0, 0, 0x27, 0x10]).unwrap(),
+        }
+    );
+    let mut r = kw();
+    assert!(parse_keyed_into(
+        &hex("01 80 02 0a000001 00001234"),
+        &a,
+        &mut r
+    ));
+    assert_eq!(
+        (r.header.profile, r.header.seq),
+        (Profile::ReferenceA, None)
+    );
+    assert!(r.header.immediate && !r.header.retransmittable);
+    assert_eq!(
+        r.primitive,
+        Primitive::KeyWrite {
+            redundancy: 2,
+            key: Key::new(&[1, 0, 0, 0x0a]).unwrap(),
+            value: Value::new(&[0, 0, 0x12, 0x34]).unwrap(),
+        }
+    );
+    let mut r = ki();
+    assert!(parse_keyed_into(
+        &hex("03 05 40 04 00000001 0000000000000001"),
+        &b,
+        &mut r
+    ));
+    assert_eq!((r.header.seq, r.header.retransmittable), (Some(5), true));
+    assert_eq!(
+        r.primitive,
+        Primitive::KeyIncrement {
+            redundancy: 4,
+            key: Key::new(&[1, 0, 0, 0]).unwrap(),
+            delta: 1,
+        }
+    );
+    let xki = hex("d1 03 50 00 01020304  04 04 0000 0000000000000007  0a000001");
+    let mut r = ki();
+    assert!(parse_keyed_into(&xki, &ext, &mut r));
+    assert_eq!(
+        (r.header.profile, r.header.seq),
+        (Profile::Extended, Some(0x0102_0304))
+    );
+    assert_eq!(
+        r.primitive,
+        Primitive::KeyIncrement {
+            redundancy: 4,
+            key: Key::new(&[0x0a, 0, 0, 1]).unwrap(),
+            delta: 7,
+        }
+    );
+    // Each into a report holding the other primitive, and the reserved bytes set: refused.
+    assert!(!parse_keyed_into(&xki, &ext, &mut kw()));
+    assert!(!parse_keyed_into(
+        &hex("01 00 00 01 00000001 00002710"),
+        &b,
+        &mut ki()
+    ));
+    for i in [10, 11] {
+        let mut m = xki.clone();
+        m[i] = 1;
+        assert!(!parse_keyed_into(&m, &ext, &mut ki()), "byte {i}");
+    }
+
     // Key-Write and Key-Increment reports take neither lane.
     for (v, c) in [
         ("01 00 00 01 00000001 00002710", &b),
