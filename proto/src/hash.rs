@@ -988,6 +988,30 @@ mod tests {
             }
         }
 
+        /// The keyed runs hash under [`crate::cpu::with_v3`]: its v3 copy (the CRC folds
+        /// inlined, VEX-encoded) gives every key the checksum and slots the baseline's gives.
+        #[test]
+        fn checksum_and_slots_are_the_same_at_every_cpu_level(
+            bytes in proptest::collection::vec(any::<u8>(), 1..=16),
+            n in 0usize..=MAX_REDUNDANCY,
+        ) {
+            struct Hash<'a>(&'a KeyHasher, &'a Key, usize);
+            use crate::cpu::Leveled;
+            impl Leveled for Hash<'_> {
+                type Output = (u32, [u32; MAX_REDUNDANCY]);
+                #[inline(always)]
+                fn run(self) -> Self::Output {
+                    let mut out = [0; MAX_REDUNDANCY];
+                    (self.0.checksum_and_slots(self.1, self.2, &mut out), out)
+                }
+            }
+            let key = Key::new(&bytes).unwrap();
+            for p in [HashProfile::Reference, HashProfile::Independent] {
+                let h = KeyHasher::new(p, 1 << 20).unwrap();
+                prop_assert_eq!(crate::cpu::with_v3(Hash(&h, &key, n)), Hash(&h, &key, n).run());
+            }
+        }
+
         #[test]
         fn checksum_and_slots_agree(bytes in proptest::collection::vec(any::<u8>(), 1..=16),
                                     n in 0usize..=MAX_REDUNDANCY) {

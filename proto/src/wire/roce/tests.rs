@@ -1,4 +1,5 @@
 use super::*;
+use crate::cpu::Leveled;
 use crate::wire::ib::{opcode, opcode as op, Psn, Qpn, Rkey, Syndrome};
 use proptest::prelude::*;
 
@@ -222,6 +223,56 @@ proptest! {
             }
         }
         prop_assert_eq!(t.tail_reg(imm, &fill[..len]), reg);
+    }
+
+    /// The keyed runs build their frames under [`crate::cpu::with_v3`]: its v3 copy writes
+    /// the same bytes as the baseline's (a padded WRITE with or without Immediate, and its
+    /// retransmission copy; a FETCH_ADD), with the same tail registers.
+    #[test]
+    fn frames_are_the_same_at_every_cpu_level(
+        len in 1usize..=PADDED_PAYLOAD, fill in proptest::collection::vec(any::<u8>(), PADDED_PAYLOAD),
+        imm in proptest::option::of(any::<u32>()), psn in 0u32..(1 << 24), ack in any::<bool>(),
+        offset in 0u64..(1 << 20), delta in any::<u64>()) {
+        struct Emit<'a> {
+            write: &'a RdmaTemplate,
+            atomic: &'a RdmaTemplate,
+            block: &'a [u8; PADDED_PAYLOAD],
+            imm: Option<u32>,
+            psn: Psn,
+            ack: bool,
+            va: u64,
+            delta: u64,
+        }
+        impl Leveled for Emit<'_> {
+            type Output = (u32, u32, [u8; 3 * RDMA_PADDED_ROOM]);
+            #[inline(always)]
+            fn run(self) -> Self::Output {
+                let mut out = [0u8; 3 * RDMA_PADDED_ROOM];
+                let (frame, rest) = out.split_at_mut(RDMA_PADDED_ROOM);
+                let (copy, atom) = rest.split_at_mut(RDMA_PADDED_ROOM);
+                let tail = self.write.padded_tail_reg(self.imm, self.block);
+                self.write.emit_write_padded(
+                    frame, Some(copy), self.psn, self.ack, self.va, self.imm, self.block, tail);
+                let atail = self.atomic.atomic_tail_reg(self.delta, 0);
+                self.atomic.emit_atomic(atom, None, self.psn, self.ack, self.va, self.delta, 0, atail);
+                (tail, atail, out)
+            }
+        }
+        let region = RdmaRegion { va: 0x7f00_1000_0000, len: 1 << 21, rkey: Rkey(0x95) };
+        let op = if imm.is_some() { op::RC_RDMA_WRITE_ONLY_IMM } else { op::RC_RDMA_WRITE_ONLY };
+        let write = RdmaTemplate::new(&ep(), op, Qpn::new(5), region, len).unwrap();
+        let atomic = RdmaTemplate::new(&ep(), op::RC_FETCH_ADD, Qpn::new(5), region, 0).unwrap();
+        let mut block = [0u8; PADDED_PAYLOAD];
+        block[..len].copy_from_slice(&fill[..len]);
+        let emit = || Emit {
+            write: &write, atomic: &atomic, block: &block, imm, psn: Psn::new(psn), ack,
+            va: region.va + offset, delta,
+        };
+        let (v3, base) = (crate::cpu::with_v3(emit()), emit().run());
+        prop_assert_eq!(v3.0, base.0);
+        prop_assert_eq!(v3.1, base.1);
+        prop_assert_eq!(&v3.2[..], &base.2[..]);
+        prop_assert!(icrc::check_frame(&base.2[..write.frame_len()]));
     }
 
     #[test]

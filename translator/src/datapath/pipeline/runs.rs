@@ -122,6 +122,41 @@ impl Pipeline {
         rest: &[Datagram<'_>],
         tx: &mut TxBatch,
     ) -> usize {
+        struct Run<'a, 'b> {
+            p: &'a mut Pipeline,
+            now: u64,
+            si: usize,
+            first: &'a mut Report,
+            rest: &'a [Datagram<'b>],
+            tx: &'a mut TxBatch,
+        }
+        impl dta_proto::cpu::Leveled for Run<'_, '_> {
+            type Output = usize;
+            #[inline(always)]
+            fn run(self) -> usize {
+                self.p
+                    .keyed_run_in(self.now, self.si, self.first, self.rest, self.tx)
+            }
+        }
+        dta_proto::cpu::with_v3(Run {
+            p: self,
+            now,
+            si,
+            first,
+            rest,
+            tx,
+        })
+    }
+
+    #[inline(always)]
+    fn keyed_run_in(
+        &mut self,
+        now: u64,
+        si: usize,
+        first: &mut Report,
+        rest: &[Datagram<'_>],
+        tx: &mut TxBatch,
+    ) -> usize {
         let Store { sender, prim, .. } = &mut self.stores[si];
         let mut run = KeyedRun {
             sender,

@@ -638,7 +638,8 @@ fn an_append_run_matches_report_by_report_dispatch() {
 /// range, values too long for the slot, the other keyed primitive (no store: it ends a run),
 /// Appends for no list, truncated reports (a parse error ends a run and is counted once),
 /// Sketch-Merge datagrams, and retransmittable reference reports with sequence gaps (NACKs go
-/// into the batch mid-run); the QP's cap on unconfirmed PSNs is reached part-way.
+/// into the batch mid-run); the QP's cap on unconfirmed PSNs is reached part-way. Both copies
+/// of the run (x86-64-v3 and baseline) are compared with the dispatch.
 #[test]
 fn a_keyed_run_matches_report_by_report_dispatch() {
     let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
@@ -721,7 +722,19 @@ fn a_keyed_run_matches_report_by_report_dispatch() {
             }
         }
         let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 60;
-        let (c, frames) = runs_against_dispatch(kind.clone(), cap, &bufs);
+        // The run is compiled twice (`dta_proto::cpu::with_v3`): where the CPU has x86-64-v3
+        // the first pass runs its v3 copy, the second the baseline's. (Other tests of this
+        // binary may take the baseline copy meanwhile: both give the same bytes.)
+        let passes = [true, false].map(|v3| {
+            dta_proto::cpu::allow_v3(v3);
+            runs_against_dispatch(kind.clone(), cap, &bufs)
+        });
+        dta_proto::cpu::allow_v3(true);
+        assert_eq!(
+            passes[0].0, passes[1].0,
+            "{kind:?}: the two copies' counters"
+        );
+        let (c, frames) = passes[0];
         let mut expect = vec![
             ("queue full", c.drop_qp_queue_full),
             ("bad redundancy", c.drop_bad_redundancy),
