@@ -150,3 +150,22 @@ pub fn with_v3<L: Leveled>(code: L) -> L::Output {
 fn v3<L: Leveled>(code: L) -> L::Output {
     code.run()
 }
+
+/// Asks the CPU to bring the cache line holding `r` into its caches (PREFETCHT0) and goes on
+/// without waiting for it: an access a little later finds it there. (A load whose value is
+/// unused would not do: it holds up every later instruction's retirement until it completes.)
+/// Nothing on other architectures.
+#[inline(always)]
+pub fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    // SAFETY: a prefetch reads nothing the program sees and cannot fault (and `r` is a valid
+    // reference); SSE, which it belongs to, is part of the x86-64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            (r as *const T).cast(),
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}

@@ -174,6 +174,14 @@ impl Hasher for FastHasher {
     }
 }
 
+/// [`FastHasher`]'s hash of one `u64` (for a table of its own, indexed by the low bits).
+#[inline(always)]
+pub fn hash_u64(key: u64) -> u64 {
+    let mut h = FastHasher::default();
+    h.write_u64(key);
+    h.finish()
+}
+
 /// A `HashMap` with [`FastHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 

@@ -455,6 +455,13 @@ impl Pipeline {
     /// Processes a burst of report datagrams. Every datagram is counted (see the module
     /// docs), whatever room `tx` has.
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) {
+        if !self.reporters.is_empty() {
+            // Reporters send retransmittable reports: the burst's first datagrams' slots,
+            // which no earlier datagram of the burst prefetches ([`prefetch_reporter`]).
+            for d in burst.iter().take(PREFETCH_AHEAD) {
+                self.reporters.prefetch(d.src);
+            }
+        }
         let mut next = 0;
         while let Some(d) = burst.get(next) {
             next += 1;
@@ -467,6 +474,9 @@ impl Pipeline {
             // `Report`.
             if let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse) {
                 self.counters.reports_append += 1;
+                if h.retransmittable {
+                    prefetch_reporter(&self.reporters, burst, next - 1);
+                }
                 self.note_sequence(&h, d.src, tx);
                 match self.append_run_store(list) {
                     Some(si) => {
@@ -478,6 +488,9 @@ impl Pipeline {
             }
             if let Some((h, p)) = parse_postcard_fast(d.payload, &self.cfg.parse) {
                 self.counters.reports_postcard += 1;
+                if h.retransmittable {
+                    prefetch_reporter(&self.reporters, burst, next - 1);
+                }
                 self.note_sequence(&h, d.src, tx);
                 self.dispatch_postcard(now, h, &p, *d.dst.ip(), tx);
                 continue;
@@ -986,6 +999,21 @@ impl Pipeline {
         }
         let more = self.poll_transmit(now, tx);
         done && !more
+    }
+}
+
+/// How many datagrams ahead of the one being translated the burst loops touch its reporter's
+/// slot ([`prefetch_reporter`]).
+const PREFETCH_AHEAD: usize = 4;
+
+/// Touches the reporter slot of the datagram [`PREFETCH_AHEAD`] after `burst[at]`, a
+/// retransmittable report's: with thousands of reporters their slots are not in the L1 cache,
+/// and each report's sequence tracking waited for its own (`dta bench micro`'s 10,000-reporter
+/// row: 60 % of `track_sequence`'s time on the slot's load).
+#[inline(always)]
+fn prefetch_reporter(reporters: &ReporterTracker, burst: &[Datagram<'_>], at: usize) {
+    if let Some(d) = burst.get(at + PREFETCH_AHEAD) {
+        reporters.prefetch(d.src);
     }
 }
 

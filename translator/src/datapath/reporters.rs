@@ -1,13 +1,17 @@
 //! Per-reporter sequence tracking for retransmittable reports: a gap in a reporter's sequence
 //! numbers is answered with a DTA NACK naming what is missing.
 //!
-//! Reporters are found by hash (O(1) per report, for thousands of reporters); the table holds
-//! at most `max_reporters` entries, allocated up front, and reporters beyond that are not
-//! tracked (their reports are still translated).
+//! Reporters are found by hash (O(1) per report, for thousands of reporters) in an
+//! open-addressing table of its own, allocated up front: at most `max_reporters` entries in
+//! twice as many slots, so a probe always ends at an empty slot; reporters beyond that are not
+//! tracked (their reports are still translated). Its own rather than a `HashMap` so that a
+//! burst's loop can touch a later datagram's slot before it gets there
+//! ([`ReporterTracker::prefetch`]): with thousands of reporters the table outgrows the L1
+//! cache, and each report's lookup waited for its slot's line.
 
 use std::net::SocketAddrV4;
 
-use super::demux::{fast_map, FastMap};
+use super::demux::hash_u64;
 
 /// What a report's sequence number says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,29 +36,63 @@ pub enum Sequence {
     },
 }
 
+/// One reporter's slot.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    /// The reporter's address and port plus one ([`tag`]); 0: empty.
+    tag: u64,
+    /// The next sequence number expected from it.
+    next: u32,
+}
+
+/// A reporter's address and port as a nonzero table tag (48 bits, plus one).
+#[inline(always)]
+fn tag(src: SocketAddrV4) -> u64 {
+    ((u32::from(*src.ip()) as u64) << 16 | src.port() as u64) + 1
+}
+
 /// The next expected sequence number of each reporter.
 pub struct ReporterTracker {
-    next: FastMap<u64, u32>,
+    slots: Box<[Slot]>,
+    /// Slots − 1 (a power of two, at least twice `max`).
+    mask: usize,
+    len: usize,
     max: usize,
 }
 
 impl ReporterTracker {
     /// A tracker for up to `max` reporters.
     pub fn new(max: usize) -> ReporterTracker {
+        let slots = (max.max(1) * 2).next_power_of_two();
         ReporterTracker {
-            next: fast_map(max),
+            slots: vec![Slot::default(); slots].into_boxed_slice(),
+            mask: slots - 1,
+            len: 0,
             max,
         }
     }
 
     /// Reporters tracked.
     pub fn len(&self) -> usize {
-        self.next.len()
+        self.len
     }
 
     /// True if no reporter is tracked.
     pub fn is_empty(&self) -> bool {
-        self.next.is_empty()
+        self.len == 0
+    }
+
+    /// The slot a probe for `tag` starts at.
+    #[inline(always)]
+    fn home(&self, tag: u64) -> usize {
+        hash_u64(tag) as usize & self.mask
+    }
+
+    /// Prefetches the cache line where `src`'s lookup starts, so that
+    /// [`ReporterTracker::track`] finds it there a few reports later. Costs a hash.
+    #[inline(always)]
+    pub fn prefetch(&self, src: SocketAddrV4) {
+        dta_proto::cpu::prefetch(&self.slots[self.home(tag(src))]);
     }
 
     /// Tracks `seq` from `src`. `wide`: 32-bit sequence numbers of the extended profile (a
@@ -62,22 +100,28 @@ impl ReporterTracker {
     /// ones (the tracker starts at 0 and expects 1 first).
     #[inline]
     pub fn track(&mut self, src: SocketAddrV4, seq: u32, wide: bool) -> Sequence {
-        let key = (u32::from(*src.ip()) as u64) << 16 | src.port() as u64;
+        let tag = tag(src);
         let mask: u32 = if wide { u32::MAX } else { 0xff };
-        let len = self.next.len();
-        let next = match self.next.get_mut(&key) {
-            Some(n) => n,
-            None => {
-                if len >= self.max {
+        let mut at = self.home(tag);
+        // At most half the slots are taken: the probe ends at the reporter or an empty slot.
+        while self.slots[at].tag != tag {
+            if self.slots[at].tag == 0 {
+                if self.len >= self.max {
                     return Sequence::Untracked;
                 }
+                self.len += 1;
+                self.slots[at] = Slot {
+                    tag,
+                    next: if wide { seq.wrapping_add(1) } else { 1 },
+                };
                 if wide {
-                    self.next.insert(key, seq.wrapping_add(1));
                     return Sequence::Learned;
                 }
-                self.next.entry(key).or_insert(1)
+                break;
             }
-        };
+            at = (at + 1) & self.mask;
+        }
+        let next = &mut self.slots[at].next;
         let ahead = seq.wrapping_sub(*next) & mask;
         if ahead == 0 {
             *next = next.wrapping_add(1) & mask;
@@ -140,6 +184,47 @@ mod tests {
                 last_in_order: 0
             }
         );
+    }
+
+    /// Reporters whose probes start at the same slot (as a sender choosing its source
+    /// addresses could arrange), the last slot among them so that the probe wraps around the
+    /// table's end, keep their own sequences; the table never holds more than its bound.
+    #[test]
+    fn reporters_whose_probes_collide_stay_apart() {
+        let mut t = ReporterTracker::new(40);
+        let last = t.mask;
+        let colliding: Vec<SocketAddrV4> = (0..1_000_000u32)
+            .map(addr)
+            .filter(|&a| t.home(tag(a)) == last)
+            .take(40)
+            .collect();
+        assert_eq!(colliding.len(), 40);
+        for (i, &a) in colliding.iter().enumerate() {
+            assert_eq!(t.track(a, 1000 * i as u32, true), Sequence::Learned);
+        }
+        for (i, &a) in colliding.iter().enumerate().rev() {
+            assert_eq!(
+                t.track(a, 1000 * i as u32 + 1, true),
+                Sequence::InOrder,
+                "{i}"
+            );
+        }
+        assert_eq!(
+            t.track(colliding[7], 7003, true),
+            Sequence::Gap {
+                first_missing: 7002,
+                count: 1,
+                last_in_order: 7001
+            }
+        );
+        assert_eq!(t.track(addr(2_000_000), 5, true), Sequence::Untracked);
+        assert_eq!(t.len(), 40);
+        // The probe for an unknown reporter that collides too ends at an empty slot.
+        let other = (1_000_000..2_000_000u32)
+            .map(addr)
+            .find(|&a| t.home(tag(a)) == last)
+            .unwrap();
+        assert_eq!(t.track(other, 1, true), Sequence::Untracked);
     }
 
     #[test]
