@@ -96,7 +96,8 @@ pub struct Section {
     /// besides IP literals and `localhost`).
     #[serde(flatten)]
     pub web: dta_http::WebSettings,
-    /// Reporters tracked for sequence gaps, per worker.
+    /// Reporters tracked for sequence gaps, per worker (at most 1,048,576; each worker
+    /// allocates its table, 32 bytes a reporter, at start).
     pub max_reporters: usize,
     /// Frames each QP keeps for retransmission until the collector acknowledges them (go-back-N
     /// after a NAK or an ACK timeout; rounded up to a power of two, at most 4194304). Memory:

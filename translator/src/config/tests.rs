@@ -235,6 +235,21 @@ fn bad_files_get_clear_errors() {
     assert!(parse("[postcard]\nredundancy = 0")
         .unwrap_err()
         .contains("postcard.redundancy"));
+    // Each worker allocates its reporter table at start: a huge bound is refused, not tried.
+    for bad in ["1048577", "18446744073709551615"] {
+        let e = parse(&format!("[translator]\nmax_reporters = {bad}")).unwrap_err();
+        assert!(
+            e.contains("translator.max_reporters must be 0..=1048576"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        parse("[translator]\nmax_reporters = 1048576")
+            .unwrap()
+            .translator
+            .max_reporters,
+        1 << 20
+    );
     // The PSN cap: below 2^23 outstanding, room for a report, an AckReq'd frame in flight.
     for bad in ["0", "63", "4194305", "8388608"] {
         let e = parse(&format!("[reliability]\nmax_outstanding_psns = {bad}")).unwrap_err();

@@ -52,6 +52,14 @@ impl TranslatorConfig {
                 crate::datapath::retx::MAX_WINDOW
             ));
         }
+        if t.max_reporters > crate::datapath::reporters::MAX_REPORTERS {
+            return Err(format!(
+                "translator.max_reporters must be 0..={} (each worker allocates 32 bytes per \
+                 reporter at start): {}",
+                crate::datapath::reporters::MAX_REPORTERS,
+                t.max_reporters
+            ));
+        }
         if t.max_redundancy == 0 || t.max_redundancy as usize > dta_proto::hash::MAX_REDUNDANCY {
             return Err(format!(
                 "translator.max_redundancy must be 1..={}",

@@ -51,6 +51,9 @@ fn tag(src: SocketAddrV4) -> u64 {
     ((u32::from(*src.ip()) as u64) << 16 | src.port() as u64) + 1
 }
 
+/// Most reporters one tracker takes (its table: 32 MiB).
+pub const MAX_REPORTERS: usize = 1 << 20;
+
 /// The next expected sequence number of each reporter.
 pub struct ReporterTracker {
     slots: Box<[Slot]>,
@@ -61,8 +64,10 @@ pub struct ReporterTracker {
 }
 
 impl ReporterTracker {
-    /// A tracker for up to `max` reporters.
+    /// A tracker for up to `max` reporters (at most [`MAX_REPORTERS`]: the configuration
+    /// refuses more, and more are not tracked).
     pub fn new(max: usize) -> ReporterTracker {
+        let max = max.min(MAX_REPORTERS);
         let slots = (max.max(1) * 2).next_power_of_two();
         ReporterTracker {
             slots: vec![Slot::default(); slots].into_boxed_slice(),
