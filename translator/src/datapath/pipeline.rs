@@ -457,7 +457,8 @@ impl Pipeline {
     pub fn handle_reports(&mut self, now: u64, burst: &[Datagram<'_>], tx: &mut TxBatch) {
         if !self.reporters.is_empty() {
             // Reporters send retransmittable reports: the burst's first datagrams' slots,
-            // which no earlier datagram of the burst prefetches ([`prefetch_reporter`]).
+            // which no earlier datagram of the burst prefetches
+            // ([`Pipeline::note_lane_sequence`]).
             for d in burst.iter().take(PREFETCH_AHEAD) {
                 self.reporters.prefetch(d.src);
             }
@@ -474,10 +475,7 @@ impl Pipeline {
             // `Report`.
             if let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse) {
                 self.counters.reports_append += 1;
-                if h.retransmittable {
-                    prefetch_reporter(&self.reporters, burst, next - 1);
-                }
-                self.note_sequence(&h, d.src, tx);
+                self.note_lane_sequence(&h, d.src, burst, next, tx);
                 match self.append_run_store(list) {
                     Some(si) => {
                         next += self.append_run(now, si, (h, list, value), &burst[next..], tx)
@@ -488,10 +486,7 @@ impl Pipeline {
             }
             if let Some((h, p)) = parse_postcard_fast(d.payload, &self.cfg.parse) {
                 self.counters.reports_postcard += 1;
-                if h.retransmittable {
-                    prefetch_reporter(&self.reporters, burst, next - 1);
-                }
-                self.note_sequence(&h, d.src, tx);
+                self.note_lane_sequence(&h, d.src, burst, next, tx);
                 self.dispatch_postcard(now, h, &p, *d.dst.ip(), tx);
                 continue;
             }
@@ -725,6 +720,29 @@ impl Pipeline {
                 }
             },
         );
+    }
+
+    /// [`Pipeline::note_sequence`] of a lane's report from `src`; when it is retransmittable,
+    /// first prefetches the reporter slot of the datagram [`PREFETCH_AHEAD`] after it
+    /// (`burst[next - 1]` is the report, `burst[next]` the datagram after it). With thousands
+    /// of reporters their slots are not in the L1 cache, and each report's sequence tracking
+    /// waited for its own (`dta bench micro`'s 10,000-reporter row: 60 % of
+    /// `track_sequence`'s time on the slot's load).
+    #[inline(always)]
+    fn note_lane_sequence(
+        &mut self,
+        header: &ReportHeader,
+        src: SocketAddrV4,
+        burst: &[Datagram<'_>],
+        next: usize,
+        tx: &mut TxBatch,
+    ) {
+        if header.retransmittable {
+            if let Some(d) = burst.get(next - 1 + PREFETCH_AHEAD) {
+                self.reporters.prefetch(d.src);
+            }
+        }
+        self.note_sequence(header, src, tx);
     }
 
     /// Tracks a retransmittable report's sequence number ([`note_sequence`]).
@@ -1002,20 +1020,9 @@ impl Pipeline {
     }
 }
 
-/// How many datagrams ahead of the one being translated the burst loops touch its reporter's
-/// slot ([`prefetch_reporter`]).
+/// How many datagrams ahead of a retransmittable report the burst loop prefetches a reporter
+/// slot ([`Pipeline::note_lane_sequence`]).
 const PREFETCH_AHEAD: usize = 4;
-
-/// Touches the reporter slot of the datagram [`PREFETCH_AHEAD`] after `burst[at]`, a
-/// retransmittable report's: with thousands of reporters their slots are not in the L1 cache,
-/// and each report's sequence tracking waited for its own (`dta bench micro`'s 10,000-reporter
-/// row: 60 % of `track_sequence`'s time on the slot's load).
-#[inline(always)]
-fn prefetch_reporter(reporters: &ReporterTracker, burst: &[Datagram<'_>], at: usize) {
-    if let Some(d) = burst.get(at + PREFETCH_AHEAD) {
-        reporters.prefetch(d.src);
-    }
-}
 
 /// Tracks the sequence number of a retransmittable report from reporter `src` (others carry
 /// none that counts): a gap is counted and NACKed (into `tx`), a late report counted.
