@@ -145,7 +145,20 @@ impl TxBatch {
     /// full, `n` is 0 or above the slot size, or `offset` lies past the frame.
     #[inline(always)]
     pub fn commit(&mut self, dest: SocketAddrV4, offset: usize, n: usize) -> bool {
-        if self.is_full() || n == 0 || n > self.slot || offset > n {
+        if n == 0 || n > self.slot || offset > n {
+            return false;
+        }
+        self.commit_fitting(dest, offset, n)
+    }
+
+    /// [`TxBatch::commit`] of a frame its writer knows to fit: `n` is not 0, at most the
+    /// slot size and not below `offset` (checked in debug builds only; a writer of frames of
+    /// a few known lengths checks them once, against [`TxBatch::slot_size`]). Returns
+    /// `false` (and queues nothing) when the batch is full.
+    #[inline(always)]
+    pub fn commit_fitting(&mut self, dest: SocketAddrV4, offset: usize, n: usize) -> bool {
+        debug_assert!(n != 0 && n <= self.slot && offset <= n, "a frame that fits");
+        if self.is_full() {
             return false;
         }
         self.frames.push(FrameMeta {

@@ -468,22 +468,52 @@ impl QpTx {
     /// after it, or the tail probe, covers it).
     #[inline(always)]
     pub fn take(&mut self, now: u64, tx_room: bool) -> Option<Take> {
-        let psn = self.next;
         // The common case first: nothing queued, no loss window, nothing special going on.
-        if tx_room && !self.gate && self.send == psn {
-            self.next = psn.next();
-            self.send = self.next;
-            self.high = self.next;
-            self.since_ackreq += 1;
-            let ack_req = self.since_ackreq >= self.tuning.ack_every;
-            if ack_req {
-                self.since_ackreq = 0;
-            }
-            self.stats.frames += 1;
-            self.on_transmit(psn, now, ack_req, true);
+        if tx_room && !self.gate && self.send == self.next {
+            let (psn, ack_req) = self.take_direct(now);
             return Some(Take::Direct { psn, ack_req });
         }
         self.take_slow(now, tx_room)
+    }
+
+    /// [`QpTx::take`]'s common case: the PSN and AckReq of a frame that goes straight to a
+    /// transmit batch with room, while nothing is queued and nothing special is going on
+    /// (within a [`QpTx::direct_budget`], or as `take` checked).
+    #[inline(always)]
+    pub fn take_direct(&mut self, now: u64) -> (Psn, bool) {
+        debug_assert!(!self.gate && self.send == self.next);
+        let psn = self.next;
+        self.next = psn.next();
+        self.send = self.next;
+        self.high = self.next;
+        self.since_ackreq += 1;
+        let ack_req = self.since_ackreq >= self.tuning.ack_every;
+        if ack_req {
+            self.since_ackreq = 0;
+        }
+        self.stats.frames += 1;
+        self.on_transmit(psn, now, ack_req, true);
+        (psn, ack_req)
+    }
+
+    /// How many frames may now go out one after another, each as [`QpTx::take`] would give
+    /// it as [`Take::Direct`] (the frame's ring slot next in order, [`QpTx::direct_slot`]) and
+    /// each report of up to `frames` of them admitted as [`QpTx::can_take`] would, to a batch
+    /// with `tx_room` free places: 0 unless nothing is queued and nothing special is going
+    /// on. The count holds while only [`QpTx::take_direct`] changes the QP (a translator's
+    /// burst: answers and timers are handled between bursts), each frame taking one of it.
+    #[inline(always)]
+    pub fn direct_budget(&self, frames: usize, tx_room: usize) -> usize {
+        let fast = self.send == self.next
+            && !self.gate
+            && self
+                .ring
+                .as_ref()
+                .is_none_or(|r| r.end() == self.next && frames <= self.ring_capacity);
+        if !fast {
+            return 0;
+        }
+        tx_room.min(self.psn_room())
     }
 
     #[inline(never)]
@@ -523,6 +553,13 @@ impl QpTx {
     #[inline(always)]
     pub fn direct_slot(&mut self, psn: Psn) -> Option<&mut [u8]> {
         self.ring.as_mut().and_then(|r| r.slot_for(psn))
+    }
+
+    /// [`QpTx::direct_slot`] of a frame within a [`QpTx::direct_budget`], which keeps the
+    /// ring's PSNs in order.
+    #[inline(always)]
+    pub fn direct_slot_in_order(&mut self, psn: Psn) -> Option<&mut [u8]> {
+        self.ring.as_mut().map(|r| r.slot_in_order(psn))
     }
 
     /// The ring slot to build the frame of a [`Take::Queued`] `psn` in.

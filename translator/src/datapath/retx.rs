@@ -162,6 +162,17 @@ impl RetxRing {
         self.buf.get_mut(at..at + self.slot)
     }
 
+    /// [`RetxRing::slot_for`] of the next PSN in order (`end`), which a caller that checked
+    /// it knows: no question of order asked.
+    #[inline(always)]
+    pub fn slot_in_order(&mut self, psn: Psn) -> &mut [u8] {
+        debug_assert!(psn == self.end, "the next PSN in order");
+        let at = (psn.value() & self.mask) as usize * self.slot;
+        self.end = psn.next();
+        self.fill += 1;
+        &mut self.buf[at..at + self.slot]
+    }
+
     /// Where the frame sent with `psn` goes: `None` for a PSN older than the newest held (a
     /// probe standing in for an unconfirmed PSN is never kept); a PSN past the next expected
     /// one starts the ring afresh there.

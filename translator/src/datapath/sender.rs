@@ -17,7 +17,7 @@ use std::net::SocketAddrV4;
 
 use dta_proto::batch::TxBatch;
 use dta_proto::meta::StoreMeta;
-use dta_proto::wire::ib::{opcode as op, Qpn, RethRepr, Rkey};
+use dta_proto::wire::ib::{opcode as op, Psn, Qpn, RethRepr, Rkey};
 use dta_proto::wire::roce::{
     FrameTemplate, RdmaRegion, RdmaTemplate, RoceEndpoint, L2L4_LEN, PADDED_PAYLOAD,
     RDMA_PADDED_ROOM,
@@ -107,6 +107,8 @@ struct Templates {
     imm0: FrameTemplate,
     /// FETCH_ADD (Key-Increment stores only).
     atomic: Option<RdmaTemplate>,
+    /// [`Templates::max_frame_len`].
+    longest: usize,
 }
 
 impl Templates {
@@ -121,7 +123,7 @@ impl Templates {
             RdmaTemplate::new(ep, opcode, remote, region, payload_len)
                 .expect("a WRITE payload fits")
         };
-        Templates {
+        let mut t = Templates {
             write: rdma(op::RC_RDMA_WRITE_ONLY),
             write_imm: rdma(op::RC_RDMA_WRITE_ONLY_IMM),
             probe: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, 0),
@@ -129,7 +131,10 @@ impl Templates {
             atomic: atomic.then(|| {
                 RdmaTemplate::new(ep, op::RC_FETCH_ADD, remote, region, 0).expect("an atomic")
             }),
-        }
+            longest: 0,
+        };
+        t.longest = t.max_frame_len();
+        t
     }
 
     /// The ring's slot size: the longest frame these templates emit, and at least the room an
@@ -204,7 +209,7 @@ impl QpSender {
             spec.payload_len,
             spec.atomic,
         );
-        let qp = new_qp(spec.binding, spec.tuning, tmpl.max_frame_len());
+        let qp = new_qp(spec.binding, spec.tuning, tmpl.longest);
         QpSender {
             qp,
             tmpl,
@@ -240,7 +245,7 @@ impl QpSender {
             self.tmpl.atomic.is_some(),
         );
         let lost = self.qp.unconfirmed() as u64;
-        self.qp = new_qp(qpb, self.tuning, self.tmpl.max_frame_len());
+        self.qp = new_qp(qpb, self.tuning, self.tmpl.longest);
         lost
     }
 
@@ -249,6 +254,20 @@ impl QpSender {
     #[inline(always)]
     pub fn can_take(&self, now: u64, frames: usize, tx: &TxBatch) -> bool {
         self.qp.can_take(now, frames, tx.remaining())
+    }
+
+    /// How many frames may now go straight into `tx`, one after another, each report of up
+    /// to `frames` of them admitted as [`QpSender::admits`] would ([`QpTx::direct_budget`]):
+    /// what [`QpSender::write_replicas_direct`] and [`QpSender::fetch_add_replicas_direct`]
+    /// need. It holds while only they change the QP and `tx`.
+    #[inline(always)]
+    pub fn direct_budget(&self, frames: usize, tx: &TxBatch) -> usize {
+        // Its frames are committed as fitting `tx`'s slots (`TxBatch::commit_fitting`; every
+        // frame is longer than the headers `off` skips).
+        if self.tmpl.longest > tx.slot_size() {
+            return 0;
+        }
+        self.qp.direct_budget(frames, tx.remaining())
     }
 
     /// Whether the QP takes a report needing up to `frames` frames now: not broken, and
@@ -346,6 +365,82 @@ impl QpSender {
         sent
     }
 
+    /// [`QpSender::write_replicas`] within a [`QpSender::direct_budget`] of at least
+    /// `offsets.len()` frames: each frame goes straight into `tx`, with no question to the QP
+    /// but its next PSN. Returns the outcome and the frames taken (an address outside the
+    /// region takes none).
+    #[inline(always)]
+    pub fn write_replicas_direct(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offsets: &[u64],
+        payload: &[u8; PADDED_PAYLOAD],
+        imm: Option<u32>,
+        c: &mut TranslatorCounters,
+    ) -> (Emitted, usize) {
+        let mut sent = Emitted::default();
+        let mut taken = 0;
+        let tail = self.tmpl.write.padded_tail_reg(None, payload);
+        for (i, &offset) in offsets.iter().enumerate() {
+            let Some(va) = self.va(offset, self.payload_len) else {
+                sent.note(self.refuse(FrameRefusal::OutOfRegion, c));
+                continue;
+            };
+            let (psn, ack_req) = self.qp.take_direct(now);
+            taken += 1;
+            match imm.filter(|_| i == 0) {
+                Some(v) => {
+                    let tail = self.tmpl.write_imm.padded_tail_reg(Some(v), payload);
+                    self.put_padded(true, tx, psn, ack_req, va, Some(v), payload, tail);
+                    c.frames_imm += 1;
+                }
+                None => self.put_padded(true, tx, psn, ack_req, va, None, payload, tail),
+            }
+            c.frames += 1;
+        }
+        (sent, taken)
+    }
+
+    /// Writes the padded WRITE `psn` straight into `tx`, and its copy into the QP's ring
+    /// (`in_order`: the ring's next PSN, as within a [`QpSender::direct_budget`]).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn put_padded(
+        &mut self,
+        in_order: bool,
+        tx: &mut TxBatch,
+        psn: Psn,
+        ack_req: bool,
+        va: u64,
+        imm: Option<u32>,
+        payload: &[u8; PADDED_PAYLOAD],
+        tail: u32,
+    ) {
+        let t = match imm {
+            None => &self.tmpl.write,
+            Some(_) => &self.tmpl.write_imm,
+        };
+        // Written into the batch's slot and committed in two steps: as a `push_with` closure
+        // the frame writer was called, not inlined. (So were the writers given as closures
+        // to one helper for the three frame kinds: Key-Write +80, Key-Increment +90
+        // instructions a report. Hence the three copies of these lines.)
+        if let Some(buf) = tx.next_slot() {
+            let copy = if in_order {
+                self.qp.direct_slot_in_order(psn)
+            } else {
+                self.qp.direct_slot(psn)
+            };
+            let n = t.emit_write_padded(buf, copy, psn, ack_req, va, imm, payload, tail);
+            let ok = if in_order {
+                tx.commit_fitting(self.dest, self.off, n)
+            } else {
+                tx.commit(self.dest, self.off, n)
+            };
+            debug_assert!(ok, "room was checked");
+        }
+    }
+
     /// [`QpSender::emit_rdma`] of a padded payload ([`QpSender::write_replicas`]).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -365,26 +460,17 @@ impl QpSender {
         let Some(take) = self.qp.take(now, tx.remaining() > 0) else {
             return self.refuse(FrameRefusal::QueueFull, c);
         };
-        let t = match imm {
-            None => &self.tmpl.write,
-            Some(_) => &self.tmpl.write_imm,
-        };
         match take {
             Take::Direct { psn, ack_req } => {
-                // `take` saw room in `tx`. Written into the batch's slot and committed in two
-                // steps: as a `push_with` closure the frame writer was called, not inlined.
-                // (So were the writers given as closures to one helper for the three frame
-                // kinds: Key-Write +80, Key-Increment +90 instructions a report. Hence the
-                // three copies of these lines.)
-                if let Some(buf) = tx.next_slot() {
-                    let copy = self.qp.direct_slot(psn);
-                    let n = t.emit_write_padded(buf, copy, psn, ack_req, va, imm, payload, tail);
-                    let ok = tx.commit(self.dest, self.off, n);
-                    debug_assert!(ok, "room was checked");
-                }
+                // `take` saw room in `tx`.
+                self.put_padded(false, tx, psn, ack_req, va, imm, payload, tail);
                 c.frames += 1;
             }
             Take::Queued { psn } => {
+                let t = match imm {
+                    None => &self.tmpl.write,
+                    Some(_) => &self.tmpl.write_imm,
+                };
                 let slot = self.qp.ring_slot(psn).expect("queued frames have a ring");
                 t.emit_write_padded(slot, None, psn, false, va, imm, payload, tail);
             }
@@ -565,14 +651,7 @@ impl QpSender {
         };
         match take {
             Take::Direct { psn, ack_req } => {
-                // Written into the batch's slot and committed in two steps, as in
-                // `emit_padded` (a `push_with` closure was called, not inlined).
-                if let Some(buf) = tx.next_slot() {
-                    let copy = self.qp.direct_slot(psn);
-                    let n = t.emit_atomic(buf, copy, psn, ack_req, va, delta, 0, tail);
-                    let ok = tx.commit(self.dest, self.off, n);
-                    debug_assert!(ok, "room was checked");
-                }
+                self.put_fetch_add(false, tx, psn, ack_req, va, delta, tail);
                 c.frames += 1;
             }
             Take::Queued { psn } => {
@@ -582,6 +661,78 @@ impl QpSender {
         }
         c.frames_atomic += 1;
         Ok(())
+    }
+
+    /// [`QpSender::fetch_add_replicas`] within a [`QpSender::direct_budget`] of at least
+    /// `offsets.len()` frames, as [`QpSender::write_replicas_direct`]. Returns the outcome and
+    /// the frames taken.
+    #[inline(always)]
+    pub fn fetch_add_replicas_direct(
+        &mut self,
+        now: u64,
+        tx: &mut TxBatch,
+        offsets: &[u64],
+        delta: u64,
+        c: &mut TranslatorCounters,
+    ) -> (Emitted, usize) {
+        let mut sent = Emitted::default();
+        let mut taken = 0;
+        let Some(tail) = self
+            .tmpl
+            .atomic
+            .as_ref()
+            .map(|t| t.atomic_tail_reg(delta, 0))
+        else {
+            for _ in offsets {
+                sent.note(self.refuse(FrameRefusal::OutOfRegion, c));
+            }
+            return (sent, 0);
+        };
+        for &offset in offsets {
+            let Some(va) = self.va(offset, 8) else {
+                sent.note(self.refuse(FrameRefusal::OutOfRegion, c));
+                continue;
+            };
+            let (psn, ack_req) = self.qp.take_direct(now);
+            taken += 1;
+            self.put_fetch_add(true, tx, psn, ack_req, va, delta, tail);
+            c.frames += 1;
+            c.frames_atomic += 1;
+        }
+        (sent, taken)
+    }
+
+    /// Writes the FETCH_ADD `psn` straight into `tx`, and its copy into the QP's ring, as
+    /// [`QpSender::put_padded`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn put_fetch_add(
+        &mut self,
+        in_order: bool,
+        tx: &mut TxBatch,
+        psn: Psn,
+        ack_req: bool,
+        va: u64,
+        delta: u64,
+        tail: u32,
+    ) {
+        let Some(t) = self.tmpl.atomic.as_ref() else {
+            return;
+        };
+        if let Some(buf) = tx.next_slot() {
+            let copy = if in_order {
+                self.qp.direct_slot_in_order(psn)
+            } else {
+                self.qp.direct_slot(psn)
+            };
+            let n = t.emit_atomic(buf, copy, psn, ack_req, va, delta, 0, tail);
+            let ok = if in_order {
+                tx.commit_fitting(self.dest, self.off, n)
+            } else {
+                tx.commit(self.dest, self.off, n)
+            };
+            debug_assert!(ok, "room was checked");
+        }
     }
 
     /// Fires the QP's timers; queues the probe a timeout asked for.

@@ -283,7 +283,8 @@ impl RdmaTemplate {
         payload: &[u8; PADDED_PAYLOAD],
         tail_reg: u32,
     ) -> usize {
-        assert!(self.payload_len <= PADDED_PAYLOAD && self.kind != RdmaKind::Atomic);
+        // Checked in every build by `padded_tail_reg`, once for all of a payload's frames.
+        debug_assert!(self.payload_len <= PADDED_PAYLOAD && self.kind != RdmaKind::Atomic);
         debug_assert!(payload[self.payload_len..].iter().all(|&b| b == 0));
         let word = ((ack_req as u32) << 31 | psn.value()).to_be_bytes();
         let crc = self.icrc(word, va, tail_reg);
@@ -358,7 +359,8 @@ impl RdmaTemplate {
         compare: u64,
         tail_reg: u32,
     ) -> usize {
-        assert!(self.kind == RdmaKind::Atomic);
+        // Checked in every build by `atomic_tail_reg`, once for all of an operand's frames.
+        debug_assert!(self.kind == RdmaKind::Atomic);
         let len = self.frame_len;
         let word = ((ack_req as u32) << 31 | psn.value()).to_be_bytes();
         let crc = self.icrc(word, va, tail_reg);

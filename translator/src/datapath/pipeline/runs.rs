@@ -8,7 +8,7 @@
 //! made the other primitives' loop spill registers. (A run of postcards saved nothing over
 //! their lane: measured, not kept.)
 
-use super::super::primitive::Append;
+use super::super::primitive::{AcceptDirect, Append};
 use super::*;
 
 impl Pipeline {
@@ -161,13 +161,15 @@ impl Pipeline {
         tx: &mut TxBatch,
     ) -> usize {
         let Store { sender, prim, .. } = &mut self.stores[si];
+        let frames = self.max_frames_per_report;
         let mut run = KeyedRun {
+            budget: sender.direct_budget(frames, tx),
             sender,
             c: &mut self.counters,
             reporters: &mut self.reporters,
             cfg: &self.cfg,
             now,
-            frames: self.max_frames_per_report,
+            frames,
         };
         match prim {
             PrimitiveState::KeyWrite(p) => run.go(p, first, rest, tx, |c| c.reports_keywrite += 1),
@@ -230,6 +232,10 @@ struct KeyedRun<'a> {
     cfg: &'a PipelineConfig,
     now: u64,
     frames: usize,
+    /// Frames that may still go straight into `tx` ([`QpSender::direct_budget`]), or fewer:
+    /// while it covers a report's `frames`, the report is admitted without asking the QP
+    /// and its frames go out without asking it again ([`AcceptDirect`]).
+    budget: usize,
 }
 
 impl KeyedRun<'_> {
@@ -238,7 +244,7 @@ impl KeyedRun<'_> {
     /// other datagram ends the run (the caller parses it again, and counts its error if it
     /// has one).
     #[inline(always)]
-    fn go<P: StorePrimitive>(
+    fn go<P: AcceptDirect>(
         &mut self,
         p: &mut P,
         first: &mut Report,
@@ -253,7 +259,10 @@ impl KeyedRun<'_> {
             }
             count(self.c);
             self.c.rx_datagrams += 1;
+            let queued = tx.len();
             note_sequence(self.reporters, self.c, self.cfg, &first.header, d.src, tx);
+            // A NACK takes a place in `tx`.
+            self.budget = self.budget.saturating_sub(tx.len() - queued);
             self.report(p, first, tx);
         }
         rest.len()
@@ -261,13 +270,17 @@ impl KeyedRun<'_> {
 
     /// One report of the run: admitted, gated and accepted as [`Pipeline::dispatch`] would.
     #[inline(always)]
-    fn report<P: StorePrimitive>(&mut self, p: &mut P, r: &Report, tx: &mut TxBatch) {
+    fn report<P: AcceptDirect>(&mut self, p: &mut P, r: &Report, tx: &mut TxBatch) {
         let c = &mut *self.c;
         match p.admit(r, self.cfg.max_redundancy) {
             Err(why) => why.count(c),
+            Ok(_) if self.budget >= self.frames => {
+                self.budget -= p.accept_direct(self.now, r, self.sender, tx, c);
+            }
             Ok(_) => {
                 if self.sender.admits(self.now, self.frames, tx, c) {
                     p.accept(self.now, r, NO_HINT, self.sender, tx, c);
+                    self.budget = self.sender.direct_budget(self.frames, tx);
                 }
             }
         }

@@ -499,13 +499,15 @@ fn emit(bufs: &mut Vec<Vec<u8>>, profile: Profile, r: Report) {
 /// Feeds `bufs` in bursts of assorted sizes to two pipelines of one `kind` store, configured
 /// by `cfg`: one that takes runs, and one whose collector has a rate limit too large to refuse
 /// anything (a rate-limited collector takes no runs, so every report is dispatched alone).
-/// Their transmit batches hold six frames, so frames also wait in the QP's ring. Asserts that
-/// both send the same frames and NACKs, burst by burst, and count the same; returns the
-/// counters and how many frames and NACKs were sent.
+/// Their transmit batches hold `tx_frames` frames: with few, frames also wait in the QP's
+/// ring; with many, whole runs of reports go straight into the batch. Asserts that both send
+/// the same frames and NACKs, burst by burst, and count the same; returns the counters and
+/// how many frames and NACKs were sent.
 fn runs_against_dispatch(
     kind: StoreKind,
     cfg: impl Fn(&mut PipelineConfig),
     bufs: &[Vec<u8>],
+    tx_frames: usize,
 ) -> (TranslatorCounters, usize) {
     let mut runs = single_store_pipeline_with(kind.clone(), &cfg);
     let mut one_by_one = single_store_pipeline_with(kind, |c| {
@@ -517,10 +519,10 @@ fn runs_against_dispatch(
         };
     });
     let all = datagrams(bufs);
-    // Room for a few frames per burst only: once it is full, batches wait in the QP's ring
-    // (the batch's length no longer changes when one is written).
-    let mut tx_runs = TxBatch::new(6, 2048);
-    let mut tx_one = TxBatch::new(6, 2048);
+    // With room for a few frames per burst only, once it is full, frames wait in the QP's
+    // ring (the batch's length no longer changes when one is written).
+    let mut tx_runs = TxBatch::new(tx_frames, 2048);
+    let mut tx_one = TxBatch::new(tx_frames, 2048);
     let (mut at, mut now, mut frames) = (0, 1, 0);
     for size in [1, 7, 16, 33, 64, 2, 64, 64, 64, 64, 64]
         .into_iter()
@@ -610,7 +612,7 @@ fn an_append_run_matches_report_by_report_dispatch() {
             }
         }
     }
-    let (c, frames) = runs_against_dispatch(kind, cap, &bufs);
+    let (c, frames) = runs_against_dispatch(kind, cap, &bufs, 6);
     assert_eq!(c.rx_datagrams, bufs.len() as u64);
     for (what, n) in [
         ("queue full", c.drop_qp_queue_full),
@@ -629,6 +631,48 @@ fn an_append_run_matches_report_by_report_dispatch() {
         assert!(n > 0, "{what}: {c:?}");
     }
     assert!(frames > 40, "{frames} frames and NACKs sent");
+}
+
+/// The NACKs a keyed run sends into the transmit batch take places its frames would have
+/// had: a run that sends its frames straight into the batch (`AcceptDirect`) counts them, and
+/// when the batch is full the rest wait in the QP's ring exactly as dispatching the reports
+/// one by one puts them there. Every report is a gap (every other sequence number is missing,
+/// so each is NACKed) and takes the most frames a report may (N = 4, the maximum).
+#[test]
+fn nacks_in_a_keyed_run_take_places_from_its_direct_budget() {
+    let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
+    for kind in keyed_kinds() {
+        let kw = matches!(kind, StoreKind::KeyWrite { .. });
+        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        for i in 0..300u32 {
+            let header = ReportHeader {
+                profile: reference,
+                retransmittable: true,
+                seq: Some((2 * i + 1) % 256),
+                ..HDR
+            };
+            let key = Key::from_u32_reference(i);
+            let primitive = if kw {
+                Primitive::KeyWrite {
+                    redundancy: 4,
+                    key,
+                    value: Value::new(&i.to_be_bytes()).unwrap(),
+                }
+            } else {
+                Primitive::KeyIncrement {
+                    redundancy: 4,
+                    key,
+                    delta: u64::from(i) + 1,
+                }
+            };
+            emit(&mut bufs, reference, Report { header, primitive });
+        }
+        let (c, frames) = runs_against_dispatch(kind.clone(), |_| {}, &bufs, 64);
+        assert!(
+            c.nacks_sent >= 40 && c.translated == 300 && c.frames > 800,
+            "{kind:?}: {frames} frames and NACKs, {c:?}"
+        );
+    }
 }
 
 /// A run of Key-Writes or Key-Increments (`keyed_run`: the reports of one primitive that
@@ -722,17 +766,35 @@ fn a_keyed_run_matches_report_by_report_dispatch() {
             }
         }
         let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 60;
+        // With 64-frame batches, the cap is reached late: bursts fill the batch first.
+        let late_cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 500;
         // The run is compiled twice (`dta_proto::cpu::with_v3`): where the CPU has x86-64-v3
         // the first pass runs its v3 copy, the second the baseline's. (Other tests of this
-        // binary may take the baseline copy meanwhile: both give the same bytes.)
-        let passes = [true, false].map(|v3| {
+        // binary may take the baseline copy meanwhile: both give the same bytes.) A batch of
+        // 6 frames sends most reports through the QP's questions and its ring; one of 64
+        // sends whole runs straight into the batch (`AcceptDirect`) until it is full, NACKs
+        // taking places in it too, and then up to the PSN cap.
+        let passes = [(true, 6), (false, 6), (true, 64), (false, 64)].map(|(v3, tx)| {
             dta_proto::cpu::allow_v3(v3);
-            runs_against_dispatch(kind.clone(), cap, &bufs)
+            if tx == 6 {
+                runs_against_dispatch(kind.clone(), cap, &bufs, tx)
+            } else {
+                runs_against_dispatch(kind.clone(), late_cap, &bufs, tx)
+            }
         });
         dta_proto::cpu::allow_v3(true);
         assert_eq!(
             passes[0].0, passes[1].0,
             "{kind:?}: the two copies' counters"
+        );
+        assert_eq!(
+            passes[2].0, passes[3].0,
+            "{kind:?}: the two copies' counters, 64-frame batches"
+        );
+        assert!(
+            passes[2].0.drop_qp_queue_full > 0 && passes[2].1 > 450,
+            "{kind:?}: the cap reached late: {:?}",
+            passes[2]
         );
         let (c, frames) = passes[0];
         let mut expect = vec![

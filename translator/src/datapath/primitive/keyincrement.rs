@@ -7,8 +7,8 @@ use dta_proto::layout::CounterLayout;
 use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::{Primitive, Report};
 
-use super::{Refusal, StorePrimitive};
-use crate::datapath::sender::QpSender;
+use super::{AcceptDirect, Refusal, StorePrimitive};
+use crate::datapath::sender::{FrameRefusal, QpSender};
 use crate::datapath::stats::TranslatorCounters;
 
 /// A Key-Increment store's translation state (stateless beyond its geometry).
@@ -70,13 +70,54 @@ impl StorePrimitive for KeyIncrement {
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
     ) {
+        let Some((n, offsets, delta)) = self.replicas(r) else {
+            return;
+        };
+        let mut sent = out.fetch_add_replicas(now, tx, &offsets[..n], delta, c);
+        if r.header.immediate {
+            sent.note(self.notify(now, r, out, tx, c));
+        }
+        sent.account(1, c);
+    }
+}
+
+impl AcceptDirect for KeyIncrement {
+    #[inline(always)]
+    fn accept_direct(
+        &mut self,
+        now: u64,
+        r: &Report,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> usize {
+        let Some((n, offsets, delta)) = self.replicas(r) else {
+            return 0;
+        };
+        let (mut sent, mut taken) = out.fetch_add_replicas_direct(now, tx, &offsets[..n], delta, c);
+        if r.header.immediate {
+            // Within the budget too: `take` sends it straight away.
+            let notified = self.notify(now, r, out, tx, c);
+            taken += notified.is_ok() as usize;
+            sent.note(notified);
+        }
+        sent.account(1, c);
+        taken
+    }
+}
+
+impl KeyIncrement {
+    /// The admitted Key-Increment `r`'s replicas: how many, their offsets and the delta
+    /// (`None` for another primitive).
+    #[inline(always)]
+    fn replicas(&self, r: &Report) -> Option<(usize, [u64; MAX_REDUNDANCY], u64)> {
         let Primitive::KeyIncrement {
             redundancy,
             key,
             delta,
         } = &r.primitive
         else {
-            return;
+            return None;
         };
         let n = *redundancy as usize;
         let mut slots = [0u32; MAX_REDUNDANCY];
@@ -85,12 +126,23 @@ impl StorePrimitive for KeyIncrement {
         for (o, &slot) in offsets.iter_mut().zip(&slots[..n]) {
             *o = self.layout.slot_offset(slot);
         }
-        let mut sent = out.fetch_add_replicas(now, tx, &offsets[..n], *delta, c);
-        if r.header.immediate {
-            // A zero-length WRITE with Immediate tells the collector's CPU which key changed.
-            let checksum = self.hasher.checksum(key);
-            sent.note(out.write_imm(now, tx, 0, &[], checksum, c));
-        }
-        sent.account(1, c);
+        Some((n, offsets, *delta))
+    }
+
+    /// A zero-length WRITE with Immediate: tells the collector's CPU which key of `r`
+    /// changed.
+    #[cold]
+    fn notify(
+        &self,
+        now: u64,
+        r: &Report,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> Result<(), FrameRefusal> {
+        let Primitive::KeyIncrement { key, .. } = &r.primitive else {
+            return Ok(());
+        };
+        out.write_imm(now, tx, 0, &[], self.hasher.checksum(key), c)
     }
 }

@@ -6,8 +6,9 @@ use dta_proto::hash::{KeyHasher, MAX_REDUNDANCY};
 use dta_proto::layout::KeyWriteLayout;
 use dta_proto::meta::Redundancy;
 use dta_proto::wire::report::{Primitive, Report};
+use dta_proto::wire::roce::PADDED_PAYLOAD;
 
-use super::{Refusal, StorePrimitive};
+use super::{AcceptDirect, Refusal, StorePrimitive};
 use crate::datapath::sender::QpSender;
 use crate::datapath::stats::TranslatorCounters;
 
@@ -76,27 +77,70 @@ impl StorePrimitive for KeyWrite {
         tx: &mut TxBatch,
         c: &mut TranslatorCounters,
     ) {
+        let Some(w) = self.replicas(r) else {
+            return;
+        };
+        out.write_replicas(now, tx, &w.offsets[..w.n], &w.payload, w.imm, c)
+            .account(1, c);
+    }
+}
+
+impl AcceptDirect for KeyWrite {
+    #[inline(always)]
+    fn accept_direct(
+        &mut self,
+        now: u64,
+        r: &Report,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> usize {
+        let Some(w) = self.replicas(r) else {
+            return 0;
+        };
+        let (sent, taken) =
+            out.write_replicas_direct(now, tx, &w.offsets[..w.n], &w.payload, w.imm, c);
+        sent.account(1, c);
+        taken
+    }
+}
+
+/// What a Key-Write report writes: its slot (the key's checksum and the value, padded) at
+/// `n` offsets, the first with the checksum as Immediate when the report asks for one.
+struct Replicas {
+    n: usize,
+    offsets: [u64; MAX_REDUNDANCY],
+    payload: [u8; PADDED_PAYLOAD],
+    imm: Option<u32>,
+}
+
+impl KeyWrite {
+    /// The writes of the admitted Key-Write `r` (`None` for another primitive).
+    #[inline(always)]
+    fn replicas(&self, r: &Report) -> Option<Replicas> {
         let Primitive::KeyWrite {
             redundancy,
             key,
             value,
         } = &r.primitive
         else {
-            return;
+            return None;
         };
-        let imm = r.header.immediate;
         let n = *redundancy as usize;
         let mut slots = [0u32; MAX_REDUNDANCY];
         let checksum = self.hasher.checksum_and_slots(key, n, &mut slots);
-        let mut payload = [0u8; 64];
+        let mut payload = [0u8; PADDED_PAYLOAD];
         self.layout
             .encode_slot_padded(checksum, value, &mut payload);
         let mut offsets = [0u64; MAX_REDUNDANCY];
         for (o, &slot) in offsets.iter_mut().zip(&slots[..n]) {
             *o = self.layout.slot_offset(slot);
         }
-        let imm = imm.then_some(checksum);
-        out.write_replicas(now, tx, &offsets[..n], &payload, imm, c)
-            .account(1, c);
+        Some(Replicas {
+            n,
+            offsets,
+            payload,
+            imm: r.header.immediate.then_some(checksum),
+        })
     }
 }

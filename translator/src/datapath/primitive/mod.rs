@@ -122,6 +122,22 @@ pub trait StorePrimitive {
     }
 }
 
+/// A primitive whose reports' frames can all go straight into the transmit batch, no
+/// question asked of the QP but its next PSN: Key-Write and Key-Increment, in a keyed run
+/// (`Pipeline::keyed_run`).
+pub trait AcceptDirect: StorePrimitive {
+    /// [`StorePrimitive::accept`] of a report within a [`QpSender::direct_budget`] of the
+    /// pipeline's frames per report; returns the frames it took.
+    fn accept_direct(
+        &mut self,
+        now: u64,
+        r: &Report,
+        out: &mut QpSender,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) -> usize;
+}
+
 /// A store's primitive state.
 pub enum PrimitiveState {
     /// Key-Write.
