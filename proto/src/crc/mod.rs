@@ -517,7 +517,7 @@ impl core::fmt::Debug for ShortCrc {
 pub static IEEE: Crc32 = Crc32::new(IEEE_POLY);
 
 /// The IEEE 802.3 polynomial (Ethernet, the RoCEv2 ICRC).
-const IEEE_POLY: u32 = 0x04C1_1DB7;
+pub(crate) const IEEE_POLY: u32 = 0x04C1_1DB7;
 
 /// From this length on, inputs are folded by carry-less multiplication when the CPU has it
 /// ([`fold`]): two multiplies per 16 bytes against about 35 table instructions, plus a fixed

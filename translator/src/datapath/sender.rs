@@ -611,16 +611,8 @@ impl QpSender {
         c: &mut TranslatorCounters,
     ) -> Emitted {
         let mut sent = Emitted::default();
-        let Some(tail) = self
-            .tmpl
-            .atomic
-            .as_ref()
-            .map(|t| t.atomic_tail_reg(delta, 0))
-        else {
-            for _ in offsets {
-                sent.note(self.refuse(FrameRefusal::OutOfRegion, c));
-            }
-            return sent;
+        let Some(tail) = self.atomic_tail(delta) else {
+            return self.refuse_all(offsets, c);
         };
         for &offset in offsets {
             sent.note(self.emit_fetch_add(now, tx, offset, delta, tail, c));
@@ -672,16 +664,8 @@ impl QpSender {
     ) -> (Emitted, usize) {
         let mut sent = Emitted::default();
         let mut taken = 0;
-        let Some(tail) = self
-            .tmpl
-            .atomic
-            .as_ref()
-            .map(|t| t.atomic_tail_reg(delta, 0))
-        else {
-            for _ in offsets {
-                sent.note(self.refuse(FrameRefusal::OutOfRegion, c));
-            }
-            return (sent, 0);
+        let Some(tail) = self.atomic_tail(delta) else {
+            return (self.refuse_all(offsets, c), 0);
         };
         for &offset in offsets {
             let Some(va) = self.va(offset, 8) else {
@@ -695,6 +679,26 @@ impl QpSender {
             c.frames_atomic += 1;
         }
         (sent, taken)
+    }
+
+    /// The ICRC share of a FETCH_ADD of `delta`; `None` without a FETCH_ADD template (a store
+    /// that takes none: [`QpSender::refuse_all`]).
+    #[inline(always)]
+    fn atomic_tail(&self, delta: u64) -> Option<u32> {
+        self.tmpl
+            .atomic
+            .as_ref()
+            .map(|t| t.atomic_tail_reg(delta, 0))
+    }
+
+    /// Every one of `offsets`' frames refused as out of region.
+    #[cold]
+    fn refuse_all(&self, offsets: &[u64], c: &mut TranslatorCounters) -> Emitted {
+        let mut refused = Emitted::default();
+        for _ in offsets {
+            refused.note(self.refuse(FrameRefusal::OutOfRegion, c));
+        }
+        refused
     }
 
     /// Writes the FETCH_ADD `psn` straight into `tx`, and its copy into the QP's ring, as

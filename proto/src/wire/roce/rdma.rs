@@ -5,7 +5,8 @@
 
 use super::field::{self, HEADERS_WITH_BTH};
 use super::{pad_len, FrameTemplate, RoceEndpoint};
-use crate::crc::IEEE;
+use crate::crc::fold::{Clmul, WindowKeys};
+use crate::crc::{IEEE, IEEE_POLY};
 use crate::icrc;
 use crate::wire::ib::{
     opcode, AtomicEth, AtomicEthRepr, Psn, Qpn, Reth, RethRepr, Rkey, ATOMIC_ETH_LEN, ICRC_LEN,
@@ -56,11 +57,12 @@ pub struct RdmaRegion {
 /// A frame differs from its template in the BTH word holding AckReq and the PSN, the virtual
 /// address, and its tail (the immediate and payload, or the atomic operands). The ICRC register
 /// is the template's register with those zero ([`RdmaTemplate`] keeps it), XOR the share of the
-/// PSN word and address (twelve table loads, [`icrc::WindowTables`]), XOR the register of the
-/// tail from zero ([`RdmaTemplate::tail_reg`]), which the caller computes once for all the
-/// frames that carry the same tail (a Key-Write's N replicas, a Key-Increment's N counters).
-/// So a frame costs one copy of its head, a few stores and twelve table loads, whatever its
-/// headers, and the CRC of its tail once per report. [`FrameTemplate`] computes the same bytes
+/// PSN word and address (four carry-less multiplies, [`WindowKeys`], where the CPU has them;
+/// else up to twelve table loads, [`icrc::WindowTables`]), XOR the register of the tail from
+/// zero ([`RdmaTemplate::tail_reg`]), which the caller computes once for all the frames that
+/// carry the same tail (a Key-Write's N replicas, a Key-Increment's N counters). So a frame
+/// costs one copy of its head, a few stores and that share, whatever its headers, and the CRC
+/// of its tail once per report. [`FrameTemplate`] computes the same bytes
 /// the direct way (checked by the tests).
 #[derive(Clone, Debug)]
 pub struct RdmaTemplate {
@@ -73,6 +75,9 @@ pub struct RdmaTemplate {
     /// address.
     base: u32,
     window: &'static icrc::WindowTables,
+    /// The same share by carry-less multiplication, where the CPU has it.
+    window_keys: WindowKeys,
+    clmul: Clmul,
     /// The region's base address (the address in [`RdmaTemplate::base`]'s frame).
     va_base: u64,
     /// Every address in the region differs from the base in its low four bytes only.
@@ -107,7 +112,9 @@ impl RdmaTemplate {
         let frame_len = t.frame_len();
         let head_len = HEADERS_WITH_BTH + t.ext_len();
         let crc_end = frame_len - ICRC_LEN;
-        let window = icrc::WindowTables::get(crc_end - (field::PSN_WORD.start + icrc::WINDOW_LEN))?;
+        let distance = crc_end - (field::PSN_WORD.start + icrc::WINDOW_LEN);
+        let window = icrc::WindowTables::get(distance)?;
+        let window_keys = WindowKeys::new(IEEE_POLY, distance as u32);
         // The frame with every per-frame field zero: its head is what every frame copies, and
         // its ICRC register is the base the shares are added to.
         let mut zero = vec![0u8; frame_len];
@@ -142,9 +149,19 @@ impl RdmaTemplate {
             kind,
             base,
             window,
+            window_keys,
+            clmul: Clmul::detect(),
             va_base,
             narrow: (va_base ^ last) >> 32 == 0,
         })
+    }
+
+    /// The template with the window's share taken from the tables unless `m` is the CPU's
+    /// multiply (tests: both ways give the same frames).
+    #[cfg(test)]
+    pub(crate) fn with_clmul(mut self, m: Clmul) -> RdmaTemplate {
+        self.clmul = m;
+        self
     }
 
     /// Length of every frame this template emits.
@@ -205,10 +222,15 @@ impl RdmaTemplate {
     #[inline(always)]
     fn icrc(&self, word: [u8; 4], va: u64, tail_reg: u32) -> [u8; ICRC_LEN] {
         let dva = va ^ self.va_base;
-        let narrow = self.narrow && dva >> 32 == 0;
-        let share = self
-            .window
-            .share_word_va(u32::from_be_bytes(word), dva, narrow);
+        let share = if self.clmul.is_native() {
+            // The window as the last twelve bytes of a block, loaded little-endian.
+            let x = u128::from(u32::from_le_bytes(word)) << 32 | u128::from(dva.swap_bytes()) << 64;
+            self.clmul.shifted_block_reg(&self.window_keys, x)
+        } else {
+            let narrow = self.narrow && dva >> 32 == 0;
+            self.window
+                .share_word_va(u32::from_be_bytes(word), dva, narrow)
+        };
         (!(self.base ^ share ^ tail_reg)).to_le_bytes()
     }
 
