@@ -293,6 +293,52 @@ impl Clmul {
         self.update_head8_blocks(k, head.to_le_bytes(), data)
     }
 
+    /// [`Clmul::update_word_blocks`] of one to four whole blocks (a Key-Write slot, a
+    /// postcard chunk): inlined into a caller compiled for PCLMULQDQ (the keyed runs'
+    /// x86-64-v3 copy, [`crate::cpu::with_v3`]), one call elsewhere. `None` with the portable
+    /// multiplier or another length.
+    #[inline(always)]
+    pub fn word_and_few_blocks(
+        self,
+        k: &FoldKeys,
+        head: Option<[u8; 4]>,
+        data: &[u8],
+    ) -> Option<u32> {
+        if !self.native {
+            return None;
+        }
+        let head = u64::from(head.map_or(0, u32::from_le_bytes)) << 32;
+        Some(match data.len() {
+            16 => native::head8_blocks::<1>(k, head, data),
+            32 => native::head8_blocks::<2>(k, head, data),
+            48 => native::head8_blocks::<3>(k, head, data),
+            64 => native::head8_blocks::<4>(k, head, data),
+            _ => return None,
+        })
+    }
+
+    /// [`Clmul::block_regs`] under one to four polynomials: inlined into a caller compiled for
+    /// PCLMULQDQ (the keyed runs' x86-64-v3 copy), one call elsewhere. False (nothing written)
+    /// with the portable multiplier or more polynomials.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    #[inline(always)]
+    pub fn few_block_regs(self, keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) -> bool {
+        assert!(out.len() >= keys.len(), "a register per polynomial");
+        if !self.native {
+            return false;
+        }
+        match keys.len() {
+            1 => native::block_regs_few::<1>(keys, block, out),
+            2 => native::block_regs_few::<2>(keys, block, out),
+            3 => native::block_regs_few::<3>(keys, block, out),
+            4 => native::block_regs_few::<4>(keys, block, out),
+            _ => return false,
+        }
+        true
+    }
+
     /// The CRC register from zero over the 8 bytes `head` and then `data`, whose length is a
     /// multiple of 16 (an Append batch: its entries and the 8-byte trailer). The head is the end
     /// of a block of zeros, so every byte is folded: no tables.
@@ -581,6 +627,24 @@ mod native {
         }
     }
 
+    /// [`super::Clmul::few_block_regs`]: `N` polynomials by PCLMULQDQ.
+    #[inline(always)]
+    pub(super) fn block_regs_few<const N: usize>(
+        keys: &[BlockKeys],
+        block: &[u8; 16],
+        out: &mut [u32],
+    ) {
+        // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and SSE4.1.
+        unsafe { block_regs_of::<N>(keys, block, out) }
+    }
+
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    #[inline]
+    fn block_regs_of<const N: usize>(keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
+        let x = load(block);
+        block_regs_n::<N>(keys, x, _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)), out)
+    }
+
     #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
     #[inline]
     fn block_regs_n<const N: usize>(keys: &[BlockKeys], x: __m128i, xs: __m128i, out: &mut [u32]) {
@@ -602,6 +666,13 @@ mod native {
             // SSE4.1.
             unsafe { update_head8_blocks_pclmul(k, head, data) }
         }
+    }
+
+    /// [`super::Clmul::word_and_few_blocks`]: `N` blocks behind `head`, by PCLMULQDQ.
+    #[inline(always)]
+    pub(super) fn head8_blocks<const N: usize>(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
+        // SAFETY: as in `mul`: reached only through a `Clmul` that saw PCLMULQDQ and SSE4.1.
+        unsafe { blocks_n::<N>(k, head, data) }
     }
 
     /// [`update_head8_blocks_pclmul`] in VEX encoding: three-operand instructions save the
@@ -724,6 +795,18 @@ mod native {
 
     pub(super) fn shifted_block_reg(k: &WindowKeys, x: u128) -> u32 {
         Clmul::portable().shifted_block_reg(k, x)
+    }
+
+    pub(super) fn head8_blocks<const N: usize>(k: &FoldKeys, head: u64, data: &[u8]) -> u32 {
+        Clmul::portable().update_head8_blocks(k, head.to_le_bytes(), &data[..16 * N])
+    }
+
+    pub(super) fn block_regs_few<const N: usize>(
+        keys: &[BlockKeys],
+        block: &[u8; 16],
+        out: &mut [u32],
+    ) {
+        Clmul::portable().block_regs(&keys[..N], block, out)
     }
 
     #[inline(always)]

@@ -137,6 +137,12 @@ impl Crc32 {
         self.update(reg, data)
     }
 
+    /// The folding constants of this polynomial.
+    #[inline]
+    pub(crate) fn keys(&self) -> &fold::FoldKeys {
+        &self.keys
+    }
+
     /// The register from zero over the 8 bytes `head` and then `data`, as
     /// `update(update(0, head), data)`: when `data` is whole 16-byte blocks and the CPU has a
     /// carry-less multiply, every block (the head as the end of one more) is folded, with no
