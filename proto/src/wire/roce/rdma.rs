@@ -82,6 +82,8 @@ pub struct RdmaTemplate {
     va_base: u64,
     /// Every address in the region differs from the base in its low four bytes only.
     narrow: bool,
+    /// The payload and its pad fit half a [`PADDED_PAYLOAD`] block.
+    half_block: bool,
 }
 
 impl RdmaTemplate {
@@ -153,6 +155,7 @@ impl RdmaTemplate {
             clmul: Clmul::detect(),
             va_base,
             narrow: (va_base ^ last) >> 32 == 0,
+            half_block: payload_len + pad_len(payload_len) <= PADDED_PAYLOAD / 2,
         })
     }
 
@@ -342,10 +345,20 @@ impl RdmaTemplate {
         if let Some(v) = imm {
             b[body - IMMDT_LEN..body].copy_from_slice(&v.to_be_bytes());
         }
-        let block: &mut [u8; PADDED_PAYLOAD] = (&mut b[body..body + PADDED_PAYLOAD])
-            .try_into()
-            .expect("within the room");
-        *block = *payload;
+        // A payload of up to 32 bytes (a Key-Write slot) moves as half the block: the whole
+        // block would reach into the frame's third cache line, which the frame does not
+        // touch, and writing it costs that line's ownership, in the batch and in the ring.
+        if self.half_block {
+            let half: &mut [u8; PADDED_PAYLOAD / 2] = (&mut b[body..body + PADDED_PAYLOAD / 2])
+                .try_into()
+                .expect("within the room");
+            *half = *payload.first_chunk().expect("half the block");
+        } else {
+            let block: &mut [u8; PADDED_PAYLOAD] = (&mut b[body..body + PADDED_PAYLOAD])
+                .try_into()
+                .expect("within the room");
+            *block = *payload;
+        }
         b[len - ICRC_LEN..len].copy_from_slice(&crc);
     }
 
