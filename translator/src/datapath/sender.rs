@@ -419,7 +419,8 @@ impl QpSender {
         // Written into the batch's slot and committed in two steps: as a `push_with` closure
         // the frame writer was called, not inlined. (So were the writers given as closures
         // to one helper for the three frame kinds: Key-Write +80, Key-Increment +90
-        // instructions a report. Hence the three copies of these lines.)
+        // instructions a report. Hence these lines here, in `put_fetch_add` and in
+        // `emit_rdma`.)
         if let Some(buf) = tx.next_slot() {
             let copy = if in_order {
                 self.qp.direct_slot_in_order(psn)
