@@ -321,10 +321,7 @@ impl KeyHasher {
         let lanes = &KEY_BLOCK_LANES;
         let mut regs = [0u32; 1 + MAX_REDUNDANCY];
         let first = usize::from(!checksum);
-        let (keys, block) = (&lanes.keys[first..n + 1], key.padded());
-        if !c.few_block_regs(keys, block, &mut regs[first..]) {
-            c.block_regs(keys, block, &mut regs[first..]);
-        }
+        c.block_regs(&lanes.keys[first..n + 1], key.padded(), &mut regs[first..]);
         let len = key.len();
         for (r, o) in out[..n].iter_mut().enumerate() {
             *o = (regs[1 + r] ^ lanes.base[1 + r][len]) & self.mask;

@@ -258,11 +258,21 @@ impl Clmul {
     ///
     /// # Panics
     /// If `out` is shorter than `keys`.
-    #[inline]
+    ///
+    /// Up to four polynomials (a checksum and three replicas) by the CPU's multiply take code
+    /// that inlines into a caller compiled for PCLMULQDQ (the keyed runs' x86-64-v3 copy,
+    /// [`crate::cpu::with_v3`]); elsewhere it is one call.
+    #[inline(always)]
     pub fn block_regs(self, keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) {
         assert!(out.len() >= keys.len(), "a register per polynomial");
         if self.native {
-            return native::block_regs(keys, block, out);
+            return match keys.len() {
+                1 => native::block_regs_few::<1>(keys, block, out),
+                2 => native::block_regs_few::<2>(keys, block, out),
+                3 => native::block_regs_few::<3>(keys, block, out),
+                4 => native::block_regs_few::<4>(keys, block, out),
+                _ => native::block_regs(keys, block, out),
+            };
         }
         let x = u128::from_le_bytes(*block);
         for (k, o) in keys.iter().zip(out) {
@@ -296,7 +306,10 @@ impl Clmul {
     /// [`Clmul::update_word_blocks`] of one to four whole blocks (a Key-Write slot, a
     /// postcard chunk): inlined into a caller compiled for PCLMULQDQ (the keyed runs'
     /// x86-64-v3 copy, [`crate::cpu::with_v3`]), one call elsewhere. `None` with the portable
-    /// multiplier or another length.
+    /// multiplier or another length. (The same dispatch inside `update_word_blocks`, under
+    /// `Crc32::reg_of_word_and_blocks`, left the fold out of line in that copy: Key-Write +20
+    /// instructions. Hence a method of its own, which `RdmaTemplate::padded_tail_reg` asks
+    /// first.)
     #[inline(always)]
     pub fn word_and_few_blocks(
         self,
@@ -315,28 +328,6 @@ impl Clmul {
             64 => native::head8_blocks::<4>(k, head, data),
             _ => return None,
         })
-    }
-
-    /// [`Clmul::block_regs`] under one to four polynomials: inlined into a caller compiled for
-    /// PCLMULQDQ (the keyed runs' x86-64-v3 copy), one call elsewhere. False (nothing written)
-    /// with the portable multiplier or more polynomials.
-    ///
-    /// # Panics
-    /// If `out` is shorter than `keys`.
-    #[inline(always)]
-    pub fn few_block_regs(self, keys: &[BlockKeys], block: &[u8; 16], out: &mut [u32]) -> bool {
-        assert!(out.len() >= keys.len(), "a register per polynomial");
-        if !self.native {
-            return false;
-        }
-        match keys.len() {
-            1 => native::block_regs_few::<1>(keys, block, out),
-            2 => native::block_regs_few::<2>(keys, block, out),
-            3 => native::block_regs_few::<3>(keys, block, out),
-            4 => native::block_regs_few::<4>(keys, block, out),
-            _ => return false,
-        }
-        true
     }
 
     /// The CRC register from zero over the 8 bytes `head` and then `data`, whose length is a
@@ -627,7 +618,7 @@ mod native {
         }
     }
 
-    /// [`super::Clmul::few_block_regs`]: `N` polynomials by PCLMULQDQ.
+    /// [`super::Clmul::block_regs`] under `N` polynomials, by PCLMULQDQ.
     #[inline(always)]
     pub(super) fn block_regs_few<const N: usize>(
         keys: &[BlockKeys],
