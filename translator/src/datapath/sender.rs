@@ -107,6 +107,8 @@ struct Templates {
     imm0: FrameTemplate,
     /// FETCH_ADD (Key-Increment stores only).
     atomic: Option<RdmaTemplate>,
+    /// [`Templates::max_frame_len`], computed once.
+    longest: usize,
 }
 
 impl Templates {
@@ -121,7 +123,7 @@ impl Templates {
             RdmaTemplate::new(ep, opcode, remote, region, payload_len)
                 .expect("a WRITE payload fits")
         };
-        Templates {
+        let mut t = Templates {
             write: rdma(op::RC_RDMA_WRITE_ONLY),
             write_imm: rdma(op::RC_RDMA_WRITE_ONLY_IMM),
             probe: FrameTemplate::new(ep, op::RC_RDMA_WRITE_ONLY, remote, 0),
@@ -129,7 +131,10 @@ impl Templates {
             atomic: atomic.then(|| {
                 RdmaTemplate::new(ep, op::RC_FETCH_ADD, remote, region, 0).expect("an atomic")
             }),
-        }
+            longest: 0,
+        };
+        t.longest = t.max_frame_len();
+        t
     }
 
     /// The ring's slot size: the longest frame these templates emit, and at least the room an
@@ -204,7 +209,7 @@ impl QpSender {
             spec.payload_len,
             spec.atomic,
         );
-        let qp = new_qp(spec.binding, spec.tuning, tmpl.max_frame_len());
+        let qp = new_qp(spec.binding, spec.tuning, tmpl.longest);
         QpSender {
             qp,
             tmpl,
@@ -240,7 +245,7 @@ impl QpSender {
             self.tmpl.atomic.is_some(),
         );
         let lost = self.qp.unconfirmed() as u64;
-        self.qp = new_qp(qpb, self.tuning, self.tmpl.max_frame_len());
+        self.qp = new_qp(qpb, self.tuning, self.tmpl.longest);
         lost
     }
 
@@ -259,7 +264,7 @@ impl QpSender {
     pub fn direct_budget(&self, frames: usize, tx: &TxBatch) -> usize {
         // Its frames are committed as fitting `tx`'s slots (`TxBatch::commit_fitting`; every
         // frame is longer than the headers `off` skips).
-        if self.tmpl.max_frame_len() > tx.slot_size() {
+        if self.tmpl.longest > tx.slot_size() {
             return 0;
         }
         self.qp.direct_budget(frames, tx.remaining())
