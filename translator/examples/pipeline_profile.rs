@@ -17,6 +17,88 @@ fn main() {
         .nth(2)
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
+    if what == "sketch" {
+        return sketch(n);
+    }
+    let (kinds, profile, reports) = if what == "mix" {
+        // The demo's mix (`bench micro`'s "Key-Write+Append mix"): Key-Writes and loss
+        // events interleaved at random, so most runs of one primitive are short.
+        let (kw, profile, kws) = case("keywrite");
+        let (loss, _, losses) = case("loss");
+        let (mut kws, mut losses) = (kws.into_iter(), losses.into_iter());
+        let mut z = 0x9E37_79B9_7F4A_7C15u64;
+        let reports = (0..4096)
+            .filter_map(|_| {
+                z ^= z << 13;
+                z ^= z >> 7;
+                z ^= z << 17;
+                if z & 1 == 0 {
+                    kws.next()
+                } else {
+                    losses.next()
+                }
+            })
+            .collect();
+        (vec![kw, loss], profile, reports)
+    } else {
+        let (kind, profile, reports) = case(&what);
+        (vec![kind], profile, reports)
+    };
+    let mut p = dta_translator::datapath::pipeline::stores_pipeline_with(&kinds, |c| {
+        c.postcard_cache_slots = 4096;
+        c.postcard_flush_ns = 1_000_000;
+        // Nothing acknowledges this pipeline: the largest cap on unconfirmed PSNs lets it
+        // take 2^22 frames before refusing reports (the run says how many it translated).
+        c.qp.max_outstanding = dta_translator::datapath::qp::MAX_OUTSTANDING;
+    });
+    let bufs: Vec<Vec<u8>> = reports
+        .iter()
+        .map(|r| {
+            let mut b = vec![0u8; 128];
+            let n = r.emit(profile, &mut b).unwrap();
+            b.truncate(n);
+            b
+        })
+        .collect();
+    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 200), 5000);
+    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
+    let dgrams: Vec<Datagram<'_>> = bufs
+        .iter()
+        .map(|b| Datagram {
+            src,
+            dst,
+            ip: None,
+            payload: b,
+        })
+        .collect();
+    let mut tx = TxBatch::new(64 * 10 + 64, 2048);
+    let t0 = std::time::Instant::now();
+    let mut done = 0u32;
+    let mut now = 0;
+    // Virtual time per 64-report burst: about the benchmark's pace for the Postcarding mix
+    // (so flush timers fire as they do there).
+    let step = if what == "postcard-mix" { 5000 } else { 1000 };
+    while done < n {
+        for burst in dgrams.chunks(64) {
+            now += step;
+            if p.next_deadline().is_some_and(|d| d <= now) {
+                p.poll(now, &mut tx);
+            }
+            p.handle_reports(now, burst, &mut tx);
+            tx.clear();
+            done += burst.len() as u32;
+        }
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "{what}: {done} reports in {dt:.3} s = {:.2} M reports/s; translated {}",
+        done as f64 / dt / 1e6,
+        p.counters().translated
+    );
+}
+
+/// Case `what`'s store and reports (4,096 of them, sent round and round).
+fn case(what: &str) -> (StoreKind, Profile, Vec<Report>) {
     let hdr = ReportHeader {
         profile: Profile::Extended,
         immediate: false,
@@ -34,10 +116,7 @@ fn main() {
         header: hdr,
         primitive,
     };
-    if what == "sketch" {
-        return sketch(n);
-    }
-    let (kind, profile, reports): (StoreKind, Profile, Vec<Report>) = match what.as_str() {
+    match what {
         "keywrite" => (
             StoreKind::KeyWrite {
                 slots: 1 << 20,
@@ -204,58 +283,7 @@ fn main() {
                 })
                 .collect(),
         ),
-    };
-    let mut p = dta_translator::datapath::pipeline::single_store_pipeline_with(kind, |c| {
-        c.postcard_cache_slots = 4096;
-        c.postcard_flush_ns = 1_000_000;
-        // Nothing acknowledges this pipeline: the largest cap on unconfirmed PSNs lets it
-        // take 2^22 frames before refusing reports (the run says how many it translated).
-        c.qp.max_outstanding = dta_translator::datapath::qp::MAX_OUTSTANDING;
-    });
-    let bufs: Vec<Vec<u8>> = reports
-        .iter()
-        .map(|r| {
-            let mut b = vec![0u8; 128];
-            let n = r.emit(profile, &mut b).unwrap();
-            b.truncate(n);
-            b
-        })
-        .collect();
-    let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 200), 5000);
-    let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 101), 40040);
-    let dgrams: Vec<Datagram<'_>> = bufs
-        .iter()
-        .map(|b| Datagram {
-            src,
-            dst,
-            ip: None,
-            payload: b,
-        })
-        .collect();
-    let mut tx = TxBatch::new(64 * 10 + 64, 2048);
-    let t0 = std::time::Instant::now();
-    let mut done = 0u32;
-    let mut now = 0;
-    // Virtual time per 64-report burst: about the benchmark's pace for the Postcarding mix
-    // (so flush timers fire as they do there).
-    let step = if what == "postcard-mix" { 5000 } else { 1000 };
-    while done < n {
-        for burst in dgrams.chunks(64) {
-            now += step;
-            if p.next_deadline().is_some_and(|d| d <= now) {
-                p.poll(now, &mut tx);
-            }
-            p.handle_reports(now, burst, &mut tx);
-            tx.clear();
-            done += burst.len() as u32;
-        }
     }
-    let dt = t0.elapsed().as_secs_f64();
-    eprintln!(
-        "{what}: {done} reports in {dt:.3} s = {:.2} M reports/s; translated {}",
-        done as f64 / dt / 1e6,
-        p.counters().translated
-    );
 }
 
 /// `sketch`: Sketch-Merge of a Count-Min of 4 rows × 4,096 4-byte columns from 4 switches,

@@ -55,8 +55,8 @@ mod runs;
 
 use config::check_routes;
 pub use config::{
-    single_store_pipeline, single_store_pipeline_with, CollectorTarget, ConfigError, ListRoute,
-    PipelineConfig, QpBinding, Route, RouteSet,
+    single_store_pipeline, single_store_pipeline_with, stores_pipeline_with, CollectorTarget,
+    ConfigError, ListRoute, PipelineConfig, QpBinding, Route, RouteSet,
 };
 
 /// Frames a single report may need at most (over all stores), and a NACK.

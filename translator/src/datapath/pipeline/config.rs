@@ -225,11 +225,17 @@ impl PipelineConfig {
     }
 
     /// Routes every primitive the single store `kind` serves to store 0.
-    pub fn route_all_to_first(mut self, kind: &StoreKind) -> PipelineConfig {
+    pub fn route_all_to_first(self, kind: &StoreKind) -> PipelineConfig {
+        self.route_to(kind, 0)
+    }
+
+    /// Routes `kind`'s primitive to store `si` (Append and Sketch-Merge stores are found by
+    /// their lists and sketch IDs).
+    fn route_to(mut self, kind: &StoreKind, si: usize) -> PipelineConfig {
         match kind {
-            StoreKind::KeyWrite { .. } => self.route_keywrite = Route::Single(0),
-            StoreKind::KeyIncrement { .. } => self.route_keyincrement = Route::Single(0),
-            StoreKind::Postcard { .. } => self.route_postcard = Route::Single(0),
+            StoreKind::KeyWrite { .. } => self.route_keywrite = Route::Single(si),
+            StoreKind::KeyIncrement { .. } => self.route_keyincrement = Route::Single(si),
+            StoreKind::Postcard { .. } => self.route_postcard = Route::Single(si),
             StoreKind::Append { .. } | StoreKind::Sketch { .. } => {}
         }
         self
@@ -249,9 +255,28 @@ pub fn single_store_pipeline_with(
     single_store_meta(kind, None, tune).expect("a valid single-store pipeline")
 }
 
+/// A pipeline of one store of each of `kinds` (of different primitives, or Append stores of
+/// disjoint lists), each with its own QP and region, on one synthetic collector; each
+/// primitive routed to its store. For benchmarks and profiling of mixed traffic.
+pub fn stores_pipeline_with(
+    kinds: &[StoreKind],
+    tune: impl FnOnce(&mut PipelineConfig),
+) -> Pipeline {
+    synthetic(kinds, None, tune).expect("a valid pipeline")
+}
+
 /// A one-store pipeline whose store records redundancy `n`.
 pub(super) fn single_store_meta(
     kind: StoreKind,
+    n: Option<dta_proto::meta::Redundancy>,
+    tune: impl FnOnce(&mut PipelineConfig),
+) -> Result<Pipeline, ConfigError> {
+    synthetic(&[kind], n, tune)
+}
+
+/// [`stores_pipeline_with`], each store recording redundancy `n`.
+fn synthetic(
+    kinds: &[StoreKind],
     n: Option<dta_proto::meta::Redundancy>,
     tune: impl FnOnce(&mut PipelineConfig),
 ) -> Result<Pipeline, ConfigError> {
@@ -259,33 +284,45 @@ pub(super) fn single_store_meta(
     let mut cfg = PipelineConfig::defaults(
         local,
         dta_proto::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 1]),
-    )
-    .route_all_to_first(&kind);
+    );
+    for (si, kind) in kinds.iter().enumerate() {
+        cfg = cfg.route_to(kind, si);
+    }
     tune(&mut cfg);
-    let meta = StoreMeta {
-        name: "s".into(),
-        addr: 0x7f00_0000_0000,
-        len: 1 << 30,
-        rkey: 0x1234,
-        qps: vec![dta_proto::meta::QpMeta {
-            qpn: 0x11,
-            psn: 0,
-            peer_qpn: 0x100,
-        }],
-        redundancy: n,
-        kind,
-    };
+    let stores = kinds
+        .iter()
+        .enumerate()
+        .map(|(si, kind)| {
+            let i = si as u32;
+            let meta = StoreMeta {
+                name: if kinds.len() == 1 {
+                    "s".into()
+                } else {
+                    format!("s{si}")
+                },
+                addr: 0x7f00_0000_0000 + (u64::from(i) << 32),
+                len: 1 << 30,
+                rkey: 0x1234 + i,
+                qps: vec![dta_proto::meta::QpMeta {
+                    qpn: 0x11 + i,
+                    psn: 0,
+                    peer_qpn: 0x100 + i,
+                }],
+                redundancy: n,
+                kind: kind.clone(),
+            };
+            let qp = QpBinding {
+                local_qpn: Qpn::new(0x100 + i),
+                remote_qpn: Qpn::new(0x11 + i),
+                start_psn: Psn::new(0),
+            };
+            (meta, qp)
+        })
+        .collect();
     let target = CollectorTarget {
         roce: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 51), 4791),
         mac: dta_proto::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 0x51]),
-        stores: vec![(
-            meta,
-            QpBinding {
-                local_qpn: Qpn::new(0x100),
-                remote_qpn: Qpn::new(0x11),
-                start_psn: Psn::new(0),
-            },
-        )],
+        stores,
     };
     Pipeline::new(cfg, &[target])
 }
