@@ -10,6 +10,7 @@
 
 use super::super::primitive::{AcceptDirect, Append};
 use super::*;
+use dta_proto::wire::report::ParseConfig;
 
 impl Pipeline {
     /// Whether store `si` takes runs: the pipeline is the only worker (no report is another
@@ -55,26 +56,18 @@ impl Pipeline {
         let PrimitiveState::Append(a) = prim else {
             unreachable!("append_run_store picks an Append store");
         };
-        let mut run = AppendRun {
-            a,
-            sender,
-            c: &mut self.counters,
-            now,
-            frames: self.max_frames_per_report,
-            room: None,
-        };
-        run.entry(&first.0, first.1, &first.2, tx);
+        let mut run = AppendRun::new(a, sender, now, self.max_frames_per_report);
+        let c = &mut self.counters;
+        run.entry(&first.0, first.1, &first.2, tx, c);
         for (taken, d) in rest.iter().enumerate() {
             // (A Sketch-Merge datagram is never an Append: its first byte is neither.)
-            let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse)
-                .filter(|(_, list, _)| run.a.serves(*list))
-            else {
+            let Some((h, list, value)) = run.parse(d, &self.cfg.parse) else {
                 return taken;
             };
-            run.c.rx_datagrams += 1;
-            run.c.reports_append += 1;
-            note_sequence(&mut self.reporters, run.c, &self.cfg, &h, d.src, tx);
-            run.entry(&h, list, &value, tx);
+            c.rx_datagrams += 1;
+            c.reports_append += 1;
+            note_sequence(&mut self.reporters, c, &self.cfg, &h, d.src, tx);
+            run.entry(&h, list, &value, tx, c);
         }
         rest.len()
     }
@@ -122,62 +115,120 @@ impl Pipeline {
         rest: &[Datagram<'_>],
         tx: &mut TxBatch,
     ) -> usize {
-        struct Run<'a, 'b> {
+        // The Appends of the sole Append store, when it takes runs, join the run: in a mix of
+        // primitives a run would otherwise end at each of them, and each run's start and end
+        // cost more than a report's translation. Such a run is a function of its own: in one
+        // function with the plain run, Key-Write cost 8 and Key-Increment 8 more instructions
+        // a report (registers allocated differently), though the plain run never meets an
+        // Append.
+        let appends = self
+            .sole_append
+            .filter(|&sa| sa != si && self.append_routes.is_empty() && self.takes_runs(sa));
+        struct Run<'a, 'b, const JOIN: bool> {
             p: &'a mut Pipeline,
             now: u64,
             si: usize,
+            sa: usize,
             first: &'a mut Report,
             rest: &'a [Datagram<'b>],
             tx: &'a mut TxBatch,
         }
-        impl dta_proto::cpu::Leveled for Run<'_, '_> {
+        impl<const JOIN: bool> dta_proto::cpu::Leveled for Run<'_, '_, JOIN> {
             type Output = usize;
             #[inline(always)]
             fn run(self) -> usize {
-                self.p
-                    .keyed_run_in(self.now, self.si, self.first, self.rest, self.tx)
+                self.p.keyed_run_in::<JOIN>(
+                    self.now, self.si, self.sa, self.first, self.rest, self.tx,
+                )
             }
         }
-        dta_proto::cpu::with_v3(Run {
-            p: self,
-            now,
-            si,
-            first,
-            rest,
-            tx,
-        })
+        match appends {
+            Some(sa) => dta_proto::cpu::with_v3(Run::<true> {
+                p: self,
+                now,
+                si,
+                sa,
+                first,
+                rest,
+                tx,
+            }),
+            None => dta_proto::cpu::with_v3(Run::<false> {
+                p: self,
+                now,
+                si,
+                sa: si,
+                first,
+                rest,
+                tx,
+            }),
+        }
     }
 
-    /// [`Pipeline::keyed_run`]'s body, which `Run::run` inlines into each copy. (The body
-    /// written in `Run::run` itself, over the struct's fields, cost Key-Write 9 and
-    /// Key-Increment 4 more instructions a report: hence the repeated signature.)
+    /// [`Pipeline::keyed_run`]'s body, which `Run::run` inlines into each copy; `JOIN`: the
+    /// Appends of store `sa` join the run. (The body written in `Run::run` itself, over the
+    /// struct's fields, cost Key-Write 9 and Key-Increment 4 more instructions a report:
+    /// hence the repeated signature.)
     #[inline(always)]
-    fn keyed_run_in(
+    fn keyed_run_in<const JOIN: bool>(
         &mut self,
         now: u64,
         si: usize,
+        sa: usize,
         first: &mut Report,
         rest: &[Datagram<'_>],
         tx: &mut TxBatch,
     ) -> usize {
-        let Store { sender, prim, .. } = &mut self.stores[si];
         let frames = self.max_frames_per_report;
-        let mut run = KeyedRun {
-            budget: sender.direct_budget(frames, tx),
-            sender,
-            c: &mut self.counters,
-            reporters: &mut self.reporters,
-            cfg: &self.cfg,
-            now,
-            frames,
-        };
-        match prim {
-            PrimitiveState::KeyWrite(p) => run.go(p, first, rest, tx, |c| c.reports_keywrite += 1),
-            PrimitiveState::KeyIncrement(p) => {
-                run.go(p, first, rest, tx, |c| c.reports_keyincrement += 1)
-            }
-            _ => unreachable!("keyed_run_store picks a Key-Write or Key-Increment store"),
+        let (c, reporters, cfg) = (&mut self.counters, &mut self.reporters, &self.cfg);
+        macro_rules! go {
+            ($sender:expr, $prim:expr, $appends:expr) => {{
+                let sender = $sender;
+                let mut run = KeyedRun {
+                    budget: sender.direct_budget(frames, tx),
+                    sender,
+                    appends: $appends,
+                    c,
+                    reporters,
+                    cfg,
+                    now,
+                    frames,
+                };
+                match $prim {
+                    PrimitiveState::KeyWrite(p) => {
+                        run.go(p, first, rest, tx, |c| c.reports_keywrite += 1)
+                    }
+                    PrimitiveState::KeyIncrement(p) => {
+                        run.go(p, first, rest, tx, |c| c.reports_keyincrement += 1)
+                    }
+                    _ => unreachable!("keyed_run_store picks a Key-Write or Key-Increment store"),
+                }
+            }};
         }
+        if !JOIN {
+            let Store { sender, prim, .. } = &mut self.stores[si];
+            return go!(sender, prim, NoAppends);
+        }
+        // (`get_disjoint_mut` is newer than the crate's minimum Rust.)
+        let (keyed, app) = if si < sa {
+            let (low, high) = self.stores.split_at_mut(sa);
+            (&mut low[si], &mut high[0])
+        } else {
+            let (low, high) = self.stores.split_at_mut(si);
+            (&mut high[0], &mut low[sa])
+        };
+        let Store {
+            sender: app_sender,
+            prim: PrimitiveState::Append(a),
+            ..
+        } = app
+        else {
+            unreachable!("sole_append is an Append store");
+        };
+        go!(
+            &mut keyed.sender,
+            &mut keyed.prim,
+            AppendRun::new(a, app_sender, now, frames)
+        )
     }
 }
 
@@ -186,18 +237,39 @@ impl Pipeline {
 struct AppendRun<'a> {
     a: &'a mut Append,
     sender: &'a mut QpSender,
-    c: &'a mut TranslatorCounters,
     now: u64,
     frames: usize,
     room: Option<(bool, usize)>,
 }
 
-impl AppendRun<'_> {
+impl<'a> AppendRun<'a> {
+    fn new(a: &'a mut Append, sender: &'a mut QpSender, now: u64, frames: usize) -> Self {
+        AppendRun {
+            a,
+            sender,
+            now,
+            frames,
+            room: None,
+        }
+    }
+
+    /// `d`'s header and fields when it is an Append for a list of the run's store.
+    #[inline(always)]
+    fn parse(&self, d: &Datagram<'_>, cfg: &ParseConfig) -> Option<(ReportHeader, u32, Value)> {
+        parse_append_fast(d.payload, cfg).filter(|(_, list, _)| self.a.serves(*list))
+    }
+
     /// One Append of the run: admitted, gated and batched as [`Pipeline::dispatch_append`]
     /// would.
     #[inline(always)]
-    fn entry(&mut self, h: &ReportHeader, list: u32, value: &Value, tx: &mut TxBatch) {
-        let c = &mut *self.c;
+    fn entry(
+        &mut self,
+        h: &ReportHeader,
+        list: u32,
+        value: &Value,
+        tx: &mut TxBatch,
+        c: &mut TranslatorCounters,
+    ) {
         match self.a.admit_entry(list, value) {
             Err(why) => why.count(c),
             Ok(_) if self.sender.qp.is_broken() => c.drop_qp_broken += 1,
@@ -225,8 +297,11 @@ impl AppendRun<'_> {
 }
 
 /// The state of one [`Pipeline::keyed_run`]: the store's QP and what sequence tracking needs.
-struct KeyedRun<'a> {
+struct KeyedRun<'a, A> {
     sender: &'a mut QpSender,
+    /// The sole Append store's run ([`AppendRun`]) when its Appends join this run
+    /// ([`KeyedRun::append`]), else [`NoAppends`].
+    appends: A,
     c: &'a mut TranslatorCounters,
     reporters: &'a mut ReporterTracker,
     cfg: &'a PipelineConfig,
@@ -238,7 +313,31 @@ struct KeyedRun<'a> {
     budget: usize,
 }
 
-impl KeyedRun<'_> {
+/// What a [`KeyedRun`] does with a datagram it cannot parse: an [`AppendRun`] takes it when it
+/// is an Append for its store.
+trait JoinAppends<'a> {
+    /// The run's Append store, if it has one.
+    fn run(&mut self) -> Option<&mut AppendRun<'a>>;
+}
+
+/// A keyed run that ends at its first datagram of another primitive.
+struct NoAppends;
+
+impl<'a> JoinAppends<'a> for NoAppends {
+    #[inline(always)]
+    fn run(&mut self) -> Option<&mut AppendRun<'a>> {
+        None
+    }
+}
+
+impl<'a> JoinAppends<'a> for AppendRun<'a> {
+    #[inline(always)]
+    fn run(&mut self) -> Option<&mut AppendRun<'a>> {
+        Some(self)
+    }
+}
+
+impl<'a, A: JoinAppends<'a>> KeyedRun<'a, A> {
     /// Translates `first` and the reports in `rest` of the same primitive, read in place by
     /// [`parse_keyed_into`] and counted by `count`; returns how many of `rest` it took. Any
     /// other datagram ends the run (the caller parses it again, and counts its error if it
@@ -255,6 +354,9 @@ impl KeyedRun<'_> {
         self.report(p, first, tx);
         for (taken, d) in rest.iter().enumerate() {
             if !parse_keyed_into(d.payload, &self.cfg.parse, first) {
+                if self.append(d, tx) {
+                    continue;
+                }
                 return taken;
             }
             count(self.c);
@@ -266,6 +368,27 @@ impl KeyedRun<'_> {
             self.report(p, first, tx);
         }
         rest.len()
+    }
+
+    /// `d` when it is an Append for the run's Append store ([`KeyedRun::appends`]): counted,
+    /// sequence-tracked and batched as the Append lane and [`Pipeline::append_run`] give it,
+    /// and true. False for anything else (the run ends there).
+    #[inline(always)]
+    fn append(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) -> bool {
+        let Some(run) = self.appends.run() else {
+            return false;
+        };
+        let Some((h, list, value)) = run.parse(d, &self.cfg.parse) else {
+            return false;
+        };
+        self.c.rx_datagrams += 1;
+        self.c.reports_append += 1;
+        let queued = tx.len();
+        note_sequence(self.reporters, self.c, self.cfg, &h, d.src, tx);
+        run.entry(&h, list, &value, tx, self.c);
+        // A NACK or a batch takes a place in `tx`.
+        self.budget = self.budget.saturating_sub(tx.len() - queued);
+        true
     }
 
     /// One report of the run: admitted, gated and accepted as [`Pipeline::dispatch`] would.

@@ -509,8 +509,18 @@ fn runs_against_dispatch(
     bufs: &[Vec<u8>],
     tx_frames: usize,
 ) -> (TranslatorCounters, usize) {
-    let mut runs = single_store_pipeline_with(kind.clone(), &cfg);
-    let mut one_by_one = single_store_pipeline_with(kind, |c| {
+    stores_runs_against_dispatch(&[kind], cfg, bufs, tx_frames)
+}
+
+/// [`runs_against_dispatch`] with a store of each of `kinds` (on one collector).
+fn stores_runs_against_dispatch(
+    kinds: &[StoreKind],
+    cfg: impl Fn(&mut PipelineConfig),
+    bufs: &[Vec<u8>],
+    tx_frames: usize,
+) -> (TranslatorCounters, usize) {
+    let mut runs = stores_pipeline_with(kinds, &cfg);
+    let mut one_by_one = stores_pipeline_with(kinds, |c| {
         cfg(c);
         c.rate = RateLimit {
             messages_per_sec: 1 << 30,
@@ -672,6 +682,165 @@ fn nacks_in_a_keyed_run_take_places_from_its_direct_budget() {
             c.nacks_sent >= 40 && c.translated == 300 && c.frames > 800,
             "{kind:?}: {frames} frames and NACKs, {c:?}"
         );
+    }
+}
+
+/// A run of Key-Writes or Key-Increments takes the Appends between its reports when the
+/// pipeline's sole Append store takes runs too (`KeyedRun::append`), and gives exactly what
+/// dispatching them one by one gives: the same frames, NACKs and counters, for both keyed
+/// primitives and both copies of the run. The bursts interleave the two primitives at random
+/// (runs of one to a few reports, as in the demo's mix), with Appends of 1 to 4 bytes for the
+/// store's lists, Appends for a list no store holds and values too long (the first ends the
+/// run, the second is refused inside it), Immediates, retransmittable reference reports with
+/// sequence gaps on both primitives (NACKs go into the batch mid-run, taking places of the
+/// keyed frames' direct budget), truncated datagrams and Sketch-Merge datagrams; batches of 6
+/// frames (frames wait in the QPs' rings) and of 64 (keyed frames straight into the batch,
+/// Append batches between them), and the PSN caps reached part-way.
+#[test]
+fn keyed_runs_take_the_appends_between_them() {
+    let reference = Profile::reference(dta_proto::wire::dta::BaseVariant::B);
+    for keyed in keyed_kinds() {
+        let kw = matches!(keyed, StoreKind::KeyWrite { .. });
+        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        let mut seq = 0u32;
+        let mut z = 0x2545_F491_4F6C_DD1Du64;
+        for i in 0..600u32 {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            // (The reference profile's Appends carry 4-byte values only: the unknown list and
+            // the value too long go in the extended profile.)
+            let retransmittable = z % 7 == 0 && (z >> 8) % 16 > 1;
+            let header = if retransmittable {
+                next_with_gaps(&mut seq)
+            } else {
+                ReportHeader {
+                    immediate: i % 13 == 4,
+                    ..HDR
+                }
+            };
+            let profile = if retransmittable {
+                reference
+            } else {
+                Profile::Extended
+            };
+            let n = 1 + (i % 3) as u8;
+            let primitive = match (z >> 8) % 16 {
+                0 => Primitive::Append {
+                    list: 9, // no store holds it: the run ends
+                    value: Value::new(&[1]).unwrap(),
+                },
+                1 => Primitive::Append {
+                    list: 3,
+                    value: Value::new(&[2; 9]).unwrap(), // too long for 4-byte entries
+                },
+                2 => {
+                    bufs.push(vec![dta_proto::wire::sketch::MAGIC_VERSION, 0xff, 0, 0]);
+                    continue;
+                }
+                3 => {
+                    bufs.push(vec![0x02, 0x00]); // a truncated reference Append
+                    continue;
+                }
+                k if k < 10 => Primitive::Append {
+                    list: 2 + i % 4,
+                    value: Value::new(
+                        &i.to_be_bytes()[..if retransmittable {
+                            4
+                        } else {
+                            1 + i as usize % 4
+                        }],
+                    )
+                    .unwrap(),
+                },
+                _ if kw => Primitive::KeyWrite {
+                    redundancy: n,
+                    key: if retransmittable {
+                        Key::from_u32_reference(i)
+                    } else {
+                        Key::new(&i.to_be_bytes()[..1 + i as usize % 4]).unwrap()
+                    },
+                    value: Value::new(&i.to_be_bytes()).unwrap(),
+                },
+                _ => Primitive::KeyIncrement {
+                    redundancy: n,
+                    key: if retransmittable {
+                        Key::from_u32_reference(i)
+                    } else {
+                        Key::new(&i.to_be_bytes()).unwrap()
+                    },
+                    delta: u64::from(i) + 1,
+                },
+            };
+            emit(&mut bufs, profile, Report { header, primitive });
+        }
+        // Batches of 2 entries: Append frames go into the transmit batch between keyed
+        // reports often, as NACKs do.
+        let StoreKind::Append {
+            lists,
+            first_list,
+            capacity,
+            entry_size,
+            format,
+            list_stride,
+            ..
+        } = four_lists()
+        else {
+            unreachable!()
+        };
+        let appends = StoreKind::Append {
+            lists,
+            first_list,
+            capacity,
+            entry_size,
+            batch: 2,
+            format,
+            list_stride,
+        };
+        let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 60;
+        let late_cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 400;
+        // The Append store after the keyed one, and before it. Batches of 6 and 13 frames:
+        // frames wait in the rings, and Append batches and NACKs fill the batch under the
+        // keyed frames' direct budget. Of 64: whole bursts fit.
+        let orders = [[keyed.clone(), appends.clone()], [appends, keyed.clone()]];
+        let passes = [(0, 6), (0, 13), (0, 64), (1, 13)].map(|(order, tx)| {
+            let kinds = &orders[order];
+            let copies = [true, false].map(|v3| {
+                dta_proto::cpu::allow_v3(v3);
+                if tx == 64 {
+                    stores_runs_against_dispatch(kinds, late_cap, &bufs, tx)
+                } else {
+                    stores_runs_against_dispatch(kinds, cap, &bufs, tx)
+                }
+            });
+            dta_proto::cpu::allow_v3(true);
+            assert_eq!(
+                copies[0].0, copies[1].0,
+                "{keyed:?}: the two copies, {tx} frames"
+            );
+            copies[0]
+        });
+        for (c, frames) in passes {
+            let keyed_reports = if kw {
+                c.reports_keywrite
+            } else {
+                c.reports_keyincrement
+            };
+            for (what, n) in [
+                ("keyed reports", keyed_reports),
+                ("Appends", c.reports_append),
+                ("Append batches", c.append_batches),
+                ("unknown list", c.drop_unknown_list),
+                ("value too long", c.drop_value_too_long),
+                ("truncated", c.drop_truncated),
+                ("NACKs", c.nacks_sent),
+                ("Immediates", c.frames_imm),
+                ("queue full", c.drop_qp_queue_full),
+            ] {
+                assert!(n > 0, "{keyed:?}: {what}: {c:?}");
+            }
+            assert!(frames > 100, "{keyed:?}: {frames} frames and NACKs sent");
+        }
     }
 }
 
