@@ -111,8 +111,10 @@ pub struct Pipeline {
     route_epoch: Option<u32>,
     /// INT Telemetry Report ingest (`[int]`), if configured.
     int: Option<Box<IntIngest>>,
-    /// The store, if it is the only Append store (its lists are then the only ones known, and
-    /// a run of Appends takes [`Pipeline::append_run`]).
+    /// Whether any store is an Append store (runs may take Appends: [`Pipeline::append_run`],
+    /// and the Appends a keyed run takes).
+    has_appends: bool,
+    /// The store, if it is the only Append store (an Append's run store without a search).
     sole_append: Option<usize>,
 }
 
@@ -234,8 +236,10 @@ impl Pipeline {
             .enumerate()
             .filter(|(_, s)| matches!(s.prim, PrimitiveState::Append(_)))
             .map(|(i, _)| i);
-        let sole_append = appends.next().filter(|_| appends.next().is_none());
+        let first_append = appends.next();
+        let sole_append = first_append.filter(|_| appends.next().is_none());
         Ok(Pipeline {
+            has_appends: first_append.is_some(),
             sole_append,
             backlog: VecDeque::with_capacity(cfg.backlog),
             reporters: ReporterTracker::new(cfg.max_reporters),

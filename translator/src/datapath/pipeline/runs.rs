@@ -5,8 +5,10 @@
 //! datagram that is not one. Each report gets exactly what the report-by-report path would
 //! give it: the same checks in the same order, the same counters (the tests compare the two,
 //! frame by frame). Runs are out of line: each is entered once per run, and kept inline they
-//! made the other primitives' loop spill registers. (A run of postcards saved nothing over
-//! their lane: measured, not kept.)
+//! made the other primitives' loop spill registers. A keyed run also takes the Appends between
+//! its reports when the sole Append store takes runs ([`KeyedRun::append`]): in a mix of the
+//! two, runs are short, and a run's start and end cost more than a report. (A run of
+//! postcards saved nothing over their lane: measured, not kept.)
 
 use super::super::primitive::{AcceptDirect, Append};
 use super::*;
@@ -20,17 +22,23 @@ impl Pipeline {
         self.prim_cfg.shard.workers == 1 && self.buckets[self.stores[si].sender.collector].is_none()
     }
 
-    /// The store an Append for `list` may start a run in ([`Pipeline::append_run`]): the sole
-    /// Append store, if it holds the list, the pipeline is the only worker, the store's
+    /// The store an Append for `list` may start a run in ([`Pipeline::append_run`]): the
+    /// Append store that holds the list, when the pipeline is the only worker, the store's
     /// collector has no rate limit and no cluster routes apply. `None`: the report takes
     /// [`Pipeline::dispatch_append`].
     #[inline(always)]
     pub(super) fn append_run_store(&self, list: u32) -> Option<usize> {
-        let si = self.sole_append?;
-        let runs = self.append_routes.is_empty()
-            && self.takes_runs(si)
-            && matches!(&self.stores[si].prim, PrimitiveState::Append(a) if a.serves(list));
-        runs.then_some(si)
+        if !self.append_routes.is_empty() {
+            return None;
+        }
+        let si = match self.sole_append {
+            Some(si) if matches!(&self.stores[si].prim, PrimitiveState::Append(a) if a.serves(list)) => {
+                si
+            }
+            Some(_) => return None,
+            None => self.append_store(list)?,
+        };
+        self.takes_runs(si).then_some(si)
     }
 
     /// Translates `first` (an Append already parsed and counted, for a list store `si` holds,
@@ -115,20 +123,17 @@ impl Pipeline {
         rest: &[Datagram<'_>],
         tx: &mut TxBatch,
     ) -> usize {
-        // The Appends of the sole Append store, when it takes runs, join the run: in a mix of
+        // The Appends of an Append store that takes runs join the run: in a mix of
         // primitives a run would otherwise end at each of them, and each run's start and end
         // cost more than a report's translation. Such a run is a function of its own: in one
         // function with the plain run, Key-Write cost 8 and Key-Increment 8 more instructions
         // a report (registers allocated differently), though the plain run never meets an
         // Append.
-        let appends = self
-            .sole_append
-            .filter(|&sa| sa != si && self.append_routes.is_empty() && self.takes_runs(sa));
+        let joins = self.has_appends && self.append_routes.is_empty();
         struct Run<'a, 'b, const JOIN: bool> {
             p: &'a mut Pipeline,
             now: u64,
             si: usize,
-            sa: usize,
             first: &'a mut Report,
             rest: &'a [Datagram<'b>],
             tx: &'a mut TxBatch,
@@ -137,49 +142,47 @@ impl Pipeline {
             type Output = usize;
             #[inline(always)]
             fn run(self) -> usize {
-                self.p.keyed_run_in::<JOIN>(
-                    self.now, self.si, self.sa, self.first, self.rest, self.tx,
-                )
+                self.p
+                    .keyed_run_in::<JOIN>(self.now, self.si, self.first, self.rest, self.tx)
             }
         }
-        match appends {
-            Some(sa) => dta_proto::cpu::with_v3(Run::<true> {
+        if joins {
+            dta_proto::cpu::with_v3(Run::<true> {
                 p: self,
                 now,
                 si,
-                sa,
                 first,
                 rest,
                 tx,
-            }),
-            None => dta_proto::cpu::with_v3(Run::<false> {
+            })
+        } else {
+            dta_proto::cpu::with_v3(Run::<false> {
                 p: self,
                 now,
                 si,
-                sa: si,
                 first,
                 rest,
                 tx,
-            }),
+            })
         }
     }
 
     /// [`Pipeline::keyed_run`]'s body, which `Run::run` inlines into each copy; `JOIN`: the
-    /// Appends of store `sa` join the run. (The body written in `Run::run` itself, over the
-    /// struct's fields, cost Key-Write 9 and Key-Increment 4 more instructions a report:
-    /// hence the repeated signature.)
+    /// Appends of an Append store that takes runs join the run ([`LazyAppends`]). (The body
+    /// written in `Run::run` itself, over the struct's fields, cost Key-Write 9 and
+    /// Key-Increment 4 more instructions a report: hence the repeated signature.)
     #[inline(always)]
     fn keyed_run_in<const JOIN: bool>(
         &mut self,
         now: u64,
         si: usize,
-        sa: usize,
         first: &mut Report,
         rest: &[Datagram<'_>],
         tx: &mut TxBatch,
     ) -> usize {
         let frames = self.max_frames_per_report;
         let (c, reporters, cfg) = (&mut self.counters, &mut self.reporters, &self.cfg);
+        let buckets = &self.buckets;
         macro_rules! go {
             ($sender:expr, $prim:expr, $appends:expr) => {{
                 let sender = $sender;
@@ -208,26 +211,20 @@ impl Pipeline {
             let Store { sender, prim, .. } = &mut self.stores[si];
             return go!(sender, prim, NoAppends);
         }
-        // (`get_disjoint_mut` is newer than the crate's minimum Rust.)
-        let (keyed, app) = if si < sa {
-            let (low, high) = self.stores.split_at_mut(sa);
-            (&mut low[si], &mut high[0])
-        } else {
-            let (low, high) = self.stores.split_at_mut(si);
-            (&mut high[0], &mut low[sa])
-        };
-        let Store {
-            sender: app_sender,
-            prim: PrimitiveState::Append(a),
-            ..
-        } = app
-        else {
-            unreachable!("sole_append is an Append store");
-        };
+        // The stores before and after the keyed one: an Append run is bound to one of them
+        // when the run meets its first Append.
+        let (low, high) = self.stores.split_at_mut(si);
+        let (keyed, high) = high.split_first_mut().expect("the keyed store");
         go!(
             &mut keyed.sender,
             &mut keyed.prim,
-            AppendRun::new(a, app_sender, now, frames)
+            LazyAppends::Unbound {
+                low,
+                high,
+                buckets,
+                now,
+                frames,
+            }
         )
     }
 }
@@ -299,8 +296,8 @@ impl<'a> AppendRun<'a> {
 /// The state of one [`Pipeline::keyed_run`]: the store's QP and what sequence tracking needs.
 struct KeyedRun<'a, A> {
     sender: &'a mut QpSender,
-    /// The sole Append store's run ([`AppendRun`]) when its Appends join this run
-    /// ([`KeyedRun::append`]), else [`NoAppends`].
+    /// The Appends this run takes ([`LazyAppends`], [`KeyedRun::append`]), or
+    /// [`NoAppends`].
     appends: A,
     c: &'a mut TranslatorCounters,
     reporters: &'a mut ReporterTracker,
@@ -314,26 +311,86 @@ struct KeyedRun<'a, A> {
 }
 
 /// What a [`KeyedRun`] does with a datagram it cannot parse: an [`AppendRun`] takes it when it
-/// is an Append for its store.
+/// is an Append for a store that takes runs.
 trait JoinAppends<'a> {
-    /// The run's Append store, if it has one.
-    fn run(&mut self) -> Option<&mut AppendRun<'a>>;
+    /// Whether the run takes Appends at all.
+    const JOINS: bool;
+    /// The Append run for `list`, if the run takes Appends for it.
+    fn run(&mut self, list: u32) -> Option<&mut AppendRun<'a>>;
 }
 
 /// A keyed run that ends at its first datagram of another primitive.
 struct NoAppends;
 
 impl<'a> JoinAppends<'a> for NoAppends {
+    const JOINS: bool = false;
     #[inline(always)]
-    fn run(&mut self) -> Option<&mut AppendRun<'a>> {
+    fn run(&mut self, _: u32) -> Option<&mut AppendRun<'a>> {
         None
     }
 }
 
-impl<'a> JoinAppends<'a> for AppendRun<'a> {
+/// The Appends a keyed run takes: those of the Append store of the first Append it meets, when
+/// that store takes runs (no rate limit on its collector; the other conditions are the keyed
+/// run's own). Bound at that Append; an Append for another store ends the run.
+enum LazyAppends<'a> {
+    /// No Append yet: the stores besides the run's keyed store, and the collectors' rate
+    /// limits.
+    Unbound {
+        low: &'a mut [Store],
+        high: &'a mut [Store],
+        buckets: &'a [Option<TokenBucket>],
+        now: u64,
+        frames: usize,
+    },
+    /// Bound to one store.
+    Bound(AppendRun<'a>),
+    /// While binding.
+    Spent,
+}
+
+impl<'a> JoinAppends<'a> for LazyAppends<'a> {
+    const JOINS: bool = true;
     #[inline(always)]
-    fn run(&mut self) -> Option<&mut AppendRun<'a>> {
-        Some(self)
+    fn run(&mut self, list: u32) -> Option<&mut AppendRun<'a>> {
+        if let LazyAppends::Unbound {
+            low, high, buckets, ..
+        } = self
+        {
+            // The store holding the list, if it takes runs.
+            let at = low.iter().chain(high.iter()).position(|s| {
+                matches!(&s.prim, PrimitiveState::Append(a) if a.serves(list))
+                    && buckets[s.sender.collector].is_none()
+            })?;
+            let LazyAppends::Unbound {
+                low,
+                high,
+                now,
+                frames,
+                ..
+            } = std::mem::replace(self, LazyAppends::Spent)
+            else {
+                unreachable!("unbound above");
+            };
+            let store = if at < low.len() {
+                &mut low[at]
+            } else {
+                &mut high[at - low.len()]
+            };
+            let Store {
+                sender,
+                prim: PrimitiveState::Append(a),
+                ..
+            } = store
+            else {
+                unreachable!("an Append store above");
+            };
+            *self = LazyAppends::Bound(AppendRun::new(a, sender, now, frames));
+        }
+        match self {
+            LazyAppends::Bound(run) if run.a.serves(list) => Some(run),
+            _ => None,
+        }
     }
 }
 
@@ -370,15 +427,18 @@ impl<'a, A: JoinAppends<'a>> KeyedRun<'a, A> {
         rest.len()
     }
 
-    /// `d` when it is an Append for the run's Append store ([`KeyedRun::appends`]): counted,
+    /// `d` when it is an Append the run takes ([`KeyedRun::appends`]): counted,
     /// sequence-tracked and batched as the Append lane and [`Pipeline::append_run`] give it,
     /// and true. False for anything else (the run ends there).
     #[inline(always)]
     fn append(&mut self, d: &Datagram<'_>, tx: &mut TxBatch) -> bool {
-        let Some(run) = self.appends.run() else {
+        if !A::JOINS {
+            return false;
+        }
+        let Some((h, list, value)) = parse_append_fast(d.payload, &self.cfg.parse) else {
             return false;
         };
-        let Some((h, list, value)) = run.parse(d, &self.cfg.parse) else {
+        let Some(run) = self.appends.run(list) else {
             return false;
         };
         self.c.rx_datagrams += 1;

@@ -519,6 +519,23 @@ fn stores_runs_against_dispatch(
     bufs: &[Vec<u8>],
     tx_frames: usize,
 ) -> (TranslatorCounters, usize) {
+    bursts_against_dispatch(
+        kinds,
+        cfg,
+        bufs,
+        tx_frames,
+        &[1, 7, 16, 33, 64, 2, 64, 64, 64, 64, 64],
+    )
+}
+
+/// [`stores_runs_against_dispatch`] in bursts of `sizes` datagrams, round and round.
+fn bursts_against_dispatch(
+    kinds: &[StoreKind],
+    cfg: impl Fn(&mut PipelineConfig),
+    bufs: &[Vec<u8>],
+    tx_frames: usize,
+    sizes: &[usize],
+) -> (TranslatorCounters, usize) {
     let mut runs = stores_pipeline_with(kinds, &cfg);
     let mut one_by_one = stores_pipeline_with(kinds, |c| {
         cfg(c);
@@ -534,10 +551,7 @@ fn stores_runs_against_dispatch(
     let mut tx_runs = TxBatch::new(tx_frames, 2048);
     let mut tx_one = TxBatch::new(tx_frames, 2048);
     let (mut at, mut now, mut frames) = (0, 1, 0);
-    for size in [1, 7, 16, 33, 64, 2, 64, 64, 64, 64, 64]
-        .into_iter()
-        .cycle()
-    {
+    for &size in sizes.iter().cycle() {
         let burst = &all[at..(at + size).min(all.len())];
         runs.handle_reports(now, burst, &mut tx_runs);
         one_by_one.handle_reports(now, burst, &mut tx_one);
@@ -685,6 +699,69 @@ fn nacks_in_a_keyed_run_take_places_from_its_direct_budget() {
     }
 }
 
+/// The frames an Append puts into the transmit batch inside a keyed run take places its keyed
+/// frames would have had, as NACKs do (`nacks_in_a_keyed_run_take_places_from_its_direct_budget`):
+/// a Key-Write of N = 1, ten one-entry Append batches, then Key-Writes of N = 3, the second of
+/// which no longer fits the 16-frame batch and waits in the QP's ring, exactly as dispatching
+/// the reports one by one puts it there. (Without the Appends' share taken off the direct budget, those Key-Writes were
+/// written past the batch's end and lost.)
+#[test]
+fn appends_in_a_keyed_run_take_places_from_its_direct_budget() {
+    let StoreKind::Append {
+        lists,
+        first_list,
+        capacity,
+        entry_size,
+        format,
+        list_stride,
+        ..
+    } = four_lists()
+    else {
+        unreachable!()
+    };
+    let appends = StoreKind::Append {
+        lists,
+        first_list,
+        capacity,
+        entry_size,
+        batch: 1,
+        format,
+        list_stride,
+    };
+    let kw = |n: u8, i: u32| Report {
+        header: HDR,
+        primitive: Primitive::KeyWrite {
+            redundancy: n,
+            key: Key::new(&i.to_be_bytes()).unwrap(),
+            value: Value::new(&[i as u8; 8]).unwrap(),
+        },
+    };
+    let mut bufs: Vec<Vec<u8>> = Vec::new();
+    for i in 0..40u32 {
+        emit(&mut bufs, Profile::Extended, kw(1, i));
+        for l in 0..10 {
+            let append = Report {
+                header: HDR,
+                primitive: Primitive::Append {
+                    list: 2 + l % 4,
+                    value: Value::new(&[l as u8; 4]).unwrap(),
+                },
+            };
+            emit(&mut bufs, Profile::Extended, append);
+        }
+        for k in 0..4 {
+            emit(&mut bufs, Profile::Extended, kw(3, 1000 * i + k));
+        }
+    }
+    let kinds = [keyed_kinds()[0].clone(), appends];
+    // A burst a pattern: the run's budget is the whole batch's 16 places when it starts.
+    let (c, frames) = bursts_against_dispatch(&kinds, |_| {}, &bufs, 16, &[15]);
+    assert!(
+        c.translated == 600 && c.append_batches == 400 && c.frames == 400 + 40 * 13,
+        "{frames} frames and NACKs sent, {c:?}"
+    );
+}
+
 /// A run of Key-Writes or Key-Increments takes the Appends between its reports when the
 /// pipeline's sole Append store takes runs too (`KeyedRun::append`), and gives exactly what
 /// dispatching them one by one gives: the same frames, NACKs and counters, for both keyed
@@ -727,7 +804,7 @@ fn keyed_runs_take_the_appends_between_them() {
             let n = 1 + (i % 3) as u8;
             let primitive = match (z >> 8) % 16 {
                 0 => Primitive::Append {
-                    list: 9, // no store holds it: the run ends
+                    list: 12, // no store holds it: the run ends
                     value: Value::new(&[1]).unwrap(),
                 },
                 1 => Primitive::Append {
@@ -743,7 +820,8 @@ fn keyed_runs_take_the_appends_between_them() {
                     continue;
                 }
                 k if k < 10 => Primitive::Append {
-                    list: 2 + i % 4,
+                    // One in five for lists 6..10: no store, or a second Append store's.
+                    list: if i % 5 == 0 { 6 + i % 4 } else { 2 + i % 4 },
                     value: Value::new(
                         &i.to_be_bytes()[..if retransmittable {
                             4
@@ -774,8 +852,8 @@ fn keyed_runs_take_the_appends_between_them() {
             };
             emit(&mut bufs, profile, Report { header, primitive });
         }
-        // Batches of 2 entries: Append frames go into the transmit batch between keyed
-        // reports often, as NACKs do.
+        // Batches of 1 entry: an Append's frame goes into the transmit batch between keyed
+        // reports, as a NACK does.
         let StoreKind::Append {
             lists,
             first_list,
@@ -793,25 +871,49 @@ fn keyed_runs_take_the_appends_between_them() {
             first_list,
             capacity,
             entry_size,
-            batch: 2,
+            batch: 1,
             format,
             list_stride,
         };
-        let cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 60;
-        let late_cap = |c: &mut PipelineConfig| c.qp.max_outstanding = 400;
-        // The Append store after the keyed one, and before it. Batches of 6 and 13 frames:
-        // frames wait in the rings, and Append batches and NACKs fill the batch under the
-        // keyed frames' direct budget. Of 64: whole bursts fit.
-        let orders = [[keyed.clone(), appends.clone()], [appends, keyed.clone()]];
-        let passes = [(0, 6), (0, 13), (0, 64), (1, 13)].map(|(order, tx)| {
-            let kinds = &orders[order];
+        let more_appends = StoreKind::Append {
+            lists: 4,
+            first_list: 6,
+            capacity,
+            entry_size: 8,
+            batch: 4,
+            format,
+            list_stride,
+        };
+        // The Append store after the keyed one, before it, and two Append stores around it
+        // (a run binds to the store of its first Append; the other's Appends end it).
+        // Batches of 6 and 13 frames: frames wait in the rings, and Append batches and NACKs
+        // fill the batch under the keyed frames' direct budget. Of 64: whole bursts fit.
+        let orders = [
+            vec![keyed.clone(), appends.clone()],
+            vec![appends.clone(), keyed.clone()],
+            vec![appends, keyed.clone(), more_appends],
+        ];
+        // (store order, batch frames, cap on unconfirmed PSNs)
+        let passes = [
+            (0, 6, 60),
+            (0, 13, 60),
+            (0, 24, 400),
+            (0, 32, 400),
+            (0, 64, 400),
+            (1, 24, 400),
+            (2, 6, 60),
+            (2, 24, 400),
+            (2, 64, 400),
+        ]
+        .map(|(order, tx, cap)| {
             let copies = [true, false].map(|v3| {
                 dta_proto::cpu::allow_v3(v3);
-                if tx == 64 {
-                    stores_runs_against_dispatch(kinds, late_cap, &bufs, tx)
-                } else {
-                    stores_runs_against_dispatch(kinds, cap, &bufs, tx)
-                }
+                stores_runs_against_dispatch(
+                    &orders[order],
+                    |c| c.qp.max_outstanding = cap,
+                    &bufs,
+                    tx,
+                )
             });
             dta_proto::cpu::allow_v3(true);
             assert_eq!(
