@@ -20,9 +20,10 @@ fn main() {
     if what == "sketch" {
         return sketch(n);
     }
-    let (kinds, profile, reports) = if what == "mix" {
+    let (kinds, profile, reports) = if what == "mix" || what == "mix-demo" {
         // The demo's mix (`bench micro`'s "Key-Write+Append mix"): Key-Writes and loss
-        // events interleaved at random, so most runs of one primitive are short.
+        // events interleaved at random, so most runs of one primitive are short. `mix-demo`:
+        // with the demo's second Append store beside them.
         let (kw, profile, kws) = case("keywrite");
         let (loss, _, losses) = case("loss");
         let (mut kws, mut losses) = (kws.into_iter(), losses.into_iter());
@@ -39,7 +40,21 @@ fn main() {
                 }
             })
             .collect();
-        (vec![kw, loss], profile, reports)
+        let mut kinds = vec![kw, loss];
+        if what == "mix-demo" {
+            // The demo's stores: a second Append store (congestion events, lists 8..16)
+            // that these reports do not use.
+            kinds.push(StoreKind::Append {
+                lists: 8,
+                first_list: 8,
+                capacity: 1 << 16,
+                entry_size: 8,
+                batch: 16,
+                format: AppendFormat::Sequenced,
+                list_stride: 1 << 22,
+            });
+        }
+        (kinds, profile, reports)
     } else {
         let (kind, profile, reports) = case(&what);
         (vec![kind], profile, reports)
