@@ -146,24 +146,22 @@ impl Pipeline {
                     .keyed_run_in::<JOIN>(self.now, self.si, self.first, self.rest, self.tx)
             }
         }
+        macro_rules! run {
+            ($join:literal) => {
+                dta_proto::cpu::with_v3(Run::<$join> {
+                    p: self,
+                    now,
+                    si,
+                    first,
+                    rest,
+                    tx,
+                })
+            };
+        }
         if joins {
-            dta_proto::cpu::with_v3(Run::<true> {
-                p: self,
-                now,
-                si,
-                first,
-                rest,
-                tx,
-            })
+            run!(true)
         } else {
-            dta_proto::cpu::with_v3(Run::<false> {
-                p: self,
-                now,
-                si,
-                first,
-                rest,
-                tx,
-            })
+            run!(false)
         }
     }
 

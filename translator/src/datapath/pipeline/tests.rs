@@ -235,12 +235,17 @@ fn postcards_are_written_with_the_stores_redundancy() {
 
 /// An Append store of lists 2..6, 4-byte entries in batches of 4, sequenced.
 fn four_lists() -> StoreKind {
+    four_lists_in_batches_of(4)
+}
+
+/// [`four_lists`] in batches of `batch` entries.
+fn four_lists_in_batches_of(batch: u32) -> StoreKind {
     StoreKind::Append {
         lists: 4,
         first_list: 2,
         capacity: 64,
         entry_size: 4,
-        batch: 4,
+        batch,
         format: dta_proto::layout::AppendFormat::Sequenced,
         list_stride: 1 << 12,
     }
@@ -707,27 +712,7 @@ fn nacks_in_a_keyed_run_take_places_from_its_direct_budget() {
 /// written past the batch's end and lost.)
 #[test]
 fn appends_in_a_keyed_run_take_places_from_its_direct_budget() {
-    let StoreKind::Append {
-        lists,
-        first_list,
-        capacity,
-        entry_size,
-        format,
-        list_stride,
-        ..
-    } = four_lists()
-    else {
-        unreachable!()
-    };
-    let appends = StoreKind::Append {
-        lists,
-        first_list,
-        capacity,
-        entry_size,
-        batch: 1,
-        format,
-        list_stride,
-    };
+    let appends = four_lists_in_batches_of(1);
     let kw = |n: u8, i: u32| Report {
         header: HDR,
         primitive: Primitive::KeyWrite {
@@ -854,35 +839,15 @@ fn keyed_runs_take_the_appends_between_them() {
         }
         // Batches of 1 entry: an Append's frame goes into the transmit batch between keyed
         // reports, as a NACK does.
-        let StoreKind::Append {
-            lists,
-            first_list,
-            capacity,
-            entry_size,
-            format,
-            list_stride,
-            ..
-        } = four_lists()
-        else {
-            unreachable!()
-        };
-        let appends = StoreKind::Append {
-            lists,
-            first_list,
-            capacity,
-            entry_size,
-            batch: 1,
-            format,
-            list_stride,
-        };
+        let appends = four_lists_in_batches_of(1);
         let more_appends = StoreKind::Append {
             lists: 4,
             first_list: 6,
-            capacity,
+            capacity: 64,
             entry_size: 8,
             batch: 4,
-            format,
-            list_stride,
+            format: dta_proto::layout::AppendFormat::Sequenced,
+            list_stride: 1 << 12,
         };
         // The Append store after the keyed one, before it, and two Append stores around it
         // (a run binds to the store of its first Append; the other's Appends end it).
