@@ -76,6 +76,14 @@ struct Store {
     prim: PrimitiveState,
 }
 
+impl Store {
+    /// Whether it is an Append store holding global list `list`.
+    #[inline(always)]
+    fn holds_list(&self, list: u32) -> bool {
+        matches!(&self.prim, PrimitiveState::Append(a) if a.serves(list))
+    }
+}
+
 /// A report this worker does not own, for the worker that does.
 #[derive(Debug, Clone, Copy)]
 pub struct Handoff {
@@ -600,10 +608,7 @@ impl Pipeline {
             let l = self.append_routes.get(i.checked_sub(1)?)?;
             return (u64::from(list) < l.end).then_some(l.store);
         }
-        self.stores.iter().position(|s| match &s.prim {
-            PrimitiveState::Append(a) => a.serves(list),
-            _ => false,
-        })
+        self.stores.iter().position(|s| s.holds_list(list))
     }
 
     /// [`Pipeline::dispatch`] of a report a lane read without building a [`Report`]: the

@@ -6,8 +6,8 @@
 //! give it: the same checks in the same order, the same counters (the tests compare the two,
 //! frame by frame). Runs are out of line: each is entered once per run, and kept inline they
 //! made the other primitives' loop spill registers. A keyed run also takes the Appends between
-//! its reports when the sole Append store takes runs ([`KeyedRun::append`]): in a mix of the
-//! two, runs are short, and a run's start and end cost more than a report. (A run of
+//! its reports, those of the Append store of the first Append it meets ([`KeyedRun::append`]):
+//! in a mix of the two, runs are short, and a run's start and end cost more than a report. (A run of
 //! postcards saved nothing over their lane: measured, not kept.)
 
 use super::super::primitive::{AcceptDirect, Append};
@@ -32,9 +32,7 @@ impl Pipeline {
             return None;
         }
         let si = match self.sole_append {
-            Some(si) if matches!(&self.stores[si].prim, PrimitiveState::Append(a) if a.serves(list)) => {
-                si
-            }
+            Some(si) if self.stores[si].holds_list(list) => si,
             Some(_) => return None,
             None => self.append_store(list)?,
         };
@@ -180,7 +178,6 @@ impl Pipeline {
     ) -> usize {
         let frames = self.max_frames_per_report;
         let (c, reporters, cfg) = (&mut self.counters, &mut self.reporters, &self.cfg);
-        let buckets = &self.buckets;
         macro_rules! go {
             ($sender:expr, $prim:expr, $appends:expr) => {{
                 let sender = $sender;
@@ -219,7 +216,6 @@ impl Pipeline {
             LazyAppends::Unbound {
                 low,
                 high,
-                buckets,
                 now,
                 frames,
             }
@@ -328,16 +324,15 @@ impl<'a> JoinAppends<'a> for NoAppends {
     }
 }
 
-/// The Appends a keyed run takes: those of the Append store of the first Append it meets, when
-/// that store takes runs (no rate limit on its collector; the other conditions are the keyed
-/// run's own). Bound at that Append; an Append for another store ends the run.
+/// The Appends a keyed run takes: those of the Append store of the first Append it meets.
+/// That store takes runs as the keyed one does ([`Pipeline::takes_runs`]): one worker, and no
+/// rate limit, which is the pipeline's (`[overload] messages_per_sec`) and so on every
+/// collector or on none. Bound at that Append; an Append for another store ends the run.
 enum LazyAppends<'a> {
-    /// No Append yet: the stores besides the run's keyed store, and the collectors' rate
-    /// limits.
+    /// No Append yet: the stores besides the run's keyed store.
     Unbound {
         low: &'a mut [Store],
         high: &'a mut [Store],
-        buckets: &'a [Option<TokenBucket>],
         now: u64,
         frames: usize,
     },
@@ -351,15 +346,12 @@ impl<'a> JoinAppends<'a> for LazyAppends<'a> {
     const JOINS: bool = true;
     #[inline(always)]
     fn run(&mut self, list: u32) -> Option<&mut AppendRun<'a>> {
-        if let LazyAppends::Unbound {
-            low, high, buckets, ..
-        } = self
-        {
-            // The store holding the list, if it takes runs.
-            let at = low.iter().chain(high.iter()).position(|s| {
-                matches!(&s.prim, PrimitiveState::Append(a) if a.serves(list))
-                    && buckets[s.sender.collector].is_none()
-            })?;
+        if let LazyAppends::Unbound { low, high, .. } = self {
+            // The store holding the list (`Pipeline::append_store`, over the two halves).
+            let at = low
+                .iter()
+                .chain(high.iter())
+                .position(|s| s.holds_list(list))?;
             let LazyAppends::Unbound {
                 low,
                 high,
