@@ -34,19 +34,29 @@ pub fn merge_lanes(op: MergeOp, cap: u32, dst: &mut [u32], src: &[u32]) {
     }
 }
 
-/// Merges big-endian cells of width `w` (as they travel in a report) into `dst`. A
-/// [`MergeOp::SignedSum`] cell narrower than 4 bytes is sign-extended first.
-#[inline]
+/// Merges big-endian cells of width `w` (as they travel in a report) into `dst`, as many as
+/// both hold. A [`MergeOp::SignedSum`] cell narrower than 4 bytes is sign-extended first.
+///
+/// The common case, 4-byte cells on a CPU with AVX2, goes from the caller straight into the
+/// AVX2 loops: a width test and a CPU-flag test a report. (As a call of its own, this
+/// function's set-up cost 24 instructions a report, 0.09 a merged counter at 256 counters a
+/// report.)
+#[inline(always)]
 pub fn merge_wire_cells(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]) {
+    if w.bytes() == 4 && wide::merge_words(op, dst, cells) {
+        return;
+    }
+    merge_wire_cells_portable(op, w, dst, cells);
+}
+
+/// [`merge_wire_cells`] without AVX2, and for cells of 1 or 2 bytes.
+#[inline(never)]
+pub(super) fn merge_wire_cells_portable(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]) {
     let cap = w.max();
     match w.bytes() {
         4 => {
             let n = dst.len().min(cells.len() / 4);
-            let (dst, cells) = (&mut dst[..n], &cells[..n * 4]);
-            if wide::merge_words(op, dst, cells) {
-                return;
-            }
-            merge_words(op, dst, cells);
+            merge_words(op, &mut dst[..n], &cells[..n * 4]);
         }
         2 => {
             for (d, c) in dst.iter_mut().zip(cells.chunks_exact(2)) {
@@ -103,7 +113,8 @@ pub(super) fn merge_words(op: MergeOp, dst: &mut [u32], cells: &[u8]) {
 pub(super) mod wide {
     use super::MergeOp;
 
-    /// Merges with the AVX2 build of the loops; false (nothing done) without AVX2.
+    /// Merges as many 4-byte cells as `dst` and `cells` both hold with the AVX2 build of the
+    /// loops; false (nothing done) without AVX2.
     #[inline(always)]
     pub(in crate::sketch) fn merge_words(op: MergeOp, dst: &mut [u32], cells: &[u8]) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -122,7 +133,8 @@ pub(super) mod wide {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn merge_avx2(op: MergeOp, dst: &mut [u32], cells: &[u8]) {
-        super::merge_words(op, dst, cells)
+        let n = dst.len().min(cells.len() / 4);
+        super::merge_words(op, &mut dst[..n], &cells[..n * 4])
     }
 }
 

@@ -13,8 +13,38 @@ proptest::proptest! {
         }
     }
 }
+proptest::proptest! {
+    /// Both paths of `merge_wire_cells` (AVX2 where the CPU has it, and the portable one)
+    /// against the cells read one by one: big-endian, a signed sum's narrow cells
+    /// sign-extended, and as many merged as both slices hold (the lengths disagree here).
+    #[test]
+    fn wire_cells_merge_as_read_one_by_one(
+        dst in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..300),
+        cells in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1200),
+        which in 0usize..3,
+        width in 0usize..3) {
+        let op = [MergeOp::Sum, MergeOp::Max, MergeOp::SignedSum][which];
+        let w = CellWidth::new([1, 2, 4][width]).unwrap();
+        let bits = 8 * w.bytes() as u32;
+        let mut want = dst.clone();
+        for (d, c) in want.iter_mut().zip(cells.chunks_exact(w.bytes())) {
+            let raw = c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b));
+            let s = if op == MergeOp::SignedSum && bits < 32 {
+                (((raw << (32 - bits)) as i32) >> (32 - bits)) as u32
+            } else {
+                raw
+            };
+            *d = merge_one(op, w.max(), *d, s);
+        }
+        let (mut fast, mut portable) = (dst.clone(), dst);
+        merge_wire_cells(op, w, &mut fast, &cells);
+        merge_wire_cells_portable(op, w, &mut portable, &cells);
+        proptest::prop_assert_eq!(&fast, &want);
+        proptest::prop_assert_eq!(&portable, &want);
+    }
+}
 use super::hash::HLL_ENGINE;
-use super::merge::{merge_words, wide};
+use super::merge::{merge_wire_cells_portable, merge_words, wide};
 use super::*;
 use crate::crc::Crc32;
 use crate::hash::replica_poly;
