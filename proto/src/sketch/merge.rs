@@ -39,7 +39,7 @@ pub fn merge_lanes(op: MergeOp, cap: u32, dst: &mut [u32], src: &[u32]) {
 ///
 /// The common case, 4-byte cells on a CPU with AVX2, goes from the caller straight into the
 /// AVX2 loops: a width test and a CPU-flag test a report. (As a call of its own, this
-/// function's set-up cost 24 instructions a report, 0.09 a merged counter at 256 counters a
+/// function's set-up cost 39 instructions a report, 0.15 a merged counter at 256 counters a
 /// report.)
 #[inline(always)]
 pub fn merge_wire_cells(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]) {
@@ -54,10 +54,7 @@ pub fn merge_wire_cells(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]
 pub(super) fn merge_wire_cells_portable(op: MergeOp, w: CellWidth, dst: &mut [u32], cells: &[u8]) {
     let cap = w.max();
     match w.bytes() {
-        4 => {
-            let n = dst.len().min(cells.len() / 4);
-            merge_words(op, &mut dst[..n], &cells[..n * 4]);
-        }
+        4 => merge_words(op, dst, cells),
         2 => {
             for (d, c) in dst.iter_mut().zip(cells.chunks_exact(2)) {
                 let raw = u16::from_be_bytes([c[0], c[1]]);
@@ -82,10 +79,14 @@ pub(super) fn merge_wire_cells_portable(op: MergeOp, w: CellWidth, dst: &mut [u3
     }
 }
 
-/// The 4-byte merge: one loop per op, each a lane-wise byte swap and a vector op (the
-/// compiler vectorizes them; [`wide`] compiles the same loops for AVX2).
+/// The 4-byte merge of as many cells as `dst` and `cells` both hold: one loop per op, each a
+/// lane-wise byte swap and a vector op (the compiler vectorizes them; [`wide`] compiles the
+/// same loops for AVX2).
 #[inline(always)]
 pub(super) fn merge_words(op: MergeOp, dst: &mut [u32], cells: &[u8]) {
+    // Both slices cut to the same count: the loops then need no length checks of their own.
+    let n = dst.len().min(cells.len() / 4);
+    let (dst, cells) = (&mut dst[..n], &cells[..n * 4]);
     match op {
         MergeOp::Sum => {
             for (d, c) in dst.iter_mut().zip(cells.chunks_exact(4)) {
@@ -133,8 +134,7 @@ pub(super) mod wide {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn merge_avx2(op: MergeOp, dst: &mut [u32], cells: &[u8]) {
-        let n = dst.len().min(cells.len() / 4);
-        super::merge_words(op, &mut dst[..n], &cells[..n * 4])
+        super::merge_words(op, dst, cells)
     }
 }
 

@@ -748,7 +748,7 @@ fn appends_in_a_keyed_run_take_places_from_its_direct_budget() {
 }
 
 /// A run of Key-Writes or Key-Increments takes the Appends between its reports when the
-/// pipeline's sole Append store takes runs too (`KeyedRun::append`), and gives exactly what
+/// store of the first Append it meets takes runs too (`KeyedRun::append`), and gives exactly what
 /// dispatching them one by one gives: the same frames, NACKs and counters, for both keyed
 /// primitives and both copies of the run. The bursts interleave the two primitives at random
 /// (runs of one to a few reports, as in the demo's mix), with Appends of 1 to 4 bytes for the
